@@ -1,0 +1,77 @@
+"""`hlo-analyzer` command line.
+
+Each subcommand lives in its own module under `analyzer/cli/` and exposes `register(subparsers)`, which
+adds its parser and sets `func(args) -> int`. Exit codes follow ruff: 0 clean, 1 findings, 2 usage or
+internal error. Every `AnalyzerError` becomes its message on stderr and exit 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from analyzer.errors import AnalyzerError
+
+__all__ = ["main", "build_parser"]
+
+# Subcommand modules, in the order `--help` lists them.
+_COMMANDS: tuple[str, ...] = (
+    "demo",      # issue: user-facing
+    "analyze",   # issue: analysis
+    "inspect",   # issue: analysis
+    "check",     # issue: user-facing
+    "report",    # issue: user-facing
+    "sweep",     # issue: user-facing
+    "diff",      # issue: user-facing
+    "rules",     # issue: rules (rules, rule CODE)
+    "price",     # issue: cost model
+    "hardware",  # issue: cost model
+    "parse",     # issue: parser
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with a one-line hint on bad arguments (its default), and keeps examples."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hlo-analyzer",
+        description="See the communication XLA inserts into a sharded JAX program, priced on real hardware.",
+        epilog="example:\n  hlo-analyzer demo\n  hlo-analyzer inspect dump/ --mesh data=4,model=2 --hardware tpu-v5e",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(f"analyzer.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"analyzer.cli.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except AnalyzerError as e:
+        print(f"hlo-analyzer: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

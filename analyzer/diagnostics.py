@@ -1,0 +1,87 @@
+"""Findings of the plan checks: one `Diagnostic` per rule hit.
+
+Rules (analyzer.rules) build these; renderers (analyzer.render) print them; nothing else creates them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = ["Severity", "Location", "Diagnostic"]
+
+
+class Severity(str, Enum):
+    """How serious a finding is. Ordered: info < warning < error."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "error": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a finding points: the user's source line and the HLO instruction behind it."""
+
+    file: str | None = None
+    line: int | None = None
+    computation: str | None = None
+    instruction: str | None = None
+    hlo_line: int | None = None
+
+    def __str__(self) -> str:
+        if self.file:
+            return f"{self.file}:{self.line}" if self.line else self.file
+        if self.instruction:
+            return f"%{self.instruction}" + (f" (HLO line {self.hlo_line})" if self.hlo_line else "")
+        return "<module>"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding.
+
+    Attributes:
+      code: stable rule code, e.g. `HA101`.
+      name: kebab-case rule name, e.g. `comm-bound-matmul`.
+      message: one or two sentences a person can act on, with the figures.
+      severity: `Severity`.
+      location: `Location` of the user source and HLO instruction.
+      notation: the collective (or dot) in the chapter's notation, when the finding is about one.
+      seconds: predicted time per step of what was found.
+      alternative: what to do instead, in notation or words.
+      alternative_seconds: predicted time per step of the alternative.
+      saving_seconds: predicted saving per step (seconds - alternative_seconds, or the rule's own estimate).
+      fix: the change to make (PartitionSpec, mesh, topology, config).
+      details: rule-specific figures for JSON/SARIF consumers.
+    """
+
+    code: str
+    name: str
+    message: str
+    severity: Severity = Severity.WARNING
+    location: Location = field(default_factory=Location)
+    notation: str | None = None
+    seconds: float | None = None
+    alternative: str | None = None
+    alternative_seconds: float | None = None
+    saving_seconds: float | None = None
+    fix: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = self.severity.value
+        return d
+
+    def fingerprint(self) -> str:
+        """A stable key for baselines: code, user location and the collective, not the timings."""
+        loc = self.location
+        return "|".join(
+            str(x) for x in (self.code, loc.file or "", loc.line or "", self.notation or "", loc.instruction or "")
+        )

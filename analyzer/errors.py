@@ -1,0 +1,105 @@
+"""The errors hlo-analyzer raises for bad input.
+
+Every error a user can cause derives from :class:`AnalyzerError` and says three things: which input was
+wrong, where (path, line and column when there is one), and what would have been valid. Library
+exceptions (Lark, jax, KeyError) never reach the caller; they are translated at the boundary where they
+happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from difflib import get_close_matches
+
+__all__ = [
+    "AnalyzerError",
+    "HloSyntaxError",
+    "HloSemanticError",
+    "ShardingError",
+    "HardwareError",
+    "ConfigError",
+    "MeshError",
+    "LoweringError",
+    "valid_choices",
+]
+
+
+def valid_choices(given: str, choices: Iterable[str], *, what: str = "value") -> str:
+    """A sentence listing the valid choices, with a 'did you mean' for a near miss.
+
+    Example:
+        >>> valid_choices("tpu-v5", ["tpu-v5e", "tpu-v5p"], what="hardware")
+        "did you mean 'tpu-v5e'? valid hardware: tpu-v5e, tpu-v5p"
+    """
+    options = sorted(set(choices))
+    close = get_close_matches(given, options, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}valid {what}: {', '.join(options) if options else '(none)'}"
+
+
+class AnalyzerError(Exception):
+    """Base of every error caused by bad input to hlo-analyzer."""
+
+
+class _PositionedError(AnalyzerError):
+    """An error at a place in a text: path, 1-based line and column, and the source line with a caret."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        source_line: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.line = line
+        self.column = column
+        self.source_line = source_line
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = self.path or "<hlo text>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        text = f"{where}: error: {self.message}"
+        if self.source_line is not None:
+            shown = self.source_line.rstrip("\n")
+            text += f"\n{shown}"
+            if self.column is not None:
+                # Keep tabs so the caret lines up under the offending character.
+                prefix = "".join(c if c == "\t" else " " for c in shown[: max(self.column - 1, 0)])
+                text += f"\n{prefix}^"
+        return text
+
+
+class HloSyntaxError(_PositionedError):
+    """HLO text that does not follow XLA's grammar."""
+
+
+class HloSemanticError(_PositionedError):
+    """Well-formed HLO that is inconsistent: an undefined operand or computation, a duplicate name, two ROOTs."""
+
+
+class ShardingError(AnalyzerError):
+    """A sharding that cannot hold: a mesh axis used twice, an unknown axis, a dimension it does not divide."""
+
+
+class HardwareError(AnalyzerError):
+    """An unknown hardware name or topology, or a spec file that does not follow the schema."""
+
+
+class ConfigError(_PositionedError):
+    """A bad key or value in `[tool.hlo-analyzer]`, a report config or a baseline file."""
+
+
+class MeshError(AnalyzerError):
+    """A mesh that does not fit the devices or the HLO (wrong device count, axis names, sizes)."""
+
+
+class LoweringError(AnalyzerError):
+    """The function could not be lowered or compiled for the requested target."""

@@ -1,0 +1,1 @@
+"""HLO text: grammar-driven parser, typed IR, attribute decoding, printer."""

@@ -1,0 +1,374 @@
+"""The typed, positioned form of an HLO module: what `analyzer.parse_hlo` returns.
+
+Everything here is a frozen dataclass. Positions are 1-based (line, column) in the text that was parsed.
+Attribute values keep their raw text; typed views (replica groups, shardings, metadata, JSON backend
+configs) are computed on demand by `analyzer.hlo.attributes`, so an attribute a newer XLA adds never
+breaks parsing.
+
+This module is the contract between the parser (which builds these objects) and everything downstream
+(graph, collectives, notation, rules). Add fields freely; do not rename or remove the ones below.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+__all__ = [
+    "Position",
+    "Layout",
+    "Shape",
+    "Operand",
+    "Attribute",
+    "Metadata",
+    "Frame",
+    "Instruction",
+    "Computation",
+    "HloModule",
+    "ELEMENT_BITS",
+]
+
+# Bits per element of every XLA primitive type (xla_data.proto). Sub-byte types pack.
+ELEMENT_BITS: Mapping[str, int] = {
+    "pred": 8,
+    "s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
+    "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
+    "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
+    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8,
+    "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
+    "c64": 64, "c128": 128,
+    "token": 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A 1-based place in the parsed text."""
+
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.line}:{self.column}"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """An array layout: `{1,0:T(8,128)(2,1)S(1)}`.
+
+    `minor_to_major` is the dimension order; `tiles` the `T(...)` tiles in order; `memory_space` the `S(n)`
+    value. Anything else inside the braces (`E(4)`, `D(...)`, `L(...)`, `P(...)`, `#(...)`, `*(...)`) is kept
+    verbatim in `extra` so printing gives back what was read.
+    """
+
+    minor_to_major: tuple[int, ...]
+    tiles: tuple[tuple[int, ...], ...] = ()
+    memory_space: int | None = None
+    extra: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """An array, tuple or token shape.
+
+    Arrays: `element_type` is the lower-case XLA type (`f32`, `bf16`, `pred`...), `dims` the sizes (the bound
+    for dynamic dims), `dynamic` which dims are dynamic (`<=8` or `?`). Tuples: `element_type == "tuple"` and
+    `tuple_shapes` holds the elements. Tokens: `element_type == "token"`.
+    """
+
+    element_type: str
+    dims: tuple[int, ...] = ()
+    dynamic: tuple[bool, ...] = ()
+    layout: Layout | None = None
+    tuple_shapes: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type == "tuple"
+
+    @property
+    def is_token(self) -> bool:
+        return self.element_type == "token"
+
+    @property
+    def is_array(self) -> bool:
+        return not self.is_tuple and not self.is_token
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @property
+    def byte_size(self) -> int:
+        """Bytes of the data (tuples: the sum of their leaves; sub-byte types rounded up per array)."""
+        if self.is_tuple:
+            return sum(s.byte_size for s in self.tuple_shapes)
+        bits = ELEMENT_BITS.get(self.element_type)
+        if bits is None:
+            raise ValueError(f"unknown element type {self.element_type!r}")
+        return (self.num_elements * bits + 7) // 8
+
+    def leaves(self) -> Iterator[Shape]:
+        """The array and token shapes inside, depth first (the shape itself when it is not a tuple)."""
+        if self.is_tuple:
+            for s in self.tuple_shapes:
+                yield from s.leaves()
+        else:
+            yield self
+
+    def __str__(self) -> str:
+        """The HLO spelling without the layout: `bf16[1024,<=8]`, `(f32[], s32[2])`, `token[]`."""
+        if self.is_tuple:
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        dims = ",".join(
+            (f"<={d}" if dyn else str(d)) for d, dyn in zip(self.dims, self.dynamic or (False,) * len(self.dims))
+        )
+        return f"{self.element_type}[{dims}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """One operand: the producing instruction's name and its shape (resolved after parsing)."""
+
+    name: str
+    shape: Shape | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """One `key=value` attribute of an instruction, as printed, with where its value starts."""
+
+    key: str
+    raw: str
+    position: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """The `metadata={...}` of an instruction."""
+
+    op_type: str | None = None
+    op_name: str | None = None
+    source_file: str | None = None
+    source_line: int | None = None
+    source_end_line: int | None = None
+    stack_frame_id: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One stack frame from the module's `StackFrames` table, resolved through its file and function tables.
+
+    `parent` is the real parent frame id (XLA prints it one higher; 0 printed means none), or None.
+    """
+
+    id: int
+    file: str
+    function: str
+    line: int
+    column: int
+    end_line: int | None = None
+    end_column: int | None = None
+    parent: int | None = None
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction: `[ROOT] %name = shape opcode(operands), attributes...`."""
+
+    name: str
+    opcode: str
+    shape: Shape
+    operands: tuple[Operand, ...]
+    attributes: tuple[Attribute, ...] = ()
+    is_root: bool = False
+    position: Position | None = None
+    # Parameters: parameter(N). Constants: the literal text. Other opcodes with a bare argument
+    # (get-tuple-element index is an attribute, not this) keep None.
+    parameter_number: int | None = None
+    literal: str | None = None
+
+    @cached_property
+    def attrs(self) -> Mapping[str, Attribute]:
+        return {a.key: a for a in self.attributes}
+
+    def attr(self, key: str) -> str | None:
+        """The raw text of attribute `key`, or None."""
+        a = self.attrs.get(key)
+        return a.raw if a is not None else None
+
+    @property
+    def operand_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.operands)
+
+    # Typed views live in analyzer.hlo.attributes; these properties delegate so callers can write
+    # `inst.replica_groups` without knowing where the decoding happens.
+    @property
+    def replica_groups(self) -> tuple[tuple[int, ...], ...] | None:
+        """Device-id groups, expanded from any of the four printed forms; None when absent."""
+        from analyzer.hlo import attributes
+
+        return attributes.replica_groups(self)
+
+    @property
+    def source_target_pairs(self) -> tuple[tuple[int, int], ...] | None:
+        from analyzer.hlo import attributes
+
+        return attributes.source_target_pairs(self)
+
+    @property
+    def channel_id(self) -> int | None:
+        v = self.attr("channel_id")
+        return int(v) if v is not None else None
+
+    @property
+    def use_global_device_ids(self) -> bool:
+        return self.attr("use_global_device_ids") == "true"
+
+    @property
+    def dimensions(self) -> tuple[int, ...] | None:
+        from analyzer.hlo import attributes
+
+        return attributes.int_list(self, "dimensions")
+
+    @property
+    def called_computations(self) -> tuple[str, ...]:
+        """Names of every computation this instruction calls (calls, to_apply, body, condition, branches...)."""
+        from analyzer.hlo import attributes
+
+        return attributes.called_computations(self)
+
+    @property
+    def metadata(self) -> Metadata | None:
+        from analyzer.hlo import attributes
+
+        return attributes.metadata(self)
+
+    @property
+    def sharding(self) -> Any:
+        """The `sharding=` attribute as an `analyzer.hlo.sharding.HloSharding`, or None."""
+        from analyzer.hlo import attributes
+
+        return attributes.sharding(self)
+
+    @property
+    def frontend_attributes(self) -> Mapping[str, str]:
+        from analyzer.hlo import attributes
+
+        return attributes.frontend_attributes(self)
+
+    @property
+    def backend_config(self) -> Any:
+        """The `backend_config=` JSON decoded (dict), the raw string if it is not JSON, or None."""
+        raw = self.attr("backend_config")
+        if raw is None:
+            return None
+        text = raw
+        if text.startswith('"') and text.endswith('"'):
+            # Older XLA prints the JSON as an escaped string literal.
+            try:
+                text = json.loads(text)
+            except ValueError:
+                return raw
+        try:
+            return json.loads(text)
+        except ValueError:
+            return raw
+
+
+@dataclass(frozen=True)
+class Computation:
+    """A named computation: its parameters, instructions in printed order, and its root."""
+
+    name: str
+    instructions: tuple[Instruction, ...]
+    parameter_shapes: tuple[tuple[str, Shape], ...] = ()
+    result_shape: Shape | None = None
+    is_entry: bool = False
+    position: Position | None = None
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Instruction]:
+        return {i.name: i for i in self.instructions}
+
+    @property
+    def root(self) -> Instruction:
+        for inst in self.instructions:
+            if inst.is_root:
+                return inst
+        return self.instructions[-1]
+
+    def __getitem__(self, name: str) -> Instruction:
+        return self.by_name[name]
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(self.instructions)
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+
+@dataclass(frozen=True)
+class HloModule:
+    """A parsed HLO module.
+
+    `attributes` holds the header's `key=value` pairs as raw text (`num_partitions`,
+    `entry_computation_layout`, ...). `frames` is the resolved `StackFrames` table by frame id.
+    """
+
+    name: str
+    computations: tuple[Computation, ...]
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    frames: Mapping[int, Frame] = field(default_factory=dict)
+    path: str | None = None
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Computation]:
+        return {c.name: c for c in self.computations}
+
+    @property
+    def entry(self) -> Computation:
+        for c in self.computations:
+            if c.is_entry:
+                return c
+        # XLA's rule: without an ENTRY keyword the last computation is the entry.
+        return self.computations[-1]
+
+    def __getitem__(self, name: str) -> Computation:
+        return self.by_name[name]
+
+    def instructions(self) -> Iterator[tuple[Computation, Instruction]]:
+        """Every instruction of every computation, with its computation."""
+        for c in self.computations:
+            for i in c.instructions:
+                yield c, i
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.attributes.get("num_partitions", "1"))
+
+    @property
+    def replica_count(self) -> int:
+        return int(self.attributes.get("replica_count", "1"))
+
+    def frame_chain(self, frame_id: int | None) -> tuple[Frame, ...]:
+        """The stack from frame `frame_id` outwards (innermost first); empty when unknown."""
+        chain: list[Frame] = []
+        seen: set[int] = set()
+        while frame_id is not None and frame_id in self.frames and frame_id not in seen:
+            seen.add(frame_id)
+            f = self.frames[frame_id]
+            chain.append(f)
+            frame_id = f.parent
+        return tuple(chain)
