@@ -1,0 +1,14 @@
+"""Test session set-up shared by every test folder.
+
+jax reads XLA_FLAGS and JAX_PLATFORMS once, when it first initialises, so they are set here, before any
+test imports it: 8 fake CPU devices let the small meshes of the tests compile in this process (larger ones
+go through the analyzer's subprocess path), and JAX_PLATFORMS=cpu keeps an installed libtpu from probing
+for TPU chips that this machine does not have.
+"""
+
+import os
+
+_FLAG = "--xla_force_host_platform_device_count"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
