@@ -1,0 +1,451 @@
+"""HLO shardings: the `sharding={...}` attribute XLA prints, as typed data.
+
+Every form XLA's `HloSharding::ToString` prints is read here:
+
+=====================================================  ===============================================
+`{replicated}`                                         every device holds the whole array
+`{maximal device=0}`                                   one device holds it
+`{manual}`                                             the array is already per-device (shard_map)
+`{unknown}`                                            not decided yet (before propagation)
+`{devices=[4,2]<=[8]}`                                 tiled, iota tile assignment
+`{devices=[2,2]0,2,1,3}`                               tiled, explicit tile assignment
+`{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}`  last tile dim replicates (partial tiling)
+`{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}`  trailing tile dims are subgroups
+`{{replicated}, {devices=[2]<=[2]}}`                   a tuple sharding, one element per tuple leaf
+=====================================================  ===============================================
+
+`metadata={...}`, `shard_as N` / `shard_like N` may follow inside the braces; they are kept, never
+interpreted. The tile assignment of a tiled sharding holds *logical* device ids: with jax, id `i` is the
+device at position `i` of `mesh.devices.flat` (see `analyzer.notation` for the mapping to mesh axes).
+
+Source of the forms: XLA's `hlo_sharding.cc` (ToString) and `tile_assignment.h` (iota tile assignments).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from analyzer.errors import ShardingError
+
+if TYPE_CHECKING:  # numpy is light, but keep the import local to the one place that needs it
+    import numpy as np
+
+__all__ = ["HloSharding", "ShardingSyntaxError", "parse_hlo_sharding", "SUBGROUP_TYPES"]
+
+# The subgroup kinds XLA prints in `last_tile_dims={...}` (OpSharding::Type names, lower case).
+SUBGROUP_TYPES: tuple[str, ...] = ("replicated", "manual", "maximal", "other", "unreduced")
+
+_KINDS = ("replicated", "maximal", "manual", "unknown", "tiled", "tuple")
+
+
+class ShardingSyntaxError(ShardingError):
+    """Sharding text that does not follow XLA's `HloSharding` syntax.
+
+    Attributes:
+      text: the sharding text that was parsed.
+      column: 1-based column in `text` where the problem is.
+      message: what was expected there.
+    """
+
+    def __init__(self, message: str, text: str, column: int) -> None:
+        self.message = message
+        self.text = text
+        self.column = column
+        caret = " " * (column - 1) + "^"
+        super().__init__(f"bad HLO sharding at column {column}: {message}\n  {text}\n  {caret}")
+
+
+@dataclass(frozen=True)
+class HloSharding:
+    """One HLO sharding, as XLA prints it.
+
+    Attributes:
+      kind: "replicated", "maximal", "manual", "unknown", "tiled" or "tuple".
+      tile_dims: for "tiled", the tile assignment shape: one entry per array dim, then one per entry of
+        `last_tile_dims` (e.g. `(1, 2, 4)` with `last_tile_dims=("replicated",)`).
+      device_ids: for "tiled", the tile assignment flattened row-major (logical device ids).
+      iota: for "tiled" shardings printed in iota form, `(reshape_dims, transpose_perm)`; None when the
+        devices were listed explicitly. Kept so `str()` gives back what XLA printed.
+      last_tile_dims: the subgroup kind of each trailing tile dim (`"replicated"` for
+        `last_tile_dim_replicate`, or the names in `last_tile_dims={...}`).
+      device: for "maximal", the device that holds the array.
+      elements: for "tuple", the sharding of each tuple leaf.
+      metadata: the raw `metadata={...}` text (without the key), or "".
+      shard_group: the raw `shard_as N` / `shard_like N` text, or "".
+
+    Example:
+      >>> s = parse_hlo_sharding("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}")
+      >>> s.kind, s.data_tile_dims, s.replication
+      ('tiled', (1, 2), 4)
+    """
+
+    kind: str
+    tile_dims: tuple[int, ...] = ()
+    device_ids: tuple[int, ...] = ()
+    iota: tuple[tuple[int, ...], tuple[int, ...] | None] | None = None
+    last_tile_dims: tuple[str, ...] = ()
+    device: int | None = None
+    elements: tuple[HloSharding, ...] = ()
+    metadata: str = ""
+    shard_group: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"HloSharding kind {self.kind!r} is not one of {_KINDS}")
+        if self.kind == "tiled":
+            n = 1
+            for d in self.tile_dims:
+                n *= d
+            if n != len(self.device_ids):
+                raise ValueError(f"tile dims {list(self.tile_dims)} need {n} devices, got {len(self.device_ids)}")
+            if len(self.last_tile_dims) > len(self.tile_dims):
+                raise ValueError("more last_tile_dims than tile dims")
+
+    # ----------------------------------------------------------------------------------------------- views
+    @property
+    def is_tuple(self) -> bool:
+        return self.kind == "tuple"
+
+    @property
+    def is_tiled(self) -> bool:
+        return self.kind == "tiled"
+
+    @property
+    def is_replicated(self) -> bool:
+        """True when every device holds the whole array (also a tiling whose data dims are all 1)."""
+        if self.kind == "replicated":
+            return True
+        return (self.kind == "tiled" and all(d == 1 for d in self.data_tile_dims)
+                and all(t == "replicated" for t in self.last_tile_dims))
+
+    @property
+    def is_manual(self) -> bool:
+        """True for `{manual}`, and for tilings with a manual subgroup (`last_tile_dims={manual}`)."""
+        return self.kind == "manual" or "manual" in self.last_tile_dims
+
+    @property
+    def num_devices(self) -> int:
+        """Devices in the tile assignment (0 when the sharding does not list devices)."""
+        return len(self.device_ids)
+
+    @property
+    def data_tile_dims(self) -> tuple[int, ...]:
+        """The tile counts of the array's own dims (the trailing subgroup dims removed)."""
+        return self.tile_dims[: len(self.tile_dims) - len(self.last_tile_dims)]
+
+    @property
+    def replication(self) -> int:
+        """How many devices hold each tile: the product of the replicated subgroup dims (1 if none)."""
+        n = 1
+        k = len(self.data_tile_dims)
+        for size, t in zip(self.tile_dims[k:], self.last_tile_dims):
+            if t == "replicated":
+                n *= size
+        return n
+
+    @cached_property
+    def tile_assignment(self) -> np.ndarray:
+        """The tile assignment as an int64 array of shape `tile_dims` (device id of each tile)."""
+        import numpy as np
+
+        if self.kind != "tiled":
+            raise ValueError(f"a {self.kind} sharding has no tile assignment")
+        return np.asarray(self.device_ids, dtype=np.int64).reshape(self.tile_dims)
+
+    def leaves(self) -> tuple[HloSharding, ...]:
+        """The shardings of the tuple leaves in order (just `(self,)` for a non-tuple sharding)."""
+        if not self.is_tuple:
+            return (self,)
+        out: list[HloSharding] = []
+        for e in self.elements:
+            out.extend(e.leaves())
+        return tuple(out)
+
+    # ------------------------------------------------------------------------------------------- printing
+    def _body(self) -> str:
+        if self.kind == "tuple":
+            return "{" + ", ".join(str(e) for e in self.elements) + "}"
+        if self.kind in ("replicated", "manual", "unknown"):
+            parts = [self.kind]
+        elif self.kind == "maximal":
+            parts = [f"maximal device={self.device}"]
+        else:
+            dims = ",".join(map(str, self.tile_dims))
+            if self.iota is not None:
+                reshape, perm = self.iota
+                tail = f"<=[{','.join(map(str, reshape))}]"
+                if perm is not None:
+                    tail += f"T({','.join(map(str, perm))})"
+            else:
+                tail = ",".join(map(str, self.device_ids))
+            parts = [f"devices=[{dims}]{tail}"]
+            if self.last_tile_dims == ("replicated",):
+                parts.append("last_tile_dim_replicate")
+            elif self.last_tile_dims:
+                parts.append("last_tile_dims={" + ", ".join(self.last_tile_dims) + "}")
+        if self.shard_group:
+            parts.append(self.shard_group)
+        if self.metadata:
+            parts.append(f"metadata={{{self.metadata}}}")
+        return "{" + " ".join(parts) + "}"
+
+    def __str__(self) -> str:
+        return self._body()
+
+
+# --------------------------------------------------------------------------------------------------- parse
+_TOKEN = re.compile(r"\s*(?:(?P<num>-?\d+)|(?P<word>[A-Za-z_][A-Za-z0-9_.\-]*)|(?P<op><=|[{}\[\](),=]))")
+
+
+class _Reader:
+    """A tiny cursor over sharding text: tokens are integers, words and punctuation."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def error(self, message: str, pos: int | None = None) -> ShardingSyntaxError:
+        at = self.pos if pos is None else pos
+        # Point at the next non-space character, where the reader was looking.
+        while at < len(self.text) and self.text[at].isspace():
+            at += 1
+        return ShardingSyntaxError(message, self.text, at + 1)
+
+    def peek(self) -> tuple[str, str] | None:
+        m = _TOKEN.match(self.text, self.pos)
+        if not m:
+            rest = self.text[self.pos:].strip()
+            if not rest:
+                return None
+            raise self.error(f"unexpected character {rest[0]!r}")
+        kind = m.lastgroup or "op"
+        return kind, m.group(kind)
+
+    def next(self) -> tuple[str, str]:
+        m = _TOKEN.match(self.text, self.pos)
+        if not m:
+            raise self.error("unexpected end of text" if not self.text[self.pos:].strip()
+                             else f"unexpected character {self.text[self.pos:].strip()[0]!r}")
+        self.pos = m.end()
+        kind = m.lastgroup or "op"
+        return kind, m.group(kind)
+
+    def expect(self, value: str, what: str | None = None) -> None:
+        start = self.pos
+        tok = self.peek()
+        if tok is None or tok[1] != value:
+            got = "end of text" if tok is None else repr(tok[1])
+            raise self.error(f"expected {what or repr(value)}, got {got}", start)
+        self.next()
+
+    def integer(self, what: str) -> int:
+        start = self.pos
+        tok = self.peek()
+        if tok is None or tok[0] != "num":
+            got = "end of text" if tok is None else repr(tok[1])
+            raise self.error(f"expected {what} (an integer), got {got}", start)
+        self.next()
+        return int(tok[1])
+
+    def int_list(self, open_: str, close: str, what: str) -> tuple[int, ...]:
+        self.expect(open_)
+        out: list[int] = []
+        if self.peek() == ("op", close):
+            self.next()
+            return ()
+        while True:
+            out.append(self.integer(what))
+            tok = self.peek()
+            if tok == ("op", ","):
+                self.next()
+                continue
+            self.expect(close, f"',' or {close!r}")
+            return tuple(out)
+
+    def skip_balanced(self) -> str:
+        """Skip a `{...}` group (nested braces, quoted strings) and return its inside text."""
+        start = self.pos
+        while start < len(self.text) and self.text[start].isspace():
+            start += 1
+        if start >= len(self.text) or self.text[start] != "{":
+            raise self.error("expected '{'")
+        depth, i, quote = 0, start, False
+        while i < len(self.text):
+            c = self.text[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == '"':
+                    quote = False
+            elif c == '"':
+                quote = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    self.pos = i + 1
+                    return self.text[start + 1:i]
+            i += 1
+        raise self.error("unclosed '{'", start)
+
+
+def parse_hlo_sharding(text: str) -> HloSharding:
+    """Parse the text of an HLO `sharding=` attribute.
+
+    Args:
+      text: the sharding as XLA prints it, braces included, e.g. `"{devices=[4,2]<=[8]}"`.
+
+    Returns:
+      The `HloSharding`; tuple shardings have `kind == "tuple"` and one element per leaf.
+
+    Raises:
+      ShardingSyntaxError: (an `AnalyzerError`) text that is not a sharding, with the 1-based column.
+
+    Example:
+      >>> parse_hlo_sharding("{devices=[2,2]0,2,1,3}").device_ids
+      (0, 2, 1, 3)
+      >>> str(parse_hlo_sharding("{{replicated}, {maximal device=1}}"))
+      '{{replicated}, {maximal device=1}}'
+    """
+    if not isinstance(text, str):
+        raise ShardingSyntaxError(f"expected sharding text, got {type(text).__name__}", str(text), 1)
+    r = _Reader(text)
+    sharding = _parse_sharding(r)
+    if r.peek() is not None:
+        raise r.error("unexpected text after the sharding")
+    return sharding
+
+
+def _parse_sharding(r: _Reader) -> HloSharding:
+    r.expect("{", "'{' to open the sharding")
+    tok = r.peek()
+    if tok == ("op", "{"):  # tuple sharding
+        elements = [_parse_sharding(r)]
+        while r.peek() == ("op", ","):
+            r.next()
+            elements.append(_parse_sharding(r))
+        r.expect("}", "',' or '}' to close the tuple sharding")
+        return HloSharding(kind="tuple", elements=tuple(elements))
+    if tok == ("op", "}"):  # the empty tuple
+        r.next()
+        return HloSharding(kind="tuple")
+    return _parse_body(r)
+
+
+def _parse_body(r: _Reader) -> HloSharding:
+    """After the opening brace of a non-tuple sharding: its items up to the closing brace."""
+    kind: str | None = None
+    fields: dict = {}
+    metadata, shard_group = "", ""
+    while True:
+        start = r.pos
+        tok = r.peek()
+        if tok is None:
+            raise r.error("expected '}' to close the sharding")
+        if tok == ("op", "}"):
+            r.next()
+            break
+        if tok[0] != "word":
+            raise r.error(f"expected a sharding item (replicated, devices=..., ...), got {tok[1]!r}", start)
+        word = tok[1]
+        r.next()
+        if word in ("replicated", "manual", "unknown"):
+            kind = _set_kind(r, kind, word, start)
+        elif word == "maximal":
+            kind = _set_kind(r, kind, "maximal", start)
+            r.expect("device", "'device=' after 'maximal'")
+            r.expect("=")
+            fields["device"] = r.integer("a device id")
+        elif word == "devices":
+            kind = _set_kind(r, kind, "tiled", start)
+            r.expect("=")
+            fields.update(_parse_devices(r))
+        elif word == "last_tile_dim_replicate":
+            fields["last_tile_dims"] = ("replicated",)
+        elif word == "last_tile_dims":
+            r.expect("=")
+            r.expect("{", "'{' after 'last_tile_dims='")
+            names: list[str] = []
+            while True:
+                s = r.pos
+                t = r.next()
+                if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
+                    raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
+                names.append(t[1])
+                if r.peek() == ("op", ","):
+                    r.next()
+                    continue
+                r.expect("}", "',' or '}'")
+                break
+            fields["last_tile_dims"] = tuple(names)
+        elif word == "metadata":
+            r.expect("=")
+            metadata = r.skip_balanced()
+        elif word in ("shard_as", "shard_like"):
+            shard_group = f"{word} {r.integer('a shard group id')}"
+        else:
+            valid = "replicated, maximal device=N, manual, unknown, devices=[...], last_tile_dim_replicate, " \
+                    "last_tile_dims={...}, metadata={...}, shard_as N, shard_like N"
+            raise r.error(f"unknown sharding item {word!r}; valid: {valid}", start)
+    if kind is None:
+        raise r.error("empty sharding: expected replicated, maximal, manual, unknown or devices=[...]")
+    if kind == "tiled":
+        tile_dims = fields["tile_dims"]
+        last = fields.get("last_tile_dims", ())
+        if len(last) > len(tile_dims):
+            raise r.error(f"{len(last)} last tile dims but only {len(tile_dims)} tile dims")
+        return HloSharding(kind="tiled", tile_dims=tile_dims, device_ids=fields["device_ids"],
+                           iota=fields.get("iota"), last_tile_dims=last, metadata=metadata,
+                           shard_group=shard_group)
+    if "last_tile_dims" in fields:
+        raise r.error(f"last tile dims given for a {kind} sharding (only tiled shardings have them)")
+    return HloSharding(kind=kind, device=fields.get("device"), metadata=metadata, shard_group=shard_group)
+
+
+def _set_kind(r: _Reader, kind: str | None, new: str, start: int) -> str:
+    if kind is not None:
+        raise r.error(f"{new!r} after {kind!r}: a sharding has one kind", start)
+    return new
+
+
+def _parse_devices(r: _Reader) -> dict:
+    """`[d0,d1,...]` then either `<=[r...]T(p...)` (iota) or an explicit comma-separated device list."""
+    from analyzer.hlo.iota import expand_iota
+
+    start = r.pos
+    dims = r.int_list("[", "]", "a tile dimension")
+    if not dims or any(d <= 0 for d in dims):
+        raise r.error(f"tile dimensions must be positive, got {list(dims)}", start)
+    total = 1
+    for d in dims:
+        total *= d
+    if r.peek() == ("op", "<="):
+        r.next()
+        rstart = r.pos
+        reshape = r.int_list("[", "]", "an iota reshape dimension")
+        perm: tuple[int, ...] | None = None
+        if r.peek() == ("word", "T"):
+            r.next()
+            perm = r.int_list("(", ")", "a transpose index")
+        try:
+            ids = expand_iota(dims, reshape, perm)
+        except ValueError as e:
+            raise r.error(f"bad iota tile assignment: {e}", rstart) from None
+        return {"tile_dims": dims, "device_ids": tuple(int(i) for i in ids.flat), "iota": (reshape, perm)}
+    ids_list: list[int] = []
+    lstart = r.pos
+    while True:
+        ids_list.append(r.integer("a device id"))
+        if r.peek() == ("op", ","):
+            r.next()
+            continue
+        break
+    if len(ids_list) != total:
+        raise r.error(f"tile dims {list(dims)} need {total} device ids, got {len(ids_list)}", lstart)
+    if len(set(ids_list)) != len(ids_list):
+        raise r.error("a device id appears twice in the tile assignment", lstart)
+    return {"tile_dims": dims, "device_ids": tuple(ids_list)}

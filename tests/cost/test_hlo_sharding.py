@@ -1,0 +1,94 @@
+"""analyzer.hlo.sharding: every HloSharding form XLA prints parses, prints back, and bad text names the column."""
+
+import pytest
+
+from analyzer.errors import AnalyzerError, ShardingError
+from analyzer.hlo.sharding import HloSharding, ShardingSyntaxError, parse_hlo_sharding
+
+ROUND_TRIP = [
+    "{replicated}",
+    "{maximal device=0}",
+    "{manual}",
+    "{unknown}",
+    "{devices=[4,2]<=[8]}",
+    "{devices=[2,2]0,2,1,3}",
+    "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}",
+    "{devices=[2,2,2]<=[8] last_tile_dims={manual, replicated}}",
+    "{{replicated}, {devices=[2]<=[2]}}",
+    "{{maximal device=1}, {{manual}, {replicated}}}",
+    "{replicated shard_as 1}",
+    "{}",
+]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_round_trip(text):
+    assert str(parse_hlo_sharding(text)) == text
+
+
+def test_iota_expansion_with_transpose():
+    s = parse_hlo_sharding("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}")
+    assert s.kind == "tiled"
+    assert s.tile_dims == (1, 2, 4)
+    assert s.data_tile_dims == (1, 2)
+    assert s.replication == 4
+    # iota(8).reshape(4,2).T = [[0,2,4,6],[1,3,5,7]] reshaped to (1,2,4)
+    assert s.tile_assignment.tolist() == [[[0, 2, 4, 6], [1, 3, 5, 7]]]
+
+
+def test_explicit_device_list():
+    s = parse_hlo_sharding("{devices=[2,2]0,2,1,3}")
+    assert s.tile_assignment.tolist() == [[0, 2], [1, 3]]
+    assert s.iota is None
+
+
+def test_manual_subgroup():
+    s = parse_hlo_sharding("{devices=[2,1,4]<=[8] last_tile_dims={manual}}")
+    assert s.is_manual and s.data_tile_dims == (2, 1) and s.replication == 1
+
+
+def test_metadata_is_tolerated():
+    s = parse_hlo_sharding('{devices=[4,2]<=[8] metadata={op_name="jit(f)/a{b}" source_line=3}}')
+    assert s.data_tile_dims == (4, 2)
+    assert "op_name" in s.metadata
+
+
+def test_tuple_leaves():
+    s = parse_hlo_sharding("{{replicated}, {{devices=[2]<=[2]}, {manual}}}")
+    assert s.is_tuple
+    assert [leaf.kind for leaf in s.leaves()] == ["replicated", "tiled", "manual"]
+
+
+def test_replicated_views():
+    assert parse_hlo_sharding("{replicated}").is_replicated
+    assert parse_hlo_sharding("{devices=[1,1,8]<=[8] last_tile_dim_replicate}").is_replicated
+    assert not parse_hlo_sharding("{devices=[8]<=[8]}").is_replicated
+
+
+@pytest.mark.parametrize(
+    "text, column, words",
+    [
+        ("{devices=[4,2]<=[7]}", 17, "iota"),
+        ("{devices=[2,2]0,1,2}", 15, "need 4 device ids"),
+        ("{replicatd}", 2, "unknown sharding item"),
+        ("devices=[2]0,1}", 1, "'{'"),
+        ("{maximal device=}", 17, "device id"),
+        ("{devices=[2]0,0}", 13, "twice"),
+        ("{replicated manual}", 13, "one kind"),
+        ("{replicated last_tile_dim_replicate}", 37, "tiled"),
+    ],
+)
+def test_bad_text_names_the_column(text, column, words):
+    with pytest.raises(ShardingSyntaxError) as info:
+        parse_hlo_sharding(text)
+    err = info.value
+    assert isinstance(err, ShardingError) and isinstance(err, AnalyzerError)
+    assert err.column == column, str(err)
+    assert words in str(err)
+
+
+def test_invariants_are_checked():
+    with pytest.raises(ValueError):
+        HloSharding(kind="tiled", tile_dims=(2, 2), device_ids=(0, 1, 2))
+    with pytest.raises(ValueError):
+        HloSharding(kind="sideways")
