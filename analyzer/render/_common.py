@@ -1,0 +1,165 @@
+"""What every human-facing renderer shows, computed once: sorted rows, headline figures, grouped findings.
+
+Renderers (terminal, Markdown, HTML) differ only in markup; the selection and order of what they show
+comes from here, so the three formats never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from analyzer.render.units import format_bytes, format_count, format_ratio, format_seconds
+
+if TYPE_CHECKING:
+    from analyzer.diagnostics import Diagnostic
+    from analyzer.report import Report
+
+__all__ = ["CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+           "total_saving", "memory_lines"]
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One collective as the reports print it (already formatted)."""
+
+    kind: str
+    axes: str
+    notation: str
+    dtype: str
+    bytes: str
+    count: str
+    seconds: str
+    total_seconds: str
+    share: str
+    regime: str
+    source: str
+    op_name: str
+    pass_: str
+    overlapped: bool
+    total_value: float
+
+
+def axes_label(axes: Any) -> str:
+    """Mesh axes as the reports print them: `data,model`, or `—` when none are known.
+
+    Example:
+      >>> axes_label(("data", "model"))
+      'data,model'
+    """
+    if axes is None:
+        return "—"
+    if isinstance(axes, str):
+        return axes or "—"
+    try:
+        items = [str(a) for a in axes]
+    except TypeError:
+        return str(axes)
+    return ",".join(items) or "—"
+
+
+def _value(row: dict, key: str, default: Any = None) -> Any:
+    v = row.get(key, default)
+    try:
+        import pandas as pd
+
+        if not isinstance(v, (tuple, list)) and pd.isna(v):
+            return default
+    except (TypeError, ValueError):
+        pass
+    return v
+
+
+def collective_rows(report: Report) -> list[CollectiveRow]:
+    """The collectives, costliest per step first, formatted for display.
+
+    Returns:
+      One `CollectiveRow` per row of `report.collectives`, sorted by `total_seconds` descending.
+    """
+    frame = report.collectives
+    if frame is None or len(frame) == 0:
+        return []
+    comm = float(report.totals.comm_seconds) or 0.0
+    records = frame.to_dict(orient="records")
+    for r in records:
+        total = _value(r, "total_seconds")
+        if total is None:
+            seconds, count = _value(r, "seconds"), _value(r, "count", 1)
+            total = float(seconds) * float(count) if seconds is not None else 0.0
+        r["_total"] = float(total)
+    records.sort(key=lambda r: -r["_total"])
+    rows = []
+    for r in records:
+        share = f"{100 * r['_total'] / comm:.0f}%" if comm > 0 else "—"
+        rows.append(CollectiveRow(
+            kind=str(_value(r, "kind", "")),
+            axes=axes_label(_value(r, "axes")),
+            notation=str(_value(r, "notation", "") or ""),
+            dtype=str(_value(r, "dtype", "") or ""),
+            bytes=format_bytes(_value(r, "bytes")),
+            count=format_count(_value(r, "count")),
+            seconds=format_seconds(_value(r, "seconds")),
+            total_seconds=format_seconds(r["_total"]),
+            share=share,
+            regime=str(_value(r, "regime", "") or ""),
+            source=str(_value(r, "source", "") or ""),
+            op_name=str(_value(r, "op_name", "") or ""),
+            pass_=str(_value(r, "pass_", "") or ""),
+            overlapped=bool(_value(r, "overlapped", False)),
+            total_value=r["_total"],
+        ))
+    return rows
+
+
+def headline(report: Report) -> list[tuple[str, str]]:
+    """The figures a reader wants first, as (label, value) pairs."""
+    t = report.totals
+    n = 0 if report.collectives is None else len(report.collectives)
+    pairs = [
+        ("Communication / step", format_seconds(t.comm_seconds)),
+        ("Compute / step", format_seconds(t.compute_seconds)),
+        ("Comm / compute", format_ratio(t.comm_compute_ratio)),
+        ("Bytes moved / step", format_bytes(t.comm_bytes)),
+        ("Collectives (call sites)", str(n)),
+    ]
+    saving = total_saving(report.diagnostics)
+    if saving > 0:
+        pairs.append(("Predicted saving / step", format_seconds(saving)))
+    return pairs
+
+
+def total_saving(diagnostics: Sequence[Diagnostic]) -> float:
+    """Sum of the findings' predicted savings per step (an upper bound: fixes may overlap)."""
+    return float(sum(d.saving_seconds or 0.0 for d in diagnostics if d.saving_seconds and d.saving_seconds > 0))
+
+
+def sorted_diagnostics(diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+    """Findings, most severe first, then largest saving first, then by code."""
+    return sorted(diagnostics, key=lambda d: (-_rank(d), -(d.saving_seconds or 0.0), d.code))
+
+
+def _rank(d: Diagnostic) -> int:
+    sev = d.severity
+    return sev.rank if hasattr(sev, "rank") else {"info": 0, "warning": 1, "error": 2}.get(str(sev), 0)
+
+
+def plan_lines(report: Report) -> list[tuple[str, str]]:
+    """The run's identity: name, target, hardware, topology, mesh."""
+    lines = []
+    if report.name:
+        lines.append(("Program", report.name))
+    lines.append(("Target", report.target))
+    lines.append(("Hardware", report.hardware))
+    if report.topology:
+        lines.append(("Topology", report.topology))
+    if report.mesh is not None:
+        lines.append(("Mesh", f"{report.mesh} ({report.mesh.size} devices)"))
+    return lines
+
+
+def memory_lines(report: Report) -> list[tuple[str, str]]:
+    """Per-device memory figures, formatted, in the order memory_analysis reports them."""
+    if not report.memory:
+        return []
+    return [(k.replace("_", " "), format_bytes(v)) for k, v in report.memory.items()]

@@ -1,0 +1,230 @@
+"""The terminal report: rich tables of the plan, the collectives, the totals and the findings.
+
+`render(report)` returns the text (plain, or with ANSI colour); `print_report(report, console)` writes to a
+rich Console. The section builders (`collectives_table`, `totals_table`, `findings_renderables`) are public
+so other commands (`check`, `diff`, `demo`) compose the same pieces.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from analyzer.render._common import (
+    collective_rows,
+    headline,
+    memory_lines,
+    plan_lines,
+    sorted_diagnostics,
+)
+from analyzer.render.units import format_seconds
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from analyzer.diagnostics import Diagnostic
+    from analyzer.report import Report
+    from analyzer.sweep import SweepResult
+
+__all__ = [
+    "render",
+    "print_report",
+    "plan_table",
+    "collectives_table",
+    "totals_table",
+    "findings_renderables",
+    "sweep_table",
+    "SEVERITY_STYLE",
+]
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def plan_table(report: Report):
+    """Target, hardware, topology and mesh as a two-column grid."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for label, value in plan_lines(report):
+        grid.add_row(label, value)
+    return grid
+
+
+def collectives_table(report: Report, *, limit: int | None = 30):
+    """The collectives, costliest per step first.
+
+    Args:
+      report: the analysed report.
+      limit: show at most this many rows (a last line says how many were left out); None shows all.
+    """
+    from rich import box
+    from rich.table import Table
+
+    rows = collective_rows(report)
+    table = Table(title="Collectives (per step, costliest first)", title_justify="left", expand=False,
+                  box=box.SIMPLE_HEAD, title_style="bold")
+    table.add_column("collective", overflow="fold", min_width=min(30, max((len(r.notation) for r in rows), default=10)))
+    table.add_column("axes", overflow="fold")
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("each", justify="right", no_wrap=True)
+    table.add_column("per step", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("regime", no_wrap=True)
+    table.add_column("source", overflow="fold", min_width=12)
+    shown = rows if limit is None else rows[:limit]
+    for r in shown:
+        regime = f"[magenta]{r.regime}[/]" if r.regime == "latency" else r.regime
+        notation = _escape(r.notation or r.kind) + (" [dim](overlapped)[/]" if r.overlapped else "")
+        table.add_row(notation, r.axes, r.bytes, r.count, r.seconds, f"[bold]{r.total_seconds}[/]",
+                      r.share, regime, _escape(r.source or r.op_name))
+    if len(shown) < len(rows):
+        table.caption = f"{len(rows) - len(shown)} more collectives not shown (use --json for all)"
+    return table
+
+
+def totals_table(report: Report):
+    """Headline figures, then seconds per step by collective kind and by mesh axis."""
+    from rich import box
+    from rich.table import Table
+
+    t = report.totals
+    table = Table(title="Totals (per step)", title_justify="left", show_header=False, expand=False,
+                  box=box.SIMPLE, title_style="bold")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for label, value in headline(report):
+        table.add_row(label, value)
+    if t.by_kind:
+        table.add_section()
+        for kind, seconds in sorted(t.by_kind.items(), key=lambda kv: -kv[1]):
+            table.add_row(f"{kind}", format_seconds(seconds))
+    if t.by_axis:
+        table.add_section()
+        for axis, seconds in sorted(t.by_axis.items(), key=lambda kv: -kv[1]):
+            table.add_row(f"over {axis or '—'}", format_seconds(seconds))
+    memory = memory_lines(report)
+    if memory:
+        table.add_section()
+        for label, value in memory:
+            table.add_row(f"memory: {label}", value)
+    return table
+
+
+def findings_renderables(diagnostics: Sequence[Diagnostic]) -> list[RenderableType]:
+    """One block per finding: `severity CODE name at location`, the message, the change and its saving."""
+    from rich.text import Text
+
+    out: list[RenderableType] = []
+    for d in sorted_diagnostics(diagnostics):
+        sev = getattr(d.severity, "value", str(d.severity))
+        head = Text()
+        head.append(f"{sev:<7} ", style=SEVERITY_STYLE.get(sev, ""))
+        head.append(f"{d.code} ", style="bold")
+        head.append(f"{d.name}", style="dim")
+        head.append(f"  {d.location}")
+        out.append(head)
+        out.append(Text("    " + d.message))
+        if d.notation:
+            out.append(Text(f"    collective: {d.notation}", style="dim"))
+        if d.alternative:
+            alt = f"    instead: {d.alternative}"
+            if d.alternative_seconds is not None and d.seconds is not None:
+                alt += f"  ({format_seconds(d.seconds)} -> {format_seconds(d.alternative_seconds)})"
+            out.append(Text(alt))
+        if d.fix:
+            out.append(Text(f"    fix: {d.fix}", style="green"))
+        if d.saving_seconds:
+            out.append(Text(f"    saves {format_seconds(d.saving_seconds)} per step", style="bold green"))
+    return out
+
+
+def sweep_table(sweep: SweepResult):
+    """The ranking of a sweep, best first."""
+    from rich import box
+    from rich.table import Table
+
+    from analyzer.render.units import format_bytes
+
+    table = Table(title=f"Sweep ranking on {sweep.hardware}", title_justify="left", caption=sweep.combine,
+                  caption_justify="left", box=box.SIMPLE_HEAD, title_style="bold")
+    for name, justify in (("#", "right"), ("strategy", "left"), ("mesh", "left"), ("step", "right"),
+                          ("overlapped", "right"), ("comm", "right"), ("compute", "right"),
+                          ("memory/device", "right"), ("fits", "left"), ("findings", "right")):
+        table.add_column(name, justify=justify)
+    for e in sweep.entries:
+        if not e.ok:
+            table.add_row(str(e.rank), e.strategy, e.mesh, "[red]failed[/]", "", "", "", "", "", _escape(e.error or ""))
+            continue
+        fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "?"}[e.fits]
+        mem = format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—"
+        style = "bold" if e.rank == 1 else ""
+        table.add_row(str(e.rank), e.strategy, e.mesh, format_seconds(e.step_seconds),
+                      format_seconds(e.overlap_step_seconds), format_seconds(e.comm_seconds),
+                      format_seconds(e.compute_seconds), mem, fits,
+                      f"{e.findings}" + (f" ({e.errors} errors)" if e.errors else ""), style=style)
+    return table
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def print_report(report: Report, console: Console | None = None, *, sweep: SweepResult | None = None,
+                 limit: int | None = 30) -> None:
+    """Write the whole report to a rich Console (stdout by default)."""
+    from rich.console import Console
+    from rich.rule import Rule
+    from rich.text import Text
+
+    console = console or Console()
+    console.print(Rule(Text("hlo-analyzer report", style="bold"), align="left"))
+    console.print(plan_table(report))
+    console.print()
+    if report.collectives is not None and len(report.collectives):
+        console.print(collectives_table(report, limit=limit))
+    else:
+        console.print("No collectives: XLA inserted no communication into this program.")
+    console.print()
+    console.print(totals_table(report))
+    console.print()
+    n = len(report.diagnostics)
+    console.print(Text(f"Findings ({n})", style="bold") if n else Text("No findings.", style="bold green"))
+    for block in findings_renderables(report.diagnostics):
+        console.print(block)
+    if sweep is not None:
+        console.print()
+        console.print(sweep_table(sweep))
+    if report.notes:
+        console.print()
+        console.print(Text("Notes", style="bold"))
+        for note in report.notes:
+            console.print(Text(f"  - {note}", style="dim"))
+
+
+def render(report: Report, *, width: int = 140, color: bool = False, sweep: SweepResult | None = None,
+           limit: int | None = 30) -> str:
+    """The terminal report as a string.
+
+    Args:
+      report: the analysed report.
+      width: line width of the tables.
+      color: keep ANSI colour codes.
+      sweep: a sweep ranking to append.
+      limit: most collectives to list.
+
+    Example:
+      >>> print(render(report))
+    """
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=color, color_system="standard" if color else None,
+                      no_color=not color, highlight=False)
+    print_report(report, console, sweep=sweep, limit=limit)
+    return buffer.getvalue()
