@@ -1,0 +1,950 @@
+"""Lowering: from a jax function and its shardings to the HLO text XLA produces for a target.
+
+The first stage of the pipeline (DESIGN.md, "lower"). `lower` returns a `Lowered` that carries the HLO right
+after SPMD partitioning (the backend-neutral view the collectives are read from), the final optimized HLO, the
+mesh, the TPU torus coordinates of each logical device, and the compiler's memory figures.
+
+How it works, and why this way:
+
+1. The function is traced and lowered *in the calling process* against an `AbstractMesh` of the requested
+   shape (`jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,))` under
+   `jax.sharding.use_abstract_mesh`). No devices are needed for that, so the mesh may be larger than what the
+   live process has, and closures, lambdas and locally defined functions work: nothing is pickled or
+   imported by name. The StableHLO text keeps its debug locations, so the HLO's stack-frame tables and
+   `op_name`s point at the user's own `file:line`.
+2. The StableHLO text is compiled by XLA with `num_partitions = mesh size` and the mesh's device assignment,
+   with `xla_dump_to` set so that the module after the `spmd-partitioning` pass is written out:
+   - target `cpu`: on the live process's CPU client when it has enough devices, otherwise in a child
+     process started with `--xla_force_host_platform_device_count=N` and `JAX_PLATFORMS=cpu`
+     (`python -m analyzer.lower`, the job passed as JSON on stdin);
+   - target `tpu:<topology>`: ahead of time on libtpu's compile-only client for that topology
+     (`jax.experimental.topologies.get_topology_desc`), in the calling process; no TPU is needed and it works
+     under `JAX_PLATFORMS=cpu`.
+
+Logical device ids. In every HLO this module returns, device (partition) id `i` is position `i` of the mesh
+in row-major order; `Lowered.mesh.device_ids[i]` is the physical device id placed there
+(`mesh.devices.flat[i].id`) and `Lowered.device_coords[i]` its torus coordinates on TPU.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
+    >>> from analyzer.lower import lower, make_mesh
+    >>> mesh = make_mesh({"X": 4, "Y": 4})            # 16 devices: compiled in a child process if needed
+    >>> a = jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=NamedSharding(mesh, P("X", "Y")))
+    >>> b = jax.ShapeDtypeStruct((128, 64), jnp.float32, sharding=NamedSharding(mesh, P("Y", None)))
+    >>> lowered = lower(lambda a, b: a @ b, a, b, mesh=mesh)
+    >>> "all-reduce" in lowered.spmd_hlo
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analyzer.errors import AnalyzerError, HardwareError, LoweringError, MeshError, ShardingError, valid_choices
+from analyzer.report import MeshInfo
+
+if TYPE_CHECKING:  # jax is imported lazily: `import analyzer` must stay cheap
+    import jax
+
+__all__ = [
+    "Lowered",
+    "Target",
+    "lower",
+    "lower_entry",
+    "load_entry",
+    "make_mesh",
+    "mesh_info",
+    "parse_mesh",
+    "parse_target",
+    "TPU_EXTRA_HINT",
+]
+
+TPU_EXTRA_HINT = "pip install 'hlo-analyzer[tpu]'"
+AXIS_TYPES = ("auto", "explicit", "manual")
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# Dump files written right after the SPMD partitioner: `...after_spmd-partitioning...` on CPU/GPU,
+# `...after_tpu-spmd-partitioning...` from libtpu.
+_SPMD_DUMP = re.compile(r"after_(tpu-)?spmd-partitioning")
+_MEMORY_FIELDS = {
+    "argument_bytes": "argument_size_in_bytes",
+    "output_bytes": "output_size_in_bytes",
+    "temp_bytes": "temp_size_in_bytes",
+    "alias_bytes": "alias_size_in_bytes",
+    "generated_code_bytes": "generated_code_size_in_bytes",
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Result
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """One function compiled for one target and mesh.
+
+    Attributes:
+      spmd_hlo: HLO text right after SPMD partitioning: per-device shapes and the collectives the partitioner
+        inserted, before backend passes rewrite them (the CPU backend promotes bf16 all-reduces, combines and
+        decomposes collectives). The view to read collectives from.
+      optimized_hlo: the final optimized HLO (`compiled.as_text()`).
+      target: "cpu" or "tpu:<generation>:<shape>", e.g. "tpu:v5e:2x4".
+      mesh: the user's mesh: axis names, sizes, device id at each mesh position, axis types.
+      device_coords: torus coordinates of the device at each mesh position (mesh order), or None on cpu.
+      memory: per-device bytes from the compiler's memory analysis (`argument_bytes`, `output_bytes`,
+        `temp_bytes`, `alias_bytes`, `generated_code_bytes`), or None when the backend gives none.
+      compile_seconds: seconds XLA took to compile (partitioning and backend passes), without tracing.
+      lower_seconds: seconds to trace the function and lower it to StableHLO.
+      jax_version: the jax version that produced the HLO.
+      stablehlo: the StableHLO module (MLIR text with debug locations) that was compiled.
+      name: the function's name as jax reports it (e.g. "jit_step").
+      in_subprocess: whether the compile ran in a child process (the live process had too few devices).
+      device_kind: the device kind compiled for ("cpu", "TPU v5 lite", ...).
+    """
+
+    spmd_hlo: str
+    optimized_hlo: str
+    target: str
+    mesh: MeshInfo
+    device_coords: tuple[tuple[int, ...], ...] | None
+    memory: Mapping[str, int] | None
+    compile_seconds: float
+    jax_version: str
+    lower_seconds: float = 0.0
+    stablehlo: str = dataclasses.field(default="", repr=False)
+    name: str = ""
+    in_subprocess: bool = False
+    device_kind: str = ""
+
+    @property
+    def platform(self) -> str:
+        """"cpu" or "tpu"."""
+        return self.target.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed target: `cpu`, or `tpu:<generation>:<shape>` (a libtpu topology name such as `v5e:2x4`)."""
+
+    platform: str
+    topology: str | None = None
+
+    def __str__(self) -> str:
+        return self.platform if self.topology is None else f"{self.platform}:{self.topology}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Targets and meshes
+
+
+def parse_target(target: str | Target) -> Target:
+    """Parse a target string.
+
+    Args:
+      target: "cpu", or "tpu:<generation>:<shape>" such as "tpu:v5e:2x4" or "tpu:v5p:2x2x2".
+
+    Returns:
+      The `Target`.
+
+    Example:
+        >>> parse_target("tpu:v5e:2x4")
+        Target(platform='tpu', topology='v5e:2x4')
+    """
+    if isinstance(target, Target):
+        return target
+    if not isinstance(target, str):
+        raise LoweringError(f"target must be a string such as 'cpu' or 'tpu:v5e:2x4', got {target!r}")
+    text = target.strip().lower()
+    if text == "cpu":
+        return Target("cpu")
+    if text.startswith("tpu:"):
+        topology = text[4:]
+        if not re.fullmatch(r"v\d+[a-z]*(lite)?:\d+(x\d+){1,2}", topology):
+            raise LoweringError(
+                f"target {target!r}: a TPU target names a generation and a slice shape, "
+                "e.g. 'tpu:v5e:2x4', 'tpu:v5e:4x4', 'tpu:v5p:2x2x2', 'tpu:v4:2x2x1'"
+            )
+        return Target("tpu", topology)
+    raise LoweringError(f"unknown target {target!r}: " + valid_choices(text, ["cpu", "tpu:<generation>:<shape>"],
+                                                                         what="targets"))
+
+
+def _axis_type(value: Any, axis: str) -> Any:
+    """A `jax.sharding.AxisType` from a name ("auto", "explicit", "manual") or an AxisType."""
+    from jax.sharding import AxisType
+
+    if isinstance(value, AxisType):
+        return value
+    name = str(value).lower()
+    if name not in AXIS_TYPES:
+        raise MeshError(f"mesh axis {axis!r}: unknown axis type {value!r}; " + valid_choices(name, AXIS_TYPES,
+                                                                                          what="axis types"))
+    return getattr(AxisType, name.capitalize())
+
+
+def parse_mesh(text: str) -> dict[str, int | tuple[int, str]]:
+    """Parse a mesh written on a command line.
+
+    Args:
+      text: comma-separated `name=size`, each optionally with `:auto`/`:explicit`, e.g. "data=4,model=2" or
+        "X=2:explicit,Y=4".
+
+    Returns:
+      A dict accepted by `make_mesh`.
+
+    Example:
+        >>> parse_mesh("data=4,model=2:explicit")
+        {'data': 4, 'model': (2, 'explicit')}
+    """
+    result: dict[str, int | tuple[int, str]] = {}
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"([A-Za-z_][\w.-]*)\s*=\s*(\d+)(?::(\w+))?", part)
+        if not m:
+            raise MeshError(f"mesh {text!r}: cannot read {part!r}; write name=size pairs such as 'data=4,model=2' "
+                            "(optionally 'model=2:explicit')")
+        name, size, kind = m.group(1), int(m.group(2)), m.group(3)
+        if name in result:
+            raise MeshError(f"mesh {text!r}: axis {name!r} appears twice")
+        result[name] = (size, kind) if kind else size
+    return result
+
+
+def make_mesh(mesh: Any) -> jax.sharding.AbstractMesh:
+    """An `AbstractMesh` from a mesh description.
+
+    Args:
+      mesh: a `jax.sharding.Mesh` or `AbstractMesh` (returned as its abstract mesh), a dict
+        `{"data": 4, "model": 2}` whose values are sizes or `(size, axis_type)` pairs, or a string accepted by
+        `parse_mesh`. Axes of a dict or string default to `AxisType.Auto` (XLA chooses intermediate
+        shardings), unlike `jax.make_mesh`, which defaults to Explicit in jax 0.10.
+
+    Returns:
+      The abstract mesh, axes in the given order (major to minor).
+
+    Example:
+        >>> make_mesh({"data": 4, "model": (2, "explicit")})
+        AbstractMesh('data': 4, 'model': 2, axis_types=(Auto, Explicit))
+    """
+    from jax.sharding import AbstractMesh, Mesh
+
+    if isinstance(mesh, Mesh):
+        return mesh.abstract_mesh
+    if isinstance(mesh, AbstractMesh):
+        return mesh
+    if isinstance(mesh, str):
+        mesh = parse_mesh(mesh)
+    if not isinstance(mesh, Mapping) or not mesh:
+        raise MeshError(
+            f"mesh must be a jax.sharding.Mesh, an AbstractMesh, a dict such as {{'data': 4, 'model': 2}} "
+            f"or a string such as 'data=4,model=2'; got {mesh!r}"
+        )
+    names, sizes, types = [], [], []
+    for name, value in mesh.items():
+        if not isinstance(name, str) or not name:
+            raise MeshError(f"mesh {dict(mesh)!r}: axis names must be non-empty strings, got {name!r}")
+        size, kind = (value if isinstance(value, tuple) else (value, "auto"))
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise MeshError(f"mesh axis {name!r}: size must be a positive integer, got {size!r}")
+        names.append(name)
+        sizes.append(size)
+        types.append(_axis_type(kind, name))
+    return AbstractMesh(tuple(sizes), tuple(names), axis_types=tuple(types))
+
+
+def mesh_info(mesh: Any, device_ids: Sequence[int] | None = None) -> MeshInfo:
+    """The `MeshInfo` of a mesh (axis names, sizes, device id at each position, axis types).
+
+    Args:
+      mesh: anything `make_mesh` accepts.
+      device_ids: the device id at each mesh position in row-major order; by default the concrete mesh's
+        device ids, or 0..N-1 for an abstract mesh.
+
+    Example:
+        >>> mesh_info({"X": 2, "Y": 2})
+        MeshInfo(axis_names=('X', 'Y'), axis_sizes=(2, 2), device_ids=(0, 1, 2, 3), axis_types=('auto', 'auto'))
+    """
+    from jax.sharding import Mesh
+
+    abstract = make_mesh(mesh)
+    if device_ids is None:
+        if isinstance(mesh, Mesh):
+            device_ids = [d.id for d in mesh.devices.flat]
+        else:
+            device_ids = range(abstract.size)
+    return MeshInfo(
+        axis_names=tuple(abstract.axis_names),
+        axis_sizes=tuple(abstract.axis_sizes),
+        device_ids=tuple(int(i) for i in device_ids),
+        axis_types=tuple(t.name.lower() for t in abstract.axis_types),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Shardings of the arguments
+
+
+def _describe_mesh(abstract: Any) -> str:
+    return ",".join(f"{n}={s}" for n, s in zip(abstract.axis_names, abstract.axis_sizes))
+
+
+def _check_spec(spec: Any, shape: Sequence[int] | None, abstract: Any, where: str) -> None:
+    """Raise ShardingError when a PartitionSpec cannot hold on the mesh (and, given a shape, on that shape)."""
+    names = tuple(abstract.axis_names)
+    sizes = dict(zip(abstract.axis_names, abstract.axis_sizes))
+    used: dict[str, int] = {}
+    entries = tuple(spec)
+    if shape is not None and len(entries) > len(shape):
+        raise ShardingError(
+            f"{where}: PartitionSpec {spec} has {len(entries)} entries but the array has rank {len(shape)} "
+            f"(shape {tuple(shape)}); give at most one entry per dimension"
+        )
+    for dim, entry in enumerate(entries):
+        if entry is None:
+            continue
+        axes = (entry,) if isinstance(entry, str) else tuple(entry)
+        for axis in axes:
+            if not isinstance(axis, str):
+                continue  # P.UNCONSTRAINED and friends
+            if axis not in sizes:
+                raise ShardingError(
+                    f"{where}: PartitionSpec {spec} names mesh axis {axis!r}, which the mesh "
+                    f"({_describe_mesh(abstract)}) lacks; " + valid_choices(axis, names, what="axes")
+                )
+            if axis in used:
+                raise ShardingError(
+                    f"{where}: PartitionSpec {spec} uses mesh axis {axis!r} twice (dimensions {used[axis]} and "
+                    f"{dim}); an array can be sharded over each mesh axis at most once"
+                )
+            used[axis] = dim
+
+
+def _same_mesh_shape(a: Any, b: Any) -> bool:
+    return tuple(a.axis_names) == tuple(b.axis_names) and tuple(a.axis_sizes) == tuple(b.axis_sizes)
+
+
+def _abstract_sharding(sharding: Any, abstract: Any, shape: Sequence[int] | None, where: str) -> Any:
+    """Re-home a NamedSharding or PartitionSpec onto the abstract mesh; None and other shardings pass as None."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if sharding is None:
+        return None
+    if isinstance(sharding, PartitionSpec):
+        _check_spec(sharding, shape, abstract, where)
+        return NamedSharding(abstract, sharding)
+    if isinstance(sharding, NamedSharding):
+        own = sharding.mesh.abstract_mesh if hasattr(sharding.mesh, "abstract_mesh") else sharding.mesh
+        if not _same_mesh_shape(own, abstract):
+            raise MeshError(
+                f"{where} is sharded over a mesh {_describe_mesh(own)} but mesh= is {_describe_mesh(abstract)}; "
+                "pass the mesh the shardings were made with"
+            )
+        _check_spec(sharding.spec, shape, abstract, where)
+        return NamedSharding(abstract, sharding.spec, memory_kind=sharding.memory_kind)
+    if getattr(sharding, "is_fully_replicated", False) and len(getattr(sharding, "device_set", ())) <= 1:
+        return None  # a single-device array: let XLA choose, as jit does for uncommitted arguments
+    raise ShardingError(
+        f"{where}: unsupported sharding {type(sharding).__name__}; use jax.sharding.NamedSharding "
+        "or a PartitionSpec on the mesh"
+    )
+
+
+def _path_name(prefix: str, path: Sequence[Any]) -> str:
+    from jax.tree_util import keystr
+
+    return prefix + keystr(tuple(path))
+
+
+def _abstract_args(args: Sequence[Any], abstract: Any, static: set[int]) -> list[Any]:
+    """ShapeDtypeStructs on the abstract mesh for every array leaf of every non-static argument."""
+    import jax
+
+    def convert(path: Sequence[Any], leaf: Any, prefix: str) -> Any:
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            return leaf  # Python scalars stay as they are; jit makes them weakly typed arrays
+        where = _path_name(prefix, path)
+        sharding = _abstract_sharding(getattr(leaf, "sharding", None), abstract, tuple(leaf.shape), where)
+        return jax.ShapeDtypeStruct(tuple(leaf.shape), leaf.dtype, sharding=sharding)
+
+    out = []
+    for i, arg in enumerate(args):
+        if i in static:
+            out.append(arg)
+        else:
+            out.append(jax.tree_util.tree_map_with_path(lambda p, x, i=i: convert(p, x, f"args[{i}]"), arg))
+    return out
+
+
+def _abstract_shardings(tree: Any, abstract: Any, what: str) -> Any:
+    """in_shardings / out_shardings with every NamedSharding or PartitionSpec re-homed on the abstract mesh."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if tree is None:
+        return None
+
+    def is_leaf(x: Any) -> bool:
+        return x is None or isinstance(x, (PartitionSpec, NamedSharding))
+
+    return jax.tree_util.tree_map_with_path(
+        lambda p, s: _abstract_sharding(s, abstract, None, _path_name(what, p)), tree, is_leaf=is_leaf
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Devices
+
+
+def _libtpu_available() -> bool:
+    return importlib.util.find_spec("libtpu") is not None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[list[str]]:
+    """Capture what C++ libraries (libtpu) write to file descriptor 2; the text is yielded for error messages."""
+    captured: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (some embedded interpreters)
+        yield captured
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.append(sink.read().decode(errors="replace"))
+
+
+def _tpu_devices(topology: str) -> list[Any]:
+    """The compile-only TPU devices of a libtpu topology (e.g. "v5e:2x4")."""
+    if not _libtpu_available():
+        raise LoweringError(f"target 'tpu:{topology}' needs libtpu for ahead-of-time TPU compilation: "
+                            f"{TPU_EXTRA_HINT}")
+    from jax.experimental import topologies
+
+    # libtpu takes /tmp/libtpu_lockfile so that two processes never drive the same chips. Ahead-of-time
+    # compilation drives no chip, and without this a second analysis (or a test run) beside a first one fails.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    with _quiet_stderr() as log:
+        try:
+            desc = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+            error = None
+        except Exception as e:  # libtpu raises its own runtime errors for unknown names
+            error = e
+    if error is not None:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise HardwareError(
+            f"libtpu does not know the TPU topology {topology!r} ({detail}); give a generation and a slice "
+            "shape such as 'v5e:2x2', 'v5e:2x4', 'v5e:4x4', 'v5p:2x2x2', 'v4:2x2x1'"
+        ) from None
+    del log
+    return list(desc.devices)
+
+
+def _tpu_mesh_devices(mesh: Any, abstract: Any, devices: list[Any], topology: str) -> list[Any]:
+    """The topology's devices in mesh order: the user's own order for a Mesh of these devices, else jax's
+    physically aware layout (`mesh_utils.create_device_mesh`)."""
+    import numpy as np
+    from jax.experimental import mesh_utils
+    from jax.sharding import Mesh
+
+    if abstract.size != len(devices):
+        raise MeshError(
+            f"mesh {_describe_mesh(abstract)} has {abstract.size} devices but TPU topology {topology!r} has "
+            f"{len(devices)}; use a mesh whose axis sizes multiply to {len(devices)}, or a topology with "
+            f"{abstract.size} chips"
+        )
+    if isinstance(mesh, Mesh) and all(getattr(d, "platform", "") == "tpu" for d in mesh.devices.flat):
+        by_id = {d.id: d for d in devices}
+        try:
+            return [by_id[d.id] for d in mesh.devices.flat]
+        except KeyError as e:
+            raise MeshError(f"mesh device {e.args[0]} is not in TPU topology {topology!r}") from None
+    shape = tuple(abstract.axis_sizes)
+    for kwargs in ({}, {"allow_split_physical_axes": True}):
+        try:
+            return list(np.asarray(mesh_utils.create_device_mesh(shape, devices=devices, **kwargs)).flat)
+        except Exception:  # shapes the physical layout cannot honour: fall back to id order
+            continue
+    return list(devices)
+
+
+def _cpu_devices_in_process(n: int) -> list[Any] | None:
+    """The live process's CPU devices when jax is (or can cheaply be) initialised with at least n of them."""
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        flags = os.environ.get("XLA_FLAGS", "")
+        m = re.search(_DEVICE_COUNT_FLAG + r"=(\d+)", flags)
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        if not m or int(m.group(1)) < n or "cpu" not in platforms.split(","):
+            return None
+    try:
+        devices = xla_bridge.get_backend("cpu").devices()
+    except Exception:
+        return None
+    return list(devices) if len(devices) >= n else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Compiling a StableHLO module (runs in this process or in the child)
+
+
+def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Compile one StableHLO module and collect its HLO texts and memory figures.
+
+    Args:
+      job: JSON-able description: `stablehlo` (MLIR text), `platform` ("cpu" | "tpu"), `device_ids` (physical
+        id at each mesh position), `tuple_args`, `allow_prop_in`, `allow_prop_out` (per-argument / per-output
+        flags letting XLA choose unspecified shardings, as jit sets them).
+      devices: the devices to compile for (TPU compile-only devices); None picks the CPU client's devices by id.
+
+    Returns:
+      dict with `spmd_hlo`, `optimized_hlo`, `memory`, `compile_seconds`, `device_kind`.
+    """
+    import numpy as np
+    from jax._src import compiler, xla_bridge
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client as xc
+    from jax._src.lib.mlir import ir
+
+    ids = [int(i) for i in job["device_ids"]]
+    if devices is None:
+        by_id = {d.id: d for d in xla_bridge.get_backend("cpu").devices()}
+        devices = [by_id[i] for i in ids]
+    client = devices[0].client
+    with tempfile.TemporaryDirectory(prefix="hlo-analyzer-") as dump:
+        overrides = {
+            "xla_dump_to": dump,
+            "xla_dump_hlo_pass_re": "spmd-partitioning",
+            "xla_dump_hlo_as_text": True,
+        }
+        options = compiler.get_compile_options(
+            num_replicas=1,
+            num_partitions=len(ids),
+            device_assignment=np.asarray(ids).reshape(1, len(ids)),
+            env_options_overrides=overrides,
+        )
+        options.parameter_is_tupled_arguments = bool(job["tuple_args"])
+        build = options.executable_build_options
+        build.allow_spmd_sharding_propagation_to_parameters = [bool(x) for x in job["allow_prop_in"]]
+        build.allow_spmd_sharding_propagation_to_output = [bool(x) for x in job["allow_prop_out"]]
+        with mlir.make_ir_context():
+            module = ir.Module.parse(job["stablehlo"])
+            start = time.perf_counter()
+            device_list = xc.DeviceList(tuple(devices))
+            if job["platform"] == "cpu":
+                executable = client.compile_and_load(module, executable_devices=device_list,
+                                                     compile_options=options)
+            else:
+                executable = client.compile(module, executable_devices=device_list, compile_options=options)
+            seconds = time.perf_counter() - start
+        optimized = executable.hlo_modules()[0].to_string()
+        spmd_files = sorted(p for p in Path(dump).iterdir() if _SPMD_DUMP.search(p.name) and p.suffix == ".txt")
+        if not spmd_files:
+            raise RuntimeError(f"XLA wrote no spmd-partitioning dump; files: {sorted(os.listdir(dump))}")
+        spmd = spmd_files[0].read_text()
+    try:
+        stats = executable.get_compiled_memory_stats()
+        memory = {key: int(getattr(stats, attr)) for key, attr in _MEMORY_FIELDS.items()}
+    except Exception:  # some backends do not implement memory stats
+        memory = None
+    return {
+        "spmd_hlo": spmd,
+        "optimized_hlo": optimized,
+        "memory": memory,
+        "compile_seconds": seconds,
+        "device_kind": str(getattr(devices[0], "device_kind", job["platform"])),
+    }
+
+
+def _child_env(n: int) -> dict[str, str]:
+    """Environment for the child: n fake CPU devices, cpu platform only, analyzer importable."""
+    env = dict(os.environ)
+    flags = re.sub(_DEVICE_COUNT_FLAG + r"=\d+", "", env.get("XLA_FLAGS", "")).strip()
+    env["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={n}".strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _compile_in_child(job: Mapping[str, Any], n: int, timeout: float | None) -> dict[str, Any]:
+    """Run `_compile_job` in `python -m analyzer.lower` with n fake CPU devices."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "analyzer.lower"],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            env=_child_env(n),
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise LoweringError(f"compiling for {n} CPU devices took longer than {timeout:g} s; "
+                            "pass a larger timeout= or a smaller program") from None
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise LoweringError(f"the compile process for {n} CPU devices failed (exit {proc.returncode}):\n{tail}") \
+            from None
+    if "error" in result:
+        raise LoweringError(f"XLA could not compile the program for {n} CPU devices: {result['error']}")
+    return result
+
+
+def _worker_main() -> int:
+    """Entry of `python -m analyzer.lower`: a job as JSON on stdin, the result as one JSON line on stdout."""
+    job = json.loads(sys.stdin.read())
+    try:
+        result = _compile_job(job)
+    except Exception as e:  # reported to the parent, which raises LoweringError
+        result = {"error": f"{type(e).__name__}: {e}"}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# lower
+
+
+def _first_line(error: BaseException) -> str:
+    """`Type: message` of an exception; for a bare one (jax's internal asserts), where in user code it rose."""
+    text = str(error).strip()
+    if text:
+        return f"{type(error).__name__}: {text}"
+    frame = _user_frame(error)
+    return f"{type(error).__name__} raised inside jax" + (f" while tracing {frame}" if frame else "")
+
+
+def _user_frame(error: BaseException) -> str | None:
+    """The innermost `file:line` of the traceback outside jax, jaxlib and this package."""
+    import traceback
+
+    skip = ("/jax/", "/jaxlib/", "/analyzer/lower.py", "/contextlib.py")
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not any(s in f.filename for s in skip)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+def _user_error(error: BaseException, what: str) -> AnalyzerError:
+    """Translate an exception raised while tracing user code into the matching AnalyzerError.
+
+    jax's own sharding checks (an axis used twice, an axis the mesh lacks, a spec longer than the rank, a
+    dimension the sharding does not divide) become ShardingError; everything else LoweringError.
+    """
+    message = f"{what}: {_first_line(error)}"
+    kind = type(error).__name__
+    text = str(error)
+    if kind in ("DuplicateSpecError", "IndivisibleError") or "not found in mesh" in text \
+            or "is only valid for values of rank" in text:
+        return ShardingError(message)
+    return LoweringError(message)
+
+
+def _trace_and_lower(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *, abstract: Any,
+                     platform: str, in_shardings: Any, out_shardings: Any,
+                     static_argnums: Sequence[int]) -> Any:
+    """jax's Lowered for `fn` on the abstract mesh, for one platform."""
+    import jax
+
+    jit_options: dict[str, Any] = {}
+    if in_shardings is not None:
+        jit_options["in_shardings"] = in_shardings
+    if out_shardings is not None:
+        jit_options["out_shardings"] = out_shardings
+    if static_argnums:
+        jit_options["static_argnums"] = tuple(static_argnums)
+    is_jitted = hasattr(fn, "trace") and hasattr(fn, "lower")
+    jitted = fn if (is_jitted and not jit_options) else jax.jit(fn, **jit_options)
+    with jax.sharding.use_abstract_mesh(abstract):
+        traced = jitted.trace(*args, **kwargs)
+        return traced.lower(lowering_platforms=(platform,))
+
+
+def lower(
+    fn: Callable[..., Any],
+    *args: Any,
+    mesh: Any = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    target: str | Target = "cpu",
+    static_argnums: int | Sequence[int] = (),
+    isolate: bool | None = None,
+    timeout: float | None = 900.0,
+    **kwargs: Any,
+) -> Lowered:
+    """Compile `fn(*args, **kwargs)` for a target and mesh and return its HLO.
+
+    Args:
+      fn: a plain function or a `jax.jit`-wrapped one. Closures and lambdas are fine.
+      *args: arrays or `jax.ShapeDtypeStruct`s (pytrees of them), sharded with `NamedSharding`s on `mesh` (or on
+        any mesh of the same axis names and sizes); leaves without a sharding are left to XLA.
+      mesh: a `jax.sharding.Mesh`, an `AbstractMesh`, a dict `{"data": 4, "model": 2}` (values may be
+        `(size, "explicit")`), or a string "data=4,model=2". Up to 1024 devices on cpu. When None, the mesh of
+        the first NamedSharding among the arguments.
+      in_shardings, out_shardings: as for `jax.jit`; `PartitionSpec`s are taken on `mesh`.
+      target: "cpu" (fake CPU devices) or "tpu:<generation>:<shape>" (e.g. "tpu:v5e:2x4"; needs libtpu).
+      static_argnums: as for `jax.jit`.
+      isolate: cpu target only: True compiles in a child process always, False never (raises if the live
+        process has too few CPU devices), None (default) only when the live process has too few.
+      timeout: seconds allowed for the child process.
+      **kwargs: keyword arguments of `fn`.
+
+    Returns:
+      A `Lowered`.
+
+    Raises:
+      MeshError: the mesh is malformed or does not fit the arguments or the TPU topology.
+      ShardingError: a sharding names an axis the mesh lacks, uses an axis twice, or has too many entries.
+      HardwareError: libtpu does not know the TPU topology.
+      LoweringError: the function cannot be traced or compiled, or libtpu is missing for a tpu target.
+
+    Example:
+        >>> mesh = make_mesh({"X": 8})
+        >>> x = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("X")))
+        >>> lowered = lower(lambda x: x.sum(0), x, mesh=mesh)
+        >>> lowered.mesh
+        MeshInfo(axis_names=('X',), axis_sizes=(8,), device_ids=(0, 1, 2, 3, 4, 5, 6, 7), axis_types=('auto',))
+    """
+    import jax
+
+    parsed = parse_target(target)
+    if mesh is None:
+        mesh = _mesh_from_args(args)
+    abstract = make_mesh(mesh)
+    n = abstract.size
+    if parsed.platform == "cpu" and n > 1024:
+        raise MeshError(f"mesh {_describe_mesh(abstract)} has {n} devices; the cpu target supports up to 1024")
+    static = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
+    static = {i % len(args) if len(args) else i for i in static}
+
+    # Devices: which physical device sits at each mesh position.
+    tpu_devices: list[Any] | None = None
+    coords: tuple[tuple[int, ...], ...] | None = None
+    if parsed.platform == "tpu":
+        assert parsed.topology is not None
+        tpu_devices = _tpu_mesh_devices(mesh, abstract, _tpu_devices(parsed.topology), parsed.topology)
+        device_ids = [d.id for d in tpu_devices]
+        coords = tuple(tuple(int(c) for c in d.coords) for d in tpu_devices)
+    else:
+        from jax.sharding import Mesh
+
+        if isinstance(mesh, Mesh):
+            device_ids = [int(d.id) for d in mesh.devices.flat]
+            if sorted(device_ids) != list(range(n)):
+                raise MeshError(f"mesh {_describe_mesh(abstract)}: the cpu target needs device ids 0..{n - 1}, "
+                                f"got {device_ids}")
+        else:
+            device_ids = list(range(n))
+    info = mesh_info(abstract, device_ids)
+
+    # Trace and lower on the abstract mesh (no devices needed).
+    abstract_args = _abstract_args(args, abstract, static)
+    in_sh = _abstract_shardings(in_shardings, abstract, "in_shardings")
+    out_sh = _abstract_shardings(out_shardings, abstract, "out_shardings")
+    start = time.perf_counter()
+    try:
+        lowered = _trace_and_lower(fn, abstract_args, kwargs, abstract=abstract, platform=parsed.platform,
+                                   in_shardings=in_sh, out_shardings=out_sh, static_argnums=sorted(static))
+    except Exception as e:  # the user's function failed to trace (shapes, shardings, axis names)
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+        raise _user_error(e, f"jax could not lower {name} on mesh {_describe_mesh(abstract)} for target "
+                             f"{parsed}") from None
+    lower_seconds = time.perf_counter() - start
+    job = _job(lowered, parsed.platform, device_ids)
+
+    # Compile.
+    in_child = False
+    try:
+        if parsed.platform == "tpu":
+            with _quiet_stderr():
+                result = _compile_job(job, devices=tpu_devices)
+        else:
+            live = None if isolate else _cpu_devices_in_process(n)
+            if live is None and isolate is False:
+                raise MeshError(f"mesh {_describe_mesh(abstract)} needs {n} CPU devices and this process has "
+                                f"fewer; set XLA_FLAGS={_DEVICE_COUNT_FLAG}={n} before jax starts, or pass "
+                                "isolate=None")
+            if live is None:
+                in_child = True
+                result = _compile_in_child(job, n, timeout)
+            else:
+                by_id = {d.id: d for d in live}
+                result = _compile_job(job, devices=[by_id[i] for i in device_ids])
+    except (LoweringError, MeshError):
+        raise
+    except Exception as e:
+        raise LoweringError(f"XLA could not compile {_module_name(job['stablehlo'])} for target {parsed}: "
+                            f"{_first_line(e)}") from None
+
+    return Lowered(
+        spmd_hlo=result["spmd_hlo"],
+        optimized_hlo=result["optimized_hlo"],
+        target=str(parsed),
+        mesh=info,
+        device_coords=coords,
+        memory=result["memory"],
+        compile_seconds=float(result["compile_seconds"]),
+        jax_version=jax.__version__,
+        lower_seconds=lower_seconds,
+        stablehlo=job["stablehlo"],
+        name=_module_name(job["stablehlo"]),
+        in_subprocess=in_child,
+        device_kind=result["device_kind"],
+    )
+
+
+def _module_name(stablehlo: str) -> str:
+    m = re.search(r"^module @([\w.$-]+)", stablehlo, re.MULTILINE)
+    return m.group(1) if m else ""
+
+
+def _job(lowered: Any, platform: str, device_ids: Sequence[int]) -> dict[str, Any]:
+    """The JSON-able compile job for a jax Lowered: module text and the options jit would set."""
+    from jax._src.interpreters import pxla
+
+    args = lowered._lowering.compile_args
+    allow_in, allow_out = pxla.get_prop_to_input_output(
+        args["in_shardings"], args["out_shardings"], len(args["ordered_effects"]))
+    return {
+        "stablehlo": lowered.as_text(debug_info=True),
+        "platform": platform,
+        "device_ids": [int(i) for i in device_ids],
+        "tuple_args": bool(args["tuple_args"]),
+        "allow_prop_in": [bool(x) for x in allow_in],
+        "allow_prop_out": [bool(x) for x in allow_out],
+    }
+
+
+def _mesh_from_args(args: Sequence[Any]) -> Any:
+    """The mesh of the first NamedSharding among the arguments' leaves."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    for leaf in jax.tree_util.tree_leaves(args):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding):
+            return sharding.mesh
+    raise MeshError("no mesh given and no argument carries a NamedSharding; pass mesh=, e.g. "
+                    "mesh={'data': 4, 'model': 2}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """Import an entry point and call it to get the function to analyse and its arguments.
+
+    The convention: an entry point is a callable named `module:function` (`package.models:train_step`, or a
+    file path `path/to/file.py:train_step`). It takes either no parameter or one, the mesh (an `AbstractMesh`
+    built from `mesh`, or the given `jax.sharding.Mesh`), and returns `(fn, args)` or `(fn, args, kwargs)`:
+    the (usually jitted) function and its abstract arguments, `jax.ShapeDtypeStruct`s with `NamedSharding`s
+    on that mesh.
+
+        def train_step(mesh):
+            x = jax.ShapeDtypeStruct((B, D), jnp.bfloat16, sharding=NamedSharding(mesh, P("data")))
+            ...
+            return jax.jit(step), (params, x)
+
+    Args:
+      entry: "module:function" or "file.py:function"; the function part may be dotted (`Class.method`).
+      mesh: anything `make_mesh` accepts.
+
+    Returns:
+      `(fn, args, kwargs)`.
+    """
+    from jax.sharding import Mesh
+
+    if not isinstance(entry, str) or entry.count(":") != 1 or not all(entry.split(":")):
+        raise LoweringError(f"entry point {entry!r}: write it as 'module:function' or 'path/to/file.py:function'")
+    module_name, qualname = entry.split(":")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise LoweringError(f"entry point {entry!r}: no file {str(path)!r}")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(path.stem, module)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except LoweringError:
+        raise
+    except ImportError as e:
+        raise LoweringError(f"entry point {entry!r}: cannot import {module_name!r} ({_first_line(e)})") from None
+    target: Any = module
+    for part in qualname.split("."):
+        if not hasattr(target, part):
+            choices = [n for n in dir(target) if not n.startswith("_") and callable(getattr(target, n, None))]
+            raise LoweringError(f"entry point {entry!r}: {module_name} has no attribute {part!r}; "
+                                + valid_choices(part, choices, what="callables"))
+        target = getattr(target, part)
+    if not callable(target):
+        raise LoweringError(f"entry point {entry!r} is not callable")
+    mesh_arg = mesh if isinstance(mesh, Mesh) else make_mesh(mesh)
+    try:
+        n_params = len([p for p in inspect.signature(target).parameters.values()
+                        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    except (TypeError, ValueError):
+        n_params = 1
+    try:
+        produced = target(mesh_arg) if n_params >= 1 else target()
+    except AnalyzerError:
+        raise
+    except Exception as e:
+        raise _user_error(e, f"entry point {entry!r} failed") from None
+    if not isinstance(produced, tuple) or len(produced) not in (2, 3) or not callable(produced[0]):
+        raise LoweringError(f"entry point {entry!r} must return (fn, args) or (fn, args, kwargs); "
+                            f"got {type(produced).__name__}")
+    fn, args = produced[0], produced[1]
+    kwargs = dict(produced[2]) if len(produced) == 3 else {}
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    return fn, args, kwargs
+
+
+def lower_entry(entry: str, *, mesh: Any, target: str | Target = "cpu", **options: Any) -> Lowered:
+    """`lower` for an entry point named `module:function` (see `load_entry` for the convention).
+
+    Args:
+      entry: "module:function" or "path/to/file.py:function".
+      mesh: anything `make_mesh` accepts; passed to the entry point as a jax mesh.
+      target: as for `lower`.
+      **options: further keyword options of `lower` (in_shardings, out_shardings, static_argnums, isolate,
+        timeout).
+
+    Example:
+        >>> lowered = lower_entry("examples.chapter:matmul_case1", mesh={"X": 2, "Y": 4})
+    """
+    fn, args, kwargs = load_entry(entry, mesh)
+    overlap = set(kwargs) & {"mesh", "in_shardings", "out_shardings", "target", "static_argnums", "isolate",
+                             "timeout"}
+    if overlap:
+        raise LoweringError(f"entry point {entry!r}: its kwargs {sorted(overlap)} clash with lower()'s options")
+    return lower(fn, *args, mesh=mesh, target=target, **options, **kwargs)
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
