@@ -1,0 +1,437 @@
+"""The built-in transformer template: training steps sharded by the chapter's strategies.
+
+`build(config, strategy, mesh)` returns `(step, args)`: a jitted training step (forward, backward and the
+optimizer update of a stack of transformer blocks, the layers in a `lax.scan`) and its abstract arguments,
+`jax.ShapeDtypeStruct`s with `NamedSharding`s on the mesh. It feeds `analyzer.lower` / `analyzer.analyze`, the
+demo, report configs and sweeps.
+
+A block is a pre-norm transformer layer: parameter-free RMSNorm, grouped-query causal attention
+(`W_q[D, H, K]`, `W_k[D, KV, K]`, `W_v[D, KV, K]`, `W_o[H, K, D]`) and an MLP (`W_in[D, F]`, `W_out[F, D]`), or
+for `ep` a mixture-of-experts MLP (router `W_r[D, E]`, experts `W_in[E, D, F]`, `W_out[E, F, D]`, top-1
+routing with a capacity, GShard-style dispatch). The loss is the mean squared error of the stack's output
+against a target of the input's shape (no embedding or vocabulary: the blocks are what the sharding is about).
+
+Mesh axes and roles. The mesh is the user's, with the user's axis names. Each strategy gives the axes roles:
+the *model* axis is the mesh's last axis, the *data* axes are all the others (override with `data_axes=` and
+`model_axis=`). In the chapter's notation, with data axis X and model axis Y (B batch, D d_model, F d_ff):
+
+| strategy  | activations        | weights                                  | a one-axis mesh X         |
+|-----------|--------------------|------------------------------------------|---------------------------|
+| `dp`      | In[B_XY, D]        | replicated                               | In[B_X, D]                |
+| `fsdp`    | In[B_XY, D]        | W_in[D_XY, F], W_out[F, D_XY]            | In[B_X, D], W_in[D_X, F]  |
+| `tp`      | In[B_X, D]         | W_in[D, F_Y], W_out[F_Y, D], heads H_Y   | In[B, D], W_in[D, F_X]    |
+| `fsdp+tp` | In[B_X, D_Y]       | W_in[D_X, F_Y], W_out[F_Y, D_X], H_Y     | needs two axes            |
+| `ep`      | In[B_XY, D]        | experts W_in[E_Y, D, F], attention repl. | In[B_X, D], W_in[E_X,...] |
+
+`dp` and `fsdp` use every axis as a data axis. In `ep` the tokens are sharded over all axes and the experts
+over the model axis; dispatching tokens to experts is an AllToAll over the model axis (and back).
+The template lets XLA choose intermediate shardings: its mesh axes are `AxisType.Auto` whatever the given
+mesh's types are, and `with_sharding_constraint` pins the residual stream at each layer boundary.
+
+Example:
+    >>> from analyzer.models import TransformerConfig, build
+    >>> step, args = build(TransformerConfig(layers=2), "fsdp", {"data": 8})
+    >>> from analyzer.lower import lower
+    >>> lowered = lower(step, *args, mesh={"data": 8})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from analyzer.errors import ConfigError, MeshError, ShardingError, valid_choices
+
+__all__ = ["STRATEGIES", "OPTIMIZERS", "TransformerConfig", "Roles", "roles", "build", "param_specs"]
+
+STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
+OPTIMIZERS = ("sgd", "adam")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes of the template transformer and its optimizer.
+
+    Attributes:
+      d_model: D, the residual width.
+      d_ff: F, the MLP hidden width (per expert for `ep`).
+      heads: H, query heads; `d_model` must be a multiple (head dim K = d_model // heads).
+      kv_heads: KV heads for grouped-query attention; divides `heads`.
+      layers: L, blocks in the `lax.scan`.
+      seq: S, tokens per sequence.
+      batch: B, sequences per step (global).
+      dtype: parameter and activation dtype: "bfloat16", "float32" or "float16".
+      optimizer: "sgd" or "adam" (Adam keeps two moments sharded like the parameters).
+      experts: E, experts of the `ep` block.
+      capacity_factor: expert capacity = ceil(capacity_factor * tokens per group / experts) for `ep`.
+      attention: include the attention sub-block (False gives the chapter's bare MLP block).
+      learning_rate: step size of the update.
+    """
+
+    d_model: int = 256
+    d_ff: int = 1024
+    heads: int = 4
+    kv_heads: int = 4
+    layers: int = 2
+    seq: int = 64
+    batch: int = 16
+    dtype: str = "bfloat16"
+    optimizer: str = "sgd"
+    experts: int = 8
+    capacity_factor: float = 1.25
+    attention: bool = True
+    learning_rate: float = 1e-3
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"TransformerConfig.{f.name} must be a positive integer, got {value!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"TransformerConfig.dtype {self.dtype!r}: " + valid_choices(self.dtype, DTYPES,
+                                                                                           what="dtypes"))
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"TransformerConfig.optimizer {self.optimizer!r}: "
+                              + valid_choices(self.optimizer, OPTIMIZERS, what="optimizers"))
+        if self.d_model % self.heads:
+            raise ConfigError(f"TransformerConfig: d_model={self.d_model} is not a multiple of heads={self.heads}")
+        if self.heads % self.kv_heads:
+            raise ConfigError(f"TransformerConfig: heads={self.heads} is not a multiple of "
+                              f"kv_heads={self.kv_heads}")
+        if not self.capacity_factor > 0:
+            raise ConfigError(f"TransformerConfig.capacity_factor must be positive, got {self.capacity_factor!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Which mesh axes play which part: `data` axes shard the batch, the `model` axis the weights (tp) or
+    experts (ep); `fsdp` are the axes the weights are sharded over for FSDP (the data axes)."""
+
+    data: tuple[str, ...]
+    model: str | None
+
+
+def roles(strategy: str, axis_names: Sequence[str], *, data_axes: Sequence[str] | None = None,
+          model_axis: str | None = None) -> Roles:
+    """The roles of the mesh axes under a strategy.
+
+    Args:
+      strategy: one of `STRATEGIES`.
+      axis_names: the mesh's axis names, major to minor.
+      data_axes, model_axis: explicit choices; by default the model axis is the last axis and the data axes
+        the others (`dp` and `fsdp` use every axis as a data axis; a one-axis mesh gives its axis to the
+        strategy's own role).
+
+    Example:
+        >>> roles("fsdp+tp", ("data", "model"))
+        Roles(data=('data',), model='model')
+    """
+    names = tuple(axis_names)
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"strategy {strategy!r}: " + valid_choices(strategy, STRATEGIES, what="strategies"))
+    for axis in (*(data_axes or ()), *((model_axis,) if model_axis else ())):
+        if axis not in names:
+            raise MeshError(f"strategy {strategy!r}: mesh axis {axis!r} is not in the mesh {names}; "
+                            + valid_choices(axis, names, what="axes"))
+    if strategy in ("dp", "fsdp"):
+        if model_axis is not None:
+            raise MeshError(f"strategy {strategy!r} has no model axis; got model_axis={model_axis!r}")
+        return Roles(tuple(data_axes) if data_axes is not None else names, None)
+    model = model_axis if model_axis is not None else names[-1]
+    if data_axes is not None:
+        data = tuple(data_axes)
+    elif strategy == "ep":
+        data = names  # tokens over every axis; experts over the model axis
+    else:
+        data = tuple(n for n in names if n != model)
+    if strategy != "ep" and model in data:
+        raise MeshError(f"strategy {strategy!r}: axis {model!r} cannot be both a data axis and the model axis")
+    if strategy == "fsdp+tp" and not data:
+        raise MeshError(f"strategy 'fsdp+tp' needs two mesh axes (data and model); the mesh has only {names}")
+    return Roles(data, model)
+
+
+def _spec_entry(axes: Sequence[str]) -> Any:
+    """A PartitionSpec entry for a tuple of axes: None, one name, or a tuple."""
+    axes = tuple(axes)
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+def param_specs(config: TransformerConfig, strategy: str, r: Roles,
+                sizes: dict[str, int] | None = None) -> dict[str, Any]:
+    """PartitionSpecs of the stacked parameters (leading layer dimension L, never sharded).
+
+    Args:
+      config, strategy: as for `build`.
+      r: the axis roles (`roles`).
+      sizes: mesh axis sizes; when the model axis does not divide `kv_heads`, the K/V projections stay
+        unsharded over it (as Megatron does for grouped-query attention).
+
+    Returns:
+      dict name -> PartitionSpec for "w_q", "w_k", "w_v", "w_o" (when `config.attention`), "w_in", "w_out",
+      and "w_r" for `ep`.
+    """
+    from jax.sharding import PartitionSpec as P
+
+    d = _spec_entry(r.data)
+    m = r.model
+    kv = m if (m is not None and (sizes is None or config.kv_heads % sizes[m] == 0)) else None
+    specs: dict[str, Any] = {}
+    if strategy == "dp":
+        attn = dict(w_q=P(), w_k=P(), w_v=P(), w_o=P())
+        mlp = dict(w_in=P(), w_out=P())
+    elif strategy == "fsdp":
+        attn = dict(w_q=P(None, d), w_k=P(None, d), w_v=P(None, d), w_o=P(None, None, None, d))
+        mlp = dict(w_in=P(None, d, None), w_out=P(None, None, d))
+    elif strategy == "tp":
+        attn = dict(w_q=P(None, None, m), w_k=P(None, None, kv), w_v=P(None, None, kv), w_o=P(None, m))
+        mlp = dict(w_in=P(None, None, m), w_out=P(None, m, None))
+    elif strategy == "fsdp+tp":
+        attn = dict(w_q=P(None, d, m), w_k=P(None, d, kv), w_v=P(None, d, kv), w_o=P(None, m, None, d))
+        mlp = dict(w_in=P(None, d, m), w_out=P(None, m, d))
+    else:  # ep: attention data parallel, experts over the model axis
+        attn = dict(w_q=P(), w_k=P(), w_v=P(), w_o=P())
+        mlp = dict(w_r=P(), w_in=P(None, m), w_out=P(None, m))
+    if config.attention:
+        specs.update(attn)
+    specs.update(mlp)
+    return specs
+
+
+def _activation_spec(strategy: str, r: Roles) -> Any:
+    """PartitionSpec of the residual stream [B, S, D] between blocks."""
+    from jax.sharding import PartitionSpec as P
+
+    if strategy == "fsdp+tp":
+        return P(_spec_entry(r.data), None, r.model)
+    return P(_spec_entry(r.data), None, None)
+
+
+def _param_shapes(c: TransformerConfig, strategy: str) -> dict[str, tuple[int, ...]]:
+    L, D, F, H, KV, K, E = c.layers, c.d_model, c.d_ff, c.heads, c.kv_heads, c.head_dim, c.experts
+    shapes: dict[str, tuple[int, ...]] = {}
+    if c.attention:
+        shapes.update(w_q=(L, D, H, K), w_k=(L, D, KV, K), w_v=(L, D, KV, K), w_o=(L, H, K, D))
+    if strategy == "ep":
+        shapes.update(w_r=(L, D, E), w_in=(L, E, D, F), w_out=(L, E, F, D))
+    else:
+        shapes.update(w_in=(L, D, F), w_out=(L, F, D))
+    return shapes
+
+
+def _check_divides(shape: Sequence[int], spec: Any, sizes: dict[str, int], what: str, hint: str) -> None:
+    for dim, entry in enumerate(tuple(spec)):
+        if entry is None:
+            continue
+        axes = (entry,) if isinstance(entry, str) else tuple(entry)
+        n = math.prod(sizes[a] for a in axes)
+        if shape[dim] % n:
+            raise ShardingError(f"{what}: dimension {dim} of shape {tuple(shape)} is sharded over {'x'.join(axes)} "
+                                f"({n} devices) but {shape[dim]} is not a multiple of {n}; {hint}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The model
+
+
+def _rms_norm(x: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype)
+
+
+def _attention(x: Any, p: dict[str, Any], c: TransformerConfig) -> Any:
+    """Grouped-query causal self-attention; x [B, S, D]."""
+    import jax
+    import jax.numpy as jnp
+
+    B, S, _ = x.shape
+    groups = c.heads // c.kv_heads
+    q = jnp.einsum("bsd,dhk->bshk", x, p["w_q"])
+    k = jnp.einsum("bsd,dgk->bsgk", x, p["w_k"])
+    v = jnp.einsum("bsd,dgk->bsgk", x, p["w_v"])
+    q = q.reshape(B, S, c.kv_heads, groups, c.head_dim)
+    scores = jnp.einsum("bsgrk,btgk->bgrst", q, k).astype(jnp.float32) / math.sqrt(c.head_dim)
+    causal = jnp.tril(jnp.ones((S, S), dtype=bool))
+    scores = jnp.where(causal, scores, -1e30)
+    weights = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
+    out = jnp.einsum("bgrst,btgk->bsgrk", weights, v).reshape(B, S, c.heads, c.head_dim)
+    return jnp.einsum("bshk,hkd->bsd", out, p["w_o"])
+
+
+def _mlp(x: Any, p: dict[str, Any]) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    h = jax.nn.gelu(jnp.einsum("bsd,df->bsf", x, p["w_in"]))
+    return jnp.einsum("bsf,fd->bsd", h, p["w_out"])
+
+
+def _moe(x: Any, p: dict[str, Any], c: TransformerConfig, r: Roles, groups: int) -> Any:
+    """Top-1 mixture of experts with capacity (GShard dispatch). Tokens are split into `groups` groups (one per
+    data shard); the dispatched tensor [E, G, C, D] is sharded over experts on the model axis, so moving tokens
+    from group-sharded to expert-sharded layout is an AllToAll over the model axis."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    B, S, D = x.shape
+    E = c.experts
+    tokens = x.reshape(groups, B * S // groups, D)  # [G, T, D]
+    T = tokens.shape[1]
+    capacity = max(1, math.ceil(c.capacity_factor * T / E))
+    logits = jnp.einsum("gtd,de->gte", tokens, p["w_r"]).astype(jnp.float32)
+    probs = jax.nn.softmax(logits, axis=-1)
+    expert = jnp.argmax(probs, axis=-1)  # [G, T]
+    gate = jnp.max(probs, axis=-1)
+    onehot = jax.nn.one_hot(expert, E, dtype=jnp.int32)  # [G, T, E]
+    position = jnp.cumsum(onehot, axis=1) * onehot - 1  # slot of each token in its expert's buffer
+    keep = (position >= 0) & (position < capacity)
+    dispatch = (jax.nn.one_hot(position, capacity, dtype=x.dtype) * keep[..., None].astype(x.dtype))  # [G,T,E,C]
+    combine = dispatch * gate[..., None, None].astype(x.dtype)
+    by_group = P(None, _spec_entry(r.data), None, None)  # [E, G_data, C, D]: where the tokens are
+    by_expert = P(r.model, _spec_entry(tuple(a for a in r.data if a != r.model)), None, None)  # [E_model, ...]
+    expert_in = jax.lax.with_sharding_constraint(jnp.einsum("gtec,gtd->egcd", dispatch, tokens), by_group)
+    expert_in = jax.lax.with_sharding_constraint(expert_in, by_expert)  # AllToAll: tokens to their experts
+    h = jax.nn.gelu(jnp.einsum("egcd,edf->egcf", expert_in, p["w_in"]))
+    expert_out = jax.lax.with_sharding_constraint(jnp.einsum("egcf,efd->egcd", h, p["w_out"]), by_expert)
+    expert_out = jax.lax.with_sharding_constraint(expert_out, by_group)  # AllToAll: results back home
+    out = jnp.einsum("egcd,gtec->gtd", expert_out, combine)
+    out = jax.lax.with_sharding_constraint(out, P(_spec_entry(r.data), None, None))
+    return out.reshape(B, S, D)
+
+
+def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, int],
+               shardings: tuple[Any, Any, Any]) -> Callable[..., Any]:
+    """The training step `(params, opt_state, batch) -> (params, opt_state, loss)`, jitted."""
+    import jax
+    import jax.numpy as jnp
+
+    act = _activation_spec(strategy, r)
+    groups = math.prod(sizes[a] for a in r.data) if r.data else 1
+
+    def block(x: Any, p: dict[str, Any]) -> tuple[Any, None]:
+        if c.attention:
+            x = x + _attention(_rms_norm(x), p, c)
+        h = _rms_norm(x)
+        x = x + (_moe(h, p, c, r, groups) if strategy == "ep" else _mlp(h, p))
+        x = jax.lax.with_sharding_constraint(x, act)
+        return x, None
+
+    def loss_fn(params: dict[str, Any], x: Any, y: Any) -> Any:
+        x = jax.lax.with_sharding_constraint(x, act)
+        out, _ = jax.lax.scan(block, x, params)
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+    def step(params: dict[str, Any], opt_state: Any, batch: tuple[Any, Any]) -> tuple[Any, Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+        lr = c.learning_rate
+        if c.optimizer == "sgd":
+            new_params = jax.tree.map(lambda w, g: w - (lr * g).astype(w.dtype), params, grads)
+            return new_params, opt_state, loss
+        b1, b2, eps = 0.9, 0.999, 1e-8
+        count = opt_state["count"] + 1
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g.astype(jnp.float32), opt_state["mu"], grads)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g.astype(jnp.float32)), opt_state["nu"],
+                          grads)
+        t = count.astype(jnp.float32)
+        scale = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+        new_params = jax.tree.map(lambda w, m, v: (w - scale * m / (jnp.sqrt(v) + eps)).astype(w.dtype),
+                                  params, mu, nu)
+        return new_params, {"count": count, "mu": mu, "nu": nu}, loss
+
+    param_sh, opt_sh, _ = shardings
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.tree.leaves(param_sh)[0].mesh
+    step.__name__ = f"train_step_{strategy.replace('+', '_')}"
+    step.__qualname__ = step.__name__
+    return jax.jit(step, out_shardings=(param_sh, opt_sh, NamedSharding(mesh, P())))
+
+
+def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Sequence[str] | None = None,
+          model_axis: str | None = None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A training step of the template transformer sharded by a strategy, and its abstract arguments.
+
+    Args:
+      config: the sizes and optimizer.
+      strategy: "dp", "fsdp", "tp", "fsdp+tp" or "ep" (see the module doc for the shardings).
+      mesh: a `jax.sharding.Mesh`, `AbstractMesh`, dict `{"data": 4, "model": 2}` or string "data=4,model=2";
+        only its axis names and sizes matter.
+      data_axes, model_axis: override the default roles (model = last axis, data = the others).
+
+    Returns:
+      `(step, (params, opt_state, (x, y)))`: `step` is jitted; the arguments are `jax.ShapeDtypeStruct`s with
+      `NamedSharding`s on an Auto-typed `AbstractMesh` of the same axes. `params` maps "w_q", "w_k", "w_v",
+      "w_o", "w_in", "w_out" (and "w_r" for ep) to stacked arrays with a leading layer dimension; `opt_state`
+      is `()` for sgd and `{"count", "mu", "nu"}` for adam.
+
+    Raises:
+      ConfigError: unknown strategy. MeshError: roles that do not fit the mesh. ShardingError: a size that an
+      axis does not divide (the message names the config field).
+
+    Example:
+        >>> step, args = build(TransformerConfig(), "fsdp+tp", {"X": 2, "Y": 4})
+        >>> args[0]["w_in"].sharding.spec
+        PartitionSpec(None, 'X', 'Y')
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AbstractMesh, AxisType, NamedSharding
+
+    from analyzer.lower import make_mesh
+
+    user_mesh = make_mesh(mesh)
+    abstract = AbstractMesh(tuple(user_mesh.axis_sizes), tuple(user_mesh.axis_names),
+                            axis_types=(AxisType.Auto,) * len(user_mesh.axis_names))
+    sizes = dict(zip(abstract.axis_names, abstract.axis_sizes))
+    r = roles(strategy, abstract.axis_names, data_axes=data_axes, model_axis=model_axis)
+    c = config
+    specs = param_specs(c, strategy, r, sizes)
+    shapes = _param_shapes(c, strategy)
+    dtype = jnp.dtype(c.dtype)
+    hints = {"w_q": "d_model and heads", "w_k": "d_model and kv_heads", "w_v": "d_model and kv_heads",
+             "w_o": "heads and d_model", "w_in": "d_model, d_ff (and experts)", "w_out": "d_ff, d_model (and experts)",
+             "w_r": "d_model and experts"}
+    params = {}
+    for name, shape in shapes.items():
+        _check_divides(shape, specs[name], sizes, f"{strategy}: parameter {name}",
+                       f"choose {hints[name]} divisible by the mesh axes")
+        params[name] = jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(abstract, specs[name]))
+    act = _activation_spec(strategy, r)
+    x_shape = (c.batch, c.seq, c.d_model)
+    _check_divides(x_shape, act, sizes, f"{strategy}: activations [batch, seq, d_model]",
+                   "choose batch (and d_model) divisible by the mesh axes")
+    if strategy == "ep":
+        groups = math.prod(sizes[a] for a in r.data) if r.data else 1
+        if (c.batch * c.seq) % groups:
+            raise ShardingError(f"ep: batch*seq={c.batch * c.seq} tokens do not split into {groups} groups")
+        if r.model is not None and c.experts % sizes[r.model]:
+            raise ShardingError(f"ep: experts={c.experts} is not a multiple of the model axis "
+                                f"{r.model!r} ({sizes[r.model]} devices)")
+    x = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
+    y = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
+    param_sh = {k: v.sharding for k, v in params.items()}
+    if c.optimizer == "adam":
+        from jax.sharding import PartitionSpec as P
+
+        moments = {k: jax.ShapeDtypeStruct(v.shape, jnp.float32, sharding=v.sharding) for k, v in params.items()}
+        count = jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(abstract, P()))
+        opt_state: Any = {"count": count, "mu": moments, "nu": dict(moments)}
+        opt_sh: Any = {"count": count.sharding, "mu": param_sh, "nu": dict(param_sh)}
+    else:
+        opt_state, opt_sh = (), ()
+    step = _make_step(c, strategy, r, sizes, (param_sh, opt_sh, None))
+    return step, (params, opt_state, (x, y))
