@@ -1,0 +1,587 @@
+"""Typed views of instruction attributes, decoded on demand from their raw text.
+
+The grammar keeps every `key=value` verbatim (`ir.Attribute.raw`). This module decodes the values that the
+analysis needs, table-driven: `DECODERS` maps an attribute key to the function that types it. A full parse
+runs the decoders of the keys present (so malformed values are syntax errors with a position); unknown
+keys are kept as text, so an attribute a newer XLA adds never breaks parsing.
+
+Replica groups come in four printed forms, all expanded here into explicit device-id groups:
+
+- explicit `{{0,1},{2,3}}` (and `{}`: one group of every participant, expanded by `expand_replica_groups`
+  when the module's device count is known);
+- iota `[4,2]<=[8]` or `[2,4]<=[4,2]T(1,0)`: 4 groups of 2 (see `analyzer.hlo.iota`);
+- mesh `mesh['x'=4,'y'=2] {'y'}`: the groups that vary along mesh axis `y`, one per position on the other
+  axes; `, device_ids=(...)` gives a non-iota device order; a sub-axis `'x':(2)2` is the size-2 slice of
+  axis `x` whose pre-size (product of the sizes of the finer-grained part before it) is 2.
+  Semantics from XLA's `MeshAxesReplicaGroupList::flattened_replica_groups` (xla/hlo/ir/replica_group.cc):
+  reshape the device array so that every referenced (sub-)axis is its own dimension, move the grouped
+  dimensions last in the order given, and cut the flattened array into groups.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from math import prod
+from typing import TYPE_CHECKING, Any
+
+from analyzer.hlo.iota import expand_iota
+from analyzer.hlo.ir import Metadata
+
+if TYPE_CHECKING:  # pragma: no cover
+    from analyzer.hlo.ir import HloModule, Instruction
+
+__all__ = [
+    "DECODERS",
+    "CALL_KEYS",
+    "unquote",
+    "split_top",
+    "parse_int_list",
+    "parse_replica_groups",
+    "parse_mesh_groups",
+    "parse_source_target_pairs",
+    "parse_metadata",
+    "parse_frontend_attributes",
+    "parse_computation_list",
+    "replica_groups",
+    "expand_replica_groups",
+    "source_target_pairs",
+    "int_list",
+    "called_computations",
+    "metadata",
+    "frontend_attributes",
+    "sharding",
+    "validate",
+]
+
+# Attributes whose value names called computations, in the order XLA prints them.
+CALL_KEYS: tuple[str, ...] = (
+    "to_apply", "calls", "body", "condition", "branch_computations", "true_computation", "false_computation",
+    "called_computations", "select", "scatter",
+)
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0"}
+_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)", re.S)
+
+
+def unquote(text: str) -> str:
+    """The value of a quoted HLO string (C escapes), e.g. `"a\\"b"` -> `a"b`.
+
+    Example:
+      >>> unquote('"x\\\\ny"')
+      'x\\ny'
+    """
+    if len(text) < 2 or text[0] not in "\"'" or text[-1] != text[0]:
+        raise ValueError(f"expected a quoted string, got {text[:40]!r}")
+    body = text[1:-1]
+    if "\\" not in body:
+        return body
+
+    def sub(m: re.Match) -> str:
+        e = m.group(1)
+        if e[0] == "x":
+            return chr(int(e[1:], 16))
+        if e[0].isdigit():
+            return chr(int(e, 8))
+        return _ESCAPES.get(e, "\\" + e)
+
+    return _ESCAPE_RE.sub(sub, body)
+
+
+def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split `text` at `sep` characters outside brackets and quotes; items are stripped, empty ones kept out.
+
+    Example:
+      >>> split_top('{0,1},{2,3}')
+      ['{0,1}', '{2,3}']
+    """
+    out: list[str] = []
+    depth = 0
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c in "{[(":
+            depth += 1
+        elif c in "}])":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced {c!r} in {text[:60]!r}")
+        elif c == sep and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    if depth != 0:
+        raise ValueError(f"unbalanced brackets in {text[:60]!r}")
+    last = text[start:].strip()
+    if not out:
+        return [last] if last else []
+    out.append(last)
+    if any(not x for x in out):
+        raise ValueError(f"an empty item in the list {text[:60]!r}")
+    return out
+
+
+def _strip_comments(text: str) -> str:
+    return re.sub(r"/\*.*?\*/", "", text, flags=re.S) if "/*" in text else text
+
+
+def _braced(text: str, what: str) -> str:
+    text = _strip_comments(text).strip()
+    if len(text) < 2 or text[0] != "{" or text[-1] != "}":
+        raise ValueError(f"expected {what}, got {text[:60]!r}")
+    return text[1:-1].strip()
+
+
+def parse_int_list(raw: str) -> tuple[int, ...]:
+    """`{1,2,3}` -> (1, 2, 3); `{}` -> ().
+
+    Example:
+      >>> parse_int_list("{0, 2}")
+      (0, 2)
+    """
+    body = _braced(raw, "a list of integers like `{0,1}`")
+    if not body:
+        return ()
+    try:
+        return tuple(int(x) for x in body.split(","))
+    except ValueError:
+        raise ValueError(f"expected a list of integers like `{{0,1}}`, got {raw[:60]!r}") from None
+
+
+def _int_groups(raw: str, what: str) -> tuple[tuple[int, ...], ...]:
+    body = _braced(raw, what)
+    if not body:
+        return ()
+    return tuple(parse_int_list(g) for g in split_top(body))
+
+
+_IOTA_RE = re.compile(r"^\[([\d,\s]*)\]\s*<=\s*\[([\d,\s]*)\]\s*(?:T\(([\d,\s]*)\))?$")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    text = text.strip()
+    return tuple(int(x) for x in text.split(",")) if text else ()
+
+
+def parse_replica_groups(raw: str) -> tuple[tuple[int, ...], ...]:
+    """Expand any printed replica-group form into explicit groups of device ids.
+
+    Args:
+      raw: `{{0,1},{2,3}}`, `{}`, `[4,2]<=[8]`, `[2,4]<=[4,2]T(1,0)`, or the mesh form
+        `mesh['x'=4,'y'=2] {'y'}` (optionally with `, device_ids=(...)` before the braces).
+
+    Returns:
+      A tuple of groups; `()` for `{}` (every participant in one group; see `expand_replica_groups`).
+
+    Example:
+      >>> parse_replica_groups("[2,4]<=[4,2]T(1,0)")
+      ((0, 2, 4, 6), (1, 3, 5, 7))
+    """
+    text = _strip_comments(raw).strip()
+    if text.startswith("{"):
+        return _int_groups(text, "replica groups like `{{0,1},{2,3}}`")
+    if text.startswith("["):
+        m = _IOTA_RE.match(text)
+        if not m:
+            raise ValueError(f"expected iota replica groups like `[4,2]<=[8]` or `[2,4]<=[4,2]T(1,0)`, got {raw!r}")
+        dims, reshape, perm = _ints(m.group(1)), _ints(m.group(2)), m.group(3)
+        if len(dims) != 2:
+            raise ValueError(f"iota replica groups need two dims [groups,group_size], got {list(dims)}")
+        ids = expand_iota(dims, reshape, _ints(perm) if perm is not None else None)
+        return tuple(tuple(int(x) for x in row) for row in ids)
+    if text.startswith("mesh"):
+        return parse_mesh_groups(text)
+    raise ValueError(f"expected replica groups: `{{{{0,1}},{{2,3}}}}`, `[4,2]<=[8]` or `mesh['x'=4] {{'x'}}`, "
+                     f"got {raw[:60]!r}")
+
+
+_MESH_RE = re.compile(
+    r"^mesh\s*\[(?P<axes>[^\]]*)\]\s*(?:,\s*device_ids\s*=\s*\((?P<ids>[^)]*)\))?\s*\{(?P<group>[^}]*)\}$"
+)
+_AXIS_DECL = re.compile(r"^'([^']*)'\s*=\s*(\d+)$")
+_AXIS_REF = re.compile(r"^'([^']*)'(?:\s*:\s*\((\d+)\)\s*(\d+))?$")
+
+
+def parse_mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
+    """Expand the mesh form `mesh['x'=4,'y'=2] {'y'}` into explicit device-id groups.
+
+    The mesh's axes are the dims of the device array (`iota` unless `device_ids=(...)` is given). The
+    braces name the axes a group spans, major to minor; `'x':(p)s` is the sub-axis of size `s` inside
+    `x` with pre-size `p` (the product of the finer-grained sizes before it: `x` of size 8 splits as
+    `[8/(p*s), s, p]` major to minor... XLA writes it as reshape `[p, s, 8/(p*s)]` of the axis with the
+    group on the middle dim).
+
+    Example:
+      >>> parse_mesh_groups("mesh['x'=2,'y'=2] {'x'}")
+      ((0, 2), (1, 3))
+    """
+    m = _MESH_RE.match(_strip_comments(raw).strip())
+    if not m:
+        raise ValueError("expected mesh replica groups like `mesh['x'=4,'y'=2] {'y'}` or "
+                         f"`mesh['x'=4,'y'=2], device_ids=(...) {{'y'}}`, got {raw[:80]!r}")
+    names: list[str] = []
+    sizes: list[int] = []
+    for decl in split_top(m.group("axes")):
+        d = _AXIS_DECL.match(decl)
+        if not d:
+            raise ValueError(f"expected a mesh axis like `'x'=4`, got {decl!r}")
+        if d.group(1) in names:
+            raise ValueError(f"mesh axis {d.group(1)!r} is declared twice")
+        names.append(d.group(1))
+        sizes.append(int(d.group(2)))
+        if sizes[-1] <= 0:
+            raise ValueError(f"mesh axis {d.group(1)!r} has size {sizes[-1]}; sizes must be positive")
+    if not names:
+        raise ValueError("a mesh needs at least one axis")
+    total = prod(sizes)
+    import numpy as np
+
+    if m.group("ids") is not None:
+        ids = _ints(m.group("ids"))
+        if sorted(ids) != list(range(total)):
+            raise ValueError(f"device_ids must be a permutation of 0..{total - 1}, got {len(ids)} ids")
+        devices = np.array(ids, dtype=np.int64).reshape(sizes)
+    else:
+        devices = np.arange(total, dtype=np.int64).reshape(sizes)
+    refs: list[tuple[int, tuple[int, int] | None]] = []
+    group_text = m.group("group").strip()
+    if not group_text:
+        raise ValueError("the mesh form needs at least one axis in braces, e.g. {'y'}")
+    for item in split_top(group_text):
+        r = _AXIS_REF.match(item)
+        if not r:
+            raise ValueError(f"expected an axis reference like `'y'` or `'y':(2)2`, got {item!r}")
+        if r.group(1) not in names:
+            raise ValueError(f"axis {r.group(1)!r} is not in the mesh; mesh axes: {', '.join(names)}")
+        ax = names.index(r.group(1))
+        sub = None
+        if r.group(2) is not None:
+            pre, size = int(r.group(2)), int(r.group(3))
+            full = sizes[ax]
+            if pre < 1 or size < 2 or full % (pre * size) or size >= full:
+                raise ValueError(f"sub-axis {item} does not fit axis {r.group(1)!r} of size {full}")
+            sub = (pre, size)
+        refs.append((ax, sub))
+    # Per mesh dim: the reshape of that axis and which of its new dims are grouped (in reference order).
+    reshape: dict[int, list[int]] = {}
+    aggregate: dict[int, list[int]] = {}
+    for ax in sorted({a for a, _ in refs}):
+        axis_refs = [(i, s) for i, (a, s) in enumerate(refs) if a == ax]
+        full = sizes[ax]
+        if len(axis_refs) == 1:
+            s = axis_refs[0][1]
+            if s is None:
+                reshape[ax], aggregate[ax] = [full], [0]
+            else:
+                reshape[ax], aggregate[ax] = [s[0], s[1], full // (s[0] * s[1])], [1]
+            continue
+        if any(s is None for _, s in axis_refs):
+            raise ValueError(f"axis {names[ax]!r} is referenced twice")
+        order = sorted(range(len(axis_refs)), key=lambda k: axis_refs[k][1][0])
+        dims: list[int] = []
+        agg_sorted: list[int] = []
+        prefix = 1
+        for k in order:
+            pre, size = axis_refs[k][1]
+            if pre < prefix or pre % prefix:
+                raise ValueError(f"sub-axes of {names[ax]!r} overlap")
+            if pre != prefix:
+                dims.append(pre // prefix)
+                prefix = pre
+            agg_sorted.append(len(dims))
+            dims.append(size)
+            prefix *= size
+        if prefix != full:
+            dims.append(full // prefix)
+        agg = [0] * len(order)
+        for pos, k in enumerate(order):
+            agg[k] = agg_sorted[pos]
+        reshape[ax], aggregate[ax] = dims, agg
+    new_sizes: list[int] = []
+    offsets: list[int] = []
+    for ax, size in enumerate(sizes):
+        offsets.append(len(new_sizes))
+        new_sizes.extend(reshape.get(ax, [size]))
+    consumed: dict[int, int] = {}
+    grouped: list[int] = []
+    for ax, _ in refs:
+        k = consumed.get(ax, 0)
+        consumed[ax] = k + 1
+        grouped.append(aggregate[ax][k] + offsets[ax])
+    if len(set(grouped)) != len(grouped):
+        raise ValueError("an axis appears twice in the mesh group")
+    perm = [d for d in range(len(new_sizes)) if d not in grouped] + grouped
+    arr = devices.reshape(new_sizes).transpose(perm)
+    per_group = prod(new_sizes[d] for d in grouped)
+    flat = arr.reshape(-1, per_group)
+    return tuple(tuple(int(x) for x in row) for row in flat)
+
+
+def parse_source_target_pairs(raw: str) -> tuple[tuple[int, int], ...]:
+    """`{{0,1},{1,2}}` -> ((0, 1), (1, 2)).
+
+    Example:
+      >>> parse_source_target_pairs("{{0,1},{1,0}}")
+      ((0, 1), (1, 0))
+    """
+    groups = _int_groups(raw, "source-target pairs like `{{0,1},{1,0}}`")
+    for g in groups:
+        if len(g) != 2:
+            raise ValueError(f"expected source-target pairs of two ids, got {{{','.join(map(str, g))}}}")
+    return groups  # type: ignore[return-value]
+
+
+_METADATA_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s"}]+)\s*', re.S)
+_METADATA_INT = {"source_line", "source_end_line", "source_column", "source_end_column", "stack_frame_id",
+                 "size_of_generated_code_in_bytes", "size_of_memory_working_set_in_bytes"}
+
+
+def parse_metadata(raw: str) -> Metadata:
+    """`{op_type="dot" op_name="jit(f)/dot" source_file="a.py" source_line=3 stack_frame_id=2}` -> Metadata.
+
+    Example:
+      >>> parse_metadata('{op_name="add" stack_frame_id=5}').stack_frame_id
+      5
+    """
+    body = _braced(raw, 'metadata like `{op_name="..." source_line=3}`')
+    values: dict[str, str] = {}
+    pos = 0
+    while pos < len(body):
+        m = _METADATA_ITEM.match(body, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"expected `key=value` in metadata, got {body[pos:pos + 40]!r}")
+        key, val = m.group(1), m.group(2)
+        values[key] = unquote(val) if val.startswith('"') else val
+        pos = m.end()
+    ints: dict[str, int | None] = {}
+    for k in ("source_line", "source_end_line", "stack_frame_id"):
+        v = values.pop(k, None)
+        if v is not None:
+            try:
+                ints[k] = int(v)
+            except ValueError:
+                raise ValueError(f"metadata {k} must be an integer, got {v!r}") from None
+    for k in _METADATA_INT & set(values):
+        try:
+            int(values[k])
+        except ValueError:
+            raise ValueError(f"metadata {k} must be an integer, got {values[k]!r}") from None
+    return Metadata(
+        op_type=values.pop("op_type", None),
+        op_name=values.pop("op_name", None),
+        source_file=values.pop("source_file", None),
+        source_line=ints.get("source_line"),
+        source_end_line=ints.get("source_end_line"),
+        stack_frame_id=ints.get("stack_frame_id"),
+        extra=values,
+    )
+
+
+def parse_frontend_attributes(raw: str) -> dict[str, str]:
+    """`{_xla_stream_annotation="1",inlineable="true"}` -> {'_xla_stream_annotation': '1', ...}.
+
+    Example:
+      >>> parse_frontend_attributes('{a="1",b="x"}')
+      {'a': '1', 'b': 'x'}
+    """
+    body = _braced(raw, 'frontend attributes like `{key="value"}`')
+    out: dict[str, str] = {}
+    for item in split_top(body):
+        key, eq, val = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ValueError(f"expected `key=\"value\"` in frontend_attributes, got {item[:40]!r}")
+        val = val.strip()
+        out[key.strip('"')] = unquote(val) if val[:1] in "\"'" else val
+    return out
+
+
+_COMP_NAME = re.compile(r"^%?[A-Za-z_][\w.\-]*$")
+
+
+def parse_computation_list(raw: str) -> tuple[str, ...]:
+    """`%add` -> ('add',); `{%a, %b}` -> ('a', 'b').
+
+    Example:
+      >>> parse_computation_list("{%then, %else}")
+      ('then', 'else')
+    """
+    text = _strip_comments(raw).strip()
+    items = split_top(text[1:-1]) if text.startswith("{") and text.endswith("}") else [text]
+    out = []
+    for item in items:
+        if not _COMP_NAME.match(item):
+            raise ValueError(f"expected a computation name like `%add`, got {item[:40]!r}")
+        out.append(item.lstrip("%"))
+    return tuple(out)
+
+
+def _parse_bool(raw: str) -> bool:
+    if raw not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {raw[:20]!r}")
+    return raw == "true"
+
+
+def _parse_int(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {raw[:20]!r}") from None
+
+
+def _parse_sharding(raw: str) -> Any:
+    try:
+        from analyzer.hlo.sharding import parse_hlo_sharding
+    except ImportError:  # the sharding module is another helper's; keep the text until it lands
+        return raw
+    return parse_hlo_sharding(raw)
+
+
+def _parse_backend_config(raw: str) -> Any:
+    import json
+
+    text = raw
+    if text.startswith('"'):
+        text = unquote(text)
+        if not text:
+            return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return raw
+
+
+# key -> decoder. Each decoder takes the raw text and returns the typed value or raises ValueError with a
+# message in HLO terms. Keys absent here stay raw text.
+DECODERS: Mapping[str, Callable[[str], Any]] = {
+    "replica_groups": parse_replica_groups,
+    "source_target_pairs": parse_source_target_pairs,
+    "dimensions": parse_int_list,
+    "channel_id": _parse_int,
+    "index": _parse_int,
+    "use_global_device_ids": _parse_bool,
+    "constrain_layout": _parse_bool,
+    "is_host_transfer": _parse_bool,
+    "metadata": parse_metadata,
+    "frontend_attributes": parse_frontend_attributes,
+    "lhs_contracting_dims": parse_int_list,
+    "rhs_contracting_dims": parse_int_list,
+    "lhs_batch_dims": parse_int_list,
+    "rhs_batch_dims": parse_int_list,
+    "slice_sizes": parse_int_list,
+    "dynamic_slice_sizes": parse_int_list,
+    "offset_dims": parse_int_list,
+    "collapsed_slice_dims": parse_int_list,
+    "start_index_map": parse_int_list,
+    "update_window_dims": parse_int_list,
+    "inserted_window_dims": parse_int_list,
+    "scatter_dims_to_operand_dims": parse_int_list,
+    "split_dimension": _parse_int,
+    "concat_dimension": _parse_int,
+    "iota_dimension": _parse_int,
+    "backend_config": _parse_backend_config,
+    "sharding": _parse_sharding,
+    **{k: parse_computation_list for k in CALL_KEYS},
+}
+
+# Decoders a full parse runs to reject malformed values (the sharding decoder belongs to another module
+# and the backend config is free-form, so those are checked on access only).
+_VALIDATED = frozenset(DECODERS) - {"sharding", "backend_config"}
+
+
+def validate(inst: Instruction) -> None:
+    """Decode every known attribute of `inst` once; raise ValueError (with `.attribute`) on a bad one."""
+    for a in inst.attributes:
+        if a.key in _VALIDATED:
+            try:
+                DECODERS[a.key](a.raw)
+            except ValueError as e:
+                e.attribute = a  # type: ignore[attr-defined]
+                raise
+
+
+def _decode(inst: Instruction, key: str) -> Any:
+    a = inst.attrs.get(key)
+    if a is None:
+        return None
+    try:
+        return DECODERS[key](a.raw)
+    except ValueError as e:
+        from analyzer.errors import HloSyntaxError
+
+        pos = a.position
+        raise HloSyntaxError(f"attribute {key} of {inst.name!r}: {e}", line=pos.line if pos else None,
+                             column=pos.column if pos else None) from None
+
+
+def replica_groups(inst: Instruction) -> tuple[tuple[int, ...], ...] | None:
+    """The explicit device-id groups of `inst`, or None without `replica_groups`. `{}` gives `()`."""
+    return _decode(inst, "replica_groups")
+
+
+def expand_replica_groups(inst: Instruction, module: HloModule) -> tuple[tuple[int, ...], ...] | None:
+    """Like `replica_groups`, but `{}` becomes one group of every participant of the module.
+
+    Participants follow XLA's collective-op group modes: with `use_global_device_ids=true` the ids are
+    global device ids (replica_count * num_partitions); with a `channel_id` they are partitions; otherwise
+    replicas.
+    """
+    groups = replica_groups(inst)
+    if groups is None or groups:
+        return groups
+    if inst.use_global_device_ids:
+        n = module.replica_count * module.num_partitions
+    elif inst.attr("channel_id") is not None:
+        n = module.num_partitions
+    else:
+        n = module.replica_count
+    return (tuple(range(n)),)
+
+
+def source_target_pairs(inst: Instruction) -> tuple[tuple[int, int], ...] | None:
+    return _decode(inst, "source_target_pairs")
+
+
+def int_list(inst: Instruction, key: str) -> tuple[int, ...] | None:
+    """The integer list attribute `key` (`dimensions={0,1}` -> (0, 1)), or None when absent."""
+    a = inst.attrs.get(key)
+    if a is None:
+        return None
+    try:
+        return parse_int_list(a.raw)
+    except ValueError as e:
+        from analyzer.errors import HloSyntaxError
+
+        pos = a.position
+        raise HloSyntaxError(f"attribute {key} of {inst.name!r}: {e}", line=pos.line if pos else None,
+                             column=pos.column if pos else None) from None
+
+
+def called_computations(inst: Instruction) -> tuple[str, ...]:
+    """Every computation `inst` calls, in attribute order (to_apply, calls, body, condition, branches...)."""
+    attrs = inst.attrs
+    out: list[str] = []
+    for key in CALL_KEYS:
+        if key in attrs:
+            out.extend(_decode(inst, key))
+    return tuple(out)
+
+
+def metadata(inst: Instruction) -> Metadata | None:
+    return _decode(inst, "metadata")
+
+
+def frontend_attributes(inst: Instruction) -> Mapping[str, str]:
+    return _decode(inst, "frontend_attributes") or {}
+
+
+def sharding(inst: Instruction) -> Any:
+    return _decode(inst, "sharding")

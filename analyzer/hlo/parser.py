@@ -1,0 +1,404 @@
+"""`parse_hlo`: HLO text -> `analyzer.hlo.ir.HloModule`, through the Lark grammar in grammars/hlo.lark.
+
+Two paths:
+
+- full (default): one LALR pass over the whole text with the transformer inlined (no parse tree), then
+  every known attribute is decoded once so malformed values are reported with their position.
+- lazy (`lazy=True`): a fast line scanner splits the text into the header and the computations; each
+  computation is parsed only when its instructions are first asked for (`LazyComputation`). Its raw text
+  stays available (`.text`), so a caller can look for, say, collectives inside fusions with a substring
+  test before paying for a parse. Cross-computation checks (called computations defined) are skipped.
+
+Errors are `analyzer.HloSyntaxError` / `analyzer.HloSemanticError` with path, line, column, the source
+line and a caret; no Lark exception escapes.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property, lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
+from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lark import Lark
+
+__all__ = ["parse_hlo", "parse_hlo_file", "LazyComputation", "attribute_value_pattern"]
+
+# Deepest bracket nesting inside one attribute value (backend_config JSON is the deepest XLA prints).
+_MAX_NESTING = 24
+
+
+def attribute_value_pattern(depth: int = _MAX_NESTING) -> str:
+    """The regex of one attribute value: plain characters, quoted strings and bracket-balanced groups.
+
+    Python's `re` has no recursion, so balanced groups are unrolled to `depth` levels; possessive
+    quantifiers keep matching linear. Bracket kinds are counted together (XLA never prints `{]`); the
+    typed decoders check the inner syntax of the values they know.
+
+    Example:
+      >>> import re
+      >>> re.fullmatch(attribute_value_pattern(3), "{{0,1},{2,3}}") is not None
+      True
+    """
+    string = r'"(?:[^"\\]|\\.)*+"' + "|" + r"'(?:[^'\\]|\\.)*+'"
+    inner = r"""[^{}\[\]()"']++""" + "|" + string
+    group = ""
+    for _ in range(depth):
+        alts = inner + (("|" + group) if group else "")
+        group = r"[{\[(](?:" + alts + r")*+[}\])]"
+    plain = r"""[^\s,{}\[\]()"']++"""
+    value = r"(?:" + plain + "|" + string + "|" + group + r")++"
+    # The mesh replica-group form puts its axis braces after a space: `mesh['x'=4] {'x'}`.
+    return value + r"(?:[ \t]+\{(?:" + inner + r")*+\})?"
+
+
+_ATTR_KEY = r"[a-zA-Z_][a-zA-Z0-9_.\-]*="
+_BRACED = r"\{[^{}]*\}"
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    """The compiled LALR parser with the transformer inlined (built once per process)."""
+    from lark import Lark
+
+    from analyzer.hlo.transformer import HloTransformer
+
+    grammar = resources.files("analyzer").joinpath("_data/grammars/hlo.lark").read_text(encoding="utf-8")
+    grammar = grammar.replace("/__ATTR__/", "/" + _ATTR_KEY + attribute_value_pattern().replace("/", "\\/") + "/")
+    grammar = grammar.replace("/__BRACED__/", "/" + _BRACED + "/")
+    return Lark(
+        grammar,
+        parser="lalr",
+        lexer="contextual",
+        start=["module", "header", "computation"],
+        transformer=HloTransformer(),
+        maybe_placeholders=True,
+        propagate_positions=False,
+        cache=False,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+# What each terminal means to a person who writes HLO (Lark's names never reach the user).
+_TERMINALS: dict[str, str] = {
+    "NAME": "a name like `%x`",
+    "PARAM_NAME": "a parameter like `p0: f32[2]`",
+    "ARRAY_SHAPE": "a shape like `f32[2,3]`",
+    "OPCODE": "an opcode like `add`",
+    "CONSTANT_OPEN": "`constant(`",
+    "INT": "a number",
+    "SCALAR": "a literal value like `1.5`",
+    "DOTS": "`...`",
+    "STRING": 'a quoted string like `"a.py"`',
+    "BRACED": "`{key=value ...}`",
+    "ATTR": "an attribute like `dimensions={0}`",
+    "ENTRY": "`ENTRY`",
+    "ROOT": "`ROOT`",
+    "LPAR": "`(`",
+    "RPAR": "`)`",
+    "LBRACE": "`{`",
+    "RBRACE": "`}`",
+    "LSQB": "`[`",
+    "RSQB": "`]`",
+    "COMMA": "`,`",
+    "EQUAL": "`=`",
+    "MORETHAN": "`>`",
+    "__ANON_0": "`->`",
+    "HLOMODULE": "`HloModule`",
+    "$END": "the end of the text",
+}
+
+_INSTRUCTION = "an instruction like `%name = f32[2] add(%a, %b)`"
+
+
+def _describe_expected(expected: set[str]) -> str:
+    """One sentence of what was expected, most specific first."""
+    e = set(expected)
+    if "OPCODE" in e:
+        return "expected an opcode like `add` or `constant(...)` after the shape"
+    if {"ROOT", "NAME", "RBRACE"} <= e:
+        return f"expected {_INSTRUCTION}, or `}}` to end the computation"
+    if "ATTR" in e and len(e - {"ATTR"}) <= 1:
+        return "expected an attribute like `dimensions={0}` after `,`"
+    if "ARRAY_SHAPE" in e and "NAME" not in e and "SCALAR" not in e:
+        return "expected a shape like `f32[2,3]` or `(f32[], s32[])`"
+    if "SCALAR" in e:
+        return "expected a literal like `1`, `{1, 2}` or `{ {1, 2}, {3, 4} }`"
+    if "HLOMODULE" in e:
+        return "expected `HloModule name` at the start of the module"
+    if "NAME" in e and ("ENTRY" in e or "$END" in e) and "ROOT" not in e:
+        return "expected a computation like `ENTRY %main (p: f32[2]) -> f32[2] { ... }`"
+    if e == {"EQUAL"}:
+        return "expected `=` after the instruction name"
+    names = [_TERMINALS.get(t, t.lower()) for t in sorted(e)]
+    if not names:
+        return "unexpected text"
+    return "expected " + (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1])
+
+
+def _source_line(text: str, line: int | None) -> str | None:
+    if line is None or line < 1:
+        return None
+    start = 0
+    for _ in range(line - 1):
+        start = text.find("\n", start) + 1
+        if start == 0:
+            return None
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _positioned(err: AnalyzerError, text: str, path: str | None) -> AnalyzerError:
+    """The same error with the path and the source line filled in."""
+    if isinstance(err, (HloSyntaxError, HloSemanticError)):
+        if err.path is not None and err.source_line is not None:
+            return err
+        return type(err)(err.message, path=path, line=err.line, column=err.column,
+                         source_line=err.source_line or _source_line(text, err.line))
+    return err
+
+
+def _from_lark(e: Exception, text: str, path: str | None, line_offset: int = 0) -> HloSyntaxError:
+    """Translate a Lark exception into an HloSyntaxError in HLO terms."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
+    line = getattr(e, "line", None)
+    column = getattr(e, "column", None)
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        if tok.type == "$END":
+            found = "the end of the text"
+            line, column = _end_position(text)
+        else:
+            found = f"`{str(tok)[:40]}`"
+        msg = f"{_describe_expected(set(e.expected))}, found {found}"
+    elif isinstance(e, UnexpectedCharacters):
+        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
+        allowed = set(e.allowed or ())
+        msg = f"{_describe_expected(allowed)}, found `{ch}`" if allowed else f"unexpected character `{ch}`"
+        if ch == "\x00":
+            msg = "unexpected NUL character"
+    elif isinstance(e, UnexpectedEOF):
+        line, column = _end_position(text)
+        msg = f"{_describe_expected(set(e.expected))}, found the end of the text"
+    else:
+        msg = f"cannot parse: {e}"
+    if line is not None and line_offset:
+        line += line_offset
+    if isinstance(line, int) and line < 1:
+        line, column = None, None
+    return HloSyntaxError(msg, path=path, line=line, column=column,
+                          source_line=_source_line(text, line) if line else None)
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    stripped = text.rstrip()
+    line = stripped.count("\n") + 1
+    column = len(stripped) - (stripped.rfind("\n") + 1) + 1
+    return line, column
+
+
+# ---------------------------------------------------------------------------------------------- full
+
+
+def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloModule:
+    """Parse HLO text as XLA prints it (`compiled.as_text()`, `--xla_dump_to` files) into an `HloModule`.
+
+    Args:
+      text: the module text, starting with `HloModule`.
+      path: where the text came from, for error messages and `HloModule.path`.
+      lazy: split computations with a fast scanner and parse each only when its instructions are first
+        used (see the module docstring); errors inside a computation then surface on that access.
+
+    Returns:
+      The module, with 1-based positions on computations, instructions and attributes.
+
+    Raises:
+      HloSyntaxError: text that does not follow the HLO grammar, with line, column and what was expected.
+      HloSemanticError: undefined operands or computations, duplicate names, two ROOTs.
+
+    Example:
+      >>> m = parse_hlo("HloModule m\\nENTRY e {\\n  ROOT p = f32[2] parameter(0)\\n}\\n")
+      >>> m.entry.root.opcode
+      'parameter'
+    """
+    if not isinstance(text, str):
+        raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
+    if lazy:
+        module = _parse_lazy(text, path)
+        if module is not None:
+            return module
+    try:
+        module = _lark().parse(text, start="module")
+        _validate_attributes(module)
+    except (HloSyntaxError, HloSemanticError) as e:
+        raise _positioned(e, text, path) from None
+    except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
+        raise _translate(e, text, path) from None
+    if path is not None:
+        object.__setattr__(module, "path", path)
+    return module
+
+
+def _translate(e: Exception, text: str, path: str | None, line_offset: int = 0) -> AnalyzerError:
+    from lark.exceptions import LarkError
+
+    if isinstance(e, LarkError):
+        inner = getattr(e, "orig_exc", None)
+        if isinstance(inner, (HloSyntaxError, HloSemanticError)):
+            return _positioned(inner, text, path)
+        return _from_lark(e, text, path, line_offset)
+    if isinstance(e, RecursionError):
+        return HloSyntaxError("the text nests too deeply to parse", path=path)
+    return HloSyntaxError(f"cannot parse this HLO ({type(e).__name__}: {e})", path=path)
+
+
+def _validate_attributes(module: HloModule) -> None:
+    from analyzer.hlo import attributes
+
+    for _, inst in module.instructions():
+        try:
+            attributes.validate(inst)
+        except ValueError as e:
+            a = e.attribute  # type: ignore[attr-defined]
+            pos = a.position or inst.position
+            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", line=pos.line if pos else None,
+                                 column=pos.column if pos else None) from None
+
+
+def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
+    """Read and parse one HLO text file (`.hlo`, `.txt`, an `--xla_dump_to` dump).
+
+    Raises:
+      HloSyntaxError: unreadable file (with the OS reason), or bad HLO.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise HloSyntaxError(f"cannot read HLO file: {e}", path=str(p)) from None
+    return parse_hlo(text, path=str(p), lazy=lazy)
+
+
+# ---------------------------------------------------------------------------------------------- lazy
+
+# A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
+_COMP_START = re.compile(r"^(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
+_COMP_END = re.compile(r"^\}[ \t]*$", re.M)
+
+
+def _parse_lazy(text: str, path: str | None) -> HloModule | None:
+    """Split with the line scanner; None when the text is not laid out as XLA prints it (then parse fully)."""
+    first = _COMP_START.search(text)
+    if first is None:
+        return None
+    header_text = text[: first.start()]
+    try:
+        header = _lark().parse(header_text, start="header")
+    except (HloSyntaxError, HloSemanticError) as e:
+        raise _positioned(e, text, path) from None
+    except Exception as e:
+        raise _translate(e, text, path) from None
+    comps: list[LazyComputation] = []
+    pos = first.start()
+    line = header_text.count("\n") + 1
+    names: set[str] = set()
+    while True:
+        m = _COMP_START.match(text, pos)
+        if m is None:
+            if text[pos:].strip():
+                return None  # something between computations that the scanner does not know: parse fully
+            break
+        end = _COMP_END.search(text, m.end())
+        if end is None:
+            return None
+        name = m.group(2).lstrip("%")
+        if name in names:
+            return None  # let the full parser report the duplicate with its checks
+        names.add(name)
+        comps.append(LazyComputation(text, m.start(), end.end(), line, m.start(2) - m.start() + 1, name,
+                                     m.group(1) is not None, path))
+        line += text.count("\n", m.start(), end.end())
+        pos = end.end()
+        ws = re.compile(r"\s*").match(text, pos)
+        line += text.count("\n", pos, ws.end())
+        pos = ws.end()
+        if pos >= len(text):
+            break
+    if not comps:
+        return None
+    return HloModule(header.name, tuple(comps), header.attributes, header.frames, path)
+
+
+class LazyComputation(Computation):
+    """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
+
+    def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
+                 path: str | None) -> None:
+        object.__setattr__(self, "_source", source)
+        object.__setattr__(self, "_span", (start, end))
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "is_entry", is_entry)
+        object.__setattr__(self, "position", Position(line, column))
+
+    @property
+    def text(self) -> str:
+        """The computation's source text, unparsed."""
+        start, end = self._span
+        return self._source[start:end]
+
+    @property
+    def is_parsed(self) -> bool:
+        return "_parsed" in self.__dict__
+
+    def mentions(self, *opcodes: str) -> bool:
+        """Whether any of `opcodes` appears as an opcode in the text (a substring test; no parse).
+
+        Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
+        """
+        start, end = self._span
+        src = self._source
+        return any(src.find(f" {op}(", start, end) >= 0 for op in opcodes)
+
+    @cached_property
+    def _parsed(self) -> Computation:
+        start, end = self._span
+        chunk = self._source[start:end]
+        line0 = self.position.line - 1
+        try:
+            from lark import Lark  # noqa: F401  (import error surfaces here, not at module import)
+
+            ip = _lark().parse_interactive(chunk, start="computation")
+            ip.lexer_thread.state.line_ctr.line = line0 + 1
+            comp = ip.resume_parse()
+            from analyzer.hlo.ir import HloModule as _M
+
+            _validate_attributes(_M("lazy", (comp,)))
+        except (HloSyntaxError, HloSemanticError) as e:
+            raise _positioned(e, self._source, self._path) from None
+        except Exception as e:
+            raise _translate(e, self._source, self._path) from None
+        return comp
+
+    @cached_property
+    def instructions(self) -> tuple[Instruction, ...]:  # type: ignore[override]
+        return self._parsed.instructions
+
+    @cached_property
+    def parameter_shapes(self):  # type: ignore[override]
+        return self._parsed.parameter_shapes
+
+    @cached_property
+    def result_shape(self):  # type: ignore[override]
+        return self._parsed.result_shape
+
+    def __repr__(self) -> str:
+        state = "parsed" if self.is_parsed else "unparsed"
+        return f"LazyComputation({self.name!r}, {state}, line {self.position.line})"

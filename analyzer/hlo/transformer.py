@@ -1,0 +1,468 @@
+"""Lark callbacks that turn HLO parse events into the IR of `analyzer.hlo.ir`, with no parse tree built.
+
+The parser passes an instance of :class:`HloTransformer` to Lark (`transformer=`), so each grammar rule is
+reduced straight into a dataclass or a small tuple. The transformer holds no state: everything a rule
+needs arrives in its children. Checks that need a whole computation (operands defined before use,
+duplicate names, one ROOT) run when the computation rule is reduced; checks that need the whole module
+(called computations, duplicate computation names, the stack-frame tables) when the module is.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from lark import Token, Transformer
+
+from analyzer.errors import HloSemanticError, HloSyntaxError
+from analyzer.hlo import attributes
+from analyzer.hlo.ir import ELEMENT_BITS, Attribute, Computation, Frame, HloModule, Instruction, Layout, Operand, Position, Shape
+
+__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_module"]
+
+_DIMS_SPLIT = re.compile(r"\s*,\s*")
+_LAYOUT_ITEM = re.compile(r"T\(([^)]*)\)|S\((\d+)\)|([A-Z#*]+\([^)]*\))")
+
+
+def _pos(tok: Token) -> Position:
+    return Position(tok.line, tok.column)
+
+
+def _name(tok: Token) -> str:
+    return tok[1:] if tok.startswith("%") else str(tok)
+
+
+def _syntax(msg: str, tok: Token, offset: int = 0) -> HloSyntaxError:
+    return HloSyntaxError(msg, line=tok.line, column=tok.column + offset)
+
+
+@lru_cache(maxsize=8192)
+def decode_array_shape(text: str) -> Shape:
+    """Decode one array-shape terminal: `bf16[8,<=16]{1,0:T(8,128)S(1)}`, `f32[]`, `token[]`, `s32[?]`.
+
+    Memoised: a module repeats a few hundred distinct shapes thousands of times, and `Shape` is immutable.
+
+    Args:
+      text: the terminal's text.
+
+    Returns:
+      The `Shape`.
+
+    Raises:
+      ValueError: with a message in HLO terms; the caller adds the position.
+
+    Example:
+      >>> decode_array_shape("f32[2,<=4]{1,0}").dynamic
+      (False, True)
+    """
+    open_ = text.index("[")
+    close = text.index("]", open_)
+    etype = text[:open_]
+    if etype not in ELEMENT_BITS:
+        raise ValueError(f"unknown element type {etype!r}; expected one of pred, s8..s64, u8..u64, f16, bf16, "
+                         "f32, f64, c64, c128, f8 types, token")
+    body = text[open_ + 1:close].strip()
+    dims: list[int] = []
+    dynamic: list[bool] = []
+    if body:
+        for item in _DIMS_SPLIT.split(body):
+            dyn = False
+            if item.startswith("<="):
+                item = item[2:].strip()
+                dyn = True
+            if item == "?":
+                dims.append(-1)
+                dynamic.append(True)
+                continue
+            if not item.isdigit():
+                raise ValueError(f"expected a dimension size like `8`, `<=8` or `?`, got {item!r}")
+            dims.append(int(item))
+            dynamic.append(dyn)
+    if etype == "token" and dims:
+        raise ValueError("a token shape has no dimensions: `token[]`")
+    layout = None
+    if close + 1 < len(text):
+        layout = _decode_layout(text[close + 2:-1], len(dims))
+    return Shape(etype, tuple(dims), tuple(dynamic) if any(dynamic) else (), layout)
+
+
+def _decode_layout(body: str, rank: int) -> Layout:
+    """`1,0:T(8,128)(2,1)S(1)` -> Layout. The part after ':' keeps unknown items verbatim in `extra`."""
+    m2m_text, _, rest = body.partition(":")
+    m2m_text = m2m_text.strip()
+    try:
+        m2m = tuple(int(x) for x in m2m_text.split(",")) if m2m_text else ()
+    except ValueError:
+        raise ValueError(f"expected a layout like `{{1,0}}` (minor-to-major dims), got `{{{body}}}`") from None
+    if m2m and sorted(m2m) != list(range(rank)):
+        raise ValueError(f"layout {{{m2m_text}}} is not a permutation of the {rank} dimensions")
+    tiles: list[tuple[int, ...]] = []
+    memory_space = None
+    extra: list[str] = []
+    if rest:
+        i = 0
+        n = len(rest)
+        while i < n:
+            c = rest[i]
+            if c == "T":
+                i += 1
+                while i < n and rest[i] == "(":
+                    j = rest.index(")", i)
+                    inner = rest[i + 1:j]
+                    try:
+                        tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in inner.split(",")) if inner else ())
+                    except ValueError:
+                        raise ValueError(f"expected a tile like `T(8,128)`, got `T({inner})`") from None
+                    i = j + 1
+            elif c == "S" and i + 1 < n and rest[i + 1] == "(":
+                j = rest.index(")", i)
+                memory_space = int(rest[i + 2:j])
+                i = j + 1
+            elif c.isspace():
+                i += 1
+            else:
+                j = rest.find(")", i)
+                if j < 0:
+                    extra.append(rest[i:])
+                    break
+                extra.append(rest[i:j + 1])
+                i = j + 1
+    return Layout(m2m, tuple(tiles), memory_space, "".join(extra))
+
+
+# An instruction before its operands are resolved against the computation.
+# (is_root, name_token, shape, opcode, operand (name_token, shape|None) list, attributes, parameter, literal)
+_Pending = tuple
+
+
+class HloTransformer(Transformer):
+    """Rule callbacks for grammars/hlo.lark. Stateless; safe to share."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ shapes
+    def shape(self, children):
+        tok = children[0]
+        try:
+            return decode_array_shape(str(tok))
+        except ValueError as e:
+            raise _syntax(str(e), tok) from None
+
+    def tuple_shape(self, children):
+        if children == [None]:
+            return Shape("tuple")
+        return Shape("tuple", tuple_shapes=tuple(children))
+
+    # ------------------------------------------------------------------ literals
+    def scalar_literal(self, children):
+        return str(children[0])
+
+    def array_literal(self, children):
+        if children == [None]:
+            return "{}"
+        return "{" + ", ".join(children) + "}"
+
+    def paren_literal(self, children):
+        if children == [None]:
+            return "()"
+        return "(" + ", ".join(children) + ")"
+
+    def shaped_literal(self, children):
+        return f"{children[0]} {children[1]}"
+
+    def elided_literal(self, children):
+        return "..."
+
+    # ------------------------------------------------------------------ instructions
+    def operand(self, children):
+        if len(children) == 1:
+            return (children[0], None)
+        return (children[1], children[0])
+
+    def number_operand(self, children):
+        return children[0]
+
+    def attribute(self, children):
+        tok = children[0]
+        key, _, raw = tok.partition("=")
+        return Attribute(key, raw, Position(tok.line, tok.column + len(key) + 1))
+
+    module_attr = attribute
+
+    def instruction(self, children):
+        is_root = False
+        i = 0
+        if children[0].type == "ROOT":
+            is_root = True
+            i = 1
+        name, shape, opcode = children[i], children[i + 1], children[i + 2]
+        if opcode[0] == "%" or not opcode[0].islower():
+            raise _syntax(f"expected an opcode like `add`, got `{opcode}`", opcode)
+        operands = []
+        attrs = []
+        parameter = None
+        for c in children[i + 3:]:
+            if c is None:
+                continue
+            if type(c) is Attribute:
+                attrs.append(c)
+            elif type(c) is tuple:
+                operands.append(c)
+            else:  # a bare number: parameter(N)
+                if opcode != "parameter" or parameter is not None or operands:
+                    raise _syntax(f"expected an operand name like `%x`, got the number {c}; only "
+                                  "`parameter(N)` takes a number", c)
+                parameter = int(c)
+        if opcode == "parameter" and parameter is None:
+            raise _syntax("expected a parameter number: `parameter(0)`", opcode, len(opcode) + 1)
+        return (is_root, name, shape, str(opcode), operands, tuple(attrs), parameter, None)
+
+    def constant_instruction(self, children):
+        is_root = False
+        i = 0
+        if children[0].type == "ROOT":
+            is_root = True
+            i = 1
+        name, shape, opened, literal = children[i], children[i + 1], children[i + 2], children[i + 3]
+        attrs = tuple(c for c in children[i + 4:] if c is not None)
+        _check_literal(literal, shape, opened)
+        return (is_root, name, shape, "constant", [], attrs, None, literal)
+
+    # ------------------------------------------------------------------ computations
+    def param(self, children):
+        tok, shape = children
+        return (tok[:-1].lstrip("%"), shape)
+
+    def signature(self, children):
+        *params, result = children
+        return (tuple(p for p in params if p is not None), result)
+
+    def computation(self, children):
+        is_entry = False
+        i = 0
+        if isinstance(children[0], Token) and children[0].type == "ENTRY":
+            is_entry = True
+            i = 1
+        name_tok = children[i]
+        sig = None
+        rest = children[i + 1:]
+        if rest and type(rest[0]) is tuple and len(rest[0]) == 2 and type(rest[0][1]) is Shape:
+            sig = rest[0]
+            rest = rest[1:]
+        return build_computation(name_tok, is_entry, sig, rest)
+
+    # ------------------------------------------------------------------ module
+    def string_entry(self, children):
+        tok, s = children
+        return (int(tok), attributes.unquote(str(s)), tok)
+
+    def braced_entry(self, children):
+        tok, b = children
+        return (int(tok), str(b), b)
+
+    def file_names(self, children):
+        return ("FileNames", children)
+
+    def function_names(self, children):
+        return ("FunctionNames", children)
+
+    def file_locations(self, children):
+        return ("FileLocations", children)
+
+    def stack_frames(self, children):
+        return ("StackFrames", children)
+
+    def module(self, children):
+        return build_module(children)
+
+    header = module
+
+
+def build_computation(name_tok: Token, is_entry: bool, sig, pending: list) -> Computation:
+    """Resolve operands against earlier instructions and check names and ROOT; return the Computation.
+
+    Args:
+      name_tok: the computation's name token (gives the position).
+      is_entry: whether `ENTRY` preceded it.
+      sig: `(params, result_shape)` from the signature, or None when it was omitted.
+      pending: the instruction tuples made by `HloTransformer.instruction`.
+
+    Returns:
+      The `Computation`.
+
+    Raises:
+      HloSemanticError: undefined or later-defined operand, duplicate instruction name, two ROOTs, an
+        empty computation, duplicate parameter numbers.
+    """
+    name = _name(name_tok)
+    shapes: dict[str, Shape] = {}
+    insts: list[Instruction] = []
+    root_tok = None
+    params: dict[int, Token] = {}
+    for is_root, tok, shape, opcode, operands, attrs, parameter, literal in pending:
+        iname = tok[1:] if tok[0] == "%" else str(tok)
+        if iname in shapes:
+            raise HloSemanticError(f"instruction name {iname!r} is already defined in computation {name!r}",
+                                   line=tok.line, column=tok.column)
+        if is_root:
+            if root_tok is not None:
+                raise HloSemanticError(f"computation {name!r} has two ROOT instructions (the first is at "
+                                       f"line {root_tok.line})", line=tok.line, column=tok.column)
+            root_tok = tok
+        if parameter is not None:
+            if parameter in params:
+                raise HloSemanticError(f"parameter number {parameter} is used twice in computation {name!r}",
+                                       line=tok.line, column=tok.column)
+            if parameter < 0:
+                raise HloSemanticError(f"parameter number {parameter} is negative", line=tok.line,
+                                       column=tok.column)
+            params[parameter] = tok
+        ops = []
+        for otok, oshape in operands:
+            oname = otok[1:] if otok[0] == "%" else str(otok)
+            known = shapes.get(oname)
+            if known is None:
+                raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
+                                       f"{name!r}", line=otok.line, column=otok.column)
+            ops.append(Operand(oname, known))
+        shapes[iname] = shape
+        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
+                                 parameter, literal))
+    if not insts:
+        raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
+                               column=name_tok.column)
+    if params and sorted(params) != list(range(len(params))):
+        missing = next(i for i in range(len(params)) if i not in params)
+        raise HloSemanticError(f"computation {name!r} has parameters {sorted(params)}, but parameter({missing}) is "
+                               "missing: numbers must run 0..N-1", line=name_tok.line, column=name_tok.column)
+    if sig is not None:
+        sig_params, result = sig
+        if len(sig_params) != len(params):
+            raise HloSemanticError(f"computation {name!r} declares {len(sig_params)} parameters in its signature "
+                                   f"but has {len(params)} parameter instructions", line=name_tok.line,
+                                   column=name_tok.column)
+        param_shapes = sig_params
+    else:
+        by_num = {i.parameter_number: i for i in insts if i.parameter_number is not None}
+        param_shapes = tuple((by_num[k].name, by_num[k].shape) for k in sorted(by_num))
+        result = None
+    comp = Computation(name, tuple(insts), param_shapes, result, is_entry, Position(name_tok.line, name_tok.column))
+    if result is None:
+        object.__setattr__(comp, "result_shape", comp.root.shape)
+    return comp
+
+
+def _check_literal(literal: str, shape: Shape, tok: Token) -> None:
+    """Check that a literal's nesting and element counts fit its shape (XLA rejects those that do not)."""
+    if literal == "{...}" or shape.is_tuple or shape.is_token:
+        return
+    if any(shape.dynamic):
+        return
+    depth = 0
+    while depth < len(literal) and literal[depth] == "{":
+        depth += 1
+    if depth == 0:
+        if shape.dims:
+            raise _syntax(f"expected a literal with {len(shape.dims)} levels of braces for shape {shape}, got a "
+                          "scalar", tok, len("constant("))
+        return
+    if depth != len(shape.dims):
+        raise _syntax(f"expected a literal with {len(shape.dims)} levels of braces for shape {shape}, got {depth}",
+                      tok, len("constant("))
+    # Count the scalars: top-level items at the innermost level times the structure; cheap check on totals.
+    inner = literal.replace("{", " ").replace("}", " ")
+    items = [x for x in re.split(r",(?![^()]*\))", inner) if x.strip()]
+    if len(items) != shape.num_elements and "..." not in literal:
+        raise _syntax(f"the literal has {len(items)} elements but shape {shape} holds {shape.num_elements}",
+                      tok, len("constant("))
+
+
+def build_module(children: list) -> HloModule:
+    """Assemble the module: header attributes, frames from the tables, computations; module-level checks.
+
+    Raises:
+      HloSemanticError: duplicate computation names, a call to a computation that is not defined, two ENTRYs,
+        a stack frame that refers to a missing table row.
+    """
+    name_tok = children[0]
+    attrs: dict[str, str] = {}
+    tables: dict[str, list] = {}
+    comps: list[Computation] = []
+    for c in children[1:]:
+        if type(c) is Attribute:
+            attrs[c.key] = c.raw
+        elif type(c) is tuple:
+            tables.setdefault(c[0], []).extend(c[1])
+        elif c is not None:
+            comps.append(c)
+    seen: dict[str, Computation] = {}
+    entry = None
+    for c in comps:
+        if c.name in seen:
+            raise HloSemanticError(f"computation name {c.name!r} is already defined at line {seen[c.name].position}",
+                                   line=c.position.line, column=c.position.column)
+        if c.is_entry:
+            if entry is not None:
+                raise HloSemanticError(f"two ENTRY computations: {entry.name!r} and {c.name!r}",
+                                       line=c.position.line, column=c.position.column)
+            entry = c
+        for inst in c.instructions:
+            for callee in attributes.called_computations(inst):
+                if callee not in seen:
+                    where = "defined after its caller" if any(x.name == callee for x in comps) else "not defined"
+                    if where == "not defined" or callee == c.name:
+                        a = _call_attr(inst, callee)
+                        raise HloSemanticError(f"{inst.name!r} calls computation {callee!r}, which is {where}",
+                                               line=a.line, column=a.column)
+        seen[c.name] = c
+    frames = _frames(tables)
+    return HloModule(_name(name_tok), tuple(comps), attrs, frames)
+
+
+def _call_attr(inst: Instruction, callee: str) -> Position:
+    for a in inst.attributes:
+        if callee in a.raw and a.position is not None:
+            return a.position
+    return inst.position or Position(1, 1)
+
+
+def _frames(tables: dict[str, list]) -> dict[int, Frame]:
+    """Resolve StackFrames through FileLocations, FileNames and FunctionNames (ids are 1-based)."""
+    if "StackFrames" not in tables:
+        return {}
+    files = {i: s for i, s, _ in tables.get("FileNames", ())}
+    funcs = {i: s for i, s, _ in tables.get("FunctionNames", ())}
+    locs: dict[int, dict[str, int]] = {}
+    for i, text, tok in tables.get("FileLocations", ()):
+        locs[i] = _int_fields(text, tok)
+    frames: dict[int, Frame] = {}
+    for i, text, tok in tables["StackFrames"]:
+        f = _int_fields(text, tok)
+        loc = locs.get(f.get("file_location_id", -1))
+        if loc is None:
+            raise HloSemanticError(f"stack frame {i} refers to file location {f.get('file_location_id')}, which the "
+                                   "FileLocations table lacks", line=tok.line, column=tok.column)
+        parent = f.get("parent_frame_id", 0)
+        frames[i] = Frame(
+            id=i,
+            file=files.get(loc.get("file_name_id", -1), ""),
+            function=funcs.get(loc.get("function_name_id", -1), ""),
+            line=loc.get("line", 0),
+            column=loc.get("column", 0),
+            end_line=loc.get("end_line"),
+            end_column=loc.get("end_column"),
+            # XLA prints the parent one higher than its id; 0 (and so 1) means no parent.
+            parent=parent - 1 if parent > 1 else None,
+        )
+    return frames
+
+
+_KV = re.compile(r"([A-Za-z_]\w*)=(-?\d+)")
+
+
+def _int_fields(text: str, tok: Token) -> dict[str, int]:
+    body = text[1:-1].strip()
+    out = {k: int(v) for k, v in _KV.findall(body)}
+    if _KV.sub("", body).strip():
+        raise HloSyntaxError(f"expected `key=number` pairs inside {text}", line=tok.line, column=tok.column)
+    return out
