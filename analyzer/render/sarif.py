@@ -42,18 +42,16 @@ def rule_infos() -> dict[str, RuleInfo]:
     Returns:
       code -> `RuleInfo`; empty when no rules are registered.
     """
-    from analyzer.rules import all_rules  # the rule registry (issue 5); loaded only when SARIF is asked for
+    from analyzer.rules.registry import all_rules  # loaded only when SARIF is asked for
 
     infos = {}
     for rule in all_rules():
-        doc = getattr(rule, "doc", "") or ""
-        summary = getattr(rule, "summary", "") or _first_sentence(doc) or rule.name
         infos[rule.code] = RuleInfo(
             code=rule.code,
             name=rule.name,
-            summary=summary,
-            doc=doc,
-            severity=Severity(getattr(rule, "severity", Severity.WARNING)),
+            summary=rule.summary or _first_sentence(rule.doc) or rule.name,
+            doc=rule.doc,
+            severity=Severity(rule.severity),
         )
     return infos
 
@@ -92,8 +90,10 @@ def _artifact(file: str, root: Path | None) -> dict[str, Any]:
     return {"uri": path.as_posix(), "uriBaseId": _SRCROOT}
 
 
-def _result(d: Diagnostic, rule_index: Mapping[str, int], root: Path | None) -> dict[str, Any]:
-    """A SARIF result (section 3.27) for one finding."""
+def _result(
+    d: Diagnostic, rule_index: Mapping[str, int], root: Path | None, baseline: str | None = None
+) -> dict[str, Any]:
+    """A SARIF result (section 3.27) for one finding; `baseline` names the baseline file that holds it."""
     text = d.message + (f" Fix: {d.fix}" if d.fix else "")
     result: dict[str, Any] = {
         "ruleId": d.code,
@@ -137,6 +137,12 @@ def _result(d: Diagnostic, rule_index: Mapping[str, int], root: Path | None) -> 
         properties["details"] = json.loads(json.dumps(d.details, default=str))
     if properties:
         result["properties"] = properties
+    if baseline is not None:
+        # Kept visible and auditable as a suppressed result (sections 3.27.23 and 3.35): "external" because
+        # the suppression lives outside the source, in the baseline file.
+        result["suppressions"] = [
+            {"kind": "external", "status": "accepted", "justification": f"listed in the baseline {baseline}"}
+        ]
     return result
 
 
@@ -146,6 +152,8 @@ def to_sarif(
     rules: Mapping[str, RuleInfo] | None = None,
     root: Path | None = None,
     errors: Iterable[str] = (),
+    baselined: Sequence[Diagnostic] = (),
+    baseline_name: str = "file",
     version: str | None = None,
 ) -> dict[str, Any]:
     """The SARIF log as a JSON-ready dict.
@@ -156,6 +164,8 @@ def to_sarif(
         uses is described; a code the registry lacks gets a descriptor from the finding's own name.
       root: the repository root: file locations are written relative to it, under `%SRCROOT%`.
       errors: messages of inputs that could not be analysed (reported as tool execution notifications).
+      baselined: findings a baseline tolerates: written as suppressed results, so they stay auditable.
+      baseline_name: the baseline file, for the suppressions' justification.
       version: the tool version (default: `analyzer.__version__`).
 
     Returns:
@@ -166,11 +176,16 @@ def to_sarif(
     if version is None:
         from analyzer import __version__ as version
     infos = dict(rules)
-    for d in diagnostics:  # findings from rules the registry does not list still get a descriptor
+    for d in (*diagnostics, *baselined):  # findings from rules the registry does not list still get a descriptor
         infos.setdefault(d.code, RuleInfo(d.code, d.name, d.name.replace("-", " "), severity=Severity(d.severity)))
     ordered = sorted(infos.values(), key=lambda info: info.code)
     rule_index = {info.code: i for i, info in enumerate(ordered)}
     errors = list(errors)
+    results = [_result(d, rule_index, root) for d in diagnostics]
+    if baselined:  # with suppressions in the run, an empty list says "not suppressed" (3.27.23)
+        for r in results:
+            r["suppressions"] = []
+        results += [_result(d, rule_index, root, baseline=baseline_name) for d in baselined]
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -186,7 +201,7 @@ def to_sarif(
                 "toolExecutionNotifications": [{"level": "error", "message": {"text": e}} for e in errors],
             }
         ],
-        "results": [_result(d, rule_index, root) for d in diagnostics],
+        "results": results,
         "columnKind": "unicodeCodePoints",
     }
     if root is not None:
@@ -200,6 +215,10 @@ def render(
     rules: Mapping[str, RuleInfo] | None = None,
     root: Path | None = None,
     errors: Iterable[str] = (),
+    baselined: Sequence[Diagnostic] = (),
+    baseline_name: str = "file",
 ) -> str:
     """`to_sarif` as indented JSON text."""
-    return json.dumps(to_sarif(diagnostics, rules=rules, root=root, errors=errors), indent=2) + "\n"
+    log = to_sarif(diagnostics, rules=rules, root=root, errors=errors, baselined=baselined,
+                   baseline_name=baseline_name)
+    return json.dumps(log, indent=2) + "\n"
