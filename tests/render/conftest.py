@@ -35,13 +35,13 @@ def make_report(*, with_findings: bool = True, name: str = "fsdp+tp step (hand-b
     """A realistic hand-built report: FSDP over `data`, tensor parallel over `model`."""
     rows = [
         _collective("all-gather", ["data"], "AllGather_data: [D_data, F_model] -> [D, F_model]", "bf16",
-                    2 * 4096 * 8192, 2 * LAYERS, 3.1e-4, "bandwidth", "jit(step)/mlp/dot_general",
+                    2 * 4096 * 8192, LAYERS, 3.1e-4, "bandwidth", "jit(step)/mlp/dot_general",
                     "model.py:41", "forward", 4, instruction="all-gather.3"),
         _collective("reduce-scatter", ["data"], "ReduceScatter_data,D: [D, F_model]{U_data} -> [D_data, F_model]",
-                    "f32", 4 * 4096 * 8192, 2 * LAYERS, 6.2e-4, "bandwidth", "jit(step)/transpose(jvp(mlp))/dot_general",
-                    "model.py:41", "backward", 4, original_ops="all-reduce + dynamic-slice", instruction="all-reduce.7"),
+                    "f32", 4 * 4096 * 8192, LAYERS, 6.2e-4, "bandwidth", "jit(step)/transpose(jvp(mlp))/dot_general",
+                    "model.py:41", "backward", 4, original_ops="all-reduce + dynamic-slice", instruction="all-reduce.7", computation="region_body.2"),
         _collective("all-reduce", ["model"], "AllReduce_model: [B_data, S, D]{U_model} -> [B_data, S, D]", "bf16",
-                    2 * 8 * 1024 * 4096, 2 * LAYERS, 1.5e-3, "bandwidth", "jit(step)/attn/out_proj/dot_general",
+                    2 * 8 * 1024 * 4096, LAYERS, 1.5e-3, "bandwidth", "jit(step)/attn/out_proj/dot_general",
                     "model.py:58", "forward", 2, instruction="all-reduce.2"),
         _collective("all-to-all", ["data"], "AllToAll_data: [E_data, T, D] -> [E, T_data, D]", "bf16",
                     2 * 8 * 512 * 4096, LAYERS, 2.0e-4, "bandwidth", "jit(step)/moe/dispatch",
@@ -51,16 +51,21 @@ def make_report(*, with_findings: bool = True, name: str = "fsdp+tp step (hand-b
                     computation="main.42", instruction="all-reduce.9", hlo_line=300),
     ]
     collectives = pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS))
+    def dot(name, op_name, flops, seconds, notation, count=LAYERS, computation="region_body.1"):
+        return {"instruction": name, "computation": computation, "op_name": op_name, "source": "model.py:41",
+                "flops": flops, "count": count, "seconds": seconds, "lhs_shape": "bf16[2,1024,4096]",
+                "rhs_shape": "bf16[4096,4096]", "out_shape": "bf16[2,1024,4096]", "contracting": "D",
+                "notation": notation, "dtype": "bf16"}
+
+    mlp_flops = 2 * 8 * 1024 * 4096 * 8192 / 8
     dots = pd.DataFrame([
-        {"instruction": "dot.1", "computation": "region_body.1", "op_name": "jit(step)/mlp/dot_general",
-         "source": "model.py:41", "flops": 2 * 8 * 1024 * 4096 * 8192 / 8, "count": 3 * LAYERS, "seconds": 1.1e-3,
-         "lhs_shape": "bf16[2,1024,4096]", "rhs_shape": "bf16[4096,4096]", "out_shape": "bf16[2,1024,4096]",
-         "contracting": "D", "notation": "[B_data, S, D] x [D, F_model] -> [B_data, S, F_model]", "dtype": "bf16"},
-        {"instruction": "dot.2", "computation": "region_body.1", "op_name": "jit(step)/attn/out_proj/dot_general",
-         "source": "model.py:58", "flops": 2 * 8 * 1024 * 4096 * 4096 / 8, "count": 3 * LAYERS, "seconds": 5.5e-4,
-         "lhs_shape": "bf16[2,1024,2048]", "rhs_shape": "bf16[2048,4096]", "out_shape": "bf16[2,1024,4096]",
-         "contracting": "H", "notation": "[B_data, S, H_model] x [H_model, D] -> [B_data, S, D]{U_model}",
-         "dtype": "bf16"},
+        dot("dot.1", "jit(step)/mlp/dot_general", mlp_flops, 1.1e-3, "[B_data, S, D] x [D, F_model] -> [B_data, S, F_model]"),
+        dot("dot.2", "jit(step)/attn/out_proj/dot_general", mlp_flops / 2, 5.5e-4,
+            "[B_data, S, H_model] x [H_model, D] -> [B_data, S, D]{U_model}"),
+        dot("dot.3", "jit(step)/transpose(jvp(mlp))/dot_general", 2 * mlp_flops, 2.2e-3,
+            "[B_data, S, F_model] x [B_data, S, D] -> [D, F_model]{U_data}", computation="region_body.2"),
+        dot("dot.4", "jit(step)/head/dot_general", mlp_flops / 4, 2.7e-4, "[B_data, S, D] x [D, V] -> [B_data, S, V]",
+            count=1, computation="main.42"),
     ], columns=list(DOT_COLUMNS))
     by_kind: dict[str, float] = {}
     by_axis: dict[str, float] = {}
@@ -82,7 +87,7 @@ def make_report(*, with_findings: bool = True, name: str = "fsdp+tp step (hand-b
                 location=Location(file="model.py", line=41, computation="region_body.1", instruction="all-reduce.7", hlo_line=188),
                 notation="AllReduce_data: [D, F_model]{U_data} -> [D, F_model]", seconds=1.24e-3,
                 alternative="ReduceScatter_data: [D, F_model]{U_data} -> [D_data, F_model]", alternative_seconds=6.2e-4,
-                saving_seconds=6.2e-4 * 2 * LAYERS, fix="out_shardings=P('data', 'model') for the gradient"),
+                saving_seconds=6.2e-4 * LAYERS, fix="out_shardings=P('data', 'model') for the gradient"),
             Diagnostic(
                 code="HA106", name="missing-wraparound",
                 message="Mesh axis `data` (4) lies on a v5e ring of 4 without wraparound; collectives over it pay about 2x.",

@@ -1,0 +1,222 @@
+"""The HTML audit report: one self-contained file a user can hand to others.
+
+Rendered from the jinja2 template `analyzer/templates/report.html.j2`; CSS is inline, plots are inline SVG
+drawn with matplotlib (`analyzer.render.plots`), nothing is fetched from the network. Every string from
+the report is escaped by the template engine; rule docs (Markdown) are converted with markdown-it with raw
+HTML disabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from analyzer.render._common import (
+    collective_rows,
+    headline,
+    memory_lines,
+    plan_lines,
+    sorted_diagnostics,
+    total_saving,
+)
+from analyzer.render.units import format_bytes, format_flops, format_seconds
+
+if TYPE_CHECKING:
+    from analyzer.diagnostics import Diagnostic
+    from analyzer.report import Report
+    from analyzer.sweep import SweepResult
+
+__all__ = ["render", "TEMPLATE"]
+
+TEMPLATE = "report.html.j2"
+
+
+@dataclass(frozen=True)
+class _Finding:
+    """A diagnostic with everything the template prints, formatted."""
+
+    severity: str
+    code: str
+    name: str
+    location: str
+    message: str
+    notation: str
+    seconds: str
+    alternative: str
+    alternative_seconds: str
+    saving: str
+    fix: str
+    summary: str
+    doc_html: str
+
+
+def _rule_info(code: str) -> tuple[str, str]:
+    """(summary, doc as HTML) for a rule code, or empty strings when the rule registry does not know it."""
+    from analyzer.errors import AnalyzerError
+
+    try:
+        from analyzer.rules.registry import get_rule
+
+        rule = get_rule(code)
+    except (ImportError, AnalyzerError):
+        return "", ""
+    return rule.summary, _markdown(rule.doc)
+
+
+def _markdown(text: str) -> str:
+    """Markdown to HTML, raw HTML in the text escaped (markdown-it-py, which rich already depends on)."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+    # Demote headings so a rule doc's `## What it does` sits under the finding's own heading.
+    return md.render(text).replace("<h2>", "<h4>").replace("</h2>", "</h4>").replace("<h1>", "<h4>").replace(
+        "</h1>", "</h4>")
+
+
+def _inline(text: str) -> str:
+    """One line of Markdown (inline code, emphasis) to HTML, raw HTML escaped."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).renderInline(text)
+
+
+def _findings(diagnostics: Sequence[Diagnostic]) -> list[_Finding]:
+    out = []
+    docs: dict[str, tuple[str, str]] = {}
+    for d in sorted_diagnostics(diagnostics):
+        if d.code not in docs:
+            docs[d.code] = _rule_info(d.code)
+        summary, doc_html = docs[d.code]
+        out.append(_Finding(
+            severity=getattr(d.severity, "value", str(d.severity)), code=d.code, name=d.name,
+            location=str(d.location), message=_inline(d.message), notation=d.notation or "",
+            seconds=format_seconds(d.seconds) if d.seconds is not None else "",
+            alternative=d.alternative or "",
+            alternative_seconds=format_seconds(d.alternative_seconds) if d.alternative_seconds is not None else "",
+            saving=format_seconds(d.saving_seconds) if d.saving_seconds else "", fix=_inline(d.fix) if d.fix else "",
+            summary=summary, doc_html=doc_html,
+        ))
+    return out
+
+
+def _mesh_axes(report: Report) -> list[dict[str, Any]]:
+    """Mesh axes with their size and the communication over each (per step)."""
+    if report.mesh is None:
+        return []
+    by_axis = report.totals.by_axis
+    axes = []
+    for name, size in zip(report.mesh.axis_names, report.mesh.axis_sizes):
+        seconds = sum(v for k, v in by_axis.items() if name in str(k).split(","))
+        axes.append({"name": name, "size": size, "comm": format_seconds(seconds) if seconds else "—"})
+    return axes
+
+
+def _plan(report: Report) -> dict[str, list[dict[str, str]]]:
+    """The plan in notation: collectives grouped by pass, then the largest matmuls."""
+    groups: dict[str, list[dict[str, str]]] = {}
+    names = {"forward": "Forward pass", "backward": "Backward pass", "": "Outside the passes"}
+    for r in collective_rows(report):
+        groups.setdefault(names.get(r.pass_, r.pass_.title()), []).append(
+            {"notation": r.notation or r.kind, "count": r.count, "each": r.seconds, "total": r.total_seconds,
+             "kind": r.kind, "overlapped": "overlapped" if r.overlapped else ""})
+    ordered = {k: groups[k] for k in names.values() if k in groups}
+    ordered.update({k: v for k, v in groups.items() if k not in ordered})
+    return ordered
+
+
+def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:
+    frame = report.dots
+    if frame is None or len(frame) == 0:
+        return []
+    rows = []
+    for rec in frame.to_dict(orient="records"):
+        seconds, count = rec.get("seconds"), rec.get("count") or 1
+        total = float(seconds) * float(count) if seconds is not None and seconds == seconds else 0.0
+        rows.append((total, {
+            "notation": str(rec.get("notation") or rec.get("instruction") or ""),
+            "flops": format_flops(rec.get("flops")), "count": f"{int(count):,}",
+            "total": format_seconds(total), "source": str(rec.get("source") or rec.get("op_name") or ""),
+        }))
+    rows.sort(key=lambda t: -t[0])
+    return [r for _, r in rows[:limit]]
+
+
+def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
+    if sweep is None:
+        return []
+    rows = []
+    for e in sweep.entries:
+        rows.append({
+            "rank": e.rank, "strategy": e.strategy, "mesh": e.mesh, "ok": e.ok, "error": e.error or "",
+            "step": format_seconds(e.step_seconds) if e.ok else "",
+            "overlap": format_seconds(e.overlap_step_seconds) if e.ok else "",
+            "comm": format_seconds(e.comm_seconds) if e.ok else "",
+            "compute": format_seconds(e.compute_seconds) if e.ok else "",
+            "memory": format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—",
+            "fits": {True: "yes", False: "no", None: "unknown"}[e.fits], "findings": e.findings, "errors": e.errors,
+        })
+    return rows
+
+
+def _environment():
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    return Environment(loader=PackageLoader("analyzer", "templates"), autoescape=True, undefined=StrictUndefined,
+                       trim_blocks=True, lstrip_blocks=True)
+
+
+def render(report: Report, *, sweep: SweepResult | None = None) -> str:
+    """The report as one self-contained HTML document.
+
+    Args:
+      report: the analysed report.
+      sweep: a sweep ranking to show above the plan (the report is then the best candidate's).
+
+    Returns:
+      HTML text with inline CSS and SVG plots; no external resources.
+
+    Example:
+      >>> Path("report.html").write_text(render(report))
+    """
+    from markupsafe import Markup
+
+    from analyzer import __version__
+    from analyzer.render import plots
+    from analyzer.report import REPORT_SCHEMA_VERSION
+
+    def svg(text: str | None) -> Markup | None:
+        return Markup(text) if text else None
+
+    counts = {"error": 0, "warning": 0, "info": 0}
+    for d in report.diagnostics:
+        sev = getattr(d.severity, "value", str(d.severity))
+        counts[sev] = counts.get(sev, 0) + 1
+    figures = {
+        "kind": svg(plots.kind_plot(report)),
+        "axis": svg(plots.axis_plot(report)),
+        "layer": svg(plots.layer_plot(report)),
+        "sweep": svg(plots.sweep_plot(sweep)) if sweep is not None else None,
+    }
+    context = {
+        "title": report.name or "hlo-analyzer report",
+        "plan_lines": plan_lines(report),
+        "headline": headline(report),
+        "counts": counts,
+        "saving": format_seconds(total_saving(report.diagnostics)),
+        "mesh_axes": _mesh_axes(report),
+        "plan": _plan(report),
+        "dots": _dots(report),
+        "collectives": collective_rows(report),
+        "findings": _findings(report.diagnostics),
+        "memory": memory_lines(report),
+        "notes": list(report.notes),
+        "figures": figures,
+        "sweep": sweep,
+        "sweep_rows": _sweep(sweep),
+        "version": __version__,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "hardware": report.hardware,
+        "kind_colors": plots.KIND_COLORS,
+    }
+    return _environment().get_template(TEMPLATE).render(**context)

@@ -1,0 +1,555 @@
+"""Training-config files for `hlo-analyzer report` and `hlo-analyzer sweep`.
+
+A report config is a TOML file that says what to compile, on which mesh, for which hardware, and which
+rules to apply. The program is either the user's own entry point or the built-in transformer template
+(`analyzer.models`) with a sharding strategy:
+
+    name = "8B-class model, FSDP+TP on a v5e-8"
+    strategy = "fsdp+tp"                 # dp | fsdp | tp | fsdp+tp | ep  (with [model])
+    # entry = "mypkg.train:step"         # or: module:function (or path/to/file.py:function) returning
+    #                                    #     (jitted fn, abstract args); then no [model] and no strategy
+    target = "cpu"                       # "cpu" (fake devices) or "tpu:v5e:2x4" (libtpu AOT)
+    hardware = "tpu-v5e"                 # `hlo-analyzer hardware list`, or a spec file path
+    topology = "v5e:2x4"                 # optional: the slice the mesh is laid on
+
+    [mesh]                               # axis name = size, major to minor
+    data = 4
+    model = 2
+
+    [model]                              # the built-in template's sizes
+    d_model = 4096
+    d_ff = 14336
+    heads = 32
+    kv_heads = 8
+    layers = 32
+    seq = 4096
+    batch = 32
+    dtype = "bf16"                       # bf16 | f32 | f16 (or bfloat16, float32, float16)
+    optimizer = "adam"                   # sgd | adam
+    # experts = 8                        # ep only; also capacity_factor
+    # attention = true
+
+    [rules]                              # as [tool.hlo-analyzer] in pyproject.toml
+    select = ["HA"]
+    ignore = ["HA105"]
+    # [rules.HA301] min-count = 8        # per-rule options, by code
+
+    [budgets]
+    comm-compute-ratio = 0.5
+
+    [sweep]                              # defaults for `hlo-analyzer sweep`
+    mesh-shapes = ["8x1", "4x2", "2x4"]
+    strategies = ["fsdp", "tp", "fsdp+tp"]
+
+Every key is checked: an unknown key or a bad value is an `analyzer.errors.ConfigError` that names the key,
+the file and its line, and lists the valid keys. Keys may be written kebab-case or snake_case.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from analyzer.errors import AnalyzerError, ConfigError, valid_choices
+
+if TYPE_CHECKING:
+    from analyzer.config import Config
+
+__all__ = [
+    "ReportConfig",
+    "load_report_config",
+    "parse_report_config",
+    "parse_mesh_shape",
+    "STRATEGIES",
+    "TOP_KEYS",
+    "MODEL_KEYS",
+    "DTYPE_ALIASES",
+]
+
+STRATEGIES: tuple[str, ...] = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
+
+# dtype spellings users write -> the template's names.
+DTYPE_ALIASES: Mapping[str, str] = MappingProxyType({
+    "bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32", "fp32": "float32", "float32": "float32",
+    "f16": "float16", "fp16": "float16", "float16": "float16",
+})
+
+# Top-level keys (snake_case) -> a sentence of what they hold, for error messages and docs.
+TOP_KEYS: Mapping[str, str] = MappingProxyType({
+    "name": "a title for the report",
+    "entry": "module:function returning (fn, args)",
+    "strategy": "dp, fsdp, tp, fsdp+tp or ep (with [model])",
+    "target": "cpu or tpu:<generation>:<shape>",
+    "hardware": "hardware spec name or path",
+    "topology": "physical slice, e.g. v5e:2x4",
+    "data_axes": "mesh axes that shard the batch (default: all but the last)",
+    "model_axis": "mesh axis for tensor/expert parallelism (default: the last)",
+    "mesh": "table of axis name = size",
+    "model": "table of the built-in transformer's sizes",
+    "rules": "table: select, ignore, per-rule options",
+    "budgets": "table: comm-seconds-per-step, comm-compute-ratio",
+    "sweep": "table: mesh-shapes, strategies",
+})
+
+# [model] keys -> expected Python type(s).
+MODEL_KEYS: Mapping[str, tuple[type, ...]] = MappingProxyType({
+    "d_model": (int,), "d_ff": (int,), "heads": (int,), "kv_heads": (int,), "layers": (int,), "seq": (int,),
+    "batch": (int,), "dtype": (str,), "optimizer": (str,), "experts": (int,), "capacity_factor": (int, float),
+    "attention": (bool,), "learning_rate": (int, float),
+})
+_RULES_KEYS = ("select", "ignore")
+_SWEEP_KEYS = ("mesh_shapes", "strategies")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """A checked training config.
+
+    Attributes:
+      path: the file it was read from (None for text).
+      name: report title.
+      entry: `module:function` of the user's program, or None for the built-in template.
+      model: the template's sizes as `TransformerConfig` keyword arguments (empty with `entry`).
+      strategy: the template's strategy (None with `entry`).
+      mesh: axis name -> size, major to minor.
+      target, hardware, topology: where to compile and how to price.
+      data_axes, model_axis: the template's axis roles (None: its defaults).
+      rules_table: the `[rules]` and `[budgets]` tables in `[tool.hlo-analyzer]` form, for `rules_config`.
+      sweep_mesh_shapes, sweep_strategies: defaults for `hlo-analyzer sweep`.
+    """
+
+    mesh: Mapping[str, int]
+    path: str | None = None
+    name: str = ""
+    entry: str | None = None
+    model: Mapping[str, Any] = field(default_factory=dict)
+    strategy: str | None = None
+    target: str = "cpu"
+    hardware: str = "tpu-v5e"
+    topology: str | None = None
+    data_axes: tuple[str, ...] | None = None
+    model_axis: str | None = None
+    rules_table: Mapping[str, Any] = field(default_factory=dict)
+    sweep_mesh_shapes: tuple[tuple[int, ...], ...] = ()
+    sweep_strategies: tuple[str, ...] = ()
+
+    @property
+    def title(self) -> str:
+        """The report's title: `name`, else a description of the plan."""
+        if self.name:
+            return self.name
+        what = self.entry or f"transformer template, {self.strategy}"
+        mesh = ",".join(f"{k}={v}" for k, v in self.mesh.items())
+        return f"{what} on {mesh} ({self.hardware})"
+
+    @property
+    def mesh_text(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.mesh.items())
+
+    def with_plan(self, mesh_shape: Sequence[int] | None = None, strategy: str | None = None) -> ReportConfig:
+        """The same config with another mesh shape (same axis names, in order) and/or strategy.
+
+        Raises:
+          ConfigError: the shape has a different number of axes, or a strategy is given for an entry point.
+        """
+        mesh = dict(self.mesh)
+        if mesh_shape is not None:
+            if len(mesh_shape) != len(mesh):
+                raise ConfigError(
+                    f"mesh shape {'x'.join(map(str, mesh_shape))} has {len(mesh_shape)} axes but the config's mesh "
+                    f"{self.mesh_text} has {len(mesh)} ({', '.join(mesh)}); give one size per axis", path=self.path)
+            mesh = dict(zip(mesh, (int(s) for s in mesh_shape)))
+        if strategy is not None:
+            if self.entry is not None:
+                raise ConfigError(f"strategy {strategy!r} applies to the built-in [model] template; this config "
+                                  f"names an entry point ({self.entry}), whose shardings are its own",
+                                  path=self.path)
+            _check_strategy(strategy, self.path)
+        return replace(self, mesh=MappingProxyType(mesh), strategy=strategy or self.strategy,
+                       name="" if (mesh_shape is not None or strategy is not None) else self.name)
+
+    def transformer_config(self) -> Any:
+        """The template's `analyzer.models.TransformerConfig` (only for configs with [model])."""
+        from analyzer.models import TransformerConfig
+
+        try:
+            return TransformerConfig(**self.model)
+        except ConfigError as e:
+            raise ConfigError(f"[model]: {e.message}", path=self.path) from None
+
+    def build(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The function to analyse and its abstract arguments: `(fn, args, kwargs)`.
+
+        For [model] configs, `analyzer.models.build(config, strategy, mesh)`; for an entry point,
+        `analyzer.lower.load_entry(entry, mesh)` (a `path.py:function` entry is resolved against the config
+        file's folder when it is not found from the working directory).
+        """
+        if self.entry is None:
+            from analyzer.models import build
+
+            fn, args = build(self.transformer_config(), self.strategy, dict(self.mesh), data_axes=self.data_axes,
+                             model_axis=self.model_axis)
+            return fn, tuple(args), {}
+        from analyzer.lower import load_entry
+
+        return load_entry(self._resolved_entry(), dict(self.mesh))
+
+    def _resolved_entry(self) -> str:
+        assert self.entry is not None
+        module, _, function = self.entry.partition(":")
+        if module.endswith(".py") and self.path and not Path(module).is_file():
+            candidate = Path(self.path).parent / module
+            if candidate.is_file():
+                return f"{candidate}:{function}"
+        return self.entry
+
+    def rules_config(self) -> Config:
+        """The rule selection, options and budgets as an `analyzer.config.Config`."""
+        from analyzer.config import config_from_table
+
+        table = dict(self.rules_table)
+        try:
+            return config_from_table(table, path=self.path)
+        except ConfigError as e:
+            raise ConfigError(e.message, path=self.path, line=e.line) from None
+
+
+def parse_mesh_shape(text: str) -> tuple[int, ...]:
+    """A mesh shape written `8x1`, `4x2` or `2x2x2`.
+
+    Raises:
+      ConfigError: not positive integers joined by `x`.
+
+    Example:
+      >>> parse_mesh_shape("4x2")
+      (4, 2)
+    """
+    if not isinstance(text, str) or not re.fullmatch(r"\s*\d+(\s*x\s*\d+)*\s*", text):
+        raise ConfigError(f"mesh shape {text!r}: write sizes joined by 'x', e.g. '8x1', '4x2' or '2x2x2'")
+    shape = tuple(int(p) for p in text.lower().split("x"))
+    if any(s < 1 for s in shape):
+        raise ConfigError(f"mesh shape {text!r}: every size must be at least 1")
+    return shape
+
+
+def load_report_config(path: str | Path) -> ReportConfig:
+    """Read and check a report config file.
+
+    Raises:
+      ConfigError: a missing file, bad TOML (with line and column), an unknown key or a bad value (with its
+        line and the valid keys).
+
+    Example:
+      >>> cfg = load_report_config("examples/configs/fsdp-v5e-8.toml")
+      >>> cfg.strategy, dict(cfg.mesh)
+      ('fsdp', {'data': 8})
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no such config file: {str(p)!r}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {e}") from None
+    return parse_report_config(text, path=str(p))
+
+
+def _norm(key: str) -> str:
+    return key.replace("-", "_")
+
+
+class _Checker:
+    """Turns problems with the parsed TOML into ConfigErrors placed at the key's line in the text."""
+
+    def __init__(self, text: str, path: str | None) -> None:
+        self.text = text
+        self.path = path
+        self.lines = text.splitlines()
+
+    def error(self, message: str, key: str | None = None, table: str = "") -> ConfigError:
+        line = find_key_line(self.text, key, table) if key is not None else None
+        if line is None and table:
+            line = find_table_line(self.text, table)
+        source = self.lines[line - 1] if line and 0 < line <= len(self.lines) else None
+        return ConfigError(message, path=self.path, line=line, source_line=source)
+
+    def unknown(self, key: str, table: str, valid: Sequence[str]) -> ConfigError:
+        where = f"[{table}]" if table else "the top level"
+        shown = [k.replace("_", "-") if table in ("budgets", "sweep") else k for k in valid]
+        return self.error(f"unknown key {key!r} in {where}; " + valid_choices(key, shown, what="keys"), key, table)
+
+
+def find_table_line(text: str, table: str) -> int | None:
+    """The 1-based line of the `[table]` header, or None."""
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = re.match(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
+        if m and m.group(1).replace('"', "").replace("'", "").replace(" ", "") == table:
+            return n
+    return None
+
+
+def find_key_line(text: str, key: str, table: str = "") -> int | None:
+    """The 1-based line where `key` is assigned inside `[table]` ("" for the top level), or None.
+
+    Accepts bare and quoted keys, kebab- or snake-case spellings, dotted keys (`model.d_model = ...` at the
+    top level), inline tables (`mesh = { data = 4 }`) and sub-table headers (`[rules.HA301]`).
+
+    Example:
+      >>> find_key_line('a = 1\\n[model]\\nd_model = 2\\n', "d_model", "model")
+      3
+    """
+    spellings = {key, key.replace("_", "-"), key.replace("-", "_")}
+    alt = "|".join(re.escape(s) for s in sorted(spellings))
+    key_re = re.compile(rf"""^\s*(?:(?:{alt})|"(?:{alt})"|'(?:{alt})')\s*=""")
+    inline_re = re.compile(rf"""[{{,]\s*(?:(?:{alt})|"(?:{alt})"|'(?:{alt})')\s*=""")
+    header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    parent = table.split(".")[0] if table else ""
+    current = ""
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = header_re.match(line)
+        if m:
+            current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            if table and current in {f"{table}.{s}" for s in spellings}:
+                return n
+            if not table and current in spellings:
+                return n
+            continue
+        if current == table and key_re.match(line):
+            return n
+        if not table and current == "" and key_re.match(line):
+            return n
+        if table and current == "" and re.match(rf"^\s*{re.escape(parent)}\s*=", line) and inline_re.search(line):
+            return n
+        if table and current == "" and re.match(rf"^\s*{re.escape(table)}\.(?:{alt})\s*=", line):
+            return n
+    return None
+
+
+def _check_strategy(strategy: Any, path: str | None, checker: _Checker | None = None) -> str:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        message = f"unknown strategy {strategy!r}; " + valid_choices(str(strategy), STRATEGIES, what="strategies")
+        raise checker.error(message, "strategy") if checker else ConfigError(message, path=path)
+    return strategy
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
+    """Check a report config given as TOML text.
+
+    Args:
+      text: the TOML.
+      path: the file it came from, for messages and for resolving a relative `file.py:function` entry.
+
+    Returns:
+      The `ReportConfig`.
+
+    Raises:
+      ConfigError: as `load_report_config`.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        line, column = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e)) or "invalid TOML"
+        lines = text.splitlines()
+        source = lines[line - 1] if line and 0 < line <= len(lines) else None
+        raise ConfigError(f"not valid TOML: {message}", path=path, line=line, column=column,
+                          source_line=source) from None
+    c = _Checker(text, path)
+    kwargs: dict[str, Any] = {"path": path}
+    tables = {"mesh", "model", "rules", "budgets", "sweep"}
+    for raw, value in data.items():
+        key = _norm(raw)
+        if key not in TOP_KEYS:
+            raise c.unknown(raw, "", list(TOP_KEYS))
+        if key in tables and not isinstance(value, dict):
+            raise c.error(f"{raw!r} must be a table ([{raw}] or {raw} = {{ ... }}), got {value!r}", raw)
+        if key in ("name", "entry", "target", "hardware", "topology", "model_axis") and not isinstance(value, str):
+            raise c.error(f"{raw!r} must be a string, got {value!r}", raw)
+    for raw, value in data.items():
+        key = _norm(raw)
+        if key in ("name", "entry", "hardware", "topology", "model_axis"):
+            kwargs[key] = value
+        elif key == "target":
+            from analyzer.lower import parse_target
+
+            try:
+                parse_target(value)
+            except AnalyzerError as e:
+                raise c.error(str(e), raw) from None
+            kwargs["target"] = value
+        elif key == "strategy":
+            kwargs["strategy"] = _check_strategy(value, path, c)
+        elif key == "data_axes":
+            if isinstance(value, str):
+                value = [value]
+            if not _strings(value):
+                raise c.error(f"'data_axes' must be a list of mesh axis names, got {value!r}", raw)
+            kwargs["data_axes"] = tuple(value)
+        elif key == "mesh":
+            for axis, size in value.items():
+                if not _positive_int(size):
+                    raise c.error(f"mesh axis {axis!r} must have a positive integer size, got {size!r}", axis, "mesh")
+            if not value:
+                raise c.error("[mesh] is empty; give at least one axis, e.g. data = 8", raw)
+            kwargs["mesh"] = MappingProxyType(dict(value))
+        elif key == "model":
+            kwargs["model"] = MappingProxyType(_model(value, c))
+        elif key == "sweep":
+            shapes, strategies = _sweep(value, c)
+            kwargs["sweep_mesh_shapes"], kwargs["sweep_strategies"] = shapes, strategies
+    if "mesh" not in kwargs:
+        raise c.error("missing [mesh]: say the mesh axes and their sizes, e.g.\n[mesh]\ndata = 4\nmodel = 2")
+    rules_table = _rules(data.get("rules", {}), data.get("budgets", {}), c)
+    kwargs["rules_table"] = MappingProxyType(rules_table)
+    has_model, entry = "model" in data, kwargs.get("entry")
+    if entry is not None and has_model:
+        raise c.error("give either 'entry' (your own program) or [model] (the built-in template), not both", "entry")
+    if entry is None and not has_model:
+        raise c.error("nothing to analyse: add 'entry = \"module:function\"' (your program) or a [model] table "
+                      "with a 'strategy' (the built-in transformer template)")
+    if entry is not None:
+        if "strategy" in kwargs:
+            raise c.error("'strategy' applies to the built-in [model] template; an entry point's shardings are "
+                          "its own", "strategy")
+        if not re.fullmatch(r"[^:\s]+:[\w.]+", entry):
+            raise c.error(f"entry {entry!r}: write it as 'module:function' or 'path/to/file.py:function'", "entry")
+    elif "strategy" not in kwargs:
+        raise c.error("[model] needs a 'strategy': " + ", ".join(STRATEGIES), "model")
+    config = ReportConfig(**kwargs)
+    _check_roles(config, c)
+    if has_model:
+        _check_model(config, c)
+    _check_rules(config, c)
+    return config
+
+
+def _model(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for raw, value in table.items():
+        key = _norm(raw)
+        types = MODEL_KEYS.get(key)
+        if types is None:
+            raise c.unknown(raw, "model", list(MODEL_KEYS))
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            kinds = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+            kind = " or ".join(kinds[t] for t in types)
+            raise c.error(f"[model] {raw!r} must be {kind}, got {value!r}", raw, "model")
+        if key == "dtype":
+            if value.lower() not in DTYPE_ALIASES:
+                raise c.error(f"[model] dtype {value!r}; " + valid_choices(value, DTYPE_ALIASES, what="dtypes"),
+                              raw, "model")
+            value = DTYPE_ALIASES[value.lower()]
+        if types == (int,) and value < 1:
+            raise c.error(f"[model] {raw!r} must be a positive integer, got {value!r}", raw, "model")
+        out[key] = value
+    return out
+
+
+def _check_model(config: ReportConfig, c: _Checker) -> None:
+    """Let the template check its own invariants (heads divide d_model, ...), placed at the [model] table."""
+    from analyzer.models import TransformerConfig
+
+    try:
+        TransformerConfig(**config.model)
+    except ConfigError as e:
+        message = e.message.replace("TransformerConfig.", "[model] ").replace("TransformerConfig:", "[model]:")
+        field_name = next((k for k in MODEL_KEYS if re.search(rf"\b{k}\b", e.message)), None)
+        raise c.error(message, field_name, "model") if field_name else c.error(message, None, "model") from None
+
+
+def _check_roles(config: ReportConfig, c: _Checker) -> None:
+    axes = list(config.mesh)
+    for axis in config.data_axes or ():
+        if axis not in axes:
+            raise c.error(f"data_axes names {axis!r}, which is not a mesh axis; "
+                          + valid_choices(axis, axes, what="mesh axes"), "data_axes")
+    if config.model_axis is not None and config.model_axis not in axes:
+        raise c.error(f"model_axis {config.model_axis!r} is not a mesh axis; "
+                      + valid_choices(config.model_axis, axes, what="mesh axes"), "model_axis")
+
+
+def _sweep(table: Mapping[str, Any], c: _Checker) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
+    shapes: tuple[tuple[int, ...], ...] = ()
+    strategies: tuple[str, ...] = ()
+    for raw, value in table.items():
+        key = _norm(raw)
+        if key not in _SWEEP_KEYS:
+            raise c.unknown(raw, "sweep", _SWEEP_KEYS)
+        if not _strings(value):
+            raise c.error(f"[sweep] {raw!r} must be a list of strings, got {value!r}", raw, "sweep")
+        if key == "mesh_shapes":
+            try:
+                shapes = tuple(parse_mesh_shape(v) for v in value)
+            except ConfigError as e:
+                raise c.error(f"[sweep] {e.message}", raw, "sweep") from None
+        else:
+            for s in value:
+                if s not in STRATEGIES:
+                    raise c.error(f"[sweep] unknown strategy {s!r}; " + valid_choices(s, STRATEGIES,
+                                                                                      what="strategies"), raw, "sweep")
+            strategies = tuple(value)
+    return shapes, strategies
+
+
+def _rules(rules: Mapping[str, Any], budgets: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
+    """[rules] and [budgets] in the form of `[tool.hlo-analyzer]`, keys checked here for good line numbers."""
+    table: dict[str, Any] = {}
+    per_rule: dict[str, Any] = {}
+    for raw, value in rules.items():
+        key = _norm(raw)
+        if key in _RULES_KEYS:
+            if isinstance(value, str):
+                value = [value]
+            if not _strings(value):
+                raise c.error(f"[rules] {raw!r} must be a list of rule codes or prefixes, got {value!r}", raw, "rules")
+            table[key] = value
+        elif isinstance(value, dict):
+            per_rule[raw] = value
+        else:
+            raise c.error(f"unknown key {raw!r} in [rules]; valid keys: select, ignore, or a per-rule table such as "
+                          "[rules.HA301]", raw, "rules")
+    if per_rule:
+        table["rules"] = per_rule
+    if budgets:
+        table["budgets"] = dict(budgets)
+    return table
+
+
+def _check_rules(config: ReportConfig, c: _Checker) -> None:
+    """Build the rules Config once so bad codes and budgets fail at load time, placed at their line."""
+    from analyzer.config import config_from_table
+
+    try:
+        config_from_table(dict(config.rules_table), path=config.path)
+    except ConfigError as e:
+        key = getattr(e, "key", None)
+        table = "budgets" if "budget" in e.message else "rules"
+        if key is None:
+            m = re.search(r"'([^']+)'", e.message)
+            key = m.group(1) if m else None
+        line = None
+        if key is not None:
+            line = find_key_line(c.text, key, table) or _find_value_line(c.text, key)
+        source = c.lines[line - 1] if line and 0 < line <= len(c.lines) else None
+        raise ConfigError(e.message, path=c.path, line=line, source_line=source) from None
+
+
+def _find_value_line(text: str, value: str) -> int | None:
+    for n, line in enumerate(text.splitlines(), start=1):
+        if re.search(rf"""["']{re.escape(value)}["']""", line):
+            return n
+    return None
