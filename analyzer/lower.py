@@ -666,6 +666,13 @@ def _trace_and_lower(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mappin
                      static_argnums: Sequence[int]) -> Any:
     """jax's Lowered for `fn` on the abstract mesh, for one platform."""
     import jax
+    from jax._src import source_info_util
+
+    # Keep this module's frames out of the HLO's stack-frame tables, as jax keeps out its own: the user's
+    # call site stays the outermost frame.
+    here = str(Path(__file__).resolve())
+    if here not in source_info_util._exclude_paths:
+        source_info_util.register_exclusion(here)
 
     jit_options: dict[str, Any] = {}
     if in_shardings is not None:
@@ -890,6 +897,10 @@ def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ..
             sys.modules.setdefault(path.stem, module)
             spec.loader.exec_module(module)
         else:
+            # Like `python -m`, look in the current directory first, so that `examples.chapter:fsdp_step` works
+            # from a checkout through the console command too.
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.insert(0, os.getcwd())
             module = importlib.import_module(module_name)
     except LoweringError:
         raise

@@ -5,7 +5,7 @@ optimizer update of a stack of transformer blocks, the layers in a `lax.scan`) a
 `jax.ShapeDtypeStruct`s with `NamedSharding`s on the mesh. It feeds `analyzer.lower` / `analyzer.analyze`, the
 demo, report configs and sweeps.
 
-A block is a pre-norm transformer layer: parameter-free RMSNorm, grouped-query causal attention
+A block is a pre-norm transformer layer: parameter-free RMSNorm (optional), grouped-query causal attention
 (`W_q[D, H, K]`, `W_k[D, KV, K]`, `W_v[D, KV, K]`, `W_o[H, K, D]`) and an MLP (`W_in[D, F]`, `W_out[F, D]`), or
 for `ep` a mixture-of-experts MLP (router `W_r[D, E]`, experts `W_in[E, D, F]`, `W_out[E, F, D]`, top-1
 routing with a capacity, GShard-style dispatch). The loss is the mean squared error of the stack's output
@@ -67,7 +67,9 @@ class TransformerConfig:
       optimizer: "sgd" or "adam" (Adam keeps two moments sharded like the parameters).
       experts: E, experts of the `ep` block.
       capacity_factor: expert capacity = ceil(capacity_factor * tokens per group / experts) for `ep`.
-      attention: include the attention sub-block (False gives the chapter's bare MLP block).
+      attention: include the attention sub-block.
+      norm: RMSNorm before each sub-block. With D sharded (fsdp+tp) a norm costs a small AllReduce of the
+        per-token sums; `attention=False, norm=False` is the chapter's bare block In · W_in · W_out.
       learning_rate: step size of the update.
     """
 
@@ -83,6 +85,7 @@ class TransformerConfig:
     experts: int = 8
     capacity_factor: float = 1.25
     attention: bool = True
+    norm: bool = True
     learning_rate: float = 1e-3
 
     def __post_init__(self) -> None:
@@ -323,9 +326,10 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
     groups = math.prod(sizes[a] for a in r.data) if r.data else 1
 
     def block(x: Any, p: dict[str, Any]) -> tuple[Any, None]:
+        norm = _rms_norm if c.norm else (lambda v: v)
         if c.attention:
-            x = x + _attention(_rms_norm(x), p, c)
-        h = _rms_norm(x)
+            x = x + _attention(norm(x), p, c)
+        h = norm(x)
         x = x + (_moe(h, p, c, r, groups) if strategy == "ep" else _mlp(h, p))
         x = jax.lax.with_sharding_constraint(x, act)
         return x, None
