@@ -1,0 +1,106 @@
+"""`hlo-analyzer diff`: matching collectives between two analyses, time deltas, the regression gate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.diff import Diff, diff_programs, parse_threshold
+from analyzer.render.diff import render_text
+
+AG = dict(kind="all-gather", axes=("data",), notation="AllGather_data: [D_data, F] -> [D, F]", dtype="bf16",
+          bytes=4 << 20, count=24, seconds=5e-6, total_seconds=120e-6, source="model.py:42", op_name="dot_general")
+AR = dict(kind="all-reduce", axes=("model",), notation="AllReduce_model: [B, D]{U_model} -> [B, D]", dtype="f32",
+          bytes=2 << 20, count=24, seconds=2e-6, total_seconds=48e-6, source="model.py:57", op_name="dot_general")
+PERM = dict(kind="collective-permute", axes=("data",), notation="CollectivePermute_data: [B_data, D]",
+            dtype="bf16", bytes=1 << 20, count=1, seconds=10e-6, total_seconds=10e-6, source="", op_name="ppermute")
+
+
+def test_matching_added_removed_changed_and_time_deltas():
+    bigger_ar = {**AR, "bytes": 4 << 20, "seconds": 4e-6, "total_seconds": 96e-6}
+    d = diff_programs("step", [AR, PERM], [AG, bigger_ar])
+    by = {c.status: c for c in d.changes}
+    assert sorted(by) == ["added", "changed", "removed"] and d.unchanged == 0
+    assert by["added"].new["kind"] == "all-gather"
+    assert by["changed"].old["bytes"] == 2 << 20 and by["changed"].new["bytes"] == 4 << 20
+    assert by["changed"].delta_seconds == pytest.approx(48e-6, rel=1e-12)
+    assert by["removed"].old["kind"] == "collective-permute"
+    # comm per step: (48 + 10) us -> (120 + 96) us
+    assert d.old_seconds == pytest.approx(58e-6) and d.new_seconds == pytest.approx(216e-6)
+    assert [c.status for c in d.changes] == ["added", "changed", "removed"]  # largest |delta| first
+
+
+def test_identical_programs_have_no_changes_and_duplicates_count_as_multisets():
+    d = diff_programs("step", [AR, AR], [AR, AR])
+    assert d.changes == () and d.unchanged == 2
+    d = diff_programs("step", [AR], [AR, AR])
+    assert [c.status for c in d.changes] == ["added"] and d.unchanged == 1
+
+
+def test_a_resized_collective_without_source_is_changed_not_added_and_removed():
+    old = {**PERM, "notation": "CollectivePermute_data: [B_data, D]", "op_name": ""}
+    new = {**old, "bytes": 2 << 20, "total_seconds": 20e-6}
+    d = diff_programs("step", [old], [new])
+    assert [c.status for c in d.changes] == ["changed"]
+
+
+@pytest.mark.parametrize("text, value, relative", [("5%", 0.05, True), ("200us", 2e-4, False),
+                                                   ("1.5ms", 1.5e-3, False), ("0.002", 2e-3, False)])
+def test_thresholds(text, value, relative):
+    t = parse_threshold(text)
+    assert t.value == pytest.approx(value) and t.relative is relative
+
+
+def test_threshold_semantics():
+    assert parse_threshold("5%").exceeded(100e-6, 106e-6)
+    assert not parse_threshold("5%").exceeded(100e-6, 104e-6)
+    assert parse_threshold("10us").exceeded(100e-6, 111e-6)
+    assert not parse_threshold("10us").exceeded(100e-6, 50e-6)  # faster never regresses
+
+
+def test_text_shows_each_change():
+    d = diff_programs("step", [AR], [AG, AR])
+    text = render_text(Diff("a.json", "b.json", (d,)), threshold=parse_threshold("5%"))
+    lines = text.splitlines()
+    assert lines[2].startswith("step: 1 added, 1 unchanged; comm 48.0 µs -> 168 µs per step (+120 µs, +250.0%)")
+    assert "REGRESSION over 5%" in lines[2]
+    assert lines[3].split()[:3] == ["+", "all-gather", "AllGather_data:"]
+    assert "4.00 MiB x24" in lines[3] and "+120 µs/step" in lines[3] and lines[3].endswith("model.py:42")
+
+
+def test_cli_on_json_reports_exits_1_over_the_threshold(tmp_path, make_report, capsys):
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(make_report([AR]).to_json())
+    new.write_text(make_report([AR, AG]).to_json())
+    assert main(["diff", str(old), str(new)]) == 0  # no threshold: informational
+    assert main(["diff", str(old), str(new), "--max-regression", "5%"]) == 1
+    assert main(["diff", str(new), str(old), "--max-regression", "5%"]) == 0  # removing is not a regression
+    capsys.readouterr()
+    assert main(["diff", str(old), str(new), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["programs"][0]["added"] == 1 and data["programs"][0]["changes"][0]["new"]["kind"] == "all-gather"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["diff", "nope.json", "nope2.json"], "no such file or folder"),
+    (["diff", "a.json"], "the following arguments are required: NEW"),
+    (["diff", "{old}", "{old}", "--max-regression", "lots"], "regression threshold 'lots' is not valid"),
+])
+def test_cli_bad_arguments_exit_2(tmp_path, make_report, monkeypatch, capsys, argv, message):
+    old = tmp_path / "old.json"
+    old.write_text(make_report([AR]).to_json())
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main([a.format(old=old) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_not_a_report_is_named(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"hello": 1}')
+    assert main(["diff", str(bad), str(bad)]) == 2
+    assert "x.json" in capsys.readouterr().err
