@@ -24,7 +24,7 @@ REPORT_SCHEMA_VERSION = "1"
 # Columns of Report.collectives, in order. The first ten are the public API of DESIGN.md.
 COLLECTIVE_COLUMNS: tuple[str, ...] = (
     "kind",            # all-gather | reduce-scatter | all-reduce | all-to-all | collective-permute | ...
-    "axes",            # tuple of user mesh axis names, major to minor ("X", "Y"); sub-axes as "X:2"
+    "axes",            # tuple of user mesh axis names, major to minor ("X", "Y"); sub-axes as "X:(pre)size"
     "notation",        # e.g. "AllGather_Y: [E_Y, F] -> [E, F]"
     "dtype",           # element type of the data moved, e.g. "bf16"
     "bytes",           # V of the chapter: bytes of the full (gathered / unreduced) array the collective moves
@@ -48,6 +48,9 @@ COLLECTIVE_COLUMNS: tuple[str, ...] = (
     "hops",            # hops on the longest path (cost model)
     "formula",         # the cost formula used, human readable
     "original_ops",    # e.g. "all-reduce + dynamic-slice" when the row was recognised from a pattern
+    "op",              # the jax primitive that caused it (last element of op_name: dot_general, psum...)
+    "global_shape",    # dims of the whole array per device group, as the notation's letters describe it
+    "branch",          # conditional branches on its call path ("%cond[1]"), "" when none
 )
 
 # Columns of Report.dots: every dot/convolution with its FLOPs, for the roofline and the matmul rules.

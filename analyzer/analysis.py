@@ -1,0 +1,562 @@
+"""The analysis: from a jitted function (or an HLO dump) to a `Report` of priced collectives.
+
+    report = analyze(fn, *args, mesh=mesh, target="cpu", hardware="tpu-v5e")
+    report = analyze_hlo("dump_dir/", mesh="data=4,model=2", hardware="tpu-v5e")
+    what_if = reprice(report, hardware="tpu-v5p", topology="v5p:2x2x2")
+
+Pipeline: lower (analyzer.lower) -> parse (analyzer.hlo.parser) -> call graph (analyzer.graph) ->
+collectives and dots (analyzer.collectives, analyzer.dots) -> mesh axes, notation, source
+(analyzer.mapping) -> price (analyzer.cost on an analyzer.topology.Topology) -> rules (analyzer.rules).
+
+Which HLO is read:
+  - target "cpu": the module right after SPMD partitioning (`Lowered.spmd_hlo`): the backend-neutral
+    collectives, before the CPU backend rewrites them;
+  - target "tpu:<topology>": the final optimized module (`Lowered.optimized_hlo`), the code that would run,
+    with the TPU compiler's async fusions, reduce-scatter fusions and collective matmuls recognised;
+  - a dump folder: the `*after_spmd-partitioning*` / `*after_tpu-spmd-partitioning*` module if present, else
+    the final `*after_optimizations.txt`; the report's notes say which file.
+
+Pricing: every collective is priced with `analyzer.cost.collective_cost` on a `Topology`. For tpu targets the
+topology comes from the devices' torus coordinates; for cpu and dumps it is `topology` if given, else the
+mesh laid on the smallest slice of the hardware that holds it, axes in order (the notes say so).
+
+`Report.context` (live objects for the rules; never serialised):
+  - "module": the parsed `HloModule` the collectives were read from;
+  - "graph": its `analyzer.graph.CallGraph` (call sites, trip counts, users/producers);
+  - "hardware": the `HardwareSpec`;
+  - "topology": the `Topology` used for pricing;
+  - "cost_model": "topology" or "ideal";
+  - "collectives": list of `analyzer.collectives.Collective`, in the order of `Report.collectives` rows:
+    each has `.instruction` / `.instructions` (the HLO), `.dot` and `.dot_relation` ("feeds" / "from"),
+    `.only_used_sharded`, `.before` / `.after` (per-dimension axes), `.unreduced`, `.axes`, `.cost`
+    (the `Cost` object), `.count`, `.bytes`, `.branch`;
+  - "dots": list of `analyzer.dots.Dot`, in the order of `Report.dots` rows;
+  - "mesh": the `MeshInfo` (also `Report.mesh`);
+  - "in_shardings" / "out_shardings": the argument and result shardings as given (pytrees of
+    NamedSharding / PartitionSpec), or None;
+  - "args": the abstract arguments (`jax.ShapeDtypeStruct`s) as given, for `analyze`;
+  - "lowered": the `analyzer.lower.Lowered` (None for dumps);
+  - "config": the config object passed in (or None);
+  - "hlo_path": the file read, for dumps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analyzer.errors import AnalyzerError, MeshError, valid_choices
+from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, MeshInfo, Report, Totals
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analyzer.collectives import Collective
+    from analyzer.dots import Dot
+    from analyzer.graph import CallGraph
+    from analyzer.hardware import HardwareSpec
+    from analyzer.hlo.ir import HloModule
+
+__all__ = ["analyze", "analyze_hlo", "reprice", "pick_dump_file", "build_report"]
+
+_MODELS = ("topology", "ideal")
+
+
+# ---------------------------------------------------------------------- public API
+def analyze(
+    fn: Callable[..., Any],
+    *args: Any,
+    mesh: Any = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    target: str = "cpu",
+    hardware: str | HardwareSpec = "tpu-v5e",
+    topology: str | None = None,
+    config: Any = None,
+    model: str = "topology",
+    **kwargs: Any,
+) -> Report:
+    """Compile `fn(*args)` for `target` and report every collective XLA inserted, priced on `hardware`.
+
+    Args:
+      fn: a function or `jax.jit`-wrapped function.
+      *args: arrays or `jax.ShapeDtypeStruct`s (pytrees), with `NamedSharding`s.
+      mesh: `jax.sharding.Mesh`, `AbstractMesh`, dict `{"data": 4}` or "data=4,model=2"; None: from the args.
+      in_shardings, out_shardings: as for `jax.jit`.
+      target: "cpu" (fake CPU devices) or "tpu:<gen>:<shape>" (libtpu ahead-of-time), e.g. "tpu:v5e:2x4".
+      hardware: hardware spec name or path (`hlo-analyzer hardware list`).
+      topology: physical slice for pricing (e.g. "v5e:4x2"); default: from the TPU devices, or the smallest
+        slice that holds the mesh.
+      config: rules configuration passed to `analyzer.rules.run_rules` (None: defaults).
+      model: cost model, "topology" (hops, wraparound, latency) or "ideal" (the chapter's V/W).
+      **kwargs: keyword arguments of `fn`.
+    Returns:
+      `Report`.
+    Raises:
+      AnalyzerError subclasses for bad meshes, shardings, targets, hardware and lowering failures.
+
+    Example:
+        >>> r = analyze(step, params, batch, mesh=mesh, hardware="tpu-v5e")
+        >>> r.collectives[["kind", "axes", "bytes", "count"]]
+    """
+    from analyzer.lower import lower
+
+    lowered = lower(fn, *args, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, target=target,
+                    **kwargs)
+    text = lowered.optimized_hlo if lowered.platform == "tpu" else lowered.spmd_hlo
+    which = ("the final optimized HLO of the TPU compiler" if lowered.platform == "tpu"
+             else "the HLO right after SPMD partitioning (backend-neutral; CPU backend rewrites not applied)")
+    from analyzer.hlo.parser import parse_hlo
+
+    module = parse_hlo(text, path=f"<{lowered.name or 'module'} for {lowered.target}>")
+    notes = [f"Collectives read from {which}."]
+    context = {"lowered": lowered, "in_shardings": in_shardings, "out_shardings": out_shardings, "args": args,
+               "config": config}
+    return build_report(module, mesh=lowered.mesh, hardware=hardware, topology=topology,
+                        device_coords=lowered.device_coords, target=lowered.target, notes=notes,
+                        memory=lowered.memory, name=lowered.name, context=context, config=config, model=model)
+
+
+def analyze_hlo(
+    text_or_path: str | os.PathLike[str],
+    mesh: Any = None,
+    hardware: str | HardwareSpec = "tpu-v5e",
+    topology: str | None = None,
+    config: Any = None,
+    model: str = "topology",
+) -> Report:
+    """Report the collectives of an HLO dump.
+
+    Args:
+      text_or_path: HLO text, a file, or an `--xla_dump_to` folder (the after-SPMD-partitioning module if
+        present, else the final optimized module; the notes say which).
+      mesh: the mesh the program was compiled for: a `Mesh`, dict or "data=4,model=2". None: axes are
+        inferred from the collectives' device groups and named `axis_0, axis_1, ...` major to minor
+        (`devices` when no structure shows), with a note.
+      hardware, topology, config, model: as for `analyze`.
+    Returns:
+      `Report` with target "dump".
+    Raises:
+      AnalyzerError: unreadable path, HLO syntax errors (`HloSyntaxError` with line and column), a mesh that
+        does not match the module's device count.
+    """
+    from analyzer.hlo.parser import parse_hlo
+    from analyzer.mapping import mesh_from_any
+
+    notes: list[str] = []
+    path: str | None = None
+    if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
+                                                  and len(text_or_path) < 4096 and "HloModule" not in text_or_path):
+        p = Path(text_or_path)
+        if p.is_dir():
+            chosen, why = pick_dump_file(p)
+            notes.append(f"Read {chosen.name} from the dump folder {p}: {why}.")
+            p = chosen
+        elif not p.exists():
+            raise AnalyzerError(f"HLO input {str(p)!r} is neither HLO text nor an existing file or folder; give "
+                                "the text, a .txt/.hlo file, or an --xla_dump_to folder")
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise AnalyzerError(f"cannot read HLO file {str(p)!r}: {e}") from None
+        path = str(p)
+    else:
+        text = str(text_or_path)
+    module = parse_hlo(text, path=path)
+    info = mesh_from_any(mesh)
+    context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
+               "hlo_path": path}
+    return build_report(module, mesh=info, hardware=hardware, topology=topology, device_coords=None,
+                        target="dump", notes=notes, memory=None, name=module.name, context=context, config=config,
+                        model=model)
+
+
+def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology: str | None = None,
+            model: str | None = None) -> Report:
+    """The same collectives priced on other hardware, topology or cost model, without recompiling.
+
+    Args:
+      report: a report from `analyze` or `analyze_hlo` (it carries its module in `report.context`).
+      hardware: new hardware (default: the report's).
+      topology: new slice (default: the smallest slice of the new hardware that holds the mesh).
+      model: "topology" or "ideal" (default: the report's).
+    Returns:
+      A new `Report`; diagnostics are recomputed by the rules.
+
+    Example:
+        >>> v5p = reprice(report, hardware="tpu-v5p")
+        >>> v5p.totals.comm_seconds < report.totals.comm_seconds
+    """
+    module = report.context.get("module") if report.context else None
+    if module is None:
+        raise AnalyzerError("this report carries no HLO module in report.context (was it loaded from JSON?); "
+                            "reprice needs a report from analyze() or analyze_hlo()")
+    hw = hardware if hardware is not None else report.context.get("hardware", report.hardware)
+    mdl = model or report.context.get("cost_model", "topology")
+    lowered = report.context.get("lowered")
+    same_hw = hardware is None or _hw_name(hw) == report.hardware
+    coords = lowered.device_coords if (lowered is not None and same_hw and topology is None) else None
+    notes = [n for n in report.notes if not n.startswith("Priced ")]
+    context = {k: v for k, v in report.context.items() if k in ("lowered", "in_shardings", "out_shardings", "args",
+                                                                "config", "hlo_path")}
+    return build_report(module, mesh=report.mesh, hardware=hw, topology=topology, device_coords=coords,
+                        target=report.target, notes=notes, memory=report.memory, name=report.name, context=context,
+                        config=report.context.get("config"), model=mdl, graph=report.context.get("graph"))
+
+
+# ---------------------------------------------------------------------- dump folders
+def pick_dump_file(folder: Path) -> tuple[Path, str]:
+    """The module to read from an `--xla_dump_to` folder, and why.
+
+    Preference: after SPMD partitioning (backend-neutral collectives), then the final optimized module, then
+    any HLO text file. Among several modules, the largest file (the main program, not a helper kernel).
+
+    Raises:
+      AnalyzerError: no HLO text in the folder.
+    """
+    files = [f for f in folder.iterdir() if f.is_file() and f.suffix in (".txt", ".hlo")]
+    spmd = [f for f in files if "after_spmd-partitioning" in f.name or "after_tpu-spmd-partitioning" in f.name]
+    final = [f for f in files if f.name.endswith("after_optimizations.txt")]
+    if spmd:
+        return max(spmd, key=lambda f: f.stat().st_size), "the module right after SPMD partitioning"
+    if final:
+        return max(final, key=lambda f: f.stat().st_size), "the final optimized module (no after-SPMD dump found)"
+    hlo = [f for f in files if _looks_like_hlo(f)]
+    if hlo:
+        return max(hlo, key=lambda f: f.stat().st_size), "the largest HLO text file (no pass-named dump found)"
+    raise AnalyzerError(f"dump folder {str(folder)!r} holds no HLO text; dump with XLA_FLAGS='--xla_dump_to=DIR "
+                        "--xla_dump_hlo_as_text' (and --xla_dump_hlo_pass_re=spmd-partitioning for the "
+                        "backend-neutral module)")
+
+
+def _looks_like_hlo(f: Path) -> bool:
+    try:
+        with f.open() as fh:
+            head = fh.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return "HloModule" in head
+
+
+# ---------------------------------------------------------------------- the report
+def _hw_name(hw: Any) -> str:
+    return hw if isinstance(hw, str) else getattr(hw, "name", str(hw))
+
+
+def build_report(
+    module: HloModule,
+    *,
+    mesh: MeshInfo | None,
+    hardware: Any,
+    topology: Any,
+    device_coords: Sequence[Sequence[int]] | None,
+    target: str,
+    notes: list[str],
+    memory: Mapping[str, int] | None,
+    name: str,
+    context: dict[str, Any],
+    config: Any = None,
+    model: str = "topology",
+    graph: CallGraph | None = None,
+) -> Report:
+    """Extract, map and price the collectives of a parsed module and assemble the `Report`."""
+    from analyzer.collectives import extract_collectives
+    from analyzer.dots import extract_dots
+    from analyzer.graph import CallGraph
+    from analyzer.hardware import load_hardware
+    from analyzer.mapping import infer_mesh
+
+    if model not in _MODELS:
+        raise AnalyzerError(f"cost model {model!r} is unknown; {valid_choices(model, _MODELS, what='models')}")
+    hw = load_hardware(hardware)
+    g = graph or CallGraph.build(module)
+    raw = extract_collectives(module, g)
+    n_devices = module.num_partitions if module.replica_count <= 1 else module.num_partitions * module.replica_count
+    notes = list(notes)
+    if mesh is None:
+        mesh = infer_mesh([c.groups for c in raw if c.kind != "collective-permute"], n_devices)
+        notes.append(f"No mesh was given: axes named from the collectives' device groups as {mesh} (major to "
+                     "minor); pass mesh='name=size,...' for your own names.")
+    elif mesh.size != n_devices and n_devices > 1:
+        raise MeshError(f"mesh {mesh} has {mesh.size} devices but the HLO module {module.name!r} was partitioned "
+                        f"for {n_devices}; give the mesh it was compiled with")
+    unknown = sorted({k for k, t in g.trip_counts.items() if t.source == "unknown"})
+    if unknown:
+        notes.append("Trip count unknown for loop(s) " + ", ".join(f"%{w}" for _, w in unknown)
+                     + "; counted once per step.")
+    topo, topo_note = _topology(hw, mesh, topology, device_coords, target)
+    notes.append(topo_note)
+    rows = [_map(c, module, g, mesh) for c in raw]
+    rows, price_note = _price_all(rows, topo, model)
+    if price_note:
+        notes.append(price_note)
+    dots = extract_dots(module, g)
+    if any(c.branch for c in rows):
+        notes.append("Collectives inside conditional branches are counted as if their branch runs; totals take "
+                     "the costliest branch of each conditional.")
+    totals = _totals(rows, dots, hw)
+    collectives_df = _collectives_frame(rows)
+    dots_df = _dots_frame(dots, module, hw)
+    ctx = dict(context)
+    ctx.update({"module": module, "graph": g, "hardware": hw, "topology": topo, "cost_model": model,
+                "collectives": rows, "dots": dots, "mesh": mesh})
+    report = Report(
+        collectives=collectives_df, dots=dots_df, totals=totals, hlo=module, mesh=mesh, hardware=hw.name,
+        topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
+        context=ctx,
+    )
+    return _run_rules(report, config)
+
+
+def _run_rules(report: Report, config: Any) -> Report:
+    """Attach the rules' diagnostics when `analyzer.rules.run_rules` exists."""
+    try:
+        from analyzer.rules import run_rules  # type: ignore[attr-defined]
+    except ImportError:
+        return report
+    return report.with_diagnostics(run_rules(report, config))
+
+
+def _describe_topology(topo: Any) -> str:
+    if topo is None:
+        return ""
+    describe = getattr(topo, "describe", None)
+    return describe() if callable(describe) else str(topo)
+
+
+def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, target: str) -> tuple[Any, str]:
+    from analyzer.topology import Topology
+
+    if coords is not None and topology is None:
+        topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, device_coords=coords)
+        return topo, f"Priced on {hw.name} with the TPU devices' torus coordinates: {_describe_topology(topo)}."
+    topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=topology)
+    if topology is None:
+        how = ("the mesh laid on the smallest slice of the hardware that holds it, axes in order"
+               + (" (the cpu target has no physical layout)" if target == "cpu" else ""))
+    else:
+        how = f"the declared topology {topology}"
+    return topo, f"Priced on {hw.name} with {how}: {_describe_topology(topo)}."
+
+
+# ---------------------------------------------------------------------- mapping one collective
+def _trace_shape(g: CallGraph, comp: str, name: str, forward: bool) -> Any:
+    """Follow reshapes/transposes/bitcasts/copies from an instruction (backwards through operands, or forwards
+    through single users) and return the last shape reached."""
+    inst = g.producer(comp, name)
+    if inst is None:
+        return None
+    shape = inst.shape
+    for _ in range(8):
+        if forward:
+            users = g.users(comp, inst.name)
+            if len(users) != 1 or users[0].opcode not in ("reshape", "transpose", "bitcast", "copy"):
+                break
+            inst = users[0]
+        else:
+            if inst.opcode not in ("reshape", "transpose", "bitcast", "copy") or not inst.operands:
+                break
+            nxt = g.producer(comp, inst.operands[0].name)
+            if nxt is None:
+                break
+            inst = nxt
+        shape = inst.shape
+    return shape
+
+
+def _a2a_dims(c: Collective, g: CallGraph) -> tuple[tuple[int, int] | None, tuple[int, ...]]:
+    """(sharded-before dim, sharded-after dim) of an all-to-all, read off the reshapes around it, and the
+    global (per group) shape; (None, operand dims) when the pattern is not the plain reshard."""
+    n = c.group_size
+    src = _trace_shape(g, c.computation, c.instruction.operands[0].name, forward=False) if c.instruction.operands else None
+    dst = _trace_shape(g, c.computation, c.instructions[-1], forward=True)
+    if src is None or dst is None or not src.is_array or not dst.is_array or src.rank != dst.rank or n < 2:
+        return None, tuple(c.operand_shape.dims)
+    grow = [d for d in range(src.rank) if dst.dims[d] == src.dims[d] * n]
+    shrink = [d for d in range(src.rank) if src.dims[d] == dst.dims[d] * n]
+    same = all(src.dims[d] == dst.dims[d] for d in range(src.rank) if d not in grow + shrink)
+    if len(grow) == 1 and len(shrink) == 1 and same:
+        glob = list(dst.dims)
+        glob[shrink[0]] *= n
+        return (grow[0], shrink[0]), tuple(glob)
+    return None, tuple(c.operand_shape.dims)
+
+
+def _metadata_origin(g: CallGraph, c: Collective) -> Any:
+    """The metadata of the nearest producer of a collective's operand that has some (for collectives the
+    partitioner adds to reshard a value: the op that made the value)."""
+    inst = c.instruction
+    comp = c.computation if inst.name in g.module.by_name[c.computation].by_name else None
+    if comp is None:
+        return None
+    for _ in range(8):
+        if not inst.operands:
+            return None
+        nxt = g.producer(comp, inst.operands[0].name)
+        if nxt is None:
+            return None
+        md = nxt.metadata
+        if md is not None and (md.op_name or md.stack_frame_id is not None):
+            return md
+        inst = nxt
+    return None
+
+
+def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Collective:
+    """Axes, notation, global shape, source line and pass of one collective."""
+    from analyzer.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, user_frame
+
+    if c.kind == "collective-permute" and c.pairs is not None and not c.permute_steps:
+        span, hops = pairs_to_axes(c.pairs, mesh)
+        extra = dict(c.extra, hops=hops)
+    else:
+        span = groups_to_axes(c.groups, mesh)
+        extra = dict(c.extra)
+    a2a = None
+    if c.kind == "all-gather":
+        shape, dims = tuple(c.result_shape.dims), ((c.dimension,) if c.dimension is not None else ())
+    elif c.kind == "reduce-scatter":
+        shape = tuple(c.operand_shape.dims)
+        dims = c.scatter_dims or ((c.dimension,) if c.dimension is not None else ())
+    elif c.kind in ("all-to-all", "ragged-all-to-all"):
+        a2a, shape = _a2a_dims(c, g)
+        dims = ()
+    else:
+        shape, dims = tuple(c.operand_shape.dims), ()
+    notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a)
+    md = c.instruction.metadata
+    if md is None or (not md.op_name and md.stack_frame_id is None):
+        origin = _metadata_origin(g, c)
+        if origin is not None:
+            md = origin
+            extra["inherited_op_name"] = origin.op_name or ""
+    source = user_frame(module, md.stack_frame_id if md else None, md.source_file if md else None,
+                        md.source_line if md else None)
+    return replace(c, axes=span.axes, axis_sizes=span.sizes, regular=span.regular, notation=notation,
+                   before=before, after=after, unreduced=unreduced, global_shape=shape, source=source,
+                   pass_=pass_of(c.op_name), a2a_dims=a2a, extra=extra)
+
+
+# ---------------------------------------------------------------------- pricing
+def _price_all(rows: list[Collective], topo: Any, model: str) -> tuple[list[Collective], str]:
+    try:
+        from analyzer.cost import collective_cost, group_cost
+    except ImportError:  # the cost model is a separate module; without it the rows stay unpriced
+        return [replace(c, cost=None) for c in rows], "No cost model available (analyzer.cost); seconds are 0."
+
+    out = []
+    for c in rows:
+        pairs = c.pairs if c.kind == "collective-permute" and not c.permute_steps else None
+        if not c.axes or (c.group_size <= 1 and not pairs):
+            out.append(replace(c, cost=None))  # nothing leaves the device
+            continue
+        if c.regular:
+            cost = collective_cost(c.kind, c.bytes, c.axes, topo, model=model, pairs=pairs)
+        elif len({len(grp) for grp in c.groups}) == 1:
+            cost = group_cost(c.kind, c.bytes, [list(grp) for grp in c.groups], topo, model=model, pairs=pairs)
+        else:
+            cost = collective_cost(c.kind, c.bytes, c.axes, topo, model=model, pairs=pairs)
+        out.append(replace(c, cost=cost))
+    return out, ""
+
+
+def _seconds(c: Collective) -> float:
+    return float(c.cost.seconds) if c.cost is not None else 0.0
+
+
+def _branch_max(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
+    """Sum of values, taking for each conditional only its costliest branch (recursively)."""
+    total = 0.0
+    nested: dict[str, dict[int, list]] = {}
+    for key, v in items:
+        if not key:
+            total += v
+        else:
+            (cond, idx), rest = key[0], key[1:]
+            nested.setdefault(cond, {}).setdefault(idx, []).append((rest, v))
+    for branches in nested.values():
+        total += max(_branch_max(b) for b in branches.values())
+    return total
+
+
+def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec) -> Totals:
+    comm = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows])
+    by_kind: dict[str, float] = {}
+    by_axis: dict[str, float] = {}
+    for kind in sorted({c.kind for c in rows}):
+        by_kind[kind] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if c.kind == kind])
+    for label in sorted({_axis_key(c) for c in rows}):
+        by_axis[label] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
+    comm_bytes = int(round(_branch_max([(c.branch, float(c.bytes) * c.count) for c in rows])))
+    flops = sum(d.flops * d.count for d in dots)
+    compute = sum(d.flops * d.count / hw.flops_per_second(d.dtype) for d in dots)
+    return Totals(comm_seconds=comm, compute_seconds=compute, by_kind=by_kind, by_axis=by_axis,
+                  comm_bytes=comm_bytes, flops=flops)
+
+
+def _axis_key(c: Collective) -> str:
+    return ",".join(c.axes) if c.axes else "(none)"
+
+
+# ---------------------------------------------------------------------- frames
+def _collectives_frame(rows: list[Collective]) -> pd.DataFrame:
+    import pandas as pd
+
+    from analyzer.mapping import op_label
+
+    records = []
+    for c in rows:
+        cost = c.cost
+        seconds = float(cost.seconds) if cost is not None else 0.0
+        records.append({
+            "kind": c.kind, "axes": tuple(c.axes), "notation": c.notation, "dtype": c.dtype, "bytes": int(c.bytes),
+            "count": _int_if_whole(c.count), "seconds": seconds,
+            "regime": getattr(cost, "regime", "") if cost is not None else "",
+            "op_name": c.op_name, "source": c.source, "total_seconds": seconds * c.count,
+            "per_device_bytes": int(c.per_device_bytes), "group_size": c.group_size, "num_groups": c.num_groups,
+            "sync": c.sync, "overlapped": c.overlapped, "permute_steps": c.permute_steps, "pass_": c.pass_,
+            "computation": c.computation, "instruction": ",".join(c.instructions), "hlo_line": c.hlo_line,
+            "hops": int(getattr(cost, "hops", 0) or 0) if cost is not None else int(c.extra.get("hops", 0)),
+            "formula": getattr(cost, "formula", "") if cost is not None else "",
+            "original_ops": c.original_ops, "op": op_label(c.op_name),
+            "global_shape": tuple(c.global_shape), "branch": _branch_text(c.branch),
+        })
+    cols = list(COLLECTIVE_COLUMNS)
+    return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)
+
+
+def _branch_text(branch: Sequence[tuple[str, int]]) -> str:
+    return "/".join(f"%{cond}[{i}]" for cond, i in branch)
+
+
+def _int_if_whole(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec) -> pd.DataFrame:
+    import pandas as pd
+
+    from analyzer.mapping import user_frame
+
+    records = []
+    for d in dots:
+        md = d.instruction.metadata
+        shapes = [o.shape for o in d.instruction.operands]
+        rate = hw.flops_per_second(d.dtype)
+        records.append({
+            "instruction": d.instruction.name, "computation": d.computation,
+            "op_name": (md.op_name or "") if md else "",
+            "source": user_frame(module, md.stack_frame_id if md else None, md.source_file if md else None,
+                                 md.source_line if md else None),
+            "flops": d.flops, "count": _int_if_whole(d.count), "seconds": d.flops / rate if rate else math.nan,
+            "lhs_shape": str(shapes[0]) if shapes and shapes[0] is not None else "",
+            "rhs_shape": str(shapes[1]) if len(shapes) > 1 and shapes[1] is not None else "",
+            "out_shape": str(d.instruction.shape), "contracting": tuple(d.contracting), "notation": "",
+            "dtype": d.dtype,
+        })
+    cols = list(DOT_COLUMNS)
+    return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)

@@ -1,0 +1,678 @@
+"""Finding the collectives of an HLO module: one record per logical collective, however XLA spelled it.
+
+What counts as one collective (DESIGN.md, "collectives" and "What the TPU compiler prints"):
+  - a sync op (`all-gather`, `all-reduce`, `reduce-scatter`, `all-to-all`, `collective-permute`,
+    `collective-broadcast`, `ragged-all-to-all`);
+  - an async pair: `all-gather-start`/`-done` (the `-done` adds nothing), an `async-start` wrapping one of the
+    above in its called computation;
+  - the TPU compiler's async collective fusions: `fusion(...), kind=kCustom` whose computation holds the
+    collective plus a custom-call `AsyncCollectiveStart`; the continuation fusion(s) and the
+    `AsyncCollectiveDone` fusion repeat the collective's text with the same `channel_id`: one collective;
+  - `all-reduce-scatter` fusions (TPU): an all-reduce inside a fusion whose output is the scattered shard is
+    a reduce-scatter;
+  - an all-reduce whose result is only read through dynamic-slices indexed by the partition id is the
+    reduce-scatter the partitioner meant (the CPU backend never forms reduce-scatters): reported as one,
+    `original_ops="all-reduce + dynamic-slice"`;
+  - tuple collectives made by combiners: one row per operand;
+  - collective matmul (TPU): rings of `collective-permute`s whose op is a `dot_general`, linked by data flow,
+    shifting by one along one mesh axis: the logical AllGather (the shards feed the partial dots) or
+    ReduceScatter (partial results travel and accumulate), reported once, `overlapped=True`,
+    `permute_steps` = the number of permutes.
+
+`count` is executions per call of the entry computation: the multiplicity of the computation that runs the
+op (loops multiplied through, conditional branches counted as if taken; `branch` says which).
+
+`bytes` is the chapter's V: AllGather the gathered (output) array, ReduceScatter and AllReduce the unreduced
+input, AllToAll the whole array over the group (per-device bytes times group size), collective-permute
+and collective-broadcast the buffer each device sends. All per group of devices, as the chapter's formulas
+take them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from analyzer.graph import BranchKey, CallGraph
+
+if TYPE_CHECKING:
+    from analyzer.hlo.ir import Computation, HloModule, Instruction, Shape
+
+__all__ = ["Collective", "extract_collectives", "KINDS", "COLLECTIVE_OPCODES"]
+
+# Logical kinds, as the report names them.
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
+         "collective-broadcast", "ragged-all-to-all")
+COLLECTIVE_OPCODES = frozenset(KINDS)
+_ASYNC_STARTS = {f"{k}-start": k for k in KINDS}
+_ASYNC_DONES = frozenset(f"{k}-done" for k in KINDS) | {"async-done", "async-update"}
+_MOVE_OPS = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "copy-start",
+                       "copy-done", "bitcast-convert", "optimization-barrier"})
+_DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One logical collective.
+
+    HLO side:
+      kind: logical kind (one of `KINDS`).
+      computation: the computation that runs it (for fused forms: the computation holding the fusion).
+      instruction: the HLO instruction of the collective op itself (inside a fusion for TPU forms).
+      instructions: names of every instruction that makes it up (start, continuation, done, slice...).
+      sync: False for async forms.
+      operand_shape, result_shape: per-device shapes of this operand (tuple collectives: one element).
+      operand_index: which operand of a tuple collective, else None.
+      dimension: the gathered / scattered / all-to-all dimension of the result, when there is one.
+      groups: expanded device groups (mesh positions); for permutes the cycles of the permutation.
+      pairs: source-target pairs of a permute.
+      count: executions per call of the program; branch: the conditional branches on its call path.
+      overlapped: the compiler overlaps it with compute (async fusions with a continuation, collective matmul).
+      permute_steps: collective-permutes that implement it (collective matmul), else 0.
+      original_ops: what the HLO spelled when the row was recognised from a pattern, else "".
+      dot, dot_relation: the dot/convolution it feeds ("feeds") or whose result it reduces ("from").
+      only_used_sharded: its result is only read through dynamic-slices by partition id.
+    Filled in by the analysis (analyzer.analysis):
+      axes, axis_sizes, regular, notation, before, after, source, pass_, cost, global_shape.
+    """
+
+    kind: str
+    computation: str
+    instruction: Instruction
+    instructions: tuple[str, ...]
+    sync: bool
+    operand_shape: Shape
+    result_shape: Shape
+    groups: tuple[tuple[int, ...], ...]
+    count: float
+    operand_index: int | None = None
+    dimension: int | None = None
+    pairs: tuple[tuple[int, int], ...] | None = None
+    branch: BranchKey = ()
+    overlapped: bool = False
+    permute_steps: int = 0
+    original_ops: str = ""
+    dot: Instruction | None = None
+    dot_relation: str = ""
+    only_used_sharded: bool = False
+    scatter_dims: tuple[int, ...] = ()
+    a2a_dims: tuple[int, int] | None = None  # (dim that was sharded, dim that becomes sharded) for all-to-all
+    # mapped
+    axes: tuple[str, ...] = ()
+    axis_sizes: tuple[int, ...] = ()
+    regular: bool = True
+    notation: str = ""
+    before: tuple[tuple[str, ...], ...] = ()
+    after: tuple[tuple[str, ...], ...] = ()
+    unreduced: tuple[str, ...] = ()
+    global_shape: tuple[int, ...] = ()
+    source: str = ""
+    pass_: str = ""
+    cost: Any = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # ---------------------------------------------------------------- derived figures
+    @property
+    def dtype(self) -> str:
+        return self.operand_shape.element_type
+
+    @property
+    def group_size(self) -> int:
+        if self.kind == "collective-permute" and self.permute_steps == 0:
+            return max((len(g) for g in self.groups), default=1)
+        return max((len(g) for g in self.groups), default=1)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    @property
+    def per_device_bytes(self) -> int:
+        """Bytes of the shard each device holds or sends (AllGather input, ReduceScatter output)."""
+        if self.kind == "reduce-scatter":
+            return self.result_shape.byte_size
+        return self.operand_shape.byte_size
+
+    @property
+    def bytes(self) -> int:
+        """V of the chapter for this collective (see the module docstring)."""
+        if self.kind == "all-gather":
+            return self.result_shape.byte_size
+        if self.kind in ("reduce-scatter", "all-reduce", "collective-permute", "collective-broadcast"):
+            return self.operand_shape.byte_size
+        if self.kind in ("all-to-all", "ragged-all-to-all"):
+            return self.operand_shape.byte_size * self.group_size
+        return self.operand_shape.byte_size
+
+    @property
+    def op_name(self) -> str:
+        """The jax op that caused it: the instruction's own op_name, else the one of the value it moves
+        (collectives the partitioner adds to reshard a result carry no metadata of their own)."""
+        md = self.instruction.metadata
+        own = (md.op_name or "") if md is not None else ""
+        return own or self.extra.get("inherited_op_name", "")
+
+    @property
+    def hlo_line(self) -> int | None:
+        pos = self.instruction.position
+        return pos.line if pos is not None else None
+
+
+# ---------------------------------------------------------------------- small helpers
+def _leaf(shape: Shape, index: int | None) -> Shape:
+    if index is None or not shape.is_tuple:
+        return shape
+    return shape.tuple_shapes[index]
+
+
+def _array_leaves(shape: Shape) -> list[Shape]:
+    return [s for s in shape.leaves() if s.is_array]
+
+
+def _groups(inst: Instruction, num_devices: int) -> tuple[tuple[int, ...], ...]:
+    """Expanded device groups; an absent or empty list means one group of every device."""
+    try:
+        groups = inst.replica_groups
+    except Exception:  # noqa: BLE001 - undecodable groups: treat as all devices, noted by the caller
+        groups = None
+    if not groups:
+        return (tuple(range(num_devices)),)
+    return tuple(tuple(g) for g in groups)
+
+
+def _permutation_cycles(pairs: Sequence[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:
+    """The cycles (or chains) of a source->target permutation, each listed from its smallest id."""
+    nxt = dict(pairs)
+    seen: set[int] = set()
+    cycles = []
+    for start in sorted(nxt):
+        if start in seen:
+            continue
+        cyc = [start]
+        seen.add(start)
+        cur = nxt.get(start)
+        while cur is not None and cur not in seen:
+            cyc.append(cur)
+            seen.add(cur)
+            cur = nxt.get(cur)
+        cycles.append(tuple(cyc))
+    return tuple(cycles)
+
+
+def _fused_instructions(module: HloModule, inst: Instruction, depth: int = 0) -> Iterable[tuple[Computation, Instruction]]:
+    """Every instruction inside the computations a fusion calls, nested fusions included."""
+    if depth > 8:
+        return
+    for name in inst.called_computations:
+        comp = module.by_name.get(name)
+        if comp is None:
+            continue
+        for i in comp.instructions:
+            yield comp, i
+            if i.opcode == "fusion":
+                yield from _fused_instructions(module, i, depth + 1)
+
+
+def _has_dot(module: HloModule, inst: Instruction) -> Instruction | None:
+    """The dot/convolution an instruction is or holds (fusions), else None."""
+    if inst.opcode in _DOT_OPS:
+        return inst
+    if inst.opcode == "fusion":
+        for _, i in _fused_instructions(module, inst):
+            if i.opcode in _DOT_OPS:
+                return i
+    return None
+
+
+def _custom_targets(module: HloModule, inst: Instruction) -> set[str]:
+    out = set()
+    for _, i in _fused_instructions(module, inst):
+        if i.opcode == "custom-call":
+            t = (i.attr("custom_call_target") or "").strip('"')
+            out.add(t)
+    return out
+
+
+# ---------------------------------------------------------------------- data-flow questions
+def _feeds_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Instruction | None:
+    """The dot (or dot-holding fusion) that consumes `name`, through data-movement ops."""
+    if depth > 6:
+        return None
+    for u in g.users(comp, name):
+        d = _has_dot(g.module, u)
+        if d is not None:
+            return d
+        if u.opcode in _MOVE_OPS or u.opcode in _ASYNC_DONES or (u.opcode == "fusion" and _is_movement_fusion(g.module, u)):
+            found = _feeds_dot(g, comp, u.name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Instruction | None:
+    """The dot whose result `inst` carries (through data-movement ops and adds), else None."""
+    if depth > 6:
+        return None
+    d = _has_dot(g.module, inst)
+    if d is not None:
+        return d
+    if inst.opcode in _MOVE_OPS or inst.opcode in ("add", "fusion") or inst.opcode in _ASYNC_DONES:
+        for op in g.operands(comp, inst):
+            found = _from_dot(g, comp, op, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
+    ops = {i.opcode for _, i in _fused_instructions(module, inst)}
+    return bool(ops) and ops <= (_MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant",
+                                             "broadcast", "concatenate", "pad"})
+
+
+def _depends_on_partition_id(g: CallGraph, comp: str, inst: Instruction, seen: set[tuple[str, str]] | None = None) -> bool:
+    """Whether a value is computed from `partition-id` / `replica-id`, following loop state into callers."""
+    seen = set() if seen is None else seen
+    stack = [(comp, inst)]
+    while stack:
+        c, i = stack.pop()
+        if (c, i.name) in seen or len(seen) > 400:
+            continue
+        seen.add((c, i.name))
+        if i.opcode in ("partition-id", "replica-id"):
+            return True
+        if i.opcode == "parameter":
+            # Follow into the callers: a while body's state, a fusion's / call's operand.
+            for site in g.call_sites(c):
+                caller = g.module.by_name[site.caller]
+                call = caller.by_name.get(site.instruction)
+                if call is None:
+                    continue
+                n = i.parameter_number or 0
+                if site.role in ("body", "condition") and call.operands:
+                    stack.append((site.caller, caller.by_name[call.operands[0].name]))
+                elif n < len(call.operands):
+                    stack.append((site.caller, caller.by_name[call.operands[n].name]))
+            continue
+        if i.opcode == "fusion":
+            for _, fi in _fused_instructions(g.module, i):
+                if fi.opcode in ("partition-id", "replica-id"):
+                    return True
+        for op in g.operands(c, i):
+            stack.append((c, op))
+    return False
+
+
+def _sliced_by_partition(g: CallGraph, comp: str, value: Instruction) -> tuple[list[Instruction], Shape] | None:
+    """If every user of `value` is a dynamic-slice (or a fusion around one) whose offsets come from the
+    partition id, return those users and the slice shape; else None."""
+    users = g.users(comp, value.name)
+    if not users:
+        return None
+    out_shape = None
+    for u in users:
+        if u.opcode == "dynamic-slice" and u.operands and u.operands[0].name == value.name:
+            offsets = [g.producer(comp, o.name) for o in u.operands[1:]]
+            shape = u.shape
+        elif u.opcode == "fusion":
+            shape = _fused_slice_shape(g.module, u, [k for k, o in enumerate(u.operands) if o.name == value.name])
+            if shape is None:
+                return None
+            offsets = [g.producer(comp, o.name) for o in u.operands if o.name != value.name]
+        else:
+            return None
+        if not any(o is not None and _depends_on_partition_id(g, comp, o) for o in offsets):
+            return None
+        if out_shape is not None and tuple(shape.dims) != tuple(out_shape.dims):
+            return None
+        out_shape = shape
+    assert out_shape is not None
+    return users, out_shape
+
+
+def _fused_slice_shape(module: HloModule, fusion: Instruction, params: list[int]) -> Shape | None:
+    """Inside a fusion, the shape of the dynamic-slice that reads fusion operand(s) `params` (through
+    bitcasts and copies) when every use of them is such a slice; else None."""
+    names = fusion.called_computations
+    comp = module.by_name.get(names[0]) if names else None
+    if comp is None or not params:
+        return None
+    users: dict[str, list[Instruction]] = {}
+    for i in comp.instructions:
+        for o in i.operand_names:
+            users.setdefault(o, []).append(i)
+    frontier = [i for i in comp.instructions if i.opcode == "parameter" and i.parameter_number in params]
+    shape = None
+    seen = 0
+    while frontier and seen < 32:
+        seen += 1
+        node = frontier.pop()
+        for u in users.get(node.name, []):
+            if u.opcode in ("bitcast", "copy", "convert"):
+                frontier.append(u)
+            elif u.opcode == "dynamic-slice" and u.operand_names[0] == node.name:
+                if shape is not None and tuple(shape.dims) != tuple(u.shape.dims):
+                    return None
+                shape = u.shape
+            else:
+                return None
+    return shape
+
+
+def _scatter_dims(full: Shape, shard: Shape, group: int) -> tuple[int, ...] | None:
+    """Dims that shrink from `full` to `shard`, when their shrink factors multiply to `group`."""
+    if full.rank != shard.rank or group < 2:
+        return None
+    dims, factor = [], 1
+    for d, (a, b) in enumerate(zip(full.dims, shard.dims)):
+        if a != b:
+            if b == 0 or a % b:
+                return None
+            dims.append(d)
+            factor *= a // b
+    return tuple(dims) if dims and factor == group else None
+
+
+# ---------------------------------------------------------------------- extraction
+@dataclass
+class _Builder:
+    g: CallGraph
+    num_devices: int
+    rows: list[Collective] = field(default_factory=list)
+    async_fusion_channels: dict[tuple[str, int | None], int] = field(default_factory=dict)
+
+    @property
+    def module(self) -> HloModule:
+        return self.g.module
+
+    def add_op(self, comp: str, op: Instruction, *, result_holder: Instruction, names: tuple[str, ...],
+               sync: bool, count: float, branch: BranchKey, overlapped: bool = False,
+               fusion_output: Shape | None = None) -> None:
+        """Rows for one collective op `op` (possibly inside a fusion); `result_holder` is the instruction of
+        `comp` whose value is the collective's result (the op itself, the start, or the fusion)."""
+        kind = op.opcode.removesuffix("-start")
+        groups = _groups(op, self.num_devices)
+        pairs = None
+        if kind == "collective-permute":
+            try:
+                pairs = tuple(tuple(p) for p in (op.source_target_pairs or ()))  # type: ignore[misc]
+            except Exception:  # noqa: BLE001
+                pairs = ()
+            groups = _permutation_cycles(pairs)  # type: ignore[arg-type]
+        operand_shapes = [o.shape for o in op.operands if o.shape is not None]
+        result_leaves = self._result_leaves(op, kind)
+        n_ops = max(1, len(operand_shapes))
+        dims = op.dimensions
+        for k in range(n_ops):
+            operand = operand_shapes[k] if k < len(operand_shapes) else result_leaves[k]
+            result = result_leaves[k] if k < len(result_leaves) else operand
+            index = k if n_ops > 1 else None
+            row = Collective(
+                kind=kind, computation=comp, instruction=op, instructions=names, sync=sync,
+                operand_shape=operand, result_shape=result, groups=groups, count=count, operand_index=index,
+                dimension=dims[0] if dims else None, pairs=pairs, branch=branch, overlapped=overlapped,
+            )
+            if fusion_output is not None and kind == "all-reduce":
+                scat = _scatter_dims(operand, fusion_output, row.group_size)
+                if scat is not None:
+                    row = replace(row, kind="reduce-scatter", result_shape=fusion_output, scatter_dims=scat,
+                                  dimension=scat[0], original_ops="all-reduce-scatter fusion")
+            elif kind == "all-reduce":
+                row = self._maybe_reduce_scatter(comp, result_holder, row, index)
+            self.rows.append(self._with_dot(comp, result_holder, row, index))
+
+    def _result_leaves(self, op: Instruction, kind: str) -> list[Shape]:
+        shape = op.shape
+        if op.opcode.endswith("-start") and shape.is_tuple:
+            # all-gather-start: ((operands), (results)); collective-permute-start: (in, out, ctx...)
+            parts = shape.tuple_shapes
+            if kind == "collective-permute":
+                return [parts[1]] if len(parts) > 1 else [parts[0]]
+            if len(parts) >= 2 and parts[1].is_tuple:
+                return _array_leaves(parts[1])
+            if len(parts) >= 2:
+                return [parts[1]]
+            return _array_leaves(shape)
+        return _array_leaves(shape)
+
+    def _maybe_reduce_scatter(self, comp: str, holder: Instruction, row: Collective, index: int | None) -> Collective:
+        value: Instruction | None = holder
+        if index is not None:
+            value = next((u for u in self.g.users(comp, holder.name)
+                          if u.opcode == "get-tuple-element" and u.attr("index") == str(index)), None)
+        if value is not None and value.opcode.endswith("-start"):
+            value = next((u for u in self.g.users(comp, value.name) if u.opcode in _ASYNC_DONES), None)
+        if value is None:
+            return row
+        sliced = _sliced_by_partition(self.g, comp, value)
+        if sliced is None:
+            return row
+        users, shard = sliced
+        scat = _scatter_dims(row.operand_shape, shard, row.group_size)
+        if scat is None:
+            return replace(row, only_used_sharded=True)
+        return replace(row, kind="reduce-scatter", result_shape=shard, scatter_dims=scat, dimension=scat[0],
+                       only_used_sharded=True, instructions=row.instructions + tuple(u.name for u in users),
+                       original_ops="all-reduce + dynamic-slice")
+
+    def _with_dot(self, comp: str, holder: Instruction, row: Collective, index: int | None) -> Collective:
+        if row.kind in ("all-gather", "all-to-all", "collective-permute"):
+            d = _feeds_dot(self.g, comp, holder.name)
+            if d is not None:
+                return replace(row, dot=d, dot_relation="feeds")
+        ops = self.g.operands(comp, holder)
+        src = ops[index] if index is not None and index < len(ops) else (ops[0] if ops else None)
+        if src is not None:
+            d = _from_dot(self.g, comp, src)
+            if d is not None:
+                return replace(row, dot=d, dot_relation="from")
+        d = _feeds_dot(self.g, comp, holder.name)
+        if d is not None:
+            return replace(row, dot=d, dot_relation="feeds")
+        return row
+
+    # -------------------------------------------------------------- one computation
+    def scan(self, comp_name: str) -> None:
+        comp = self.module.by_name[comp_name]
+        for key, count in self.g.branch_counts(comp_name).items():
+            self._scan(comp, count, key)
+
+    def _scan(self, comp: Computation, count: float, branch: BranchKey) -> None:
+        for inst in comp.instructions:
+            op = inst.opcode
+            if op in COLLECTIVE_OPCODES:
+                self.add_op(comp.name, inst, result_holder=inst, names=(inst.name,), sync=True, count=count,
+                            branch=branch)
+            elif op in _ASYNC_STARTS:
+                done = [u.name for u in self.g.users(comp.name, inst.name) if u.opcode in _ASYNC_DONES]
+                self.add_op(comp.name, inst, result_holder=inst, names=(inst.name, *done), sync=False, count=count,
+                            branch=branch)
+            elif op == "async-start":
+                for _, inner in _fused_instructions(self.module, inst):
+                    if inner.opcode in COLLECTIVE_OPCODES:
+                        done = [u.name for u in self.g.users(comp.name, inst.name) if u.opcode in _ASYNC_DONES]
+                        self.add_op(comp.name, inner, result_holder=inst, names=(inst.name, *done), sync=False,
+                                    count=count, branch=branch)
+                        break
+            elif op == "fusion":
+                self._fusion(comp, inst, count, branch)
+
+    def _fusion(self, comp: Computation, inst: Instruction, count: float, branch: BranchKey) -> None:
+        inner = [i for _, i in _fused_instructions(self.module, inst)
+                 if i.opcode in COLLECTIVE_OPCODES or i.opcode in _ASYNC_STARTS]
+        if not inner:
+            return
+        targets = _custom_targets(self.module, inst)
+        called = " ".join(inst.called_computations)
+        for op in inner:
+            channel = op.channel_id
+            key = (op.opcode, channel)
+            if "AsyncCollectiveStart" in targets:
+                # The start of a start/continuation/done chain: the one row; the others join it below.
+                self.async_fusion_channels[key] = len(self.rows)
+                self.add_op(comp.name, op, result_holder=inst, names=(inst.name,), sync=False, count=count,
+                            branch=branch)
+                continue
+            if channel is not None and key in self.async_fusion_channels:
+                i = self.async_fusion_channels[key]
+                row = self.rows[i]
+                continuation = "AsyncCollectiveDone" not in targets
+                self.rows[i] = replace(row, instructions=row.instructions + (inst.name,),
+                                       overlapped=row.overlapped or continuation)
+                continue
+            if channel is not None and ("AsyncCollectiveDone" in targets or "async_collective" in called):
+                # A continuation or done seen before its start (the start is in a later computation):
+                # remember it; the start, if found, will not be joined, so record it once here.
+                self.async_fusion_channels[key] = len(self.rows)
+                self.add_op(comp.name, op, result_holder=inst, names=(inst.name,), sync=False, count=count,
+                            branch=branch, overlapped=True)
+                continue
+            self.add_op(comp.name, op, result_holder=inst, names=(inst.name,), sync=True, count=count,
+                        branch=branch, fusion_output=inst.shape if inst.shape.is_array else None)
+
+
+def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective]:
+    """Merge rings of dot_general collective-permutes into the logical AllGather / ReduceScatter."""
+    from analyzer.mapping import op_label
+
+    candidates = [i for i, r in enumerate(rows) if r.kind == "collective-permute" and r.permute_steps == 0
+                  and op_label(r.op_name) in ("dot_general", "dot", "einsum", "conv_general_dilated")
+                  and _is_ring(r.pairs or ())]
+    if len(candidates) < 1:
+        return rows
+    # Union-find over permutes linked by data flow (one's result reaches another's operand) or a shared source.
+    parent = {i: i for i in candidates}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_holder: dict[tuple[str, str], int] = {}
+    for i in candidates:
+        for name in rows[i].instructions:
+            by_holder[(rows[i].computation, name)] = i
+    sources: dict[tuple[str, str], int] = {}
+    accumulates: set[int] = set()
+    for i in candidates:
+        r = rows[i]
+        start = g.producer(r.computation, r.instructions[0])
+        if start is None or not start.operands:
+            continue
+        stack = [g.producer(r.computation, start.operands[0].name)]
+        depth = 0
+        while stack and depth < 64:
+            depth += 1
+            node = stack.pop()
+            if node is None:
+                continue
+            k = (r.computation, node.name)
+            if k in by_holder and by_holder[k] != i:
+                parent[find(i)] = find(by_holder[k])
+                continue
+            if node.opcode in _DOT_OPS or (node.opcode == "fusion" and _has_dot(g.module, node) is not None):
+                accumulates.add(i)
+                continue
+            if node.opcode == "broadcast" and all(
+                    (p := g.producer(r.computation, o.name)) is not None and p.opcode == "constant" for o in node.operands):
+                accumulates.add(i)
+            if node.opcode in _MOVE_OPS or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
+                if node.opcode == "fusion" and _is_movement_fusion(g.module, node) is False:
+                    # a compute fusion in the chain: the travelling buffer is being accumulated into
+                    if any((r.computation, o.name) in by_holder for o in node.operands):
+                        accumulates.add(i)
+                stack.extend(g.producer(r.computation, o.name) for o in node.operands)
+                continue
+            sk = (r.computation, node.name)
+            if sk in sources:
+                parent[find(i)] = find(sources[sk])
+            else:
+                sources[sk] = i
+    comps: dict[int, list[int]] = {}
+    for i in candidates:
+        comps.setdefault(find(i), []).append(i)
+    merged: set[int] = set()
+    out_extra: list[tuple[int, Collective]] = []
+    for members in comps.values():
+        members.sort()
+        first = rows[members[0]]
+        ring = max(len(c) for c in first.groups)
+        is_rs = any(m in accumulates for m in members)
+        names = tuple(n for m in members for n in rows[m].instructions)
+        dot = first.dot or next((rows[m].dot for m in members if rows[m].dot is not None), None)
+        if is_rs:
+            kind, relation = "reduce-scatter", "from"
+            operand = _scaled(first.operand_shape, ring)
+            result = first.operand_shape
+        else:
+            kind, relation = "all-gather", "feeds"
+            operand = first.operand_shape
+            result = _scaled(first.operand_shape, ring)
+        groups = tuple(tuple(sorted(c)) for c in first.groups)
+        logical = replace(first, kind=kind, instructions=names, operand_shape=operand, result_shape=result,
+                          groups=groups, dimension=None, overlapped=True, permute_steps=len(members), sync=False,
+                          original_ops=f"{len(members)} collective-permutes around partial dots (collective matmul)",
+                          dot=dot, dot_relation=relation if dot is not None else "")
+        if is_rs:
+            logical = replace(logical, operand_shape=operand)
+        merged.update(members)
+        out_extra.append((members[0], logical))
+    out = []
+    extra = dict(out_extra)
+    for i, r in enumerate(rows):
+        if i in extra:
+            out.append(extra[i])
+        elif i not in merged:
+            out.append(r)
+    return out
+
+
+def _scaled(shape: Shape, factor: int) -> Shape:
+    """`shape` with its leading non-unit dim multiplied by `factor` (the whole array of a ring of shards)."""
+    dims = list(shape.dims)
+    for d, v in enumerate(dims):
+        if v != 1:
+            dims[d] = v * factor
+            break
+    else:
+        if dims:
+            dims[0] *= factor
+    return replace(shape, dims=tuple(dims), dynamic=(False,) * len(dims), layout=None)
+
+
+def _is_ring(pairs: Sequence[tuple[int, int]]) -> bool:
+    """Source-target pairs that form cycles of equal length >= 2 covering every source once."""
+    if not pairs:
+        return False
+    cycles = _permutation_cycles(pairs)
+    lengths = {len(c) for c in cycles}
+    srcs = [s for s, _ in pairs]
+    nxt = dict(pairs)
+    closed = all(nxt.get(c[-1]) == c[0] for c in cycles)
+    return len(lengths) == 1 and min(lengths) >= 2 and len(set(srcs)) == len(srcs) and closed
+
+
+def extract_collectives(module: HloModule, graph: CallGraph | None = None) -> list[Collective]:
+    """Every logical collective of `module`, in the order the computations run (callers first).
+
+    Args:
+      module: a parsed module.
+      graph: its `CallGraph` (built when None).
+    Returns:
+      `Collective` records, not yet mapped to mesh axes or priced.
+    """
+    g = graph or CallGraph.build(module)
+    num_devices = module.num_partitions * module.replica_count if module.replica_count > 1 else module.num_partitions
+    b = _Builder(g, max(1, num_devices))
+    inside: set[str] = set()
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode in ("fusion", "async-start", "async-update", "async-done"):
+                inside.update(inst.called_computations)
+    for name in g.executed():
+        if name in inside:
+            continue
+        b.scan(name)
+    return _collective_matmuls(g, b.rows)

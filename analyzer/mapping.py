@@ -1,0 +1,468 @@
+"""Mapping HLO facts back to the user's world: mesh axis names, source lines, forward or backward pass.
+
+Device groups. In the HLO jax produces, partition (logical device) id `i` is position `i` of the user's mesh
+in row-major order (`mesh.devices.flat[i]`), whatever physical device sits there. A replica group is
+therefore a set of mesh positions, and the axes it spans are read off their coordinates: the group
+`{0,2,4,6}` on a mesh `data=4, model=2` varies `data` only, so the collective runs over `data`. A group may
+cover part of an axis (a "sub-axis"): `{0,4}` on `X=8` is the major factor of size 2 of X, named `X:(1)2`
+after XLA's `(pre-size)size` spelling: the part of X of size 2 with 1 position-factor before it. The
+minor factor of size 4 is `X:(2)4`.
+
+Axes are listed major to minor in the order the group enumerates devices: the order that decides how an
+all-gather concatenates (an all-gather over `("Y", "X")` puts Y's shards outermost).
+
+Stack frames. The stack-frame tables of the HLO name every frame of the Python stack that traced an op;
+the user's line is the innermost frame that is not inside jax itself (site-packages/jax, jaxlib, the
+analyzer).
+
+Example:
+    >>> mesh = MeshInfo(("data", "model"), (4, 2), tuple(range(8)))
+    >>> groups_to_axes([(0, 2, 4, 6), (1, 3, 5, 7)], mesh).axes
+    ('data',)
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from analyzer.errors import MeshError
+from analyzer.report import MeshInfo
+
+__all__ = [
+    "AxisSpan",
+    "groups_to_axes",
+    "pairs_to_axes",
+    "infer_mesh",
+    "parse_mesh_spec",
+    "mesh_from_any",
+    "user_frame",
+    "pass_of",
+    "op_label",
+]
+
+
+@dataclass(frozen=True)
+class AxisSpan:
+    """What a set of device groups spans on the mesh.
+
+    Attributes:
+      axes: axis labels major to minor (`"X"`, or `"X:(1)2"` for a sub-axis).
+      sizes: devices along each label.
+      regular: True when every group is exactly the product of those (sub-)axes with the other coordinates
+        fixed, and all groups have the same shape. False for groups that are not axis-aligned; `axes` then
+        lists every axis the groups vary along, a best effort.
+    """
+
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+    regular: bool = True
+
+    @property
+    def group_size(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+
+def _coords(i: int, sizes: Sequence[int]) -> tuple[int, ...]:
+    out = []
+    for s in reversed(sizes):
+        out.append(i % s)
+        i //= s
+    return tuple(reversed(out))
+
+
+def _sub_label(name: str, full: int, values: Sequence[int]) -> tuple[str, int] | None:
+    """Label of the part of axis `name` (size `full`) that `values` (sorted, distinct) covers, or None when it
+    is not an arithmetic progression that is a factor of the axis."""
+    m = len(values)
+    if m == full:
+        return name, m
+    stride = values[1] - values[0] if m > 1 else 1
+    if any(b - a != stride for a, b in zip(values, values[1:])):
+        return None
+    if stride <= 0 or full % (stride * m):
+        return None
+    pre = full // (stride * m)
+    return f"{name}:({pre}){m}", m
+
+
+def _enumeration_order(group: Sequence[int], sizes: Sequence[int], varying: Sequence[int]) -> tuple[int, ...] | None:
+    """The order (major to minor) of the varying mesh dims under which `group` is listed row-major."""
+    coords = [_coords(i, sizes) for i in group]
+    if len(varying) <= 1:
+        return tuple(varying)
+    for perm in itertools.permutations(varying):
+        key = [tuple(c[d] for d in perm) for c in coords]
+        if key == sorted(key):
+            return perm
+    return None
+
+
+def groups_to_axes(groups: Sequence[Sequence[int]], mesh: MeshInfo) -> AxisSpan:
+    """The mesh axes (or sub-axes) a collective's replica groups span.
+
+    Args:
+      groups: device-id groups as the HLO lists them (expanded), ids = mesh positions.
+      mesh: the user's mesh.
+    Returns:
+      `AxisSpan`; `axes == ()` for a collective whose groups are single devices.
+    Raises:
+      MeshError: an id is outside the mesh.
+
+    Example:
+        >>> m = MeshInfo(("X", "Y"), (4, 2), tuple(range(8)))
+        >>> groups_to_axes([(0, 1), (2, 3), (4, 5), (6, 7)], m).axes
+        ('Y',)
+        >>> groups_to_axes([(0, 2, 4, 6, 1, 3, 5, 7)], m).axes
+        ('Y', 'X')
+    """
+    sizes = mesh.axis_sizes
+    n = mesh.size
+    if not groups or all(len(g) <= 1 for g in groups):
+        return AxisSpan((), ())
+    for g in groups:
+        for i in g:
+            if not 0 <= i < n:
+                raise MeshError(f"device id {i} in replica groups is outside mesh {mesh} ({n} devices); "
+                                "give the mesh the program was compiled for")
+    shapes = set()
+    regular = True
+    first_labels: tuple[str, ...] | None = None
+    first_sizes: tuple[int, ...] = ()
+    varying_all: set[int] = set()
+    for g in groups:
+        coords = [_coords(i, sizes) for i in g]
+        values = [sorted({c[d] for c in coords}) for d in range(len(sizes))]
+        varying = [d for d in range(len(sizes)) if len(values[d]) > 1]
+        varying_all.update(varying)
+        product = 1
+        for d in varying:
+            product *= len(values[d])
+        if product != len(g) or len(set(g)) != len(g):
+            regular = False
+        order = _enumeration_order(g, sizes, varying)
+        if order is None:
+            regular = False
+            order = tuple(varying)
+        labels, lsizes = [], []
+        for d in order:
+            sub = _sub_label(mesh.axis_names[d], sizes[d], values[d])
+            if sub is None:
+                regular = False
+                sub = (mesh.axis_names[d], len(values[d]))
+            labels.append(sub[0])
+            lsizes.append(sub[1])
+        shapes.add(tuple(labels))
+        if first_labels is None:
+            first_labels, first_sizes = tuple(labels), tuple(lsizes)
+    if len(shapes) != 1:
+        regular = False
+        names = tuple(mesh.axis_names[d] for d in sorted(varying_all))
+        return AxisSpan(names, tuple(mesh.axis_sizes[d] for d in sorted(varying_all)), False)
+    assert first_labels is not None
+    return AxisSpan(first_labels, first_sizes, regular)
+
+
+def pairs_to_axes(pairs: Sequence[tuple[int, int]], mesh: MeshInfo) -> tuple[AxisSpan, int]:
+    """The axes a collective-permute moves data along, and the largest hop distance along them.
+
+    Args:
+      pairs: (source, target) mesh positions.
+      mesh: the user's mesh.
+    Returns:
+      (`AxisSpan` of the axes whose coordinate differs between source and target, max ring distance in
+      positions along those axes, counting wraparound).
+
+    Example:
+        >>> m = MeshInfo(("X", "Y"), (4, 2), tuple(range(8)))
+        >>> span, hops = pairs_to_axes([(0, 2), (2, 4), (4, 6), (6, 0)], m)
+        >>> span.axes, hops
+        (('X',), 1)
+    """
+    sizes = mesh.axis_sizes
+    n = mesh.size
+    varying: set[int] = set()
+    hops = 0
+    for s, t in pairs:
+        if not (0 <= s < n and 0 <= t < n):
+            raise MeshError(f"device id in source_target_pairs {(s, t)} is outside mesh {mesh} ({n} devices)")
+        cs, ct = _coords(s, sizes), _coords(t, sizes)
+        dist = 0
+        for d, (a, b) in enumerate(zip(cs, ct)):
+            if a != b:
+                varying.add(d)
+                delta = abs(a - b)
+                dist += min(delta, sizes[d] - delta)
+        hops = max(hops, dist)
+    ds = sorted(varying)
+    return AxisSpan(tuple(mesh.axis_names[d] for d in ds), tuple(sizes[d] for d in ds)), hops
+
+
+def _progressions(ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Nested arithmetic runs of sorted ids, innermost first: `[0,1,4,5]` -> `[(1, 2), (4, 2)]`."""
+    out: list[tuple[int, int]] = []
+    while len(ids) > 1:
+        stride = ids[1] - ids[0]
+        run = 1
+        while run < len(ids) and ids[run] - ids[run - 1] == stride:
+            run += 1
+        out.append((stride, run))
+        if len(ids) % run:
+            break
+        ids = list(ids[::run])
+    return out
+
+
+def infer_mesh(groups: Iterable[Sequence[Sequence[int]]], num_devices: int) -> MeshInfo:
+    """A mesh for a dump read without one: axes `axis_0, axis_1, ...` (major to minor) cut where the
+    collectives' groups cut the device ids.
+
+    Each group that is a set of arithmetic progressions of ids contributes its strides as boundaries; the
+    boundaries that divide each other form a mixed-radix mesh. Device counts with no structure found give one
+    axis `devices`.
+
+    Args:
+      groups: the replica groups of every collective (a sequence of groups per collective).
+      num_devices: partitions in the module.
+    Returns:
+      `MeshInfo` with device ids 0..N-1.
+
+    Example:
+        >>> infer_mesh([[(0, 1), (2, 3)], [(0, 2), (1, 3)]], 4)
+        MeshInfo(axis_names=('axis_0', 'axis_1'), axis_sizes=(2, 2), device_ids=(0, 1, 2, 3), axis_types=())
+    """
+    n = max(1, num_devices)
+    bounds = {1, n}
+    for gs in groups:
+        for g in list(gs)[:1]:
+            for stride, run in _progressions(sorted(set(g))):
+                bounds.update((stride, stride * run))
+    ordered = sorted(b for b in bounds if 1 <= b <= n and n % b == 0)
+    chain = [1]
+    for b in ordered[1:]:
+        if b % chain[-1] == 0:
+            chain.append(b)
+    if chain[-1] != n:
+        chain.append(n)
+    sizes_minor_first = [chain[i + 1] // chain[i] for i in range(len(chain) - 1)]
+    sizes = tuple(reversed([s for s in sizes_minor_first if s > 1])) or (n,)
+    if len(sizes) == 1:
+        names: tuple[str, ...] = ("devices",)
+    else:
+        names = tuple(f"axis_{i}" for i in range(len(sizes)))
+    return MeshInfo(names, sizes, tuple(range(n)))
+
+
+_MESH_ITEM = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*[=:]\s*(\d+)\s*$")
+
+
+def parse_mesh_spec(text: str) -> MeshInfo:
+    """`"data=4,model=2"` -> `MeshInfo` with device ids 0..N-1.
+
+    Raises:
+      MeshError: the text is not `name=size` pairs separated by commas.
+    """
+    items = [p for p in text.split(",") if p.strip()]
+    names, sizes = [], []
+    for p in items:
+        m = _MESH_ITEM.match(p)
+        if not m:
+            raise MeshError(f"mesh {text!r}: cannot read {p.strip()!r}; write axis=size pairs separated by commas, "
+                            "e.g. 'data=4,model=2'")
+        if m.group(1) in names:
+            raise MeshError(f"mesh {text!r}: axis {m.group(1)!r} appears twice")
+        size = int(m.group(2))
+        if size < 1:
+            raise MeshError(f"mesh {text!r}: axis {m.group(1)!r} has size {size}; sizes are positive integers")
+        names.append(m.group(1))
+        sizes.append(size)
+    if not names:
+        raise MeshError(f"mesh {text!r} names no axes; write e.g. 'data=4,model=2'")
+    n = 1
+    for s in sizes:
+        n *= s
+    return MeshInfo(tuple(names), tuple(sizes), tuple(range(n)))
+
+
+def mesh_from_any(mesh: object) -> MeshInfo | None:
+    """A `MeshInfo` from a MeshInfo, a `jax.sharding.Mesh`/`AbstractMesh`, a dict `{"data": 4}` or a string
+    `"data=4,model=2"`; None stays None.
+
+    Raises:
+      MeshError: anything else, with what would be valid.
+    """
+    if mesh is None or isinstance(mesh, MeshInfo):
+        return mesh
+    if isinstance(mesh, str):
+        return parse_mesh_spec(mesh)
+    if isinstance(mesh, Mapping):
+        names, sizes = [], []
+        for k, v in mesh.items():
+            size = v[0] if isinstance(v, tuple) else v
+            if not isinstance(size, int) or size < 1:
+                raise MeshError(f"mesh {dict(mesh)!r}: axis {k!r} has size {v!r}; sizes are positive integers")
+            names.append(str(k))
+            sizes.append(size)
+        n = 1
+        for s in sizes:
+            n *= s
+        return MeshInfo(tuple(names), tuple(sizes), tuple(range(n)))
+    shape = getattr(mesh, "shape", None)
+    names = getattr(mesh, "axis_names", None)
+    if shape is not None and names is not None:
+        sizes = tuple(int(shape[a]) for a in names)
+        devices = getattr(mesh, "devices", None)
+        try:
+            ids = tuple(int(d.id) for d in devices.flat)  # type: ignore[union-attr]
+        except AttributeError:
+            n = 1
+            for s in sizes:
+                n *= s
+            ids = tuple(range(n))
+        types = tuple(str(t).split(".")[-1].lower() for t in getattr(mesh, "axis_types", ()) or ())
+        return MeshInfo(tuple(str(a) for a in names), sizes, ids, types)
+    raise MeshError(f"mesh {mesh!r} is not a mesh; give a jax.sharding.Mesh, a dict like {'data': 4, 'model': 2}, or a string 'data=4,model=2'")
+
+
+# ---------------------------------------------------------------------- source and pass
+_INTERNAL = re.compile(r"(site-packages|dist-packages)/(jax|jaxlib|flax|optax|equinox)/|/jax/_src/|/jaxlib/"
+                       r"|/analyzer/(lower|analysis|audit)\.py$|^<frozen |^<string>")
+
+
+def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,
+               fallback_line: int | None = None) -> str:
+    """`file:line` of the innermost user frame of a stack-frame id; the metadata's source_file:source_line
+    when the module has no stack tables; "" when nothing is known.
+
+    Args:
+      module: the `HloModule` (its `frame_chain`).
+      frame_id: `metadata.stack_frame_id`.
+      fallback_file, fallback_line: `metadata.source_file` / `source_line`.
+    """
+    chain = module.frame_chain(frame_id) if frame_id is not None else ()  # type: ignore[attr-defined]
+    for f in chain:
+        if not _INTERNAL.search(f.file):
+            return f"{f.file}:{f.line}"
+    if fallback_file and not _INTERNAL.search(fallback_file):
+        return f"{fallback_file}:{fallback_line}" if fallback_line else fallback_file
+    if chain:
+        return f"{chain[0].file}:{chain[0].line}"
+    return ""
+
+
+def pass_of(op_name: str | None) -> str:
+    """"backward" for ops jax's autodiff transposed (`transpose(jvp(...))`), "forward" for the rest of a
+    differentiated program (`jvp(...)`), "" when the op_name does not say.
+
+    Example:
+        >>> pass_of("jit(step)/transpose(jvp())/while/body/dot_general")
+        'backward'
+        >>> pass_of("jit(step)/jvp()/while/body/dot_general")
+        'forward'
+    """
+    if not op_name:
+        return ""
+    if "transpose(" in op_name:
+        return "backward"
+    if "jvp(" in op_name or "vjp(" in op_name or "linearize(" in op_name:
+        return "forward"
+    return ""
+
+
+def op_label(op_name: str | None) -> str:
+    """The op that caused a collective, from its op_name: the last path element without the jit prefix.
+
+    Example:
+        >>> op_label("jit(step)/transpose(jvp())/while/body/closed_call/dot_general")
+        'dot_general'
+    """
+    if not op_name:
+        return ""
+    first = op_name.split(";")[0]
+    return first.rstrip("/").rsplit("/", 1)[-1]
+
+
+# ---------------------------------------------------------------------- notation
+_LETTERS = "IJKLMNOPQRSTUVWXYZABCDEFGH"
+_TITLES = {
+    "all-gather": "AllGather", "reduce-scatter": "ReduceScatter", "all-reduce": "AllReduce",
+    "all-to-all": "AllToAll", "collective-permute": "CollectivePermute",
+    "collective-broadcast": "CollectiveBroadcast", "ragged-all-to-all": "RaggedAllToAll",
+}
+
+
+def _sub(axes: Sequence[str]) -> str:
+    """Subscript for a set of axes: `XY` for one-letter names (the chapter's style), else `{data,model}`."""
+    if not axes:
+        return ""
+    if all(len(a) == 1 for a in axes):
+        return "".join(axes)
+    return axes[0] if len(axes) == 1 else "{" + ",".join(axes) + "}"
+
+
+def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:
+    dims = []
+    for d, axes in enumerate(spec):
+        letter = _LETTERS[d % len(_LETTERS)]
+        dims.append(f"{letter}_{_sub(axes)}" if axes else letter)
+    text = "[" + ", ".join(dims) + "]"
+    if unreduced:
+        text += "{U_" + _sub(unreduced) + "}"
+    return text
+
+
+def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequence[int] = (),
+                        a2a: tuple[int, int] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
+                                                                      tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """A collective in the chapter's notation, with dimension letters I, J, K... by position.
+
+    Only what the collective itself does is written: the dimension it gathers, scatters or moves carries its
+    axes' subscript; the other dimensions are written plain (the post-partitioning HLO does not say how
+    they are sharded over other axes).
+
+    Args:
+      kind: logical kind.
+      axes: user mesh axes, major to minor.
+      rank: rank of the (global, per group) array.
+      dims: the gathered / scattered dimension(s).
+      a2a: for all-to-all, (dimension sharded before, dimension sharded after).
+    Returns:
+      (notation, before spec, after spec, unreduced axes before): specs are per-dimension tuples of axes.
+
+    Example:
+        >>> collective_notation("all-gather", ("Y",), 2, dims=(0,))[0]
+        'AllGather_Y: [I_Y, J] -> [I, J]'
+        >>> collective_notation("reduce-scatter", ("X",), 2, dims=(1,))[0]
+        'ReduceScatter_X,J: [I, J]{U_X} -> [I, J_X]'
+    """
+    ax = tuple(axes)
+    none: tuple[tuple[str, ...], ...] = tuple(() for _ in range(rank))
+    title = _TITLES.get(kind, kind)
+    name = f"{title}_{_sub(ax)}" if ax else title
+
+    def with_axes(dd: Sequence[int]) -> tuple[tuple[str, ...], ...]:
+        spec = [() for _ in range(rank)]
+        if dd and 0 <= dd[0] < rank:
+            spec[dd[0]] = ax
+        return tuple(spec)
+
+    if kind == "all-gather":
+        before, after = with_axes(dims), none
+        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
+    if kind == "reduce-scatter":
+        after = with_axes(dims)
+        letter = _LETTERS[dims[0] % len(_LETTERS)] if dims else ""
+        label = f"{name},{letter}" if letter else name
+        return f"{label}: {_array(none, ax)} -> {_array(after)}", none, after, ax
+    if kind == "all-reduce":
+        return f"{name}: {_array(none, ax)} -> {_array(none)}", none, none, ax
+    if kind in ("all-to-all", "ragged-all-to-all") and a2a is not None:
+        before, after = with_axes((a2a[0],)), with_axes((a2a[1],))
+        letter = _LETTERS[a2a[1] % len(_LETTERS)]
+        return f"{name},{letter}: {_array(before)} -> {_array(after)}", before, after, ()
+    return f"{name}: {_array(none)} -> {_array(none)}", none, none, ()
