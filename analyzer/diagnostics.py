@@ -5,6 +5,7 @@ Rules (analyzer.rules) build these; renderers (analyzer.render) print them; noth
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -80,8 +81,12 @@ class Diagnostic:
         return d
 
     def fingerprint(self) -> str:
-        """A stable key for baselines: code, user location and the collective, not the timings."""
+        """A stable key for baselines: code, user file, the collective in notation, and the HLO opcode.
+
+        Line numbers, HLO instruction numbers (`all-gather.3`) and timings are left out on purpose: they
+        change when unrelated code is edited or the compiler renumbers, and a baseline must survive that.
+        Two identical findings share a fingerprint; baselines count them.
+        """
         loc = self.location
-        return "|".join(
-            str(x) for x in (self.code, loc.file or "", loc.line or "", self.notation or "", loc.instruction or "")
-        )
+        stem = re.sub(r"(\.\d+)+$", "", loc.instruction or "")
+        return "|".join(str(x) for x in (self.code, loc.file or "", self.notation or "", stem))

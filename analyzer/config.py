@@ -1,0 +1,339 @@
+"""`[tool.hlo-analyzer]` of pyproject.toml: which rules run, their thresholds, budgets, and what to check.
+
+A `Config` is a frozen value. `load_config(path)` reads it from a pyproject.toml (or any TOML file whose
+`[tool.hlo-analyzer]` table holds it); `Config()` is the default (every rule, default thresholds, no
+budgets). The decorator and the command line layer their own options on top with `Config.override`.
+
+Every key in the table, and every rule code or prefix named in `select`/`ignore`/`rules`, is checked: an
+unknown one is a `ConfigError` that names the key, the file, the line, and what would be valid.
+
+    [tool.hlo-analyzer]
+    select = ["HA"]                      # codes or prefixes; default: every rule
+    ignore = ["HA202"]                   # codes or prefixes; the most specific match wins
+    hardware = "tpu-v5e"                 # a name from `hlo-analyzer hardware list`, or a spec path
+    topology = "v5e:2x4"                 # the physical slice the mesh is laid on
+    mesh = { data = 4, model = 2 }       # axis name -> size, major to minor
+    target = "cpu"                       # "cpu", "tpu:v5e:2x4", ...
+    entry-points = ["model.train:step"]  # module:function returning (jitted fn, abstract args); `check` runs them
+    baseline = ".hlo-analyzer-baseline.json"
+
+    [tool.hlo-analyzer.budgets]
+    comm-seconds-per-step = 0.010        # predicted communication per step, seconds
+    comm-compute-ratio = 0.5             # predicted communication / compute per step
+
+    [tool.hlo-analyzer.rules.HA301]      # per-rule options, by code or kebab-case name
+    min-count = 8
+    severity = "error"                   # any rule's default severity can be changed
+
+For the `check` command (analyzer/cli/check.py): `entry_points`, `mesh`, `target`, `hardware`, `topology`
+and `baseline` say what to compile and how; `run_rules(report, config)` applies the rest.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from analyzer.errors import ConfigError, valid_choices
+
+__all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE"]
+
+TABLE = "tool.hlo-analyzer"
+
+# TOML key -> Config field. Keys are kebab-case as in ruff; snake_case spellings are accepted too.
+_TOP_KEYS: Mapping[str, str] = MappingProxyType(
+    {
+        "select": "select",
+        "ignore": "ignore",
+        "hardware": "hardware",
+        "topology": "topology",
+        "mesh": "mesh",
+        "target": "target",
+        "entry-points": "entry_points",
+        "baseline": "baseline",
+        "budgets": "budgets",
+        "rules": "rules",
+    }
+)
+_BUDGET_KEYS: Mapping[str, str] = MappingProxyType(
+    {"comm-seconds-per-step": "comm_seconds_per_step", "comm-compute-ratio": "comm_compute_ratio"}
+)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits on a step's predicted communication. None means no limit.
+
+    Attributes:
+      comm_seconds_per_step: predicted communication seconds per call of the function.
+      comm_compute_ratio: predicted communication seconds over compute seconds.
+    """
+
+    comm_seconds_per_step: float | None = None
+    comm_compute_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0):
+                raise ConfigError(f"budget {f.name.replace('_', '-')} must be a positive number, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the rules check and how.
+
+    Attributes:
+      select: rule codes or code prefixes to enable (default: every rule).
+      ignore: codes or prefixes to disable; where select and ignore both match, the longer prefix wins.
+      rules: per-rule options, keyed by rule code: {"HA301": {"min_count": 8, "severity": "error"}}.
+      budgets: `Budgets`.
+      hardware, topology, mesh, target: how to compile and price (used by `check` and reports).
+      entry_points: `module:function` names `check` compiles.
+      baseline: path of a baseline file (findings in it do not fail).
+      path: the file the config was read from, or None.
+      origin: where `select`/`ignore` entries came from, for the unused-suppression rule (entry -> place).
+    """
+
+    select: tuple[str, ...] = ("HA",)
+    ignore: tuple[str, ...] = ()
+    rules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    budgets: Budgets = field(default_factory=Budgets)
+    hardware: str | None = None
+    topology: str | None = None
+    mesh: Mapping[str, int] | None = None
+    target: str = "cpu"
+    entry_points: tuple[str, ...] = ()
+    baseline: str | None = None
+    path: str | None = None
+    origin: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "select", tuple(self.select))
+        object.__setattr__(self, "ignore", tuple(self.ignore))
+        object.__setattr__(self, "entry_points", tuple(self.entry_points))
+        from analyzer.rules.registry import check_codes, normalise_rule_options
+
+        check_codes(self.select, key="select", path=self.path)
+        check_codes(self.ignore, key="ignore", path=self.path)
+        object.__setattr__(
+            self, "rules", MappingProxyType(normalise_rule_options(self.rules, path=self.path))
+        )
+
+    def override(
+        self,
+        *,
+        select: Iterable[str] | None = None,
+        ignore: Iterable[str] | None = None,
+        budgets: Budgets | Mapping[str, float] | None = None,
+        rules: Mapping[str, Mapping[str, Any]] | None = None,
+        where: str = "decorator",
+        **others: Any,
+    ) -> Config:
+        """A copy with options from a decorator or the command line layered on top.
+
+        `select` replaces the selection; `ignore` adds to the ignored codes; `budgets` and `rules` merge
+        key by key. `where` names the source in unused-suppression messages.
+
+        Example:
+            >>> Config().override(ignore=["HA202"]).ignore
+            ('HA202',)
+        """
+        changes: dict[str, Any] = dict(others)
+        origin = dict(self.origin)
+        if select is not None:
+            changes["select"] = tuple(select)
+        if ignore is not None:
+            extra = tuple(ignore)
+            changes["ignore"] = self.ignore + tuple(c for c in extra if c not in self.ignore)
+            origin.update({c: where for c in extra})
+        if budgets:
+            if isinstance(budgets, Budgets):
+                changes["budgets"] = budgets
+            else:
+                merged = {f.name: getattr(self.budgets, f.name) for f in fields(Budgets)}
+                for k, v in budgets.items():
+                    key = _BUDGET_KEYS.get(k, k)
+                    if key not in merged:
+                        raise ConfigError(
+                            f"unknown budget {k!r}; " + valid_choices(k, _BUDGET_KEYS, what="budgets")
+                        )
+                    merged[key] = v
+                changes["budgets"] = Budgets(**merged)
+        if rules is not None:
+            merged_rules = {k: dict(v) for k, v in self.rules.items()}
+            for code, opts in rules.items():
+                merged_rules.setdefault(code, {}).update(opts)
+            changes["rules"] = merged_rules
+        changes["origin"] = origin
+        return replace(self, **changes)
+
+    def option(self, code: str, name: str, default: Any) -> Any:
+        """The configured value of rule `code`'s option `name` (snake_case), or `default`."""
+        return self.rules.get(code, {}).get(name, default)
+
+    def where(self, entry: str) -> str:
+        """Where a select/ignore entry came from, in words (for messages)."""
+        return self.origin.get(entry) or (f"{self.path} [{TABLE}]" if self.path else "the configuration")
+
+
+def find_config(start: str | Path = ".") -> Path | None:
+    """The nearest pyproject.toml at or above `start` that has a `[tool.hlo-analyzer]` table.
+
+    Returns:
+      its path, or None when there is none.
+    """
+    here = Path(start).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+            if "hlo-analyzer" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Read `[tool.hlo-analyzer]` from a TOML file (pyproject.toml).
+
+    Args:
+      path: the TOML file. A file without the table gives the default `Config` (with `path` set). None:
+        the nearest pyproject.toml with the table at or above the working directory, else `Config()`.
+
+    Returns:
+      the `Config`.
+
+    Raises:
+      ConfigError: the file cannot be read or parsed, or a key, code or value is not valid; the message
+        names the key, the file and the line, and lists the valid choices.
+
+    Example:
+        >>> load_config("pyproject.toml").select
+        ('HA',)
+    """
+    if path is None:
+        found = find_config()
+        if found is None:
+            return Config()
+        path = found
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config: {e.strerror or e}", path=str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = getattr(e, "lineno", None)
+        col = getattr(e, "colno", None)
+        msg = str(e).split(" (at line")[0]
+        raise ConfigError(
+            f"not valid TOML: {msg}", path=str(p), line=line, column=col, source_line=_line_text(text, line)
+        ) from None
+    table = data.get("tool", {}).get("hlo-analyzer", {})
+    return config_from_table(table, path=str(p), text=text)
+
+
+def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text: str | None = None) -> Config:
+    """Build a `Config` from the contents of a `[tool.hlo-analyzer]` table (already parsed TOML).
+
+    Raises:
+      ConfigError: naming the bad key (with its line in `text` when given) and the valid ones.
+    """
+
+    def fail(message: str, key: str, table_name: str = TABLE) -> ConfigError:
+        line = _find_key_line(text, key, table_name) if text else None
+        return ConfigError(message, path=path, line=line, source_line=_line_text(text, line))
+
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"[{TABLE}] must be a table", path=path)
+    kwargs: dict[str, Any] = {"path": path}
+    for raw_key, value in table.items():
+        key = _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(raw_key.replace("_", "-"))
+        if key is None:
+            raise fail(f"unknown key {raw_key!r} in [{TABLE}]; " + valid_choices(raw_key, _TOP_KEYS, what="keys"),
+                       raw_key)
+        if key in ("select", "ignore", "entry_points"):
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise fail(f"{raw_key!r} must be a list of strings, got {value!r}", raw_key)
+            kwargs[key] = tuple(value)
+        elif key in ("hardware", "topology", "target", "baseline"):
+            if not isinstance(value, str):
+                raise fail(f"{raw_key!r} must be a string, got {value!r}", raw_key)
+            kwargs[key] = value
+        elif key == "mesh":
+            if not isinstance(value, Mapping) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values()
+            ):
+                raise fail(f"'mesh' must be a table of axis name = positive size, got {value!r}", raw_key)
+            kwargs["mesh"] = MappingProxyType(dict(value))
+        elif key == "budgets":
+            if not isinstance(value, Mapping):
+                raise fail("'budgets' must be a table", raw_key)
+            b: dict[str, Any] = {}
+            for bk, bv in value.items():
+                name = _BUDGET_KEYS.get(bk) or _BUDGET_KEYS.get(bk.replace("_", "-"))
+                if name is None:
+                    raise fail(f"unknown budget {bk!r}; " + valid_choices(bk, _BUDGET_KEYS, what="budgets"),
+                               bk, f"{TABLE}.budgets")
+                try:
+                    Budgets(**{name: bv})
+                except ConfigError as e:
+                    raise fail(str(e), bk, f"{TABLE}.budgets") from None
+                b[name] = bv
+            kwargs["budgets"] = Budgets(**b)
+        elif key == "rules":
+            if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+                raise fail("'rules' must hold one table per rule: [tool.hlo-analyzer.rules.HA301]", raw_key)
+            kwargs["rules"] = {k: dict(v) for k, v in value.items()}
+    try:
+        return Config(**kwargs)
+    except ConfigError as e:
+        if e.line is None and text is not None and getattr(e, "key", None):
+            raise fail(e.message, e.key, getattr(e, "table", TABLE)) from None
+        raise
+
+
+def _line_text(text: str | None, line: int | None) -> str | None:
+    if text is None or line is None:
+        return None
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else None
+
+
+def _find_key_line(text: str, key: str, table_name: str = TABLE) -> int | None:
+    """The 1-based line where `key` is written inside `[table_name]` (or its sub-tables), or None.
+
+    TOML keys may be bare or quoted; a dotted table header whose last part is the key counts too
+    (`[tool.hlo-analyzer.rules.HA999]` for key HA999).
+    """
+    in_table = False
+    quoted = re.escape(key)
+    key_re = re.compile(rf"""^\s*(?:{quoted}|"{quoted}"|'{quoted}')\s*=""")
+    inline_re = re.compile(rf"""[{{,]\s*(?:{quoted}|"{quoted}"|'{quoted}')\s*=""")
+    header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = header_re.match(line)
+        if m:
+            name = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            if name == f"{table_name}.{key}" or name.endswith(f".{key}") and name.startswith(TABLE):
+                return n
+            in_table = name == table_name or name.startswith(table_name + ".")
+            continue
+        if in_table and (key_re.match(line) or inline_re.search(line)):
+            return n
+    # A quoted string value (a code inside select = [...]) when the key itself is not found.
+    for n, line in enumerate(text.splitlines(), start=1):
+        if re.search(rf"""["']{quoted}["']""", line):
+            return n
+    return None

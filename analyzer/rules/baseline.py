@@ -1,0 +1,134 @@
+"""Baseline files: findings a team has accepted, so that only new ones fail.
+
+A baseline is JSON keyed by `Diagnostic.fingerprint()` (code, user file, collective notation, jax op: not
+line numbers or timings, so edits elsewhere do not invalidate it):
+
+    {"version": 1, "tool": "hlo-analyzer",
+     "findings": [{"fingerprint": "...", "code": "HA101", "name": "comm-bound-matmul",
+                   "location": "model.py:42", "message": "...", "count": 1}]}
+
+`write_baseline(path, diagnostics)` writes one; `read_baseline(path)` reads it back as a `Baseline`;
+`Baseline.split(diagnostics)` separates new findings from accepted ones and says which entries matched
+nothing (stale: reported by the unused-suppression rule).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analyzer.diagnostics import Diagnostic
+from analyzer.errors import ConfigError
+
+__all__ = ["Baseline", "read_baseline", "write_baseline", "BASELINE_VERSION"]
+
+BASELINE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Accepted findings: fingerprint -> how many of them (a program may have two identical findings)."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+    path: str | None = None
+    descriptions: Mapping[str, str] = field(default_factory=dict)
+
+    def split(self, diagnostics: Sequence[Diagnostic]) -> tuple[list[Diagnostic], list[Diagnostic], list[str]]:
+        """(new, accepted, stale fingerprints) for these findings.
+
+        Each entry accepts up to `count` findings with its fingerprint; any more are new.
+        """
+        left = Counter(self.counts)
+        new: list[Diagnostic] = []
+        accepted: list[Diagnostic] = []
+        for d in diagnostics:
+            fp = d.fingerprint()
+            if left.get(fp, 0) > 0:
+                left[fp] -= 1
+                accepted.append(d)
+            else:
+                new.append(d)
+        stale = [fp for fp, n in self.counts.items() if left.get(fp, 0) == n and n > 0]
+        return new, accepted, stale
+
+
+def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
+    """Write the findings as a baseline file (sorted, stable, diff-friendly JSON).
+
+    Returns:
+      the path written.
+    """
+    counts: Counter[str] = Counter()
+    first: dict[str, Diagnostic] = {}
+    for d in diagnostics:
+        fp = d.fingerprint()
+        counts[fp] += 1
+        first.setdefault(fp, d)
+    findings = [
+        {
+            "fingerprint": fp,
+            "code": first[fp].code,
+            "name": first[fp].name,
+            "location": str(first[fp].location),
+            "message": first[fp].message,
+            "count": counts[fp],
+        }
+        for fp in sorted(counts)
+    ]
+    p = Path(path)
+    p.write_text(json.dumps({"version": BASELINE_VERSION, "tool": "hlo-analyzer", "findings": findings},
+                            indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return p
+
+
+def read_baseline(path: str | Path) -> Baseline:
+    """Read a baseline file.
+
+    Raises:
+      ConfigError: the file is missing, not JSON, or not a baseline; names the file, the line and what a
+        baseline looks like.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read baseline: {e.strerror or e}", path=str(p)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        lines = text.splitlines()
+        raise ConfigError(f"baseline is not JSON: {e.msg}", path=str(p), line=e.lineno, column=e.colno,
+                          source_line=lines[e.lineno - 1] if 0 < e.lineno <= len(lines) else None) from None
+    expected = '{"version": 1, "tool": "hlo-analyzer", "findings": [{"fingerprint": ..., "count": 1}, ...]}'
+    if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
+        raise ConfigError(f"not a hlo-analyzer baseline; expected {expected}", path=str(p))
+    if data.get("version") != BASELINE_VERSION:
+        raise ConfigError(f"baseline version {data.get('version')!r} is not supported; valid versions: "
+                          f"{BASELINE_VERSION} (rewrite it with `hlo-analyzer check --write-baseline`)", path=str(p))
+    counts: Counter[str] = Counter()
+    descriptions: dict[str, str] = {}
+    for k, entry in enumerate(data["findings"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
+            raise ConfigError(f"baseline finding #{k} has no 'fingerprint' string; expected {expected}",
+                              path=str(p), line=_line_of(text, k))
+        n = entry.get("count", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"baseline finding #{k} has count {n!r}; it must be a positive whole number",
+                              path=str(p), line=_line_of(text, k))
+        counts[entry["fingerprint"]] += n
+        descriptions[entry["fingerprint"]] = f"{entry.get('code', '?')} at {entry.get('location', '?')}"
+    return Baseline(counts=dict(counts), path=str(p), descriptions=descriptions)
+
+
+def _line_of(text: str, index: int) -> int | None:
+    """The line of the index-th `"fingerprint"` key in the text (1-based), if there are that many."""
+    seen = -1
+    for n, line in enumerate(text.splitlines(), start=1):
+        if '"fingerprint"' in line or "{" in line and '"code"' in line:
+            seen += 1
+            if seen == index:
+                return n
+    return None

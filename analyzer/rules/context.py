@@ -1,0 +1,46 @@
+"""What a rule function receives: the report, the config, the facts, and a way to make diagnostics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from analyzer.diagnostics import Diagnostic, Location, Severity
+
+if TYPE_CHECKING:
+    from analyzer.config import Config
+    from analyzer.report import Report
+    from analyzer.rules.facts import Facts
+    from analyzer.rules.registry import Rule
+
+__all__ = ["RuleContext"]
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """The input of one rule run.
+
+    Attributes:
+      report: the analysed program.
+      config: the configuration (thresholds, budgets).
+      facts: derived facts shared by all rules (`analyzer.rules.facts.Facts`).
+      rule: the rule being run (set by the runner).
+    """
+
+    report: Report
+    config: Config
+    facts: Facts
+    rule: Rule | None = field(default=None)
+
+    def option(self, name: str) -> Any:
+        """The configured value of the running rule's option `name`, or its default."""
+        assert self.rule is not None
+        return self.config.option(self.rule.code, name, self.rule.option(name).default)
+
+    def diagnostic(self, message: str, *, location: Location | None = None, **fields: Any) -> Diagnostic:
+        """A `Diagnostic` of the running rule, at its configured severity (fields as in `Diagnostic`)."""
+        assert self.rule is not None
+        explicit = fields.pop("severity", None)
+        severity = self.config.option(self.rule.code, "severity", None) or explicit or self.rule.severity
+        return Diagnostic(code=self.rule.code, name=self.rule.name, message=message,
+                          severity=Severity(severity), location=location or Location(), **fields)

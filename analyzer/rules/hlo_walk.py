@@ -1,0 +1,343 @@
+"""Data-flow questions the rules ask of the HLO IR: who uses a value, which dot it feeds, whether only a
+slice of it is ever read. Pure functions over `analyzer.hlo.ir` objects; rules never parse text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from analyzer.hlo.ir import Computation, Instruction
+
+__all__ = [
+    "TRANSPARENT",
+    "ELEMENTWISE",
+    "DotUse",
+    "users_map",
+    "dot_uses",
+    "dot_producer",
+    "partition_dependent",
+    "only_used_sliced",
+    "contracting_dims",
+    "dot_flops",
+]
+
+# Ops that move or relabel data without changing which elements a device holds.
+TRANSPARENT = frozenset({"bitcast", "reshape", "copy", "transpose", "convert", "bitcast-convert",
+                         "optimization-barrier"})
+# Element-wise ops: a slice of the output needs only the same slice of the inputs.
+ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "exponential", "log", "tanh",
+    "logistic", "sqrt", "rsqrt", "abs", "sign", "power", "select", "compare", "and", "or", "not", "xor",
+    "clamp", "convert", "exponential-minus-one", "log-plus-one", "floor", "ceil", "round-nearest-afz",
+    "round-nearest-even", "cosine", "sine", "erf", "cbrt", "is-finite", "remainder", "atan2", "tan",
+})
+_DOTS = frozenset({"dot", "convolution"})
+
+
+@dataclass(frozen=True)
+class DotUse:
+    """A dot that reads a value (through transparent ops).
+
+    Attributes:
+      dot: the dot instruction.
+      operand: 0 for lhs, 1 for rhs.
+      dim: the value's dimension as the dot sees it (after transposes), or None when a reshape hid it.
+      contracting: whether `dim` is one of the dot's contracting dims for that operand (None: unknown).
+    """
+
+    dot: Instruction
+    operand: int
+    dim: int | None
+    contracting: bool | None
+
+
+def users_map(comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
+    """For each instruction name, its users in `comp` with the operand index they read it at."""
+    out: dict[str, list[tuple[Instruction, int]]] = {}
+    for inst in comp.instructions:
+        for k, name in enumerate(inst.operand_names):
+            out.setdefault(name, []).append((inst, k))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def contracting_dims(dot: Instruction, operand: int) -> tuple[int, ...]:
+    """The contracting dims of a dot's operand (0 = lhs, 1 = rhs), from its attributes."""
+    raw = dot.attr("lhs_contracting_dims" if operand == 0 else "rhs_contracting_dims")
+    return _int_list(raw)
+
+
+def _batch_dims(dot: Instruction, operand: int) -> tuple[int, ...]:
+    return _int_list(dot.attr("lhs_batch_dims" if operand == 0 else "rhs_batch_dims"))
+
+
+def _int_list(raw: str | None) -> tuple[int, ...]:
+    if not raw:
+        return ()
+    body = raw.strip().strip("{}").strip()
+    return tuple(int(x) for x in body.split(",") if x.strip())
+
+
+def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
+    """Where dimension `dim` of inst's operand 0 lands in inst's output, for transparent ops."""
+    if dim is None:
+        return None
+    if inst.opcode == "transpose":
+        perm = inst.dimensions or ()
+        return perm.index(dim) if dim in perm else None
+    if inst.opcode in ("copy", "convert", "bitcast-convert", "optimization-barrier"):
+        return dim
+    if inst.opcode in ("reshape", "bitcast"):
+        src = inst.operands[0].shape if inst.operands else None
+        dst = inst.shape
+        if src is None or not dst.is_array or not src.is_array:
+            return None
+        # Unchanged leading dims keep their index when the sizes before them match.
+        before = 1
+        for d in range(dim):
+            before *= src.dims[d]
+        acc = 1
+        for j, size in enumerate(dst.dims):
+            if acc == before and size == src.dims[dim]:
+                return j
+            acc *= size
+        return None
+    return None
+
+
+def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
+             users: Mapping[str, tuple[tuple[Instruction, int], ...]] | None = None) -> tuple[DotUse, ...]:
+    """The dots that read `inst`'s value through transparent ops, and whether `dim` is contracted.
+
+    Args:
+      comp: the computation holding `inst`.
+      inst: the producer (e.g. an all-gather).
+      dim: a dimension of `inst`'s output to track (e.g. the gathered dim), or None.
+      users: `users_map(comp)`, when the caller has it.
+    """
+    users = users if users is not None else users_map(comp)
+    found: list[DotUse] = []
+    stack: list[tuple[str, int | None]] = [(inst.name, dim)]
+    seen: set[str] = set()
+    while stack:
+        name, d = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for user, k in users.get(name, ()):
+            if user.opcode in _DOTS and k < 2:
+                contracting = None if d is None else d in contracting_dims(user, k)
+                found.append(DotUse(user, k, d, contracting))
+            elif user.opcode in TRANSPARENT and k == 0:
+                stack.append((user.name, _follow_dim(user, d)))
+    return tuple(found)
+
+
+def dot_producer(comp: Computation, inst: Instruction) -> Instruction | None:
+    """The dot whose (partial-sum) output `inst` reduces, looking back through transparent ops."""
+    by_name = comp.by_name
+    cur = inst
+    for _ in range(16):
+        if not cur.operands:
+            return None
+        prev = by_name.get(cur.operands[0].name)
+        if prev is None:
+            return None
+        if prev.opcode in _DOTS:
+            return prev
+        if prev.opcode not in TRANSPARENT:
+            return None
+        cur = prev
+    return None
+
+
+def partition_dependent(comp: Computation, inst: Instruction, depth: int = 24) -> bool:
+    """Whether `inst`'s value depends on the partition (or replica) id: a per-device offset."""
+    by_name = comp.by_name
+    stack = [(inst, 0)]
+    seen: set[str] = set()
+    while stack:
+        cur, d = stack.pop()
+        if cur.name in seen or d > depth:
+            continue
+        seen.add(cur.name)
+        if cur.opcode in ("partition-id", "replica-id"):
+            return True
+        for name in cur.operand_names:
+            prev = by_name.get(name)
+            if prev is not None:
+                stack.append((prev, d + 1))
+    return False
+
+
+def only_used_sliced(comp: Computation, inst: Instruction,
+                     users: Mapping[str, tuple[tuple[Instruction, int], ...]] | None = None) -> bool:
+    """Whether every use of `inst`'s value ends, through element-wise and transparent ops, in a
+    dynamic-slice with per-device offsets (each device keeps only its own shard).
+
+    Values that reach the computation's root or any other op are used whole, and give False.
+    """
+    users = users if users is not None else users_map(comp)
+    stack = [inst.name]
+    seen: set[str] = set()
+    slices = 0
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if comp.by_name[name].is_root:
+            return False
+        uses = users.get(name, ())
+        if not uses:
+            return False
+        for user, k in uses:
+            if user.opcode == "dynamic-slice" and k == 0:
+                offsets = [comp.by_name.get(n) for n in user.operand_names[1:]]
+                if any(o is not None and partition_dependent(comp, o) for o in offsets):
+                    slices += 1
+                    continue
+                return False
+            if user.opcode in TRANSPARENT:
+                stack.append(user.name)
+                continue
+            if user.opcode in ELEMENTWISE and user.shape.is_array and user.shape.dims == _array_dims(comp, name):
+                stack.append(user.name)
+                continue
+            if user.opcode == "broadcast" and k == 0 and not user.dimensions:
+                stack.append(user.name)  # a scalar broadcast (e.g. a constant operand) stays element-wise
+                continue
+            return False
+    return slices > 0
+
+
+def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:
+    shape = comp.by_name[name].shape
+    return shape.dims if shape.is_array else ()
+
+
+def dot_flops(dot: Instruction) -> float:
+    """FLOPs of one execution of a dot on one device: 2 x output elements x contracted size."""
+    if dot.opcode != "dot" or len(dot.operands) < 2 or dot.operands[0].shape is None:
+        return 0.0
+    lhs = dot.operands[0].shape
+    contracted = 1
+    for d in contracting_dims(dot, 0):
+        contracted *= lhs.dims[d]
+    out = dot.shape.num_elements if dot.shape.is_array else 0
+    return 2.0 * out * contracted
+
+
+def tile_coords(sharding: object, device: int) -> tuple[int, ...] | None:
+    """The data-tile coordinates device `device` holds under an HLO sharding (None: unknown/maximal).
+
+    Replicated shardings give `()` for every device.
+    """
+    kind = getattr(sharding, "kind", None)
+    if kind == "replicated":
+        return ()
+    if kind != "tiled":
+        return None
+    ids = sharding.device_ids  # type: ignore[attr-defined]
+    dims = sharding.tile_dims  # type: ignore[attr-defined]
+    k = len(sharding.data_tile_dims)  # type: ignore[attr-defined]
+    try:
+        flat = ids.index(device)
+    except ValueError:
+        return None
+    coords = []
+    for size in reversed(dims):
+        coords.append(flat % size)
+        flat //= size
+    coords.reverse()
+    return tuple(coords[:k])
+
+
+def _same_within(values: list[object]) -> bool:
+    return all(v is not None and v == values[0] for v in values)
+
+
+def uniform_over(comp: Computation, inst: Instruction, groups: tuple[tuple[int, ...], ...],
+                 entry: bool = True) -> bool:
+    """Whether every device of each group holds the same value of `inst` (it is replicated over them).
+
+    Entry parameters decide by their `sharding=`; constants and iotas are uniform; partition ids are not;
+    an all-gather or all-reduce over the same groups makes its result uniform; anything else is uniform
+    when all its operands are. Parameters of called computations (loop bodies) count as not uniform.
+
+    Args:
+      comp: the computation holding `inst`.
+      inst: the value.
+      groups: device-id groups (e.g. a collective's replica groups, or the devices along a mesh axis).
+      entry: whether `comp` is the entry computation (its parameters carry the argument shardings).
+    """
+    if not groups:
+        return True
+    memo: dict[str, bool] = {}
+    by_name = comp.by_name
+    stack: list[tuple[Instruction, bool]] = [(inst, False)]
+    group_set = {frozenset(g) for g in groups}
+    while stack:
+        cur, expanded = stack.pop()
+        if cur.name in memo:
+            continue
+        op = cur.opcode
+        leaf: bool | None = None
+        if op == "parameter":
+            s = cur.sharding if entry else None
+            if s is None:
+                leaf = False
+            else:
+                leaf = all(_same_within([tile_coords(s, d) for d in g]) for g in groups)
+        elif op in ("constant", "iota"):
+            leaf = True
+        elif op in ("partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
+                    "infeed", "recv", "recv-done", "while", "call", "conditional", "custom-call", "fusion"):
+            leaf = False
+        elif op in ("all-gather", "all-reduce") and cur.replica_groups is not None and (
+                group_set <= {frozenset(g) for g in cur.replica_groups}):
+            leaf = True
+        elif op in ("all-to-all", "collective-permute", "reduce-scatter"):
+            leaf = False
+        if leaf is not None:
+            memo[cur.name] = leaf
+            continue
+        operands = [by_name.get(n) for n in cur.operand_names]
+        if any(o is None for o in operands):
+            memo[cur.name] = False
+            continue
+        if not expanded:
+            stack.append((cur, True))
+            stack.extend((o, False) for o in operands if o.name not in memo)  # type: ignore[union-attr]
+        else:
+            memo[cur.name] = all(memo.get(o.name, False) for o in operands)  # type: ignore[union-attr]
+    return memo.get(inst.name, False)
+
+
+def sliced_by_partition(comp: Computation, inst: Instruction) -> Instruction | None:
+    """The value `inst` was cut from by a per-device dynamic-slice (through transparent ops), or None."""
+    by_name = comp.by_name
+    cur = inst
+    for _ in range(16):
+        if cur.opcode == "dynamic-slice":
+            offsets = [by_name.get(n) for n in cur.operand_names[1:]]
+            if any(o is not None and partition_dependent(comp, o) for o in offsets):
+                return by_name.get(cur.operand_names[0])
+            return None
+        if cur.opcode not in TRANSPARENT or not cur.operands:
+            return None
+        nxt = by_name.get(cur.operand_names[0])
+        if nxt is None:
+            return None
+        cur = nxt
+    return None
+
+
+def mesh_axis_groups(axis_sizes: tuple[int, ...], device_ids: tuple[int, ...], axis: int
+                     ) -> tuple[tuple[int, ...], ...]:
+    """The device-id groups along mesh axis number `axis` (all other coordinates fixed)."""
+    import numpy as np
+
+    grid = np.asarray(device_ids, dtype=np.int64).reshape(axis_sizes)
+    moved = np.moveaxis(grid, axis, -1).reshape(-1, axis_sizes[axis])
+    return tuple(tuple(int(d) for d in row) for row in moved)

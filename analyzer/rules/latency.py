@@ -1,0 +1,114 @@
+"""Latency rules: collectives too small to use the links' bandwidth (sharding.md, "A note on ICI latency";
+inference.md appendix C)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.rules.common import axes_text, fmt_b, fmt_s
+from analyzer.rules.context import RuleContext
+from analyzer.rules.facts import Coll
+from analyzer.rules.registry import Option, rule
+
+__all__ = ["HA301"]
+
+
+@rule(
+    code="HA301",
+    name="latency-bound-collectives",
+    severity=Severity.WARNING,
+    summary="Collectives whose per-hop chunks are under the latency threshold (about 45 kB on v5e).",
+    options=(
+        Option("min_group", 2, "Fire on this many latency-bound collectives of one kind and axes in one computation."),
+        Option("min_count", 8, "Also report (as info) a single latency-bound collective run this many times per step."),
+        Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),
+    ),
+)
+def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds collectives whose per-hop chunk (the shard each device forwards) is smaller than one-way link
+    bandwidth x hop latency (4.5e10 B/s x 1 us = 45 kB on TPU v5e), so they cost about `T_min` per hop
+    whatever their size. Several of one kind over the same axes in one computation could travel as one;
+    a single one repeated many times per step (in a loop) is reported for information.
+
+    ## Why is this bad?
+    `T = max(T_min X / 2, V / W_ici)`: below the threshold, bytes are free and hops cost. N small
+    collectives pay N latency floors where one combined collective pays one.
+
+    ## Example
+    ```python
+    for g in grads:                       # 64 small psums, each ~3 us of latency
+        g = jax.lax.psum(g, "X")
+    ```
+
+    ## Use instead
+    ```python
+    grads = jax.lax.psum(grads, "X")      # one collective over the whole pytree
+    ```
+    Or choose a layout whose collectives are bigger or cross fewer hops (a smaller axis).
+
+    ## References
+    "How to Scale Your Model", sharding chapter, "A note on ICI latency" and Problem 3; inference
+    chapter, appendix C (latency-bound collectives).
+    """
+    facts = ctx.facts
+    chip = facts.chip
+    threshold = chip.latency_bytes
+    min_group = int(ctx.option("min_group"))
+    min_count = int(ctx.option("min_count"))
+    min_saving = float(ctx.option("min_saving_seconds"))
+    groups: dict[tuple[str, str, tuple[str, ...], float], list[Coll]] = {}
+    for c in facts.collectives:
+        if not c.axes or c.seconds <= 0:
+            continue
+        chunk = c.bytes / max(c.group_size, 1)
+        if c.regime == "latency" or chunk < threshold:
+            groups.setdefault((c.computation, c.kind, c.axes, c.count), []).append(c)
+    for (_comp, kind, axes, count), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len(members) >= min_group:
+            total = sum(m.bytes for m in members)
+            alt = facts.price_like(members[0], kind, total, axes)
+            current = sum(m.seconds for m in members)
+            saving = (current - alt) * count
+            if saving < min_saving:
+                continue
+            main = max(members, key=lambda m: m.seconds)
+            yield ctx.diagnostic(
+                f"{len(members)} latency-bound {kind}s over {axes_text(axes)} in one computation (chunks under "
+                f"{fmt_b(threshold)} per hop on {chip.name}): {fmt_s(current)} per call where one combined "
+                f"{kind} of {fmt_b(total)} takes {fmt_s(alt)} (x{count:g} per step).",
+                location=main.location(),
+                notation=main.notation or None,
+                seconds=current * count,
+                alternative=f"one {kind} over {axes_text(axes)} of {fmt_b(total)}",
+                alternative_seconds=alt * count,
+                saving_seconds=saving,
+                fix="combine them: reduce the whole pytree in one call (jax.lax.psum(tree, axis)) or concatenate "
+                    "the arrays before the collective; or pick a layout with fewer, larger collectives",
+                details={"members": [m.instruction for m in members], "threshold_bytes": threshold},
+            )
+        else:
+            for m in members:
+                if m.count < min_count:
+                    continue
+                floor = facts.price(kind, m.bytes, axes)
+                bandwidth_only = m.bytes / (chip.ici_bidi * len(axes))
+                overhead = max(0.0, m.seconds - bandwidth_only * m.seconds / max(floor.seconds, 1e-30))
+                if overhead * m.count < min_saving:
+                    continue
+                yield ctx.diagnostic(
+                    f"latency-bound {kind} over {axes_text(axes)} run {m.count:g} times per step: "
+                    f"{fmt_b(m.bytes / max(m.group_size, 1))} per device is under the {fmt_b(threshold)} per-hop "
+                    f"threshold on {chip.name}, so each call costs {fmt_s(m.seconds)} of hop latency.",
+                    severity=Severity.INFO,
+                    location=m.location(),
+                    notation=m.notation or None,
+                    seconds=m.seconds * m.count,
+                    alternative="the same bytes moved at full bandwidth (batched, or over fewer hops)",
+                    alternative_seconds=(m.seconds - overhead) * m.count,
+                    saving_seconds=overhead * m.count,
+                    fix="batch the work so each collective carries more (e.g. several layers or micro-batches at "
+                        "once), or shard this dimension over a smaller axis (fewer hops)",
+                    details={"threshold_bytes": threshold, "count": m.count},
+                )

@@ -1,0 +1,181 @@
+"""Memory rules: per-device bytes against the chip's HBM (sharding.md, "A unified notation for sharding",
+memory pop quiz and Problem 1; training.md, memory of parameters and optimizer state)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.rules.common import fmt_b
+from analyzer.rules.context import RuleContext
+from analyzer.rules.registry import Option, rule
+
+__all__ = ["HA401", "HA402", "per_device_bytes", "replicated_parameters"]
+
+
+def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
+    """Arguments + outputs + temporaries - aliased bytes, per device, from `compiled.memory_analysis()`."""
+    if not memory:
+        return None
+
+    def get(*names: str) -> float:
+        for n in names:
+            if n in memory and memory[n] is not None:
+                return float(memory[n])
+        return 0.0
+
+    total = get("total_bytes", "total")
+    if total:
+        return total
+    return (get("argument_size_in_bytes", "arguments") + get("output_size_in_bytes", "outputs")
+            + get("temp_size_in_bytes", "temporaries", "temp") - get("alias_size_in_bytes", "aliased", "alias")
+            + get("generated_code_size_in_bytes"))
+
+
+def replicated_parameters(ctx: RuleContext) -> list[tuple[Any, float, int]]:
+    """Entry parameters held whole by several devices: (instruction, per-device bytes, replication)."""
+    module = ctx.facts.module
+    mesh = ctx.report.mesh
+    if module is None:
+        return []
+    n = mesh.size if mesh is not None else module.num_partitions
+    out = []
+    for inst in module.entry.instructions:
+        if inst.opcode != "parameter" or not inst.shape.is_array:
+            continue
+        s = inst.sharding
+        if s is None:
+            continue
+        if s.kind == "replicated":
+            rep = n
+        elif s.kind == "tiled":
+            rep = s.replication
+        else:
+            continue
+        if rep > 1:
+            out.append((inst, float(inst.shape.byte_size), rep))
+    return out
+
+
+def _param_name(inst: Any) -> str:
+    md = inst.metadata
+    return (md.op_name if md is not None and md.op_name else None) or inst.name
+
+
+@rule(
+    code="HA401",
+    name="memory-over-hbm",
+    severity=Severity.ERROR,
+    summary="Per-device bytes (arguments, outputs, temporaries) exceed the chip's HBM.",
+    options=(Option("fraction", 1.0, "Fire when per-device bytes exceed this fraction of HBM."),),
+)
+def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Adds the per-device arguments, outputs and temporaries that XLA's `compiled.memory_analysis()`
+    reports (minus aliased buffers) and compares them with the chip's HBM. Names the replicated
+    parameters whose sharding would make it fit.
+
+    ## Why is this bad?
+    The program will not run: it fails with an out-of-memory error on the real chips. A replicated
+    array costs its full size on every device (`A[I_X, J]` on `{X: 4, Y: 8, Z: 2}` takes 16 copies'
+    worth of memory in all, Problem 1).
+
+    ## Example
+    ```python
+    w = NamedSharding(mesh, P())          # a 20 GB weight on 16 GB v5e chips
+    ```
+
+    ## Use instead
+    ```python
+    w = NamedSharding(mesh, P("data", None))   # W[D_data, F]: 1/|data| per chip
+    ```
+
+    ## References
+    "How to Scale Your Model", sharding chapter, memory pop quiz and Problem 1; training chapter,
+    parameter and optimizer memory.
+    """
+    chip = ctx.facts.chip
+    used = per_device_bytes(ctx.report.memory)
+    if used is None or chip.hbm_bytes <= 0:
+        return
+    limit = chip.hbm_bytes * float(ctx.option("fraction"))
+    if used <= limit:
+        return
+    reps = sorted(replicated_parameters(ctx), key=lambda r: -r[1] * (1 - 1 / r[2]))
+    freed = 0.0
+    names = []
+    for inst, nbytes, rep in reps:
+        if used - freed <= limit:
+            break
+        freed += nbytes * (1 - 1 / rep)
+        names.append(f"{_param_name(inst)} ({fmt_b(nbytes)} replicated {rep}x)")
+    fits = used - freed <= limit
+    if names:
+        fix = (f"shard {', '.join(names)} over the replicated mesh axes"
+               + (f"; that brings it to {fmt_b(used - freed)}" if fits else "; that is still not enough: "
+                  "also shard activations or use more chips"))
+    else:
+        fix = "shard the largest arrays over more mesh axes, rematerialize activations, or use more chips"
+    yield ctx.diagnostic(
+        f"needs {fmt_b(used)} per device, more than the {fmt_b(chip.hbm_bytes)} of HBM on {chip.name}.",
+        location=Location(computation=ctx.facts.module.entry.name if ctx.facts.module else None),
+        seconds=None,
+        alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,
+        fix=fix,
+        details={"per_device_bytes": used, "hbm_bytes": chip.hbm_bytes, "saving_bytes": freed, "fits": fits},
+    )
+
+
+@rule(
+    code="HA402",
+    name="replicated-large-parameter",
+    severity=Severity.WARNING,
+    summary="A large parameter is replicated across devices where sharding it would free HBM.",
+    options=(Option("min_fraction", 0.1, "Fire for replicated parameters of at least this fraction of HBM."),),
+)
+def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds function arguments (parameters, optimizer state) held whole by several devices whose
+    per-device size is a sizeable fraction of HBM (10% by default), and says how much sharding them over
+    their replicated mesh axes frees.
+
+    ## Why is this bad?
+    Replication multiplies memory: every device pays the full size. With Adam, parameters and optimizer
+    state take about 10 bytes per parameter (training chapter), so a replicated model caps at about
+    HBM / 10 parameters (9B on v5p) and leaves no room for activations.
+
+    ## Example
+    ```python
+    params = NamedSharding(mesh, P())          # pure data parallelism with a large model
+    ```
+
+    ## Use instead
+    ```python
+    params = NamedSharding(mesh, P("data"))    # FSDP / ZeRO-3: 1/|data| of the parameters per device
+    ```
+
+    ## References
+    "How to Scale Your Model", sharding chapter, Problem 1 (replicated sharding); training chapter, FSDP.
+    """
+    chip = ctx.facts.chip
+    if chip.hbm_bytes <= 0:
+        return
+    threshold = float(ctx.option("min_fraction")) * chip.hbm_bytes
+    for inst, nbytes, rep in replicated_parameters(ctx):
+        if nbytes < threshold:
+            continue
+        freed = nbytes * (1 - 1 / rep)
+        md = inst.metadata
+        loc = Location(file=md.source_file if md else None, line=md.source_line if md else None,
+                       computation=ctx.facts.module.entry.name if ctx.facts.module else None,
+                       instruction=inst.name, hlo_line=inst.position.line if inst.position else None)
+        yield ctx.diagnostic(
+            f"parameter {_param_name(inst)} ({inst.shape}) is replicated on {rep} devices: {fmt_b(nbytes)} each, "
+            f"{nbytes / chip.hbm_bytes:.0%} of the {fmt_b(chip.hbm_bytes)} HBM of {chip.name}; sharding it "
+            f"frees {fmt_b(freed)} per device.",
+            location=loc,
+            alternative=f"{_param_name(inst)} sharded {rep} ways ({fmt_b(nbytes / rep)} per device)",
+            fix=f"shard {_param_name(inst)} over its replicated mesh axes (FSDP: P('data', ...) on its largest dim)",
+            details={"bytes": nbytes, "replication": rep, "saving_bytes": freed},
+        )

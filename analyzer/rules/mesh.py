@@ -1,0 +1,261 @@
+"""Mesh and topology rules: links that sit idle, rings without wraparound, slow networks (sharding.md,
+Problem 2 and its closing note, pop quiz 2; tpus.md, ICI topology; training.md, across pods)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.rules.common import axes_text, fmt_b, fmt_s
+from analyzer.rules.context import RuleContext
+from analyzer.rules.facts import Coll
+from analyzer.rules.hlo_walk import mesh_axis_groups, uniform_over
+from analyzer.rules.registry import Option, rule
+
+__all__ = ["HA201", "HA202", "HA203"]
+
+
+@rule(
+    code="HA201",
+    name="idle-mesh-axis",
+    severity=Severity.WARNING,
+    summary="An all-gather over some axes of an array replicated over another axis whose links sit idle.",
+    options=(
+        Option("min_fraction", 0.1, "Fire when the saving is at least this fraction of the collective's time."),
+        Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),
+    ),
+)
+def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds all-gathers over some mesh axes of an array that is replicated over another mesh axis lying on
+    its own physical links. Those links carry nothing during the gather.
+
+    ## Why is this bad?
+    An AllGather over `N_axes` axes costs `V / (W_ici N_axes)`: every axis brings its own links. An array
+    replicated over Z can first be resharded from `[B_X, D_Y]` to `[B_XZ, D_Y]` for free (each device
+    drops part of its shard) and then gathered over X and Z together, reaching the same result with
+    twice the bandwidth: Problem 2's `AllGather_X` drops from 23 us to 11.6 us on a TPU v4p 4x4x4.
+
+    ## Example
+    ```python
+    mesh = jax.make_mesh((4, 4, 4), ("X", "Y", "Z"))
+    x = NamedSharding(mesh, P("X", "Y"))        # [B_X, D_Y], replicated over Z
+    # ... later needs [B, D_Y]: AllGather_X
+    ```
+
+    ## Use instead
+    ```python
+    x = NamedSharding(mesh, P(("X", "Z"), "Y"))  # [B_XZ, D_Y]: AllGather_XZ uses Z's links too
+    ```
+
+    ## References
+    "How to Scale Your Model", sharding chapter, Problem 2 and its closing note; "What happens when we
+    AllGather over multiple axes".
+    """
+    facts = ctx.facts
+    mesh = ctx.report.mesh
+    if mesh is None or facts.module is None:
+        return
+    min_fraction = float(ctx.option("min_fraction"))
+    min_saving = float(ctx.option("min_saving_seconds"))
+    logical = tuple(range(mesh.size))
+    for c in facts.collectives:
+        if c.kind != "all-gather" or c.inst is None or c.comp is None or not c.axes or not c.inst.operands:
+            continue
+        used = set(c.axes)
+        busy_physical = {p for a in c.axes if a in facts.axes for p in facts.axes[a].physical}
+        operand = c.comp.by_name.get(c.inst.operands[0].name)
+        if operand is None:
+            continue
+        entry = c.comp is facts.module.entry
+        idle: list[str] = []
+        for k, (name, size) in enumerate(zip(mesh.axis_names, mesh.axis_sizes)):
+            link = facts.axes.get(name)
+            if name in used or size < 2 or link is None or link.network != "ici":
+                continue
+            if set(link.physical) & busy_physical:
+                continue
+            if uniform_over(c.comp, operand, mesh_axis_groups(mesh.axis_sizes, logical, k), entry):
+                idle.append(name)
+        if not idle:
+            continue
+        new_axes = tuple(a for a in mesh.axis_names if a in used or a in idle)
+        alt = facts.price_like(c, "all-gather", c.bytes, new_axes)
+        saving = (c.seconds - alt) * c.count
+        if saving < min_saving or alt > c.seconds * (1 - min_fraction):
+            continue
+        idle_text = axes_text(idle)
+        yield ctx.diagnostic(
+            f"all-gather over {axes_text(c.axes)} of an array replicated over {idle_text}, whose links sit idle: "
+            f"shard it over {idle_text} too and gather over {axes_text(new_axes)} "
+            f"({fmt_s(c.seconds)} -> {fmt_s(alt)} per call, {len(new_axes)} axes of bandwidth instead of "
+            f"{len(c.axes)}).",
+            location=c.location(),
+            notation=c.notation or None,
+            seconds=c.seconds * c.count,
+            alternative=f"AllGather_{''.join(new_axes) if all(len(a) == 1 for a in new_axes) else axes_text(new_axes)}"
+                        f" after a free reshard onto {idle_text}",
+            alternative_seconds=alt * c.count,
+            saving_seconds=saving,
+            fix=f"add {idle_text} to the PartitionSpec entry of the gathered dimension "
+                f"(e.g. P(({', '.join(repr(a) for a in new_axes)}), ...)) so the gather runs over {axes_text(new_axes)}",
+            details={"idle_axes": idle, "bytes": c.bytes, "count": c.count},
+        )
+
+
+@rule(
+    code="HA202",
+    name="missing-wraparound",
+    severity=Severity.WARNING,
+    summary="Collectives on a mesh axis laid on a ring without wraparound pay about 2x.",
+    options=(
+        Option("min_fraction", 0.1, "Fire when the saving is at least this fraction of the axis's collective time."),
+        Option("min_saving_seconds", 1e-7, "Ignore axes whose saving per step is below this."),
+    ),
+)
+def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    For each mesh axis laid on a physical line of TPU chips without a wraparound link, adds up what its
+    collectives would save on a closed ring.
+
+    ## Why is this bad?
+    On a ring with wraparound, data flows both ways and an AllGather takes `V / W_ici` (bidirectional).
+    Without it, data goes one way over `X - 1` hops: `(X - 1) (V / X) / W_one_way`, about twice as long.
+    TPU v5e and v6e have wraparound only on axes of 16 chips (an 8x16 wraps on the long axis only); v4 and
+    v5p get it from full 4x4x4 cubes, and `2x2x1`, `2x2x2`, `2x2x4` slices have none. Pop quiz 2:
+    `AllGather_Y` over 4 chips of a v5e takes 560 us instead of 377 us.
+
+    ## Example
+    ```python
+    # v5e 8x4 slice: neither axis has 16 chips
+    mesh = jax.make_mesh((8, 4), ("data", "model"))
+    ```
+
+    ## Use instead
+    Lay the busiest axis on a physical ring of 16 (a `v5e:16x16` or `16xN` slice) or use full 4x4x4 cubes
+    on v4/v5p; or move the traffic to an axis that wraps.
+
+    ## References
+    "How to Scale Your Model", TPU chapter, ICI topology and wraparound; sharding chapter, pop quiz 2.
+    """
+    facts = ctx.facts
+    min_fraction = float(ctx.option("min_fraction"))
+    min_saving = float(ctx.option("min_saving_seconds"))
+    if facts.chip.kind != "tpu":
+        return
+    for name, link in facts.axes.items():
+        if link.wrap or link.size <= 2 or link.network != "ici":
+            continue
+        rows: list[tuple[Coll, float]] = []
+        for c in facts.collectives:
+            if name not in c.axes or c.seconds <= 0:
+                continue
+            links = [replace(lk, wrap=True) if lk.name == name else lk for lk in facts.links(c.axes)]
+            alt = facts.price_like(c, c.kind, c.bytes, c.axes, links=links)
+            if alt < c.seconds:
+                rows.append((c, alt))
+        if not rows:
+            continue
+        current = sum(c.seconds * c.count for c, _ in rows)
+        better = sum(alt * c.count for c, alt in rows)
+        saving = current - better
+        if saving < min_saving or saving < min_fraction * current:
+            continue
+        main = max(rows, key=lambda r: (r[0].seconds - r[1]) * r[0].count)[0]
+        yield ctx.diagnostic(
+            f"mesh axis {name!r} ({link.size} chips) lies on a line without wraparound, so its "
+            f"{len(rows)} collective(s) send one way: {fmt_s(current)} per step, {fmt_s(better)} on a closed ring "
+            f"({current / better:.2f}x).",
+            location=main.location(),
+            notation=main.notation or None,
+            seconds=current,
+            alternative=f"the same collectives on a ring of {link.size} with wraparound",
+            alternative_seconds=better,
+            saving_seconds=saving,
+            fix=_wrap_fix(ctx, name, link.size),
+            details={"axis": name, "collectives": len(rows)},
+        )
+
+
+def _wrap_fix(ctx: RuleContext, axis: str, size: int) -> str:
+    from analyzer.rules.facts import _get
+
+    spec_rule = _get(ctx.facts.context.get("hardware"), "ici.wraparound.rule", "") if ctx.facts.context else ""
+    if "cube" in str(spec_rule) or ctx.facts.chip.name.startswith(("tpu-v4", "tpu-v5p")):
+        return (f"use a topology of full 4x4x4 cubes (e.g. v5p:4x4x4) with {axis!r} on an axis that is a "
+                "multiple of 4, or put the heavy traffic on such an axis")
+    return (f"lay {axis!r} on a physical axis of 16 chips (e.g. topology 16x{max(1, ctx.report.mesh.size // 16) if ctx.report.mesh else 1}"
+            f" with {axis!r} of size 16), or give the heavy collectives to an axis that wraps")
+
+
+@rule(
+    code="HA203",
+    name="slow-link",
+    severity=Severity.WARNING,
+    summary="A bulk collective over DCN (between TPU slices) or beyond an NVLink domain.",
+    options=(
+        Option("min_bytes", 1_000_000, "Only collectives moving at least this many bytes (V) count as bulk."),
+        Option("include_gradient_all_reduce", False,
+               "Also flag backward-pass all-reduces (data parallelism across slices is the usual design)."),
+    ),
+)
+def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds bandwidth-bound collectives whose mesh axes cross the data-centre network between TPU slices,
+    or leave a GPU NVLink domain for the scale-out network, and prices them as if the axis lay on the fast
+    links.
+
+    ## Why is this bad?
+    DCN gives about 6.25e9 B/s per TPU (3.125e9 on v5e) against 9e10 to 1.8e11 of ICI: an order of
+    magnitude or more. Across pods only data parallelism stays compute-bound, and only with
+    `B / slice > C / W_dcn` (about 73,000 tokens per v5p pod). On GPUs, leaving the NVLink domain drops
+    from 450 GB/s to 50 GB/s per GPU (H100).
+
+    ## Example
+    ```python
+    # two v5e slices; "model" spans them
+    mesh = jax.make_mesh((2, 8), ("model", "data"))   # tensor parallelism over DCN
+    ```
+
+    ## Use instead
+    ```python
+    mesh = jax.make_mesh((2, 8), ("data", "model"))   # DCN carries only the data-parallel gradient sum
+    ```
+
+    ## References
+    "How to Scale Your Model", training chapter, "across pods (DCN)"; GPU chapter, cross-node collectives.
+    """
+    facts = ctx.facts
+    min_bytes = float(ctx.option("min_bytes"))
+    include_grads = bool(ctx.option("include_gradient_all_reduce"))
+    frame = ctx.report.collectives
+    for c in facts.collectives:
+        slow = [a for a in c.axes if a in facts.axes and facts.axes[a].network in ("dcn", "scale-out")]
+        if not slow or c.bytes < min_bytes or c.regime == "latency":
+            continue
+        if c.kind == "all-reduce" and not include_grads:
+            pass_ = str(frame.iloc[c.row].get("pass_", "")) if frame is not None and "pass_" in frame else ""
+            if pass_ == "backward" or "transpose" in c.op_name:
+                continue
+        fast = [replace(lk, network="ici" if facts.chip.kind == "tpu" else "nvlink", bandwidth=None)
+                if lk.name in slow else lk for lk in facts.links(c.axes)]
+        alt = facts.price_like(c, c.kind, c.bytes, c.axes, links=fast)
+        saving = (c.seconds - alt) * c.count
+        if saving <= 0:
+            continue
+        net = "DCN" if facts.axes[slow[0]].network == "dcn" else "the scale-out network"
+        inside = "inside a slice (ICI)" if facts.chip.kind == "tpu" else "inside the NVLink domain"
+        yield ctx.diagnostic(
+            f"{c.kind} of {fmt_b(c.bytes)} over {axes_text(slow)} crosses {net}: {fmt_s(c.seconds)} per call "
+            f"against {fmt_s(alt)} {inside} (x{c.count:g} per step).",
+            location=c.location(),
+            notation=c.notation or None,
+            seconds=c.seconds * c.count,
+            alternative=f"the same {c.kind} with {axes_text(slow)} laid {inside}",
+            alternative_seconds=alt * c.count,
+            saving_seconds=saving,
+            fix=f"reorder the mesh so {axes_text(slow)} stays {inside} and the axis that spans {net} only "
+                "carries data parallelism (e.g. jax.make_mesh((slices, chips), ('data', 'model')))",
+            details={"slow_axes": slow, "bytes": c.bytes, "count": c.count},
+        )

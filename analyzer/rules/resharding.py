@@ -1,0 +1,144 @@
+"""Resharding rules: communication that exists only because a producer and its consumer disagree on a
+sharding (sharding.md, "Our final communication primitive: the AllToAll"; case 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.rules.common import axes_text, fmt_b, fmt_s, is_explicit_collective, partition_spec, sides
+from analyzer.rules.context import RuleContext
+from analyzer.rules.hlo_walk import dot_uses, only_used_sliced, users_map
+from analyzer.rules.registry import Option, rule
+
+__all__ = ["HA302", "HA303"]
+
+_RESHARD_KINDS = ("all-to-all", "collective-permute", "all-gather")
+
+
+def _rematerialized(c) -> bool:
+    return c.kind == "all-gather" and c.inst is not None and c.comp is not None and only_used_sliced(c.comp, c.inst)
+
+
+@rule(
+    code="HA302",
+    name="resharding-traffic",
+    severity=Severity.WARNING,
+    summary="An all-to-all, permute or all-gather caused by a sharding mismatch, not by a contraction.",
+    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
+)
+def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds all-to-alls, collective-permutes and all-gathers that no matmul needs: the value is not
+    contracted afterwards; it only changes layout because the producer emits one sharding and the
+    consumer (an op, an `out_shardings`, a `with_sharding_constraint`) asks for another. Both shardings
+    are shown in notation. Collectives the user wrote (`psum`, `all_to_all`, `ppermute` in `shard_map`)
+    and the compiler's collective matmuls are left alone.
+
+    ## Why is this bad?
+    `AllToAll_X: [I_X, J] -> [I, J_X]` costs `V / (4 W_ici)`; an AllGather `V / W_ici`. Neither buys any
+    computation: with matching shardings the bytes would not move at all.
+
+    ## Example
+    ```python
+    y = f(x)                                        # produces [I_X, J]
+    y = jax.lax.with_sharding_constraint(y, P(None, "X"))  # consumer wants [I, J_X]
+    ```
+
+    ## Use instead
+    Give the producer the consumer's sharding (or the consumer the producer's), so no reshard is needed:
+    ```python
+    x = jax.device_put(x, NamedSharding(mesh, P(None, "X")))
+    ```
+
+    ## References
+    "How to Scale Your Model", sharding chapter, "Our final communication primitive: the AllToAll" and
+    case 4.
+    """
+    facts = ctx.facts
+    min_saving = float(ctx.option("min_saving_seconds"))
+    users_cache: dict[str, object] = {}
+    for c in facts.collectives:
+        if c.kind not in _RESHARD_KINDS or c.overlapped or is_explicit_collective(c.op_name):
+            continue
+        if c.seconds * c.count < min_saving:
+            continue
+        if c.inst is not None and c.comp is not None:
+            users = users_cache.setdefault(c.comp.name, users_map(c.comp))
+            if dot_uses(c.comp, c.inst, None, users):  # type: ignore[arg-type]
+                continue  # feeds a matmul: contraction traffic (the matmul rules weigh it)
+            if _rematerialized(c):
+                continue  # HA303 reports it, as an error
+        before, after = sides(c.notation)
+        spec = partition_spec(after, facts.mesh_axes) if after else ""
+        yield ctx.diagnostic(
+            f"{c.kind} over {axes_text(c.axes)} only changes the layout {before or '?'} -> {after or '?'} "
+            f"({fmt_b(c.bytes)}, {fmt_s(c.seconds)} per call, x{c.count:g} per step): the producer and "
+            "its consumer disagree on the sharding.",
+            location=c.location(),
+            notation=c.notation or None,
+            seconds=c.seconds * c.count,
+            alternative=f"produce {after or 'the consumer layout'} directly (no collective)",
+            alternative_seconds=0.0,
+            saving_seconds=c.seconds * c.count,
+            fix=(f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
+                 f"or make the consumer accept {before}") if spec else
+                "make the producer's and the consumer's shardings agree",
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
+        )
+
+
+@rule(
+    code="HA303",
+    name="full-rematerialization",
+    severity=Severity.ERROR,
+    summary="An array all-gathered only to be sliced again: full rematerialization to reshard.",
+    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
+)
+def HA303(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds all-gathers whose result each device only slices its own piece out of: XLA rematerialized the
+    whole array on every device to change its sharding.
+
+    ## Why is this bad?
+    Gathering costs `V / W_ici` and makes every device hold the whole array (memory too), only to throw
+    most of it away. An AllToAll does the same reshard for `V / (4 W_ici)` on a bidirectional ring, and
+    a matching sharding needs no communication at all.
+
+    ## Example
+    ```python
+    # [I_X, J_Y] -> [I_Y, J_X] with no direct collective: XLA gathers then slices
+    y = jax.lax.with_sharding_constraint(x, P("Y", "X"))
+    ```
+
+    ## Use instead
+    Keep one sharding through producer and consumer, or reshard one axis at a time so each step is an
+    AllToAll (`[I_X, J] -> [I, J_X]`).
+
+    ## References
+    "How to Scale Your Model", sharding chapter, "Our final communication primitive: the AllToAll".
+    """
+    facts = ctx.facts
+    min_saving = float(ctx.option("min_saving_seconds"))
+    for c in facts.collectives:
+        if c.kind != "all-gather" or is_explicit_collective(c.op_name) or not _rematerialized(c):
+            continue
+        alt = facts.price_like(c, "all-to-all", c.bytes, c.axes)
+        saving = (c.seconds - alt) * c.count
+        if saving < min_saving:
+            continue
+        before, after = sides(c.notation)
+        yield ctx.diagnostic(
+            f"all-gather over {axes_text(c.axes)} of {fmt_b(c.bytes)} whose result each device immediately "
+            f"slices: full rematerialization to reshard ({fmt_s(c.seconds)} per call where an all-to-all takes "
+            f"{fmt_s(alt)}, x{c.count:g} per step).",
+            location=c.location(),
+            notation=c.notation or None,
+            seconds=c.seconds * c.count,
+            alternative=f"AllToAll_{axes_text(c.axes)} (or matching shardings: no collective)",
+            alternative_seconds=alt * c.count,
+            saving_seconds=saving,
+            fix="keep the producer's and consumer's shardings equal, or reshard one mesh axis at a time "
+                "(each step an all-to-all)",
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
+        )

@@ -1,0 +1,211 @@
+"""Running the rules over a report: selection, suppressions (config, decorator, inline, baseline) and the
+meta rule that reports suppressions which suppress nothing.
+
+    result = check_rules(report, config)
+    result.diagnostics     # what the user sees (after every suppression), with HA901 findings added
+    result.suppressed      # (diagnostic, why) pairs: auditable
+    result.unused          # suppressions that matched nothing
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
+
+__all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "inline_codes", "INLINE_PATTERN"]
+
+# `# hlo-analyzer: ignore[HA101, HA3]` (codes or prefixes) or `# hlo-analyzer: ignore` (every rule).
+INLINE_PATTERN = re.compile(r"#\s*hlo-analyzer:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """One thing that can hide findings: a config/decorator ignore entry, an inline comment, a baseline entry.
+
+    Attributes:
+      kind: "config", "inline" or "baseline".
+      entry: the code/prefix (config, inline) or the fingerprint (baseline).
+      where: where it is written, in words (file and line where known).
+      location: for inline comments, the source line.
+    """
+
+    kind: str
+    entry: str
+    where: str
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """What a rule run found.
+
+    Attributes:
+      diagnostics: the findings to show, most severe first, then by saving.
+      suppressed: findings hidden, each with the suppression that hid it.
+      unused: suppressions that hid nothing (also reported as HA901 findings when HA901 is enabled).
+    """
+
+    diagnostics: tuple[Diagnostic, ...]
+    suppressed: tuple[tuple[Diagnostic, Suppression], ...] = ()
+    unused: tuple[Suppression, ...] = field(default=())
+
+
+def inline_codes(file: str | None, line: int | None, cache: dict[str, list[str] | None] | None = None
+                 ) -> tuple[str, ...] | None:
+    """The codes an inline `# hlo-analyzer: ignore[...]` comment on `file:line` names.
+
+    Returns:
+      None when there is no comment (or the file cannot be read); `("HA",)` for a bare `ignore`.
+    """
+    if not file or not line:
+        return None
+    cache = cache if cache is not None else {}
+    if file not in cache:
+        try:
+            cache[file] = Path(file).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            cache[file] = None
+    lines = cache[file]
+    if lines is None or not 0 < line <= len(lines):
+        return None
+    m = INLINE_PATTERN.search(lines[line - 1])
+    if not m:
+        return None
+    if m.group(1) is None:
+        return ("HA",)
+    return tuple(c.strip().upper() for c in m.group(1).split(",") if c.strip())
+
+
+def _order(d: Diagnostic) -> tuple[Any, ...]:
+    return (-Severity(d.severity).rank, -(d.saving_seconds or 0.0), d.code, str(d.location))
+
+
+def _failed(rule: Rule, error: BaseException) -> Diagnostic:
+    """A rule that raised becomes a finding of HA900, so the other rules' findings still reach the user."""
+    from analyzer.rules.meta import HA900
+
+    where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    place = f" ({Path(where.filename).name}:{where.lineno})" if where else ""
+    return Diagnostic(code=HA900.code, name=HA900.name, severity=HA900.severity,
+                      message=f"rule {rule.code} ({rule.name}) failed on this program: "
+                              f"{type(error).__name__}: {error}{place}; its findings are missing. "
+                              "Please report it with the HLO (`hlo-analyzer analyze ... --dump`).",
+                      details={"rule": rule.code, "error": f"{type(error).__name__}: {error}"})
+
+
+def check_rules(report: Any, config: Any = None) -> RuleResult:
+    """Run every enabled rule over `report` and apply the suppressions.
+
+    Args:
+      report: an `analyzer.report.Report`.
+      config: an `analyzer.config.Config` (None: the defaults). Its `baseline` path, when set, is read.
+
+    Returns:
+      a `RuleResult`.
+    """
+    from analyzer.config import Config
+    from analyzer.rules.baseline import read_baseline
+    from analyzer.rules.context import RuleContext
+    from analyzer.rules.facts import Facts
+    from analyzer.rules.meta import HA900, HA901
+
+    config = config if config is not None else Config()
+    select = expand_names(config.select)
+    ignore = expand_names(config.ignore)
+    facts = Facts.from_report(report)
+    base = RuleContext(report=report, config=config, facts=facts)
+
+    # Every rule that is selected runs; config-ignored ones run too, to tell used ignores from unused.
+    raw: list[Diagnostic] = []
+    for r in all_rules():
+        if r.code in (HA900.code, HA901.code) or not is_enabled(r.code, select, ()):
+            continue
+        try:
+            raw.extend(r(replace(base, rule=r)))
+        except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
+            raw.append(_failed(r, e))
+
+    suppressed: list[tuple[Diagnostic, Suppression]] = []
+    used: set[tuple[str, str]] = set()
+    kept: list[Diagnostic] = []
+    for d in raw:
+        if d.code != HA900.code and not is_enabled(d.code, select, ignore):
+            entry = max((s for s in ignore if d.code.startswith(s)), key=len)
+            suppressed.append((d, Suppression("config", entry, config.where(entry))))
+            used.add(("config", entry))
+        else:
+            kept.append(d)
+
+    cache: dict[str, list[str] | None] = {}
+    inline_seen: dict[tuple[str, int, str], Suppression] = {}
+    after_inline: list[Diagnostic] = []
+    for d in kept:
+        codes = inline_codes(d.location.file, d.location.line, cache)
+        for c in codes or ():
+            key = (d.location.file or "", d.location.line or 0, c)
+            inline_seen.setdefault(key, Suppression("inline", c, f"{d.location.file}:{d.location.line}",
+                                                    Location(file=d.location.file, line=d.location.line)))
+        hit = next((c for c in codes or () if d.code.startswith(c)), None)
+        if hit is not None:
+            key = (d.location.file or "", d.location.line or 0, hit)
+            suppressed.append((d, inline_seen[key]))
+            used.add(("inline", f"{key[0]}:{key[1]}:{hit}"))
+        else:
+            after_inline.append(d)
+
+    unused_baseline: list[Suppression] = []
+    final = after_inline
+    if config.baseline:
+        path = Path(config.baseline)
+        if not path.is_absolute() and config.path:
+            path = Path(config.path).parent / path
+        if path.exists():
+            baseline = read_baseline(path)
+            final, accepted, stale = baseline.split(after_inline)
+            for d in accepted:
+                suppressed.append((d, Suppression("baseline", d.fingerprint(), str(path))))
+            unused_baseline = [Suppression("baseline", fp, f"{path}: {baseline.descriptions.get(fp, fp)}")
+                               for fp in stale]
+
+    unused: list[Suppression] = []
+    for entry in ignore:
+        if entry in (HA901.code,) or HA901.code.startswith(entry) and len(entry) < len(HA901.code):
+            continue  # ignoring the meta rule itself, or a whole family containing it, is never "unused"
+        if ("config", entry) not in used and is_enabled_any(entry, select):
+            unused.append(Suppression("config", entry, config.where(entry)))
+    for (file, line, code), s in inline_seen.items():
+        if ("inline", f"{file}:{line}:{code}") not in used:
+            unused.append(s)
+    unused.extend(unused_baseline)
+
+    final = list(final)
+    if is_enabled(HA901.code, select, ignore):
+        ctx = replace(base, rule=HA901)
+        final.extend(HA901.check(ctx, unused))  # type: ignore[call-arg]
+    final.sort(key=_order)
+    return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused))
+
+
+def is_enabled_any(prefix: str, select: Sequence[str]) -> bool:
+    """Whether an ignore entry could apply to some selected rule (else it is not worth reporting)."""
+    return any(is_enabled(r.code, select, ()) and r.code.startswith(prefix) for r in all_rules())
+
+
+def run_rules(report: Any, config: Any = None) -> list[Diagnostic]:
+    """The findings of every enabled rule on `report`, after suppressions, most severe first.
+
+    This is what `analyzer.analyze` calls at its end. `check_rules` gives the suppressed findings too.
+
+    Example:
+        >>> diagnostics = run_rules(report)              # doctest: +SKIP
+        >>> [(d.code, d.saving_seconds) for d in diagnostics]  # doctest: +SKIP
+        [('HA102', 0.00012)]
+    """
+    return list(check_rules(report, config).diagnostics)
