@@ -288,7 +288,7 @@ def _config(opts: AuditOptions) -> Config:
         base = load_config(base)
     elif not isinstance(base, Config):
         raise AnalyzerError(f"@audit(config=...) takes a Config or a path to a pyproject.toml, not {base!r}")
-    return base.with_overrides(
+    return base.override(
         select=opts.select, ignore=opts.ignore or None, budgets=opts.budgets or None, where="@audit(...)"
     )
 

@@ -358,7 +358,7 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
         name = f"{entry.file}:{name.partition(':')[2]}"
     fn, args, kwargs = load_entry(name, mesh)
     # The check applies the baseline itself, on root-relative paths (run_check); the rules must not.
-    config = config.with_overrides(baseline=None, where="check")
+    config = config.override(baseline=None, where="check")
     report = analyze(
         fn,
         *args,

@@ -352,7 +352,7 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
 
         config = load_config(path)
         if hardware:
-            config = config.with_overrides(hardware=hardware, where="command line")
+            config = config.override(hardware=hardware, where="command line")
         if not config.entry_points:
             raise ConfigError("[tool.hlo-analyzer] lists no entry-points to analyse", path=str(path))
         out = {}
@@ -360,10 +360,16 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
             for name in config.entry_points:
                 out[name] = report_to_dict(analyse_entry(resolve_entry(name, path.parent), config))
         return out
-    from analyzer.report_config import run_report_config
+    from dataclasses import replace
 
-    report = run_report_config(path, hardware=hardware)
-    return {report.name or path.stem: report_to_dict(report)}
+    from analyzer.analysis import analyze
+    from analyzer.reportconfig import load_report_config
+
+    rc = load_report_config(path)
+    fn, args, kwargs = rc.build()
+    report = analyze(fn, *args, mesh=dict(rc.mesh), target=rc.target, hardware=hardware or rc.hardware,
+                     topology=None if hardware else rc.topology, config=rc.rules_config(), **kwargs)
+    return {rc.title: report_to_dict(replace(report, name=rc.title))}
 
 
 def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None, cwd: Path | None = None,

@@ -96,7 +96,7 @@ def _load(args: argparse.Namespace):
         from analyzer.lower import parse_mesh
 
         overrides["mesh"] = parse_mesh(args.mesh)
-    config = config.with_overrides(select=_codes(args.select), ignore=_codes(args.ignore), where="command line",
+    config = config.override(select=_codes(args.select), ignore=_codes(args.ignore), where="command line",
                                    **overrides)
     return config, path.resolve().parent
 

@@ -162,7 +162,7 @@ def test_sarif_validates_against_the_sarif_2_1_0_schema(project, fake, finding):
                         baseline={finding(file="other.py", line=4).fingerprint(): 1})
     log = json.loads(sarif.render(r.findings, root=r.root, errors=r.errors, baselined=r.baselined))
     schema = _sarif_schema()
-    assert schema["id"].endswith("sarif-2.1.0.json") and "2.1.0" in schema["title"]
+    assert schema["id"] == sarif.SARIF_SCHEMA_URI  # the OASIS standard's schema, errata01
     jsonschema.Draft4Validator(schema, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER).validate(log)
 
     run = log["runs"][0]
