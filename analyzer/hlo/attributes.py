@@ -43,6 +43,11 @@ __all__ = [
     "parse_metadata",
     "parse_frontend_attributes",
     "parse_computation_list",
+    "parse_dim_labels",
+    "parse_window",
+    "parse_padding",
+    "parse_slice",
+    "parse_name_list",
     "replica_groups",
     "expand_replica_groups",
     "source_target_pairs",
@@ -154,6 +159,19 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
         return tuple(int(x) for x in body.split(","))
     except ValueError:
         raise ValueError(f"expected a list of integers like `{{0,1}}`, got {raw[:60]!r}") from None
+
+
+def parse_int_list_or_lists(raw: str) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+    """`{1,2}` -> (1, 2); `{{1,8},{2,8}}` -> ((1, 8), (2, 8)) (collective-permute's `slice_sizes`).
+
+    Example:
+      >>> parse_int_list_or_lists("{{128,32}}")
+      ((128, 32),)
+    """
+    body = _braced(raw, "a list of integers like `{0,1}`")
+    if body.startswith("{"):
+        return _int_groups(raw, "a list of integer lists like `{{1,2},{3,4}}`")
+    return parse_int_list(raw)
 
 
 def _int_groups(raw: str, what: str) -> tuple[tuple[int, ...], ...]:
@@ -339,7 +357,7 @@ def parse_source_target_pairs(raw: str) -> tuple[tuple[int, int], ...]:
     return groups  # type: ignore[return-value]
 
 
-_METADATA_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s"}]+)\s*', re.S)
+_METADATA_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)\s*=\s*("(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^\s"{},]+)\s*,?\s*', re.S)
 _METADATA_INT = {"source_line", "source_end_line", "source_column", "source_end_column", "stack_frame_id",
                  "size_of_generated_code_in_bytes", "size_of_memory_working_set_in_bytes"}
 
@@ -459,6 +477,138 @@ def _parse_backend_config(raw: str) -> Any:
         return raw
 
 
+_DIM_LABELS = re.compile(r"^([0-9bf?]{2,})_([0-9io?]{2,})->([0-9bf?]{2,})$")
+
+
+def parse_dim_labels(raw: str) -> tuple[str, str, str]:
+    """`b01f_01io->b01f` -> ('b01f', '01io', 'b01f'), checked the way XLA checks convolution labels.
+
+    Example:
+      >>> parse_dim_labels("bf_io->bf")
+      ('bf', 'io', 'bf')
+    """
+    m = _DIM_LABELS.match(raw.strip())
+    if not m:
+        raise ValueError(f"expected dim labels like `b01f_01io->b01f`, got {raw[:40]!r}")
+    parts = m.groups()
+    spatial = []
+    for part, special in zip(parts, ("bf", "io", "bf")):
+        for c in special:
+            if part.count(c) != 1:
+                raise ValueError(f"dim labels {part!r} need exactly one {c!r}")
+        digits = [c for c in part if c.isdigit()]
+        if len(set(digits)) != len(digits):
+            raise ValueError(f"dim labels {part!r}: expects unique labels")
+        spatial.append(len(part) - 2)
+    if len(set(spatial)) != 1:
+        raise ValueError(f"dim labels {raw!r}: input, kernel and output must have same number of spatial dimensions")
+    n = spatial[0]
+    for part in parts:
+        for c in part:
+            if c.isdigit() and int(c) >= n:
+                raise ValueError(f"dim labels {part!r}: expects [0-{n - 1}bf?] for {n} spatial dimensions")
+    return parts  # type: ignore[return-value]
+
+
+_WINDOW_KEYS = ("size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal")
+
+
+def parse_window(raw: str) -> dict[str, tuple]:
+    """`{size=3x3 stride=2x2 pad=1_1x1_1}` -> {'size': (3, 3), 'stride': (2, 2), 'pad': ((1, 1), (1, 1))}.
+
+    Example:
+      >>> parse_window("{size=2x3 pad=0_1x1_0}")["pad"]
+      ((0, 1), (1, 0))
+    """
+    body = _braced(raw, "a window like `{size=3x3 pad=1_1x1_1}`")
+    out: dict[str, tuple] = {}
+    for item in body.split():
+        key, eq, val = item.partition("=")
+        if not eq or key not in _WINDOW_KEYS:
+            raise ValueError(f"expected one of {', '.join(k + '=' for k in _WINDOW_KEYS)} in a window, got {item!r}")
+        if key in out:
+            raise ValueError(f"window sets {key} twice")
+        parts = val.split("x")
+        try:
+            if key == "pad":
+                pads = []
+                for p in parts:
+                    lo_hi = _signed_ints(p, "_")
+                    if len(lo_hi) != 2:
+                        raise ValueError(f"window pad {p!r}: expects padding_low and padding_high separated by '_'")
+                    pads.append(lo_hi)
+                out[key] = tuple(pads)
+            else:
+                out[key] = tuple(int(p) for p in parts)
+        except ValueError as e:
+            if "padding_low" in str(e):
+                raise
+            raise ValueError(f"window {key}={val!r}: expected numbers separated by 'x'") from None
+    ranks = {len(v) for v in out.values()}
+    if len(ranks) > 1:
+        raise ValueError(f"window {raw!r}: every field needs one entry per window dimension")
+    return out
+
+
+def _signed_ints(text: str, sep: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.split(r"(?<=\d)" + sep, text))
+
+
+def parse_padding(raw: str) -> tuple[tuple[int, ...], ...]:
+    """`0_0x1_1_0` -> ((0, 0), (1, 1, 0)): low, high and optional interior padding per dimension.
+
+    Example:
+      >>> parse_padding("0_-1x2_2_1")
+      ((0, -1), (2, 2, 1))
+    """
+    out = []
+    for dim in raw.strip().split("x"):
+        try:
+            v = _signed_ints(dim, "_")
+        except ValueError:
+            v = ()
+        if len(v) not in (2, 3):
+            raise ValueError(f"expected padding like `1_1` or `0_0_1` per dimension, got {dim!r}")
+        out.append(v)
+    return tuple(out)
+
+
+_SLICE_DIM = re.compile(r"^\[\s*(-?\d+)\s*:\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?\]$")
+
+
+def parse_slice(raw: str) -> tuple[tuple[int, int, int], ...]:
+    """`{[0:8:1], [0:4]}` -> ((0, 8, 1), (0, 4, 1)).
+
+    Example:
+      >>> parse_slice("{[0:3], [0:4:2]}")
+      ((0, 3, 1), (0, 4, 2))
+    """
+    body = _braced(raw, "slice bounds like `{[0:8:1], [0:4]}`")
+    out = []
+    for item in split_top(body) if body else []:
+        m = _SLICE_DIM.match(item)
+        if not m:
+            raise ValueError(f"expected a slice bound like `[0:8]` or `[0:8:2]`, got {item!r}")
+        out.append((int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)))
+    return tuple(out)
+
+
+def parse_name_list(raw: str) -> tuple[str, ...]:
+    """`{%a, %b}` -> ('a', 'b') (control-predecessors).
+
+    Example:
+      >>> parse_name_list("{%recv, %send}")
+      ('recv', 'send')
+    """
+    body = _braced(raw, "a list of instruction names like `{%a, %b}`")
+    out = []
+    for item in split_top(body) if body else []:
+        if not _COMP_NAME.match(item):
+            raise ValueError(f"expected an instruction name like `%a`, got {item[:40]!r}")
+        out.append(item.lstrip("%"))
+    return tuple(out)
+
+
 # key -> decoder. Each decoder takes the raw text and returns the typed value or raises ValueError with a
 # message in HLO terms. Keys absent here stay raw text.
 DECODERS: Mapping[str, Callable[[str], Any]] = {
@@ -476,7 +626,7 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "rhs_contracting_dims": parse_int_list,
     "lhs_batch_dims": parse_int_list,
     "rhs_batch_dims": parse_int_list,
-    "slice_sizes": parse_int_list,
+    "slice_sizes": parse_int_list_or_lists,
     "dynamic_slice_sizes": parse_int_list,
     "offset_dims": parse_int_list,
     "collapsed_slice_dims": parse_int_list,
@@ -488,6 +638,11 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "concat_dimension": _parse_int,
     "iota_dimension": _parse_int,
     "backend_config": _parse_backend_config,
+    "dim_labels": parse_dim_labels,
+    "window": parse_window,
+    "padding": parse_padding,
+    "slice": parse_slice,
+    "control-predecessors": parse_name_list,
     "sharding": _parse_sharding,
     **{k: parse_computation_list for k in CALL_KEYS},
 }

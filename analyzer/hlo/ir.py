@@ -297,6 +297,8 @@ class Computation:
     result_shape: Shape | None = None
     is_entry: bool = False
     position: Position | None = None
+    # Attributes printed after the closing brace, e.g. `}, execution_thread="main_thread"`.
+    attributes: tuple[Attribute, ...] = ()
 
     @cached_property
     def by_name(self) -> Mapping[str, Instruction]:

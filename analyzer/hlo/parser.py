@@ -33,7 +33,7 @@ __all__ = ["parse_hlo", "parse_hlo_file", "LazyComputation", "attribute_value_pa
 _MAX_NESTING = 24
 
 
-def attribute_value_pattern(depth: int = _MAX_NESTING) -> str:
+def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = True) -> str:
     """The regex of one attribute value: plain characters, quoted strings and bracket-balanced groups.
 
     Python's `re` has no recursion, so balanced groups are unrolled to `depth` levels; possessive
@@ -51,13 +51,18 @@ def attribute_value_pattern(depth: int = _MAX_NESTING) -> str:
     for _ in range(depth):
         alts = inner + (("|" + group) if group else "")
         group = r"[{\[(](?:" + alts + r")*+[}\])]"
-    plain = r"""[^\s,{}\[\]()"']++"""
+    plain = r"""[^\s,{}\[\]()"'/]++|/(?!/)"""
     value = r"(?:" + plain + "|" + string + "|" + group + r")++"
-    # The mesh replica-group form puts its axis braces after a space: `mesh['x'=4] {'x'}`.
-    return value + r"(?:[ \t]+\{(?:" + inner + r")*+\})?"
+    if not continuation:
+        return value
+    # Instruction attributes may hold spaces at the top level: the mesh replica-group form
+    # `mesh['x'=4] {'x'}`, literals `literal=f32[] 0.1`. A space continues the value unless what follows
+    # starts something else: `,`, `}`, a comment, `ROOT`, or a name followed by `=` (the next instruction).
+    more = r"(?:\s++(?!ROOT\b|ENTRY\b|%|[,}/]|[A-Za-z_][\w.\-]*\s*=)" + value + r")*+"
+    return value + more
 
 
-_ATTR_KEY = r"[a-zA-Z_][a-zA-Z0-9_.\-]*="
+_ATTR_KEY = r"[a-zA-Z_][a-zA-Z0-9_.\-]*=\s*"
 _BRACED = r"\{[^{}]*\}"
 
 
@@ -69,7 +74,11 @@ def _lark() -> Lark:
     from analyzer.hlo.transformer import HloTransformer
 
     grammar = resources.files("analyzer").joinpath("_data/grammars/hlo.lark").read_text(encoding="utf-8")
-    grammar = grammar.replace("/__ATTR__/", "/" + _ATTR_KEY + attribute_value_pattern().replace("/", "\\/") + "/")
+    def terminal(pattern: str) -> str:
+        return "/" + pattern.replace("/", "\\/") + "/"
+
+    grammar = grammar.replace("/__ATTR__/", terminal(_ATTR_KEY + attribute_value_pattern()))
+    grammar = grammar.replace("/__MODULE_ATTR__/", terminal(_ATTR_KEY + attribute_value_pattern(continuation=False)))
     grammar = grammar.replace("/__BRACED__/", "/" + _BRACED + "/")
     return Lark(
         grammar,
@@ -290,7 +299,7 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
 _COMP_START = re.compile(r"^(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
-_COMP_END = re.compile(r"^\}[ \t]*$", re.M)
+_COMP_END = re.compile(r"^\}[^\n]*$", re.M)
 
 
 def _parse_lazy(text: str, path: str | None) -> HloModule | None:

@@ -154,24 +154,28 @@ class HloTransformer(Transformer):
         return Shape("tuple", tuple_shapes=tuple(children))
 
     # ------------------------------------------------------------------ literals
+    # Each literal rule gives (text, kind, items): kind "s" scalar, "a" {array}, "p" (tuple or complex),
+    # "t" shape-prefixed, "e" the elided `...`. `text` is the normalised spelling kept on the instruction.
     def scalar_literal(self, children):
-        return str(children[0])
+        tok = children[0]
+        return (str(tok), "s", tok)
 
     def array_literal(self, children):
         if children == [None]:
-            return "{}"
-        return "{" + ", ".join(children) + "}"
+            return ("{}", "a", ())
+        return ("{" + ", ".join(c[0] for c in children) + "}", "a", tuple(children))
 
     def paren_literal(self, children):
         if children == [None]:
-            return "()"
-        return "(" + ", ".join(children) + ")"
+            return ("()", "p", ())
+        return ("(" + ", ".join(c[0] for c in children) + ")", "p", tuple(children))
 
     def shaped_literal(self, children):
-        return f"{children[0]} {children[1]}"
+        shape_tok, lit = children
+        return (f"{shape_tok} {lit[0]}", "t", (shape_tok, lit))
 
     def elided_literal(self, children):
-        return "..."
+        return ("...", "e", children[0])
 
     # ------------------------------------------------------------------ instructions
     def operand(self, children):
@@ -185,6 +189,9 @@ class HloTransformer(Transformer):
     def attribute(self, children):
         tok = children[0]
         key, _, raw = tok.partition("=")
+        stripped = raw.lstrip()
+        if len(stripped) != len(raw):  # `key= value`: XLA skips the space; keep the value's own column
+            return Attribute(key, stripped, None)
         return Attribute(key, raw, Position(tok.line, tok.column + len(key) + 1))
 
     module_attr = attribute
@@ -226,7 +233,7 @@ class HloTransformer(Transformer):
         name, shape, opened, literal = children[i], children[i + 1], children[i + 2], children[i + 3]
         attrs = tuple(c for c in children[i + 4:] if c is not None)
         _check_literal(literal, shape, opened)
-        return (is_root, name, shape, "constant", [], attrs, None, literal)
+        return (is_root, name, shape, "constant", [], attrs, None, literal[0])
 
     # ------------------------------------------------------------------ computations
     def param(self, children):
@@ -249,7 +256,10 @@ class HloTransformer(Transformer):
         if rest and type(rest[0]) is tuple and len(rest[0]) == 2 and type(rest[0][1]) is Shape:
             sig = rest[0]
             rest = rest[1:]
-        return build_computation(name_tok, is_entry, sig, rest)
+        attrs = tuple(c for c in rest if type(c) is Attribute)
+        if attrs:
+            rest = [c for c in rest if type(c) is not Attribute]
+        return build_computation(name_tok, is_entry, sig, rest, attrs)
 
     # ------------------------------------------------------------------ module
     def string_entry(self, children):
@@ -278,7 +288,7 @@ class HloTransformer(Transformer):
     header = module
 
 
-def build_computation(name_tok: Token, is_entry: bool, sig, pending: list) -> Computation:
+def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, attrs: tuple = ()) -> Computation:
     """Resolve operands against earlier instructions and check names and ROOT; return the Computation.
 
     Args:
@@ -286,6 +296,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list) -> Co
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
       pending: the instruction tuples made by `HloTransformer.instruction`.
+      attrs: attributes printed after the closing brace (`execution_thread="..."`).
 
     Returns:
       The `Computation`.
@@ -331,6 +342,20 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list) -> Co
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
+    for inst in insts:
+        a = inst.attrs.get("control-predecessors")
+        if a is not None:
+            try:
+                preds = attributes.parse_name_list(a.raw)
+            except ValueError as e:
+                pos = a.position or inst.position
+                raise HloSyntaxError(f"bad control-predecessors on {inst.name!r}: {e}", line=pos.line,
+                                     column=pos.column) from None
+            for p in preds:
+                if p not in shapes:
+                    pos = a.position or inst.position
+                    raise HloSemanticError(f"control predecessor {p!r} of {inst.name!r} is not defined in computation "
+                                           f"{name!r}", line=pos.line, column=pos.column)
     if params and sorted(params) != list(range(len(params))):
         missing = next(i for i in range(len(params)) if i not in params)
         raise HloSemanticError(f"computation {name!r} has parameters {sorted(params)}, but parameter({missing}) is "
@@ -342,39 +367,153 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list) -> Co
                                    f"but has {len(params)} parameter instructions", line=name_tok.line,
                                    column=name_tok.column)
         param_shapes = sig_params
+        by_num = {i.parameter_number: i for i in insts if i.parameter_number is not None}
+        for k, (pname, pshape) in enumerate(sig_params):
+            inst = by_num.get(k)
+            if inst is not None and not compatible(pshape, inst.shape):
+                raise HloSemanticError(f"shape of parameter {k} of computation {name!r} is {pshape} in the signature "
+                                       f"but {inst.shape} on {inst.name!r}", line=inst.position.line,
+                                       column=inst.position.column)
+        root = next((i for i in insts if i.is_root), insts[-1])
+        if not compatible(result, root.shape):
+            raise HloSemanticError(f"shape of computation {name!r}, {result}, is not compatible with that of its root "
+                                   f"instruction {root.name!r}, {root.shape}", line=root.position.line,
+                                   column=root.position.column)
     else:
         by_num = {i.parameter_number: i for i in insts if i.parameter_number is not None}
         param_shapes = tuple((by_num[k].name, by_num[k].shape) for k in sorted(by_num))
         result = None
-    comp = Computation(name, tuple(insts), param_shapes, result, is_entry, Position(name_tok.line, name_tok.column))
+    comp = Computation(name, tuple(insts), param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
+                       attrs)
     if result is None:
         object.__setattr__(comp, "result_shape", comp.root.shape)
     return comp
 
 
-def _check_literal(literal: str, shape: Shape, tok: Token) -> None:
-    """Check that a literal's nesting and element counts fit its shape (XLA rejects those that do not)."""
-    if literal == "{...}" or shape.is_tuple or shape.is_token:
+_INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
+_FLOAT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "fb")
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """XLA's `ShapeUtil::Compatible`: same element types and dims (tuples element-wise), layouts ignored."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    return a.element_type == b.element_type and a.dims == b.dims
+
+
+def _check_literal(lit: tuple, shape: Shape, tok: Token) -> None:
+    """Check that a literal's nesting, element counts and scalar kinds fit its shape, as XLA does.
+
+    Raises:
+      HloSyntaxError: at the literal, saying what the shape needs.
+    """
+    text, kind, items = lit
+    if kind == "e" or (kind == "a" and len(items) == 1 and items[0][1] == "e"):
+        return  # `{...}`: elided by the printer, XLA fills it in
+    if kind == "t":
+        shape_tok, inner = items
+        try:
+            declared = decode_array_shape(str(shape_tok))
+        except ValueError as e:
+            raise _syntax(str(e), shape_tok) from None
+        if str(declared) != str(shape):
+            raise _syntax(f"the literal's shape {declared} differs from the instruction's shape {shape}", shape_tok)
+        _check_literal(inner, shape, tok)
         return
-    if any(shape.dynamic):
+    if shape.is_tuple:
+        if kind != "p" or len(items) != len(shape.tuple_shapes):
+            raise _syntax(f"expected a tuple literal `( ... )` with {len(shape.tuple_shapes)} elements for shape "
+                          f"{shape}", tok, len(tok))
+        for item, sub in zip(items, shape.tuple_shapes):
+            _check_literal(item, sub, tok)
         return
-    depth = 0
-    while depth < len(literal) and literal[depth] == "{":
-        depth += 1
-    if depth == 0:
-        if shape.dims:
-            raise _syntax(f"expected a literal with {len(shape.dims)} levels of braces for shape {shape}, got a "
-                          "scalar", tok, len("constant("))
+    if shape.is_token:
+        raise _syntax("a token has no literal", tok, len(tok))
+    _check_array_literal(lit, shape, 0, tok)
+
+
+def _check_array_literal(lit: tuple, shape: Shape, level: int, tok: Token) -> None:
+    text, kind, items = lit
+    dims = shape.dims
+    if level < len(dims):
+        if kind != "a":
+            raise _syntax(f"expected {{...}} for dimension {level} of shape {shape}, got `{text[:30]}`", tok, len(tok))
+        if len(items) == 1 and items[0][1] == "e":
+            return
+        if len(items) != dims[level] and not shape.dynamic:
+            raise _syntax(f"expected {dims[level]} elements in dimension {level} of shape {shape}, got {len(items)}",
+                          tok, len(tok))
+        for item in items:
+            _check_array_literal(item, shape, level + 1, tok)
         return
-    if depth != len(shape.dims):
-        raise _syntax(f"expected a literal with {len(shape.dims)} levels of braces for shape {shape}, got {depth}",
-                      tok, len("constant("))
-    # Count the scalars: top-level items at the innermost level times the structure; cheap check on totals.
-    inner = literal.replace("{", " ").replace("}", " ")
-    items = [x for x in re.split(r",(?![^()]*\))", inner) if x.strip()]
-    if len(items) != shape.num_elements and "..." not in literal:
-        raise _syntax(f"the literal has {len(items)} elements but shape {shape} holds {shape.num_elements}",
-                      tok, len("constant("))
+    _check_scalar(lit, shape.element_type, tok)
+
+
+# Largest finite value and the width of the last step below infinity (values at or past the midpoint
+# round to infinity, which XLA's parser rejects as out of range), and the mantissa bits that bound a NaN
+# payload (None: the type has no NaN payloads).
+_FLOAT_LIMITS: dict[str, tuple[float, float, int | None]] = {
+    "f16": (65504.0, 32.0, 10),
+    "bf16": ((2 - 2**-7) * 2.0**127, 2.0**120, 7),
+    "f32": ((2 - 2**-23) * 2.0**127, 2.0**104, 23),
+    "f64": (1.7976931348623157e308, 0.0, 52),
+}
+_NO_NAN_PAYLOAD = frozenset({"f8e4m3fn", "f8e4m3b11fnuz", "f8e4m3fnuz", "f8e5m2fnuz", "f8e8m0fnu", "f4e2m1fn"})
+_NAN_RE = re.compile(r"-?nan(?:\(0x([0-9a-fA-F]+)\))?$")
+
+
+def _check_scalar(lit: tuple, etype: str, tok: Token) -> None:
+    text, kind, value = lit
+    if etype in ("c64", "c128"):
+        part = "f32" if etype == "c64" else "f64"
+        if kind == "p" and len(value) == 2 and all(v[1] == "s" for v in value):
+            for v in value:
+                _check_scalar(v, part, tok)
+            return
+        if kind == "s":
+            _check_scalar(lit, part, tok)
+            return
+        raise _syntax(f"expected a complex value like `(1, 2)`, got `{text[:30]}`", tok, len(tok))
+    if kind != "s":
+        raise _syntax(f"expected a scalar {etype} value, got `{text[:30]}`", tok, len(tok))
+    if etype == "pred":
+        if text not in ("true", "false", "0", "1"):
+            raise _syntax(f"expected a pred value (true, false, 0 or 1), got `{text}`", value)
+        return
+    if text in ("true", "false"):
+        raise _syntax(f"expected a number for {etype}, got `{text}`", value)
+    if etype in _INT_TYPES:
+        if not re.fullmatch(r"-?\d+", text):
+            raise _syntax(f"expected an integer for {etype}, got `{text}`", value)
+        bits = ELEMENT_BITS[etype]
+        v = int(text)
+        if etype[0] == "s":
+            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        elif etype == "u64":  # XLA reads u64 through int64 and reinterprets: -1 is accepted
+            lo, hi = -(1 << 63), (1 << 64) - 1
+        else:
+            lo, hi = 0, (1 << bits) - 1
+        if not lo <= v <= hi:
+            raise _syntax(f"{text} is out of range for {etype} [{lo}, {hi}]", value)
+        return
+    nan = _NAN_RE.match(text)
+    if nan:
+        if nan.group(1) is not None:
+            payload = int(nan.group(1), 16)
+            bits = _FLOAT_LIMITS.get(etype, (0, 0, None))[2]
+            if etype in _NO_NAN_PAYLOAD or (bits is not None and payload >= (1 << bits)) or payload == 0:
+                raise _syntax(f"NaN payload 0x{nan.group(1)} does not fit {etype}", value)
+        return
+    if text.lstrip("-") == "inf":
+        return
+    limits = _FLOAT_LIMITS.get(etype)
+    if limits is not None:
+        top, step, _ = limits
+        v = abs(float(text))
+        if v == float("inf") or (step and v >= top + step / 2) or (not step and v > top):
+            raise _syntax(f"{text} is out of range for {etype} (largest finite value {top:g})", value)
 
 
 def build_module(children: list) -> HloModule:
