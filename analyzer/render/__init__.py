@@ -12,6 +12,7 @@ Modules: `terminal` (rich tables), `json` (versioned schema, docs/report-schema.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from analyzer.errors import AnalyzerError, valid_choices
 if TYPE_CHECKING:
     from analyzer.report import Report
     from analyzer.sweep import SweepResult
+    from analyzer.whatif import WhatIf
 
 __all__ = ["FORMATS", "EXTENSIONS", "render", "format_for_path", "write"]
 
@@ -37,13 +39,15 @@ EXTENSIONS: dict[str, str] = {
 }
 
 
-def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = None) -> str:
+def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = None,
+           whatif: Sequence[WhatIf] | None = None) -> str:
     """The report in one format.
 
     Args:
       report: an analysed `Report`.
       fmt: `text`, `json`, `markdown` or `html`.
       sweep: a sweep ranking to include.
+      whatif: the plan repriced on other hardware (`analyzer.whatif.compare`), to include.
 
     Returns:
       The rendered text.
@@ -54,7 +58,7 @@ def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = Non
     module = FORMATS.get(fmt)
     if module is None:
         raise AnalyzerError(f"unknown report format {fmt!r}; {valid_choices(fmt, FORMATS, what='formats')}")
-    return importlib.import_module(module).render(report, sweep=sweep)
+    return importlib.import_module(module).render(report, sweep=sweep, whatif=whatif)
 
 
 def format_for_path(path: str | Path) -> str:
@@ -75,14 +79,15 @@ def format_for_path(path: str | Path) -> str:
     return fmt
 
 
-def write(report: Report, path: str | Path, *, sweep: SweepResult | None = None) -> Path:
+def write(report: Report, path: str | Path, *, sweep: SweepResult | None = None,
+          whatif: Sequence[WhatIf] | None = None) -> Path:
     """Render the report in the format its file name asks for and write it (UTF-8).
 
     Returns:
       The path written.
     """
     path = Path(path)
-    text = render(report, format_for_path(path), sweep=sweep)
+    text = render(report, format_for_path(path), sweep=sweep, whatif=whatif)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

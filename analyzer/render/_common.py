@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
     from analyzer.report import Report
 
-__all__ = ["CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -39,6 +39,43 @@ class CollectiveRow:
     pass_: str
     overlapped: bool
     total_value: float
+
+
+def short_source(source: str, cwd: str | None = None) -> str:
+    """A `file:line` short enough for a table: relative to the working folder when inside it, else the last
+    two path parts.
+
+    Example:
+      >>> short_source("/home/me/proj/model/train.py:41", cwd="/home/me/proj")
+      'model/train.py:41'
+    """
+    import os
+
+    if not source or not source.startswith(("/", "\\")) and ":" not in source[:3]:
+        return source
+    path, sep, line = source.rpartition(":")
+    if not sep or not line.isdigit():
+        path, line = source, ""
+    base = cwd if cwd is not None else os.getcwd()
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:  # another drive on Windows
+        rel = path
+    if rel.startswith(".."):
+        parts = path.replace("\\", "/").split("/")
+        rel = "…/" + "/".join(parts[-2:]) if len(parts) > 2 else path
+    return f"{rel}:{line}" if line else rel
+
+
+def dot_label(record: dict) -> str:
+    """How a matmul is named in a report: its notation, else the einsum of its op_name and its local shapes."""
+    notation = str(record.get("notation") or "")
+    if notation:
+        return notation
+    op_name = str(record.get("op_name") or "")
+    einsum = next((part for part in reversed(op_name.split("/")) if "->" in part), "")
+    shapes = " x ".join(str(record.get(k)) for k in ("lhs_shape", "rhs_shape") if record.get(k))
+    return " ".join(x for x in (einsum, shapes) if x) or str(record.get("instruction") or "dot")
 
 
 def axes_label(axes: Any) -> str:
@@ -103,7 +140,7 @@ def collective_rows(report: Report) -> list[CollectiveRow]:
             total_seconds=format_seconds(r["_total"]),
             share=share,
             regime=str(_value(r, "regime", "") or ""),
-            source=str(_value(r, "source", "") or ""),
+            source=short_source(str(_value(r, "source", "") or "")),
             op_name=str(_value(r, "op_name", "") or ""),
             pass_=str(_value(r, "pass_", "") or ""),
             overlapped=bool(_value(r, "overlapped", False)),

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.render._common import (
     collective_rows,
+    dot_label,
+    short_source,
     headline,
     memory_lines,
     plan_lines,
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
     from analyzer.report import Report
     from analyzer.sweep import SweepResult
+    from analyzer.whatif import WhatIf
 
 __all__ = ["render", "TEMPLATE"]
 
@@ -113,16 +116,32 @@ def _mesh_axes(report: Report) -> list[dict[str, Any]]:
 
 
 def _plan(report: Report) -> dict[str, list[dict[str, str]]]:
-    """The plan in notation: collectives grouped by pass, then the largest matmuls."""
-    groups: dict[str, list[dict[str, str]]] = {}
+    """The plan in notation, by pass: identical collectives (same notation, dtype and time) merged into one
+    line with their executions added up, costliest first."""
+    frame = report.collectives
+    if frame is None or len(frame) == 0:
+        return {}
     names = {"forward": "Forward pass", "backward": "Backward pass", "": "Outside the passes"}
-    for r in collective_rows(report):
-        groups.setdefault(names.get(r.pass_, r.pass_.title()), []).append(
-            {"notation": r.notation or r.kind, "count": r.count, "each": r.seconds, "total": r.total_seconds,
-             "kind": r.kind, "overlapped": "overlapped" if r.overlapped else ""})
+    merged: dict[tuple, dict[str, Any]] = {}
+    for rec in frame.to_dict(orient="records"):
+        pass_ = str(rec.get("pass_") or "")
+        seconds = float(rec.get("seconds") or 0.0)
+        key = (pass_, str(rec.get("notation") or rec.get("kind")), str(rec.get("dtype") or ""), round(seconds, 12),
+               bool(rec.get("overlapped")))
+        slot = merged.setdefault(key, {"kind": str(rec.get("kind") or ""), "count": 0, "sites": 0})
+        slot["count"] += int(rec.get("count") or 1)
+        slot["sites"] += 1
+    groups: dict[str, list[tuple[float, dict[str, str]]]] = {}
+    for (pass_, notation, _dtype, seconds, overlapped), slot in merged.items():
+        total = seconds * slot["count"]
+        groups.setdefault(names.get(pass_, pass_.title()), []).append((total, {
+            "notation": notation, "kind": slot["kind"], "count": f"{slot['count']:,}", "each": format_seconds(seconds),
+            "total": format_seconds(total), "overlapped": "overlapped" if overlapped else "",
+            "sites": f"{slot['sites']} sites" if slot["sites"] > 1 else "",
+        }))
     ordered = {k: groups[k] for k in names.values() if k in groups}
     ordered.update({k: v for k, v in groups.items() if k not in ordered})
-    return ordered
+    return {k: [item for _, item in sorted(v, key=lambda t: -t[0])] for k, v in ordered.items()}
 
 
 def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:
@@ -134,9 +153,9 @@ def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:
         seconds, count = rec.get("seconds"), rec.get("count") or 1
         total = float(seconds) * float(count) if seconds is not None and seconds == seconds else 0.0
         rows.append((total, {
-            "notation": str(rec.get("notation") or rec.get("instruction") or ""),
+            "notation": dot_label(rec),
             "flops": format_flops(rec.get("flops")), "count": f"{int(count):,}",
-            "total": format_seconds(total), "source": str(rec.get("source") or rec.get("op_name") or ""),
+            "total": format_seconds(total), "source": short_source(str(rec.get("source") or "")),
         }))
     rows.sort(key=lambda t: -t[0])
     return [r for _, r in rows[:limit]]
@@ -159,6 +178,14 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
     return rows
 
 
+def _whatif(whatif: Sequence[WhatIf] | None) -> list[dict[str, Any]]:
+    if not whatif:
+        return []
+    from analyzer.whatif import as_rows
+
+    return as_rows(whatif)
+
+
 def _environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -166,12 +193,13 @@ def _environment():
                        trim_blocks=True, lstrip_blocks=True)
 
 
-def render(report: Report, *, sweep: SweepResult | None = None) -> str:
+def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence[WhatIf] | None = None) -> str:
     """The report as one self-contained HTML document.
 
     Args:
       report: the analysed report.
       sweep: a sweep ranking to show above the plan (the report is then the best candidate's).
+      whatif: the plan repriced on other hardware (`analyzer.whatif.compare`), shown as a table.
 
     Returns:
       HTML text with inline CSS and SVG plots; no external resources.
@@ -200,7 +228,8 @@ def render(report: Report, *, sweep: SweepResult | None = None) -> str:
     }
     context = {
         "title": report.name or "hlo-analyzer report",
-        "plan_lines": plan_lines(report),
+        "plan_lines": [(k, v.splitlines()[0] if v else v) for k, v in plan_lines(report)],
+        "topology": report.topology,
         "headline": headline(report),
         "counts": counts,
         "saving": format_seconds(total_saving(report.diagnostics)),
@@ -214,6 +243,7 @@ def render(report: Report, *, sweep: SweepResult | None = None) -> str:
         "figures": figures,
         "sweep": sweep,
         "sweep_rows": _sweep(sweep),
+        "whatif_rows": _whatif(whatif),
         "version": __version__,
         "schema_version": REPORT_SCHEMA_VERSION,
         "hardware": report.hardware,

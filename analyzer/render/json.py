@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
@@ -22,6 +22,7 @@ from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSI
 if TYPE_CHECKING:
     from analyzer.report import Report
     from analyzer.sweep import SweepResult
+    from analyzer.whatif import WhatIf
 
 __all__ = ["report_to_dict", "render", "to_jsonable"]
 
@@ -119,12 +120,14 @@ def _diagnostic(d: Any) -> dict[str, Any]:
     return data
 
 
-def report_to_dict(report: Report, *, sweep: SweepResult | None = None) -> dict[str, Any]:
+def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
+                   whatif: Sequence[WhatIf] | None = None) -> dict[str, Any]:
     """The report as plain JSON data following `docs/report-schema.json`.
 
     Args:
       report: an analysed `Report`.
       sweep: the ranking of a sweep whose best candidate `report` is; stored under `"sweep"`.
+      whatif: the plan repriced on other hardware (`analyzer.whatif.compare`); stored under `"what_if"`.
 
     Returns:
       A dict with `schema_version`, `tool`, the run's identity (name, target, hardware, topology, mesh),
@@ -154,13 +157,16 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None) -> dict[
     }
     if sweep is not None:
         data["sweep"] = sweep.to_dict()
+    if whatif:
+        data["what_if"] = [w.to_dict() for w in whatif]
     return data
 
 
-def render(report: Report, indent: int | None = 2, *, sweep: SweepResult | None = None) -> str:
+def render(report: Report, indent: int | None = 2, *, sweep: SweepResult | None = None,
+           whatif: Sequence[WhatIf] | None = None) -> str:
     """The report as JSON text (`report_to_dict` serialised; strict JSON, no NaN).
 
     Example:
       >>> text = render(report, indent=None)
     """
-    return json.dumps(report_to_dict(report, sweep=sweep), indent=indent, ensure_ascii=False, allow_nan=False)
+    return json.dumps(report_to_dict(report, sweep=sweep, whatif=whatif), indent=indent, ensure_ascii=False, allow_nan=False)

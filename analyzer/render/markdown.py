@@ -15,8 +15,9 @@ from analyzer.render.units import format_bytes, format_seconds
 if TYPE_CHECKING:
     from analyzer.report import Report
     from analyzer.sweep import SweepResult
+    from analyzer.whatif import WhatIf
 
-__all__ = ["render", "table", "findings_section", "sweep_section"]
+__all__ = ["render", "table", "findings_section", "sweep_section", "whatif_section"]
 
 
 def _cell(text: object) -> str:
@@ -94,7 +95,19 @@ def sweep_section(sweep: SweepResult) -> str:
     return f"## Sweep ranking on {sweep.hardware}\n\n{body}\n\n_{sweep.combine}_"
 
 
-def render(report: Report, *, sweep: SweepResult | None = None) -> str:
+def whatif_section(whatif: Sequence[WhatIf]) -> str:
+    """`## What-if`: the same plan repriced on other hardware."""
+    from analyzer.whatif import as_rows
+
+    rows = [[("**" + r["hardware"] + "** (this report)") if r["baseline"] else r["hardware"], r["topology"], r["comm"],
+             r["compute"], r["step"], r["relative"], r["findings"]] for r in as_rows(whatif)]
+    body = table(["hardware", "topology", "comm", "compute", "step", "vs this", "findings"], rows,
+                 align="llrrrrr")
+    return ("## What-if: the same plan on other hardware\n\nThe compiled program is unchanged; only the pricing "
+            "differs. Step = compute + communication.\n\n" + body)
+
+
+def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence[WhatIf] | None = None) -> str:
     """The whole report as Markdown.
 
     Example:
@@ -128,6 +141,8 @@ def render(report: Report, *, sweep: SweepResult | None = None) -> str:
     parts.append(findings_section(report))
     if sweep is not None:
         parts.append(sweep_section(sweep))
+    if whatif:
+        parts.append(whatif_section(whatif))
     if report.notes:
         parts.append("## Notes and assumptions\n\n" + "\n".join(f"- {n}" for n in report.notes))
     return "\n\n".join(parts) + "\n"

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
     from analyzer.report import Report
     from analyzer.sweep import SweepResult
+    from analyzer.whatif import WhatIf
 
 __all__ = [
     "render",
@@ -35,6 +36,7 @@ __all__ = [
     "totals_table",
     "findings_renderables",
     "sweep_table",
+    "whatif_table",
     "SEVERITY_STYLE",
 ]
 
@@ -169,6 +171,24 @@ def sweep_table(sweep: SweepResult):
     return table
 
 
+def whatif_table(whatif: Sequence[WhatIf]):
+    """The same plan repriced on other hardware, one row each, the report's own first."""
+    from rich import box
+    from rich.table import Table
+
+    from analyzer.whatif import as_rows
+
+    table = Table(title="What-if: the same plan on other hardware (not recompiled)", title_justify="left",
+                  box=box.SIMPLE_HEAD, title_style="bold")
+    for name, justify in (("hardware", "left"), ("topology", "left"), ("comm", "right"), ("compute", "right"),
+                          ("step", "right"), ("vs this", "right"), ("findings", "right")):
+        table.add_column(name, justify=justify)
+    for r in as_rows(whatif):
+        table.add_row(r["hardware"] + (" (this)" if r["baseline"] else ""), _escape(r["topology"]), r["comm"],
+                      r["compute"], r["step"], r["relative"], str(r["findings"]), style="bold" if r["baseline"] else "")
+    return table
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
@@ -176,7 +196,7 @@ def _escape(text: str) -> str:
 
 
 def print_report(report: Report, console: Console | None = None, *, sweep: SweepResult | None = None,
-                 limit: int | None = 30) -> None:
+                 whatif: Sequence[WhatIf] | None = None, limit: int | None = 30) -> None:
     """Write the whole report to a rich Console (stdout by default)."""
     from rich.console import Console
     from rich.rule import Rule
@@ -200,6 +220,9 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     if sweep is not None:
         console.print()
         console.print(sweep_table(sweep))
+    if whatif:
+        console.print()
+        console.print(whatif_table(whatif))
     if report.notes:
         console.print()
         console.print(Text("Notes", style="bold"))
@@ -208,7 +231,7 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
 
 
 def render(report: Report, *, width: int = 140, color: bool = False, sweep: SweepResult | None = None,
-           limit: int | None = 30) -> str:
+           whatif: Sequence[WhatIf] | None = None, limit: int | None = 30) -> str:
     """The terminal report as a string.
 
     Args:
@@ -216,6 +239,7 @@ def render(report: Report, *, width: int = 140, color: bool = False, sweep: Swee
       width: line width of the tables.
       color: keep ANSI colour codes.
       sweep: a sweep ranking to append.
+      whatif: the plan repriced on other hardware, to append.
       limit: most collectives to list.
 
     Example:
@@ -226,5 +250,5 @@ def render(report: Report, *, width: int = 140, color: bool = False, sweep: Swee
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=color, color_system="standard" if color else None,
                       no_color=not color, highlight=False)
-    print_report(report, console, sweep=sweep, limit=limit)
+    print_report(report, console, sweep=sweep, whatif=whatif, limit=limit)
     return buffer.getvalue()

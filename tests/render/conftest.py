@@ -25,7 +25,8 @@ def _collective(kind, axes, notation, dtype, nbytes, count, seconds, regime, op_
         "num_groups": 8 // group, "sync": True, "overlapped": False, "permute_steps": 0, "pass_": pass_,
         "computation": extra.pop("computation", "region_body.1"), "instruction": extra.pop("instruction", "all-gather.3"),
         "hlo_line": extra.pop("hlo_line", 120), "hops": group - 1, "formula": "V / W_ici (ring, no wraparound)",
-        "original_ops": extra.pop("original_ops", ""),
+        "original_ops": extra.pop("original_ops", ""), "op": op_name.rsplit("/", 1)[-1],
+        "global_shape": (), "branch": "",
     }
     row.update(extra)
     return row

@@ -1,0 +1,118 @@
+"""What-if: the same analysed plan priced on other hardware or topologies, side by side, without recompiling.
+
+`analyzer.analysis.reprice` does the repricing (one report at a time); this module runs it over a list of
+alternatives and keeps the figures a comparison table needs, for the `report --what-if` option and the
+report renderers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from analyzer.errors import AnalyzerError
+
+if TYPE_CHECKING:
+    from analyzer.report import Report
+
+__all__ = ["WhatIf", "parse_alternative", "compare", "as_rows"]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One plan priced on one hardware/topology.
+
+    Attributes:
+      hardware: hardware spec name.
+      topology: the slice the mesh was laid on, in words (first line of `Report.topology`).
+      comm_seconds, compute_seconds: predicted per step.
+      findings: number of rule findings on this hardware; `saving_seconds` their summed predicted saving.
+      baseline: True for the report's own hardware (the row the others compare against).
+    """
+
+    hardware: str
+    topology: str
+    comm_seconds: float
+    compute_seconds: float
+    findings: int = 0
+    saving_seconds: float = 0.0
+    baseline: bool = False
+
+    @property
+    def step_seconds(self) -> float:
+        """compute + communication (no overlap assumed)."""
+        return self.comm_seconds + self.compute_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        from analyzer.render.json import to_jsonable
+
+        return to_jsonable({
+            "hardware": self.hardware, "topology": self.topology, "comm_seconds": self.comm_seconds,
+            "compute_seconds": self.compute_seconds, "step_seconds": self.step_seconds,
+            "findings": self.findings, "saving_seconds": self.saving_seconds, "baseline": self.baseline,
+        })
+
+
+def parse_alternative(text: str) -> tuple[str, str | None]:
+    """`HARDWARE` or `HARDWARE@TOPOLOGY` (e.g. `tpu-v5p@v5p:2x2x2`) -> (hardware, topology or None).
+
+    Example:
+      >>> parse_alternative("tpu-v5p@v5p:2x2x2")
+      ('tpu-v5p', 'v5p:2x2x2')
+    """
+    hardware, _, topology = text.strip().partition("@")
+    if not hardware:
+        raise AnalyzerError(f"what-if {text!r}: write HARDWARE or HARDWARE@TOPOLOGY, e.g. 'tpu-v5p' or "
+                            "'tpu-v5p@v5p:2x2x2'")
+    return hardware, topology or None
+
+
+def _row(report: Report, baseline: bool) -> WhatIf:
+    return WhatIf(
+        hardware=report.hardware, topology=(report.topology or "").splitlines()[0] if report.topology else "",
+        comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
+        findings=len(report.diagnostics),
+        saving_seconds=float(sum(d.saving_seconds or 0.0 for d in report.diagnostics if (d.saving_seconds or 0) > 0)),
+        baseline=baseline,
+    )
+
+
+def compare(report: Report, alternatives: Iterable[str | tuple[str, str | None]]) -> tuple[WhatIf, ...]:
+    """The report's plan on its own hardware and on each alternative, repriced without recompiling.
+
+    Args:
+      report: a report from `analyze` (it carries its HLO module in `report.context`).
+      alternatives: `HARDWARE`, `HARDWARE@TOPOLOGY` strings or (hardware, topology) pairs.
+
+    Returns:
+      The baseline row first, then one row per alternative in the order given.
+
+    Example:
+      >>> rows = compare(report, ["tpu-v5p", "h100@h100:8"])
+      >>> [(r.hardware, r.step_seconds) for r in rows]
+    """
+    from analyzer.analysis import reprice
+
+    rows = [_row(report, baseline=True)]
+    for alt in alternatives:
+        hardware, topology = parse_alternative(alt) if isinstance(alt, str) else alt
+        rows.append(_row(reprice(report, hardware=hardware, topology=topology), baseline=False))
+    return tuple(rows)
+
+
+def as_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:
+    """Formatted rows for the renderers, with each step time relative to the baseline."""
+    from analyzer.render.units import format_seconds
+
+    base = next((w for w in whatifs if w.baseline), whatifs[0] if whatifs else None)
+    rows = []
+    for w in whatifs:
+        rel = w.step_seconds / base.step_seconds if base and base.step_seconds > 0 else float("nan")
+        rows.append({
+            "hardware": w.hardware, "topology": w.topology, "comm": format_seconds(w.comm_seconds),
+            "compute": format_seconds(w.compute_seconds), "step": format_seconds(w.step_seconds),
+            "relative": "—" if rel != rel else f"{rel:.2f}x", "findings": w.findings,
+            "saving": format_seconds(w.saving_seconds) if w.saving_seconds else "—", "baseline": w.baseline,
+        })
+    return rows
