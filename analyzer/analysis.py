@@ -328,10 +328,23 @@ def _describe_topology(topo: Any) -> str:
     return describe() if callable(describe) else str(topo)
 
 
+def _trim_coords(coords: Sequence[Sequence[int]], hw: HardwareSpec) -> list[tuple[int, ...]]:
+    """TPU devices report 3 coordinates even on 2-D tori (v5e, v6e: z is always 0): keep the torus's own."""
+    rank = hw.ici.rank if hw.ici is not None else len(coords[0])
+    out = [tuple(int(v) for v in c) for c in coords]
+    while out and len(out[0]) > rank and len({c[-1] for c in out}) == 1:
+        out = [c[:-1] for c in out]
+    return out
+
+
 def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, target: str) -> tuple[Any, str]:
     from analyzer.topology import Topology
 
+    gen = target.split(":")[1] if target.startswith("tpu:") and target.count(":") >= 2 else None
+    if coords is not None and gen is not None and gen != hw.topology_prefix:
+        coords = None  # compiled for another TPU generation: its coords say nothing about this hardware
     if coords is not None and topology is None:
+        coords = _trim_coords(coords, hw)
         topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, device_coords=coords)
         return topo, f"Priced on {hw.name} with the TPU devices' torus coordinates: {_describe_topology(topo)}."
     topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=topology)
@@ -429,6 +442,8 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
         shape, dims = tuple(c.operand_shape.dims), ()
     notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a)
     md = c.instruction.metadata
+    if (md is None or (not md.op_name and md.stack_frame_id is None)) and c.site is not None:
+        md = c.site.metadata
     if md is None or (not md.op_name and md.stack_frame_id is None):
         origin = _metadata_origin(g, c)
         if origin is not None:

@@ -98,6 +98,7 @@ class Collective:
     only_used_sharded: bool = False
     scatter_dims: tuple[int, ...] = ()
     a2a_dims: tuple[int, int] | None = None  # (dim that was sharded, dim that becomes sharded) for all-to-all
+    site: Instruction | None = None  # the instruction of `computation` that runs it (fusion, start), if not itself
     # mapped
     axes: tuple[str, ...] = ()
     axis_sizes: tuple[int, ...] = ()
@@ -151,6 +152,8 @@ class Collective:
         (collectives the partitioner adds to reshard a result carry no metadata of their own)."""
         md = self.instruction.metadata
         own = (md.op_name or "") if md is not None else ""
+        if not own and self.site is not None and self.site.metadata is not None:
+            own = self.site.metadata.op_name or ""
         return own or self.extra.get("inherited_op_name", "")
 
     @property
@@ -388,7 +391,7 @@ class _Builder:
 
     def add_op(self, comp: str, op: Instruction, *, result_holder: Instruction, names: tuple[str, ...],
                sync: bool, count: float, branch: BranchKey, overlapped: bool = False,
-               fusion_output: Shape | None = None) -> None:
+               fusion_output: Shape | None = None, inner: str | None = None) -> None:
         """Rows for one collective op `op` (possibly inside a fusion); `result_holder` is the instruction of
         `comp` whose value is the collective's result (the op itself, the start, or the fusion)."""
         kind = op.opcode.removesuffix("-start")
@@ -412,7 +415,16 @@ class _Builder:
                 kind=kind, computation=comp, instruction=op, instructions=names, sync=sync,
                 operand_shape=operand, result_shape=result, groups=groups, count=count, operand_index=index,
                 dimension=dims[0] if dims else None, pairs=pairs, branch=branch, overlapped=overlapped,
+                site=result_holder if result_holder is not op else None,
             )
+            if inner is not None and kind == "all-reduce":
+                # TPU all-reduce-scatter fusions: the slice by partition id is inside the fusion.
+                fused = self._maybe_reduce_scatter(inner, op, row, index)
+                if fused.kind == "reduce-scatter":
+                    row = replace(fused, instructions=row.instructions,
+                                  original_ops=f"all-reduce-scatter fusion ({fused.original_ops})")
+                    self.rows.append(self._with_dot(comp, result_holder, row, index))
+                    continue
             if fusion_output is not None and kind == "all-reduce":
                 scat = _scatter_dims(operand, fusion_output, row.group_size)
                 if scat is not None:
@@ -499,8 +511,10 @@ class _Builder:
                 self._fusion(comp, inst, count, branch)
 
     def _fusion(self, comp: Computation, inst: Instruction, count: float, branch: BranchKey) -> None:
-        inner = [i for _, i in _fused_instructions(self.module, inst)
+        found = [(c, i) for c, i in _fused_instructions(self.module, inst)
                  if i.opcode in COLLECTIVE_OPCODES or i.opcode in _ASYNC_STARTS]
+        inner = [i for _, i in found]
+        inner_comp = {i.name: c.name for c, i in found}
         if not inner:
             return
         targets = _custom_targets(self.module, inst)
@@ -529,7 +543,8 @@ class _Builder:
                             branch=branch, overlapped=True)
                 continue
             self.add_op(comp.name, op, result_holder=inst, names=(inst.name,), sync=True, count=count,
-                        branch=branch, fusion_output=inst.shape if inst.shape.is_array else None)
+                        branch=branch, fusion_output=inst.shape if inst.shape.is_array else None,
+                        inner=inner_comp.get(op.name))
 
 
 def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective]:

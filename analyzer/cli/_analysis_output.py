@@ -1,0 +1,43 @@
+"""Output shared by `hlo-analyzer analyze` and `hlo-analyzer inspect`: the report as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from analyzer.report import Report
+
+__all__ = ["add_pricing_options", "add_output_options", "emit"]
+
+
+def add_pricing_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hardware", metavar="NAME", default="tpu-v5e",
+                   help="hardware spec to price on (default tpu-v5e; `hlo-analyzer hardware list`)")
+    p.add_argument("--topology", metavar="SLICE", default=None,
+                   help="physical slice the mesh is laid on, e.g. v5e:4x2 (default: from the TPU devices, or the "
+                        "smallest slice that holds the mesh)")
+    p.add_argument("--model", choices=("topology", "ideal"), default="topology",
+                   help="cost model: hops, wraparound and latency (topology, default) or the chapter's V/W (ideal)")
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    fmt.add_argument("--csv", action="store_true", help="print the collectives table as CSV")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="most collectives to list (text output)")
+
+
+def emit(report: Report, args: argparse.Namespace) -> int:
+    """Write the report in the format the arguments ask for; exit status 0."""
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    elif args.csv:
+        frame = report.collectives.copy()
+        frame["axes"] = frame["axes"].map(lambda a: ",".join(a))
+        frame["global_shape"] = frame["global_shape"].map(lambda s: "x".join(str(d) for d in s))
+        sys.stdout.write(frame.to_csv(index=False))
+    else:
+        from analyzer.render.terminal import print_report
+
+        print_report(report, limit=args.limit)
+    return 0

@@ -1,0 +1,54 @@
+"""`hlo-analyzer analyze module:function`: compile an entry point and price its collectives (analyzer.analysis)."""
+
+from __future__ import annotations
+
+import argparse
+
+from analyzer.cli._analysis_output import add_output_options, add_pricing_options, emit
+
+DESCRIPTION = """\
+Compile a JAX function for a mesh and list every collective XLA inserted: kind, mesh axes, the chapter's
+notation, bytes, executions per step, predicted seconds and source line; then totals per kind and per axis
+and the comm/compute ratio.
+
+The entry point is `module:function` (or `path/to/file.py:function`): a function that takes the mesh (or
+nothing) and returns `(fn, args)` or `(fn, args, kwargs)`, the jitted function and its abstract arguments
+(jax.ShapeDtypeStructs with NamedShardings on that mesh).
+
+Targets: `cpu` compiles on fake CPU devices (a child process when this one has too few) and reads the HLO
+right after SPMD partitioning; `tpu:<gen>:<shape>` (e.g. tpu:v5e:2x4) compiles ahead of time with libtpu
+(pip install 'hlo-analyzer[tpu]') and reads the final TPU program."""
+
+EPILOG = """\
+examples:
+  hlo-analyzer analyze examples.chapter:matmul_case3 --mesh X=4,Y=2
+  hlo-analyzer analyze examples.chapter:fsdp_tp_step --mesh X=4,Y=2 --target tpu:v5e:2x4 --json
+  hlo-analyzer analyze train.py:step --mesh data=8,model=4 --hardware tpu-v5p --csv
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("analyze", help="compile an entry point and price the collectives XLA inserted",
+                              description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("entry", metavar="MODULE:FUNCTION", help="entry point returning (fn, args)")
+    p.add_argument("--mesh", metavar="AXES", required=True, help="mesh, major to minor, e.g. data=4,model=2")
+    p.add_argument("--target", default="cpu", metavar="TARGET",
+                   help="cpu (default) or tpu:<gen>:<shape>, e.g. tpu:v5e:2x4")
+    add_pricing_options(p)
+    add_output_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from analyzer.analysis import analyze
+    from analyzer.lower import load_entry
+
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `module:function` names modules of the current project
+    fn, fargs, kwargs = load_entry(args.entry, args.mesh)
+    report = analyze(fn, *fargs, mesh=args.mesh, target=args.target, hardware=args.hardware,
+                     topology=args.topology, model=args.model, **kwargs)
+    return emit(report, args)
