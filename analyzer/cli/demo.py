@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.render import terminal
 
     plan = plan_from(args.strategy, args.hardware, args.topology)
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     err = Console(stderr=True, highlight=False)
     start = time.perf_counter()
     with err.status(f"Compiling and auditing the demo step: {plan.describe()} ..."):

@@ -63,6 +63,21 @@ def _first_sentence(doc: str) -> str:
     return head + ("." if dot or not head.endswith(".") else "") if head else ""
 
 
+def _section(doc: str, title: str) -> str:
+    """The text of one `## title` section of a rule doc, joined into one paragraph."""
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.strip().lstrip("#").strip() == title) + 1
+    except StopIteration:
+        return ""
+    body = []
+    for ln in lines[start:]:
+        if ln.lstrip().startswith("## "):
+            break
+        body.append(ln.strip())
+    return " ".join(x for x in body if x)
+
+
 def _descriptor(info: RuleInfo) -> dict[str, Any]:
     """A SARIF reportingDescriptor (section 3.49) for one rule."""
     descriptor: dict[str, Any] = {
@@ -72,7 +87,9 @@ def _descriptor(info: RuleInfo) -> dict[str, Any]:
         "defaultConfiguration": {"level": _LEVEL[info.severity]},
     }
     if info.doc:
-        descriptor["fullDescription"] = {"text": info.doc}
+        what = _section(info.doc, "What it does")
+        if what:
+            descriptor["fullDescription"] = {"text": what}
         descriptor["help"] = {"text": info.doc, "markdown": info.doc}
     return descriptor
 
