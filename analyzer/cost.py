@@ -219,7 +219,7 @@ def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[s
         formula = f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / bw:.4g} B/s"
         if kind == "all-reduce":
             bw, lat, hops = 2 * bw, 2 * lat, 2 * hops
-            formula = f"2 x {formula} (ReduceScatter + AllGather)"
+            formula = f"2 x ({formula}) (ReduceScatter + AllGather)"
         c = _finish(kind, "topology", nbytes, bw, lat, hops, formula)
         return replace(c, formula=c.formula + f" [{where}]")
     if kind in ("all-to-all", "ragged-all-to-all"):
