@@ -143,7 +143,7 @@ def _finish(kind: str, model: str, nbytes: float, bw: float, lat: float, hops: i
     regime = "latency" if lat > bw else "bandwidth"
     text = f"{formula} = {_fmt_s(seconds)}"
     if lat > 0:
-        text = f"max(latency {hops} hops x T_min = {_fmt_s(lat)}, bandwidth {formula}) = {_fmt_s(seconds)} ({regime}-bound)"
+        text = f"max(latency {_fmt_s(lat)} (hops x T_min), bandwidth {formula}) = {_fmt_s(seconds)} ({regime}-bound)"
     return Cost(seconds, regime, float(nbytes), int(hops), text, kind, model, bw, lat)
 
 
@@ -213,10 +213,23 @@ def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[s
     if not rings:
         return Cost(0.0, "bandwidth", float(nbytes), 0, "single-device group: no communication", kind, "topology")
     if kind in ("all-gather", "reduce-scatter", "all-reduce"):
-        times = [ring_all_gather_seconds(nbytes, r) for r in rings]
-        bw = 1.0 / sum(1.0 / t for t in times if t > 0)
-        lat = (lat_per_hop or 0.0) * hops
-        formula = f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / bw:.4g} B/s"
+        ici = [r for r in rings if r.network == "ici"]
+        dcn = [r for r in rings if r.network == "dcn"]
+        times = [ring_all_gather_seconds(nbytes, r) for r in ici]
+        t_ici = 1.0 / sum(1.0 / t for t in times if t > 0) if any(t > 0 for t in times) else 0.0
+        formula = f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / t_ici:.4g} B/s" if t_ici else ""
+        # Over DCN every chip of the group's ICI part carries its share: (s-1)/s * (V / n_ici) / W_dcn
+        # (training.md: 8DF / (M W_dcn) across pods); the two networks work at once.
+        n_ici = int(np.prod([r.size for r in ici])) if ici else 1
+        t_dcn = max((ring_all_gather_seconds(nbytes / n_ici, r) for r in dcn), default=0.0)
+        if dcn:
+            d = dcn[0]
+            dcn_text = (f"DCN (s-1)/s x V / (n_ici W_dcn) = {d.size - 1}/{d.size} x {nbytes:.4g} B / "
+                        f"({n_ici} x {d.link_bandwidth_one_way:.3g} B/s)")
+            formula = f"max({formula}, {dcn_text})" if formula else dcn_text
+        bw = max(t_ici, t_dcn)
+        lat = (lat_per_hop or 0.0) * sum(r.hops for r in ici)
+        hops = sum(r.hops for r in rings)
         if kind == "all-reduce":
             bw, lat, hops = 2 * bw, 2 * lat, 2 * hops
             formula = f"2 x ({formula}) (ReduceScatter + AllGather)"

@@ -616,7 +616,7 @@ class Topology:
                 if sl.networks[k] == "dcn":
                     ring = Ring(k, s, 1, False, "dcn", float(hw.dcn_bandwidth_per_chip), None, 1)
                 else:
-                    wrap = bool(sl.wraps[k] and even and s * stride == dim and s > 2)
+                    wrap = bool(sl.wraps[k] and even and s * stride == dim)
                     ring = Ring(k, s, stride, wrap, "ici", hw.ici.link_bandwidth_one_way, hw.ici.hop_latency,
                                 share=stride)
                 if worst is None or (ring.hops, ring.share) > (worst.hops, worst.share):
