@@ -138,6 +138,13 @@ class ReportConfig:
     sweep_mesh_shapes: tuple[tuple[int, ...], ...] = ()
     sweep_strategies: tuple[str, ...] = ()
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickle as plain data (sweeps send configs to worker processes; mapping proxies do not pickle)."""
+        state = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        for key in ("mesh", "model", "rules_table"):
+            state[key] = _plain(state[key])
+        return (_rebuild, (state,))
+
     @property
     def title(self) -> str:
         """The report's title: `name`, else a description of the plan."""
@@ -217,6 +224,18 @@ class ReportConfig:
             return config_from_table(table, path=self.path)
         except ConfigError as e:
             raise ConfigError(e.message, path=self.path, line=e.line) from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _rebuild(state: dict[str, Any]) -> ReportConfig:
+    for key in ("mesh", "model", "rules_table"):
+        state[key] = MappingProxyType(state[key])
+    return ReportConfig(**state)
 
 
 def parse_mesh_shape(text: str) -> tuple[int, ...]:

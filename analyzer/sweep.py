@@ -1,7 +1,12 @@
 """Sweeps: compile each candidate plan (mesh shape x strategy), predict its step time and memory, rank them.
 
 Data first (`SweepEntry`, `SweepResult`, `rank_entries`: pure, cheap to import, used by the renderers),
-then `run_sweep`, which compiles candidates in worker processes.
+then `run_sweep`, which compiles candidates in worker processes (spawned, each with enough fake CPU devices
+set before jax loads there; one per core while memory allows).
+
+Memory fit: per-device bytes are arguments + outputs + temporaries - aliased buffers from XLA's
+`memory_analysis()` of the compile, against the hardware's HBM per chip. For the cpu target that is the CPU
+compiler's buffer assignment, a close but not exact stand-in for the accelerator's.
 
 How a step time is predicted: `step_seconds = compute_seconds + comm_seconds`, i.e. no overlap of
 communication with compute, an upper bound. `overlap_step_seconds = max(compute, comm)` is the lower bound
@@ -12,11 +17,18 @@ every candidate that fits, whatever its speed; one that failed to compile ranks 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["COMBINE_RULE", "SweepEntry", "SweepResult", "rank_entries"]
+if TYPE_CHECKING:
+    from analyzer.report import Report
+    from analyzer.reportconfig import ReportConfig
+
+__all__ = [
+    "COMBINE_RULE", "SweepEntry", "SweepResult", "rank_entries", "Candidate", "candidates", "evaluate",
+    "run_sweep", "analyze_config", "memory_per_device", "default_jobs",
+]
 
 COMBINE_RULE = (
     "step time = compute + communication (no overlap assumed: an upper bound); "
@@ -144,3 +156,202 @@ class SweepResult:
             "best": self.best.label if self.best else None,
             "entries": [e.to_dict() for e in self.entries],
         }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Running a sweep
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan to try: a mesh shape (sizes for the config's axes, in order) and a strategy (None: the
+    config's own, or an entry point's own shardings)."""
+
+    mesh_shape: tuple[int, ...]
+    strategy: str | None
+
+
+def candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]] = (),
+               strategies: Sequence[str] = ()) -> tuple[Candidate, ...]:
+    """The cross product of mesh shapes and strategies, checked.
+
+    Args:
+      config: the report config (its mesh names the axes; its [sweep] table gives defaults).
+      mesh_shapes: sizes per mesh axis; default: the config's [sweep] mesh-shapes, else its own mesh.
+      strategies: default: the config's [sweep] strategies, else its own strategy.
+
+    Raises:
+      ConfigError: a shape with the wrong number of axes, shapes over different device counts (their step
+        times would not be comparable), strategies for an entry-point config.
+
+    Example:
+      >>> [c.mesh_shape for c in candidates(cfg, [(8, 1), (4, 2)], ["fsdp"])]
+      [(8, 1), (4, 2)]
+    """
+    from analyzer.errors import ConfigError
+
+    shapes = [tuple(int(s) for s in shape) for shape in (mesh_shapes or config.sweep_mesh_shapes
+                                                         or [tuple(config.mesh.values())])]
+    strats: list[str | None] = list(strategies or config.sweep_strategies or [config.strategy])
+    for shape in shapes:
+        config.with_plan(shape)  # checks the number of axes
+    if config.entry is not None and any(s is not None for s in strats):
+        raise ConfigError(f"--strategies applies to the built-in [model] template; {config.entry} shards its own "
+                          "arrays, so only mesh shapes can be swept", path=config.path)
+    devices = {_product(s) for s in shapes}
+    if len(devices) > 1:
+        listed = ", ".join(f"{'x'.join(map(str, s))} ({_product(s)})" for s in shapes)
+        raise ConfigError(f"mesh shapes use different numbers of devices: {listed}; a sweep compares plans for one "
+                          "set of chips, so give shapes with the same product", path=config.path)
+    seen: list[Candidate] = []
+    for strategy in strats:
+        for shape in shapes:
+            c = Candidate(shape, strategy)
+            if c not in seen:
+                seen.append(c)
+    return tuple(seen)
+
+
+def _product(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def memory_per_device(memory: Mapping[str, int] | None) -> int | None:
+    """Peak bytes per device from `compiled.memory_analysis()`: arguments + outputs + temporaries - aliased.
+
+    Example:
+      >>> memory_per_device({"argument_bytes": 10, "output_bytes": 10, "temp_bytes": 5, "alias_bytes": 10})
+      15
+    """
+    if not memory:
+        return None
+    keys = ("argument_bytes", "output_bytes", "temp_bytes")
+    if not any(k in memory for k in keys):
+        return None
+    return int(sum(int(memory.get(k, 0)) for k in keys) - int(memory.get("alias_bytes", 0)))
+
+
+def analyze_config(config: ReportConfig, *, hardware: str | None = None, topology: str | None = None) -> Report:
+    """Compile and analyse the program a report config describes.
+
+    Args:
+      config: the checked config.
+      hardware, topology: override the config's (what-if pricing of the same compile).
+
+    Returns:
+      The `Report`, named after the config, with the config's rules applied.
+    """
+    from dataclasses import replace as dc_replace
+
+    from analyzer.analysis import analyze
+
+    fn, args, kwargs = config.build()
+    rules = config.rules_config()
+    report = analyze(fn, *args, mesh=dict(config.mesh), target=config.target,
+                     hardware=hardware or config.hardware, topology=topology or config.topology,
+                     config=rules, **kwargs)
+    return dc_replace(report, name=config.title)
+
+
+def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Report) -> SweepEntry:
+    from analyzer.hardware import load_hardware
+
+    hbm = int(load_hardware(report.context.get("hardware") or report.hardware).hbm_bytes) if report.hardware else None
+    diags = list(report.diagnostics)
+    return SweepEntry(
+        strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text,
+        comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
+        memory_bytes=memory_per_device(report.memory), hbm_bytes=hbm, findings=len(diags),
+        errors=sum(1 for d in diags if getattr(d.severity, "value", d.severity) == "error"),
+        by_kind={str(k): float(v) for k, v in report.totals.by_kind.items()},
+    )
+
+
+def evaluate(config: ReportConfig, candidate: Candidate, *, hardware: str | None = None,
+             topology: str | None = None) -> SweepEntry:
+    """Compile and price one candidate; an `AnalyzerError` becomes a failed entry (its message kept).
+
+    Example:
+      >>> evaluate(cfg, Candidate((4, 2), "fsdp+tp")).step_seconds
+    """
+    from analyzer.errors import AnalyzerError
+
+    planned = config.with_plan(candidate.mesh_shape, candidate.strategy)
+    try:
+        report = analyze_config(planned, hardware=hardware, topology=topology)
+    except AnalyzerError as e:
+        return SweepEntry(strategy=candidate.strategy or "(entry point)", mesh=planned.mesh_text,
+                          error=f"{type(e).__name__}: {str(e).splitlines()[0]}")
+    return _entry_from_report(candidate, planned, report)
+
+
+def _worker_init(devices: int) -> None:
+    """Worker set-up, before jax loads there: enough fake CPU devices for every candidate, CPU only."""
+    import os
+
+    flag = "--xla_force_host_platform_device_count"
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag)]
+    os.environ["XLA_FLAGS"] = " ".join(flags + [f"{flag}={devices}"])
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def default_jobs(n_candidates: int) -> int:
+    """How many candidates to compile at once: one per CPU core, at most one per 2 GiB of free memory, at
+    most the number of candidates."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    by_memory = cores
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        available = int(info["MemAvailable"].split()[0]) * 1024
+        by_memory = max(1, available // (2 << 30))
+    except (OSError, KeyError, ValueError):
+        pass
+    return max(1, min(cores, by_memory, n_candidates))
+
+
+def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str | None = None,
+              topology: str | None = None, jobs: int | None = None,
+              progress: Callable[[Candidate, SweepEntry], None] | None = None) -> SweepResult:
+    """Compile and price every candidate, in parallel worker processes when `jobs` > 1, and rank them.
+
+    Args:
+      config: the report config.
+      cands: from `candidates`.
+      hardware, topology: override the config's pricing.
+      jobs: worker processes (default `default_jobs`); 1 runs in this process.
+      progress: called after each candidate finishes, in completion order.
+
+    Returns:
+      The `SweepResult`, best first (see the module doc for how step time and memory fit rank them).
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    jobs = jobs or default_jobs(len(cands))
+    entries: list[SweepEntry] = []
+    if jobs <= 1 or len(cands) <= 1:
+        for cand in cands:
+            entry = evaluate(config, cand, hardware=hardware, topology=topology)
+            entries.append(entry)
+            if progress:
+                progress(cand, entry)
+    else:
+        devices = max(_product(c.mesh_shape) for c in cands)
+        context = multiprocessing.get_context("spawn")  # never fork a process that may hold jax threads
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
+                                 initargs=(devices,)) as pool:
+            futures = {pool.submit(evaluate, config, c, hardware=hardware, topology=topology): c for c in cands}
+            for future in as_completed(futures):
+                cand = futures[future]
+                entry = future.result()
+                entries.append(entry)
+                if progress:
+                    progress(cand, entry)
+    hw_name = hardware or config.hardware
+    return SweepResult(entries=rank_entries(entries), hardware=hw_name)

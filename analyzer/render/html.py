@@ -93,7 +93,7 @@ def _findings(diagnostics: Sequence[Diagnostic]) -> list[_Finding]:
         summary, doc_html = docs[d.code]
         out.append(_Finding(
             severity=getattr(d.severity, "value", str(d.severity)), code=d.code, name=d.name,
-            location=str(d.location), message=_inline(d.message), notation=d.notation or "",
+            location=short_source(str(d.location)), message=_inline(d.message), notation=d.notation or "",
             seconds=format_seconds(d.seconds) if d.seconds is not None else "",
             alternative=d.alternative or "",
             alternative_seconds=format_seconds(d.alternative_seconds) if d.alternative_seconds is not None else "",
@@ -101,6 +101,43 @@ def _findings(diagnostics: Sequence[Diagnostic]) -> list[_Finding]:
             summary=summary, doc_html=doc_html,
         ))
     return out
+
+
+@dataclass(frozen=True)
+class _FindingGroup:
+    """The findings of one rule: shown as one card, the first few open, the rest folded."""
+
+    severity: str
+    code: str
+    name: str
+    summary: str
+    doc_html: str
+    saving: str
+    shown: tuple[_Finding, ...]
+    folded: tuple[_Finding, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.shown) + len(self.folded)
+
+
+def _finding_groups(diagnostics: Sequence[Diagnostic], open_per_rule: int = 3) -> list[_FindingGroup]:
+    """Findings grouped by rule, most severe rule first, then by total predicted saving."""
+    order = {"error": 2, "warning": 1, "info": 0}
+    by_code: dict[str, list[tuple[Diagnostic, _Finding]]] = {}
+    for d, f in zip(sorted_diagnostics(diagnostics), _findings(diagnostics)):
+        by_code.setdefault(f.code, []).append((d, f))
+    groups = []
+    for code, items in by_code.items():
+        saving = sum(d.saving_seconds or 0.0 for d, _ in items if (d.saving_seconds or 0.0) > 0)
+        sev = max((f.severity for _, f in items), key=lambda s: order.get(s, 0))
+        first = items[0][1]
+        fs = tuple(f for _, f in items)
+        groups.append((order.get(sev, 0), saving, _FindingGroup(
+            severity=sev, code=code, name=first.name, summary=first.summary, doc_html=first.doc_html,
+            saving=format_seconds(saving) if saving else "", shown=fs[:open_per_rule], folded=fs[open_per_rule:])))
+    groups.sort(key=lambda t: (-t[0], -t[1], t[2].code))
+    return [g for _, _, g in groups]
 
 
 def _mesh_axes(report: Report) -> list[dict[str, Any]]:
@@ -238,6 +275,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "dots": _dots(report),
         "collectives": collective_rows(report),
         "findings": _findings(report.diagnostics),
+        "finding_groups": _finding_groups(report.diagnostics),
         "memory": memory_lines(report),
         "notes": list(report.notes),
         "figures": figures,

@@ -1,0 +1,102 @@
+"""`hlo-analyzer report CONFIG.toml`: an audit report of a training config (HTML, Markdown, JSON or text)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = """\
+Compile the training step a config describes (your entry point, or the built-in transformer template with a
+sharding strategy), find every collective XLA inserted, price it on the hardware, run the rules, and write an
+audit report. The format follows the output file's extension: .html (one self-contained file with plots),
+.md, .json (schema: docs/report-schema.json), .txt; without -o the report prints to the terminal.
+
+What-if: --hardware/--topology price the same compile on other hardware; --what-if adds a table of the
+plan repriced on each alternative without recompiling.
+
+exit status: 0 report written (findings do not fail it; use `hlo-analyzer check` as a gate), 2 bad usage,
+bad config or a program that could not be analysed."""
+
+EPILOG = """\
+config (TOML; see examples/configs/):
+  name = "8B transformer, FSDP+TP on TPU v5e-8"
+  strategy = "fsdp+tp"            # or: entry = "mypkg.train:step"
+  hardware = "tpu-v5e"
+  [mesh]
+  data = 4
+  model = 2
+  [model]
+  d_model = 4096
+  d_ff = 14336
+  heads = 32
+  kv_heads = 8
+  layers = 32
+  seq = 4096
+  batch = 16
+  dtype = "bf16"
+  optimizer = "adam"
+
+examples:
+  hlo-analyzer report examples/configs/fsdp-tp-v5e-8.toml -o report.html
+  hlo-analyzer report examples/configs/tp-h100-8.toml -o report.md
+  hlo-analyzer report examples/configs/fsdp-v5e-8.toml --hardware tpu-v5p --topology v5p:2x2x2
+  hlo-analyzer report examples/configs/fsdp-v5e-8.toml --what-if tpu-v5p,tpu-v6e,h100 -o whatif.html
+"""
+
+
+def _alternatives(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("give HARDWARE[@TOPOLOGY] names separated by commas, e.g. tpu-v5p,h100")
+    return items
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="audit report of a training config (HTML, Markdown, JSON)",
+                              description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("config", metavar="CONFIG.toml", help="the training config")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here; the extension picks the format "
+                   "(.html, .md, .json, .txt); default: print to the terminal")
+    p.add_argument("--hardware", metavar="NAME", help="price on this hardware instead of the config's "
+                   "(`hlo-analyzer hardware list`, or a spec file)")
+    p.add_argument("--topology", metavar="SLICE", help="lay the mesh on this slice instead of the config's, "
+                   "e.g. v5e:2x4, v5p:2x2x2, h100:8")
+    p.add_argument("--what-if", metavar="HW[@SLICE],...", type=_alternatives, action="extend", default=[],
+                   help="also price the same compile on these (comma-separated, repeatable), e.g. "
+                   "tpu-v5p@v5p:2x2x2,h100")
+    p.add_argument("--limit", type=int, default=30, metavar="N", help="collectives listed in the terminal "
+                   "report (default: 30)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analyzer.render import format_for_path, write
+    from analyzer.reportconfig import load_report_config
+    from analyzer.sweep import analyze_config
+
+    fmt = format_for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
+    config = load_report_config(args.config)
+    report = analyze_config(config, hardware=args.hardware, topology=args.topology)
+    whatif = None
+    if args.what_if:
+        from analyzer.whatif import compare
+
+        whatif = compare(report, args.what_if)
+    if args.output:
+        path = write(report, args.output, whatif=whatif)
+        n = len(report.diagnostics)
+        print(f"wrote {path} ({fmt}): {len(report.collectives)} collectives, "
+              f"{_seconds(report.totals.comm_seconds)} communication / step, {n} finding{'s' if n != 1 else ''}")
+        return 0
+    from rich.console import Console
+
+    from analyzer.render.terminal import print_report
+
+    print_report(report, Console(file=sys.stdout), whatif=whatif, limit=args.limit)
+    return 0
+
+
+def _seconds(value: float) -> str:
+    from analyzer.render.units import format_seconds
+
+    return format_seconds(value)

@@ -1,0 +1,127 @@
+"""`hlo-analyzer sweep CONFIG.toml`: compile candidate plans (mesh shape x strategy) and rank them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = """\
+Compile the config's training step for every combination of mesh shape and strategy, predict each one's
+step time and per-device memory on the hardware, and rank them: plans that fit in HBM first, then by
+predicted step time = compute + communication (no overlap assumed; the perfect-overlap time
+max(compute, communication) is shown too). Candidates compile in parallel worker processes, one per core
+while memory allows.
+
+Mesh shapes give one size per axis of the config's [mesh], in order, and must all use the same number of
+devices. Defaults come from the config's [sweep] table, else its own mesh and strategy.
+
+exit status: 0 ranking written, 2 bad usage, a bad config, or no candidate could be analysed."""
+
+EPILOG = """\
+examples:
+  hlo-analyzer sweep examples/configs/fsdp-tp-v5e-8.toml --mesh-shapes 8x1,4x2,2x4 --strategies fsdp,tp,fsdp+tp
+  hlo-analyzer sweep examples/configs/fsdp-tp-v5e-8.toml -o ranking.html      # uses the config's [sweep]
+  hlo-analyzer sweep examples/configs/fsdp-v5e-8.toml --strategies dp,fsdp --hardware tpu-v5p --jobs 1
+"""
+
+
+def _shapes(text: str) -> list[tuple[int, ...]]:
+    from analyzer.errors import ConfigError
+    from analyzer.reportconfig import parse_mesh_shape
+
+    try:
+        shapes = [parse_mesh_shape(t) for t in text.split(",") if t.strip()]
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    if not shapes:
+        raise argparse.ArgumentTypeError("give mesh shapes separated by commas, e.g. 8x1,4x2,2x4")
+    return shapes
+
+
+def _strategies(text: str) -> list[str]:
+    from analyzer.errors import valid_choices
+    from analyzer.reportconfig import STRATEGIES
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    for s in items:
+        if s not in STRATEGIES:
+            raise argparse.ArgumentTypeError(f"unknown strategy {s!r}; " + valid_choices(s, STRATEGIES,
+                                                                                     what="strategies"))
+    if not items:
+        raise argparse.ArgumentTypeError("give strategies separated by commas, e.g. fsdp,tp,fsdp+tp")
+    return items
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be a positive integer, got {text!r}")
+    return n
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sweep", help="rank candidate meshes and strategies by predicted step time",
+                              description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("config", metavar="CONFIG.toml", help="the training config")
+    p.add_argument("--mesh-shapes", type=_shapes, metavar="AxB,...", help="candidate shapes of the config's mesh, "
+                   "e.g. 8x1,4x2,2x4 (default: [sweep] mesh-shapes, else the config's mesh)")
+    p.add_argument("--strategies", type=_strategies, metavar="S,...", help="dp, fsdp, tp, fsdp+tp, ep "
+                   "(default: [sweep] strategies, else the config's strategy)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the best plan's report with the ranking here "
+                   "(.html, .md, .json, .txt)")
+    p.add_argument("--hardware", metavar="NAME", help="price on this hardware instead of the config's")
+    p.add_argument("--topology", metavar="SLICE", help="lay the mesh on this slice instead of the config's")
+    p.add_argument("--jobs", type=_jobs, metavar="N", help="candidates compiled at once (default: one per core "
+                   "while memory allows)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from analyzer.errors import AnalyzerError
+    from analyzer.render import format_for_path, write
+    from analyzer.render.terminal import sweep_table
+    from analyzer.render.units import format_seconds
+    from analyzer.reportconfig import load_report_config
+    from analyzer.sweep import analyze_config, candidates, default_jobs, run_sweep
+
+    if args.output:
+        format_for_path(args.output)
+    config = load_report_config(args.config)
+    cands = candidates(config, args.mesh_shapes or (), args.strategies or ())
+    jobs = args.jobs or default_jobs(len(cands))
+    err = Console(file=sys.stderr)
+    out = Console(file=sys.stdout)
+    progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.description}"), console=err, transient=True,
+                        disable=args.no_progress)
+    with progress:
+        task = progress.add_task(f"compiling {len(cands)} plans, {jobs} at a time", total=len(cands))
+
+        def done(cand, entry):
+            shown = "x".join(map(str, cand.mesh_shape))
+            status = format_seconds(entry.step_seconds) if entry.ok else "failed"
+            progress.console.print(f"  {cand.strategy or 'entry'} @ {shown}: {status}", highlight=False)
+            progress.advance(task)
+
+        result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done)
+    out.print(sweep_table(result))
+    best = result.best
+    if best is None:
+        reasons = "; ".join(f"{e.label}: {e.error}" for e in result.entries)
+        raise AnalyzerError(f"no candidate could be analysed: {reasons}")
+    if args.output:
+        chosen = next(c for c in cands if c.strategy == (None if best.strategy == "(entry point)" else best.strategy)
+                      and config.with_plan(c.mesh_shape).mesh_text == best.mesh)
+        planned = config.with_plan(chosen.mesh_shape, chosen.strategy)
+        report = analyze_config(planned, hardware=args.hardware, topology=args.topology)
+        path = write(report, args.output, sweep=result)
+        out.print(f"wrote {path}: ranking of {len(result.entries)} plans and the report of the best, {best.label}",
+                  highlight=False)
+    return 0
