@@ -279,14 +279,27 @@ class Facts:
     collectives: tuple[Coll, ...]
     mesh_axes: tuple[str, ...] = ()
     context: Mapping[str, Any] = field(default_factory=dict)
-    pricer: Any = None  # analyzer.cost-style function, when the analysis supplied one
+    topology: Any = None  # the analysis's `analyzer.topology.Topology`, when it priced on one
+    cost_model: str = "topology"
 
     def links(self, axes: Sequence[str]) -> list[AxisLink]:
         return [self.axes[a] if a in self.axes else AxisLink(a, 2, False) for a in axes]
 
     def price(self, kind: str, nbytes: float, axes: Sequence[str], *, wrap: bool | None = None,
               links: Sequence[AxisLink] | None = None) -> Price:
-        """Seconds of one collective of `kind` moving V = `nbytes` over mesh `axes` (chapter formulas)."""
+        """Seconds of one collective of `kind` moving V = `nbytes` over mesh `axes`.
+
+        With the analysis's topology (and no `wrap`/`links` override) this is `analyzer.cost.collective_cost`,
+        the model that priced the report's rows; otherwise the chapter's formulas (`chapter_price`).
+        """
+        if self.topology is not None and wrap is None and links is None and axes:
+            try:
+                from analyzer.cost import collective_cost
+
+                cost = collective_cost(kind, float(nbytes), tuple(axes), self.topology, model=self.cost_model)
+                return Price(float(cost.seconds), str(cost.regime), str(getattr(cost, "formula", "")))
+            except Exception:  # noqa: BLE001 - an axis form the cost model does not take: use the chapter's
+                pass
         return chapter_price(kind, nbytes, list(links) if links is not None else self.links(axes), self.chip,
                              wrap=wrap)
 
@@ -362,8 +375,10 @@ class Facts:
                     comp, inst = Facts(module, chip, axes, ()).instruction(comp_name, first)
                     c = _with(c, inst=inst, comp=comp)
                 colls.append(c)
+        topology = ctx.get("topology")
         return Facts(module=module, chip=chip, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
-                     context=ctx)
+                     context=ctx, topology=topology if not isinstance(topology, str) else None,
+                     cost_model=str(ctx.get("cost_model") or "topology"))
 
 
 def _with(c: Coll, **changes: Any) -> Coll:

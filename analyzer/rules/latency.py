@@ -65,6 +65,12 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
         chunk = c.bytes / max(c.group_size, 1)
         if c.regime == "latency" or chunk < threshold:
             groups.setdefault((c.computation, c.kind, c.axes, c.count), []).append(c)
+    # Rows split from one combined (tuple) collective already travel together: one unit per instruction.
+    for key, members in list(groups.items()):
+        units: dict[str, Coll] = {}
+        for m in members:
+            units.setdefault(m.instruction or str(m.row), m)
+        groups[key] = list(units.values())
     for (_comp, kind, axes, count), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len(members) >= min_group:
             total = sum(m.bytes for m in members)
@@ -77,7 +83,9 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
             yield ctx.diagnostic(
                 f"{len(members)} latency-bound {kind}s over {axes_text(axes)} in one computation (chunks under "
                 f"{fmt_b(threshold)} per hop on {chip.name}): {fmt_s(current)} per call where one combined "
-                f"{kind} of {fmt_b(total)} takes {fmt_s(alt)} (x{count:g} per step).",
+                f"{kind} of {fmt_b(total)} takes {fmt_s(alt)} (x{count:g} per step)"
+                + (" (read before XLA's combiners, which may merge independent ones on TPU and GPU)."
+                   if ctx.report.target == "cpu" else "."),
                 location=main.location(),
                 notation=main.notation or None,
                 seconds=current * count,

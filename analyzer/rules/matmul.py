@@ -106,16 +106,21 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
     chip = facts.chip
     margin = float(ctx.option("margin"))
     min_saving = float(ctx.option("min_saving_seconds"))
-    for (comp_name, dot_name), attached in sorted(attached_collectives(ctx).items()):
-        comp = attached[0][0].comp
-        assert comp is not None
-        dot = comp.by_name[dot_name]
-        flops = dot_flops(dot)
-        if flops <= 0:
+    for colls, dots in _components(attached_collectives(ctx)):
+        colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
+        if not colls:
             continue
-        dtype = dot.operands[0].shape.element_type if dot.operands[0].shape else "bf16"
-        t_math = flops / chip.flops_for(dtype)
-        colls = list({c.row: c for c, _ in attached}.values())
+        comp = colls[0].comp
+        assert comp is not None
+        flops = 0.0
+        t_math = 0.0
+        for dot in dots:
+            f = dot_flops(dot)
+            dtype = dot.operands[0].shape.element_type if dot.operands and dot.operands[0].shape else "bf16"
+            flops += f
+            t_math += f / chip.flops_for(dtype)
+        if t_math <= 0:
+            continue
         t_comm = sum(c.seconds for c in colls)
         count = max(c.count for c in colls)
         if t_comm <= t_math * (1 + margin) or (t_comm - t_math) * count < min_saving:
@@ -124,29 +129,56 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         batch = flops / (2 * moved) if moved else 0.0
         needed = batch * t_comm / t_math
         main = max(colls, key=lambda c: c.seconds)
-        loc, dot_notation = dot_location(ctx.report, facts.module, comp, dot, main.location())
+        first = min(dots, key=lambda d: d.position.line if d.position else 0)
+        loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location())
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
         axes = sorted({a for c in colls for a in c.axes})
         sizes = {a: facts.axes[a].size for a in axes if a in facts.axes}
         fewer = ", ".join(f"'{a}' {max(1, int(sizes[a] * batch / needed))}-way instead of {sizes[a]}"
                           for a in sizes) or "fewer shards"
+        what = "matmul is" if len(dots) == 1 else f"{len(dots)} matmuls sharing these collectives are"
         yield ctx.diagnostic(
-            f"matmul is communication-bound: its collectives take {fmt_s(t_comm)} per call against "
+            f"{what} communication-bound: collectives take {fmt_s(t_comm)} per call against "
             f"{fmt_s(t_math)} of FLOPs ({t_comm / t_math:.1f}x); per-chip batch {batch:,.0f} is below "
             f"C/W_ici = {chip.ridge:,.0f} on {chip.name} (about {needed:,.0f} needed on this topology). "
             f"Collectives: {listing}.",
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
-            alternative=f"a compute-bound plan for {dot_notation or 'this dot'}: per-chip batch >= {needed:,.0f}",
+            alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: per-chip batch >= {needed:,.0f}",
             alternative_seconds=t_math * count,
             saving_seconds=(t_comm - t_math) * count,
             fix=f"raise the per-chip batch {needed / batch:.1f}x: shard over mesh axis {fewer} (move the "
                 "other devices to another axis, e.g. FSDP+TP), or grow the batch per chip",
             details={"per_chip_batch": batch, "threshold": chip.ridge, "threshold_topology": needed,
-                     "t_math": t_math, "t_comm": t_comm, "count": count, "dot": dot_name,
+                     "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "collectives": [c.instruction for c in colls]},
         )
+
+
+def _components(attached: dict[tuple[str, str], list[tuple[Coll, Any]]]
+                ) -> list[tuple[list[Coll], list[Instruction]]]:
+    """Group dots and collectives that share each other (a gathered weight read by two dots) so that no
+    collective is weighed twice: connected components of the dot-collective graph."""
+    import networkx as nx
+
+    g = nx.Graph()
+    dots: dict[str, Instruction] = {}
+    colls: dict[str, Coll] = {}
+    for (comp_name, dot_name), pairs in attached.items():
+        dkey = f"d:{comp_name}/{dot_name}"
+        comp = pairs[0][0].comp
+        assert comp is not None
+        dots[dkey] = comp.by_name[dot_name]
+        g.add_node(dkey)
+        for c, _ in pairs:
+            ckey = f"c:{c.row}"
+            colls[ckey] = c
+            g.add_edge(dkey, ckey)
+    out = []
+    for nodes in sorted(nx.connected_components(g), key=lambda n: sorted(n)):
+        out.append(([colls[n] for n in sorted(nodes) if n in colls], [dots[n] for n in sorted(nodes) if n in dots]))
+    return out
 
 
 @rule(
@@ -202,9 +234,15 @@ def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
             entry = comp is (facts.module.entry if facts.module else None)
             if c.kind == "all-gather" and use is not None and use.contracting:
                 other = _operand(comp, dot, 1 - use.operand)
-                if other is None or not uniform_over(comp, other, groups, entry):
+                if other is None:
                     continue
-                v_out = dot.shape.byte_size
+                # The other operand must be replicated over the axes (its contracting dim can then be sliced
+                # for free), possibly already sliced per device on another dim for the output's sharding.
+                whole = sliced_by_partition(comp, other) or other
+                if not uniform_over(comp, whole, groups, entry):
+                    continue
+                widen = whole.shape.byte_size / max(other.shape.byte_size, 1) if whole is not other else 1.0
+                v_out = dot.shape.byte_size * widen
                 if c.bytes < min_ratio * v_out:
                     continue
                 alt = facts.price_like(c, "reduce-scatter", v_out, c.axes)

@@ -28,9 +28,9 @@ def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
     total = get("total_bytes", "total")
     if total:
         return total
-    return (get("argument_size_in_bytes", "arguments") + get("output_size_in_bytes", "outputs")
-            + get("temp_size_in_bytes", "temporaries", "temp") - get("alias_size_in_bytes", "aliased", "alias")
-            + get("generated_code_size_in_bytes"))
+    return (get("argument_bytes", "argument_size_in_bytes") + get("output_bytes", "output_size_in_bytes")
+            + get("temp_bytes", "temp_size_in_bytes") - get("alias_bytes", "alias_size_in_bytes")
+            + get("generated_code_bytes", "generated_code_size_in_bytes"))
 
 
 def replicated_parameters(ctx: RuleContext) -> list[tuple[Any, float, int]]:
@@ -118,7 +118,9 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
     else:
         fix = "shard the largest arrays over more mesh axes, rematerialize activations, or use more chips"
     yield ctx.diagnostic(
-        f"needs {fmt_b(used)} per device, more than the {fmt_b(chip.hbm_bytes)} of HBM on {chip.name}.",
+        f"needs {fmt_b(used)} per device, more than the {fmt_b(chip.hbm_bytes)} of HBM on {chip.name}"
+        + (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
+           if ctx.report.target == "cpu" else "."),
         location=Location(computation=ctx.facts.module.entry.name if ctx.facts.module else None),
         seconds=None,
         alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,

@@ -192,9 +192,13 @@ def get_rule(code_or_name: str) -> Rule:
     for r in all_rules():
         if key.upper() == r.code or key == r.name:
             return r
-    codes = [r.code for r in all_rules()] + [r.name for r in all_rules()]
-    err = ConfigError(f"unknown rule {code_or_name!r}; " + valid_choices(key.upper() if key[:2].lower() == "ha"
-                                                                        else key, codes, what="rules"))
+    names = {r.name: r.code for r in all_rules()}
+    codes = [r.code for r in all_rules()]
+    guess = key.upper() if key[:2].lower() == "ha" else key
+    hint = valid_choices(guess, codes if guess.startswith("HA") else list(names), what="names")
+    err = ConfigError(f"unknown rule {code_or_name!r}; "
+                      + (hint if not guess.startswith("HA") else hint.replace("valid names", "valid codes"))
+                      + ("" if guess.startswith("HA") else f" (codes: {', '.join(codes)})"))
     err.key = code_or_name  # type: ignore[attr-defined]
     raise err
 

@@ -121,7 +121,7 @@ def HA303(ctx: RuleContext) -> Iterator[Diagnostic]:
     facts = ctx.facts
     min_saving = float(ctx.option("min_saving_seconds"))
     for c in facts.collectives:
-        if c.kind != "all-gather" or is_explicit_collective(c.op_name) or not _rematerialized(c):
+        if c.kind != "all-gather" or not _rematerialized(c):
             continue
         alt = facts.price_like(c, "all-to-all", c.bytes, c.axes)
         saving = (c.seconds - alt) * c.count

@@ -1,0 +1,153 @@
+"""Fixture programs for the plan-check rules: for each rule, one that fires and a well-sharded counterpart.
+
+Each function returns a `Program`: the function, its abstract arguments (with shardings) and the keyword
+arguments for `analyzer.analyze` (mesh, hardware, topology, model). Shapes are large enough to be
+bandwidth-bound on the target (we only compile, never run) and small enough to compile in seconds.
+Written for jax 0.10.2, target cpu with 8 fake devices (the 64-device Problem 2 case compiles in a child).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+BF16 = jnp.bfloat16
+
+
+@dataclass(frozen=True)
+class Program:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
+    """An Auto-typed abstract mesh (XLA picks intermediate shardings)."""
+    return jax.sharding.AbstractMesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def arg(m: Any, shape: tuple[int, ...], spec: P, dtype: Any = BF16) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(m, spec))
+
+
+# ---------------------------------------------------------------------------------------------- HA101
+FSDP_D, FSDP_F = 4096, 8192
+
+
+def fsdp_matmul(tokens_per_chip: int) -> Program:
+    """In[B_X, D] . W[D_X, F] -> [B_X, F] on 8 chips of TPU v5p, ideal model: W is all-gathered."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (8 * tokens_per_chip, FSDP_D), P("X", None))
+    w = arg(m, (FSDP_D, FSDP_F), P("X", None))
+    return Program(lambda x, w: x @ w, (x, w), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+# ---------------------------------------------------------------------------------------------- HA102
+def gather_wide_operand(n: int, m_: int, k: int, out: P = P(None, "X")) -> Program:
+    """A[N, M_X] . B[M, K] with B replicated (case 2) -> C[N, K_X]: XLA can gather A (N*M elements) and
+    slice B, or multiply the local shards and reduce-scatter C (N*K)."""
+    mm = mesh((8,), ("X",))
+    a = arg(mm, (n, m_), P(None, "X"))
+    b = arg(mm, (m_, k), P())
+    out = NamedSharding(mm, out)
+    fn = jax.jit(lambda a, b: a @ b, out_shardings=out)
+    return Program(fn, (a, b), dict(mesh=mm, hardware="tpu-v5p", model="ideal"))
+
+
+# ---------------------------------------------------------------------------------------------- HA103
+def psum_then_slice(scatter: bool, n: int = 8 * 1024, d: int = 2048) -> Program:
+    """shard_map: AllReduce then keep my shard (fires), against psum_scatter (quiet)."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (8 * n, d), P("X", None))
+
+    def body(x):
+        if scatter:
+            return jnp.tanh(jax.lax.psum_scatter(x, "X", scatter_dimension=0, tiled=True))
+        y = jnp.tanh(jax.lax.psum(x, "X"))
+        i = jax.lax.axis_index("X")
+        return jax.lax.dynamic_slice_in_dim(y, i * (n // 8), n // 8, axis=0)
+
+    fn = jax.shard_map(body, mesh=m, in_specs=P("X", None), out_specs=P("X", None))
+    return Program(jax.jit(fn), (x,), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+# ---------------------------------------------------------------------------------------------- HA201
+def idle_axis(use_z: bool, b: int = 1024, d: int = 4096, shape: tuple[int, int, int] = (2, 2, 2),
+              hardware: str = "tpu-v5p", topology: str | None = None, model: str = "ideal") -> Program:
+    """[B_X, D_Y] gathered to [B, D_Y] (Problem 2), replicated over Z (fires) or sharded [B_XZ, D_Y] (quiet)."""
+    m = mesh(shape, ("X", "Y", "Z"))
+    x = arg(m, (b, d), P(("X", "Z") if use_z else "X", "Y"))
+    fn = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(m, P(None, "Y")))
+    kw: dict[str, Any] = dict(mesh=m, hardware=hardware, model=model)
+    if topology:
+        kw["topology"] = topology
+    return Program(fn, (x,), kw)
+
+
+# ---------------------------------------------------------------------------------------------- HA202
+def gather_on_axis(axis: str, e: int = 2048, f: int = 8192) -> Program:
+    """Pop quiz 2 on v5e: `AllGather_axis [E_axis, F] -> [E, F]` on a {Y: 4, X: 2} mesh laid on a v5e 4x2
+    slice, where neither physical axis has the 16 chips that give wraparound."""
+    m = mesh((4, 2), ("Y", "X"))
+    x = arg(m, (e, f), P(axis, None))
+    fn = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(m, P()))
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5e", topology="v5e:4x2"))
+
+
+# ---------------------------------------------------------------------------------------------- HA301
+def many_small_psums(big: bool, k: int = 6) -> Program:
+    """k independent psums of small arrays (fires: latency-bound) or one large psum (quiet)."""
+    m = mesh((8,), ("X",))
+    size = 256 * 1024 if big else 1024
+    xs = tuple(arg(m, (8 * 8, size // 8), P("X", None), jnp.float32) for _ in range(1 if big else k))
+
+    def body(*xs):
+        return tuple(jax.lax.psum(x, "X") for x in xs)
+
+    fn = jax.shard_map(body, mesh=m, in_specs=(P("X", None),) * len(xs), out_specs=(P("X", None),) * len(xs))
+    return Program(jax.jit(fn), xs, dict(mesh=m, hardware="tpu-v5e", model="ideal"))
+
+
+# ---------------------------------------------------------------------------------------------- HA302/HA303
+def reshard(kind: str, i: int = 4096, j: int = 4096) -> Program:
+    """A layout change with no contraction: [I_X, J] -> [I, J_X] (all-to-all), or none ('same')."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (i, j), P("X", None))
+    target = {"transpose": P(None, "X"), "same": P("X", None)}[kind]
+    fn = jax.jit(lambda x: jnp.sin(x), out_shardings=NamedSharding(m, target))
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+def gather_then_slice(full: bool, i: int = 4096, j: int = 4096) -> Program:
+    """shard_map: all_gather then keep a slice of it (full rematerialization), against all_to_all."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (i, j), P("X", None))
+
+    def body(x):
+        if full:
+            g = jnp.sin(jax.lax.all_gather(x, "X", axis=0, tiled=True))
+            k = jax.lax.axis_index("X")
+            return jax.lax.dynamic_slice_in_dim(g, k * (j // 8), j // 8, axis=1)
+        return jnp.sin(jax.lax.all_to_all(x, "X", 1, 0, tiled=True))
+
+    fn = jax.shard_map(body, mesh=m, in_specs=P("X", None), out_specs=P(None, "X"))
+    return Program(jax.jit(fn), (x,), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+# ---------------------------------------------------------------------------------------------- HA401/HA402
+def big_weight(sharded: bool, gb: float = 20.0) -> Program:
+    """A `gb`-GB f32 weight W[D, F], replicated (fires on v5e's 16 GB) or sharded W[D, F_X] so the matmul
+    needs no gather (quiet). f32 keeps the CPU backend from adding bf16->f32 conversion temporaries."""
+    m = mesh((8,), ("X",))
+    rows = 8 * 1024
+    cols = int(gb * 1e9 / 4 / rows) // 8 * 8
+    w = arg(m, (rows, cols), P(None, "X") if sharded else P(), jnp.float32)
+    x = arg(m, (16, rows), P(), jnp.float32)
+    fn = jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(m, P(None, "X")))
+    return Program(fn, (x, w), dict(mesh=m, hardware="tpu-v5e"))
