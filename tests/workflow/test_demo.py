@@ -1,0 +1,38 @@
+"""`hlo-analyzer demo`, the README's first command: prints the audit and writes demo-report.html."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.demo import DEFAULT_PLAN, demo_model, plan_from
+
+pytestmark = pytest.mark.slow  # compiles the demo's training step (about 20 s on 2 cores)
+
+
+def test_demo_prints_the_audit_and_writes_the_html_report(tmp_path, capsys):
+    out_file = tmp_path / "demo-report.html"
+    assert main(["demo", "-o", str(out_file)]) == 0
+    text = capsys.readouterr().out
+    model = demo_model()
+    # The plan it says it audited is the one it built.
+    assert f"L={model.layers}, D={model.d_model}, F={model.d_ff}" in text and "fsdp+tp" in text
+    assert "data=4,model=2 (8 devices)" in text and "tpu-v5e" in text
+    # FSDP+TP: weights gathered over both axes, gradients reduce-scattered; named with the user's axes.
+    assert "AllGather_data" in text and "AllGather_model" in text and "ReduceScatter_" in text
+    assert re.search(r"Findings \(\d+\)", text)
+    assert f"Wrote {out_file}" in text and "@analyzer.audit" in text
+
+    html = out_file.read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "<svg" in html
+    comm = re.search(r"Communication / step\s+([0-9.]+ [µm]?s)", text).group(1)
+    assert comm in html  # the same figure in both reports, from one analysis
+
+
+def test_plan_options():
+    assert plan_from(None, None, None) == DEFAULT_PLAN
+    p = plan_from("tp", "tpu-v5p", None)
+    assert p.strategy == "tp" and p.hardware == "tpu-v5p" and p.topology is None  # the v5e slice is dropped
+    assert "priced on tpu-v5e v5e:2x4" in DEFAULT_PLAN.describe()
