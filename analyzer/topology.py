@@ -368,6 +368,9 @@ AxisLike = str | SubAxis | tuple
 def _normalize_axes(axes: AxisLike | Sequence[AxisLike]) -> tuple[str | SubAxis, ...]:
     if isinstance(axes, (str, SubAxis)):
         axes = (axes,)
+    elif (isinstance(axes, tuple) and len(axes) in (2, 3) and isinstance(axes[0], str)
+          and all(isinstance(x, int) for x in axes[1:])):
+        axes = (axes,)  # one sub-axis given as (name, size) or (name, pre, size)
     out: list[str | SubAxis] = []
     for a in axes:
         if isinstance(a, SubAxis):
