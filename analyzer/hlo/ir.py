@@ -1,6 +1,7 @@
 """The typed, positioned form of an HLO module: what `analyzer.parse_hlo` returns.
 
 Everything here is a frozen dataclass. Positions are 1-based (line, column) in the text that was parsed.
+Equality compares the program, not where it was written: positions and the path take no part in `==`.
 Attribute values keep their raw text; typed views (replica groups, shardings, metadata, JSON backend
 configs) are computed on demand by `analyzer.hlo.attributes`, so an attribute a newer XLA adds never
 breaks parsing.
@@ -150,7 +151,7 @@ class Attribute:
 
     key: str
     raw: str
-    position: Position | None = None
+    position: Position | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +194,7 @@ class Instruction:
     operands: tuple[Operand, ...]
     attributes: tuple[Attribute, ...] = ()
     is_root: bool = False
-    position: Position | None = None
+    position: Position | None = field(default=None, compare=False)
     # Parameters: parameter(N). Constants: the literal text. Other opcodes with a bare argument
     # (get-tuple-element index is an attribute, not this) keep None.
     parameter_number: int | None = None
@@ -296,7 +297,7 @@ class Computation:
     parameter_shapes: tuple[tuple[str, Shape], ...] = ()
     result_shape: Shape | None = None
     is_entry: bool = False
-    position: Position | None = None
+    position: Position | None = field(default=None, compare=False)
     # Attributes printed after the closing brace, e.g. `}, execution_thread="main_thread"`.
     attributes: tuple[Attribute, ...] = ()
 
@@ -333,7 +334,7 @@ class HloModule:
     computations: tuple[Computation, ...]
     attributes: Mapping[str, str] = field(default_factory=dict)
     frames: Mapping[int, Frame] = field(default_factory=dict)
-    path: str | None = None
+    path: str | None = field(default=None, compare=False)
 
     @cached_property
     def by_name(self) -> Mapping[str, Computation]:

@@ -14,8 +14,9 @@ from functools import lru_cache
 
 from lark import Token, Transformer
 
-from analyzer.errors import HloSemanticError, HloSyntaxError
+from analyzer.errors import HloSemanticError, HloSyntaxError, valid_choices
 from analyzer.hlo import attributes
+from analyzer.hlo.opcodes import OPCODES, REQUIRED_ATTRIBUTES, base_opcode, fixed_arity, is_known_opcode
 from analyzer.hlo.ir import ELEMENT_BITS, Attribute, Computation, Frame, HloModule, Instruction, Layout, Operand, Position, Shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_module"]
@@ -94,8 +95,6 @@ def _decode_layout(body: str, rank: int) -> Layout:
         m2m = tuple(int(x) for x in m2m_text.split(",")) if m2m_text else ()
     except ValueError:
         raise ValueError(f"expected a layout like `{{1,0}}` (minor-to-major dims), got `{{{body}}}`") from None
-    if m2m and sorted(m2m) != list(range(rank)):
-        raise ValueError(f"layout {{{m2m_text}}} is not a permutation of the {rank} dimensions")
     tiles: list[tuple[int, ...]] = []
     memory_space = None
     extra: list[str] = []
@@ -203,8 +202,9 @@ class HloTransformer(Transformer):
             is_root = True
             i = 1
         name, shape, opcode = children[i], children[i + 1], children[i + 2]
-        if opcode[0] == "%" or not opcode[0].islower():
-            raise _syntax(f"expected an opcode like `add`, got `{opcode}`", opcode)
+        if not is_known_opcode(opcode):
+            raise _syntax(f"unknown opcode `{opcode}`; " + valid_choices(str(opcode), OPCODES, what="opcodes")
+                          if opcode[0] != "%" else f"expected an opcode like `add`, got `{opcode}`", opcode)
         operands = []
         attrs = []
         parameter = None
@@ -222,6 +222,11 @@ class HloTransformer(Transformer):
                 parameter = int(c)
         if opcode == "parameter" and parameter is None:
             raise _syntax("expected a parameter number: `parameter(0)`", opcode, len(opcode) + 1)
+        arity = fixed_arity(opcode)
+        if arity is not None and len(operands) != arity:
+            raise _syntax(f"`{opcode}` expects {arity} operand{'s' if arity != 1 else ''}, but has {len(operands)}",
+                          opcode, len(opcode))
+        _check_required(str(opcode), attrs, opcode)
         return (is_root, name, shape, str(opcode), operands, tuple(attrs), parameter, None)
 
     def constant_instruction(self, children):
@@ -282,13 +287,18 @@ class HloTransformer(Transformer):
     def stack_frames(self, children):
         return ("StackFrames", children)
 
+    def header(self, children):
+        return build_module(children)
+
+    def module_header(self, children):
+        return ("header", children[0], [c for c in children[1:] if c is not None])
+
     def module(self, children):
         return build_module(children)
 
-    header = module
 
 
-def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, attrs: tuple = ()) -> Computation:
+def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_attrs: tuple = ()) -> Computation:
     """Resolve operands against earlier instructions and check names and ROOT; return the Computation.
 
     Args:
@@ -296,7 +306,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, attrs
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
       pending: the instruction tuples made by `HloTransformer.instruction`.
-      attrs: attributes printed after the closing brace (`execution_thread="..."`).
+      comp_attrs: attributes printed after the closing brace (`execution_thread="..."`).
 
     Returns:
       The `Computation`.
@@ -335,6 +345,9 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, attrs
             if known is None:
                 raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
                                        f"{name!r}", line=otok.line, column=otok.column)
+            if oshape is not None and not compatible(oshape, known):
+                raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
+                                       f"has shape {known}", line=otok.line, column=otok.column)
             ops.append(Operand(oname, known))
         shapes[iname] = shape
         insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
@@ -384,7 +397,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, attrs
         param_shapes = tuple((by_num[k].name, by_num[k].shape) for k in sorted(by_num))
         result = None
     comp = Computation(name, tuple(insts), param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
-                       attrs)
+                       comp_attrs)
     if result is None:
         object.__setattr__(comp, "result_shape", comp.root.shape)
     return comp
@@ -393,6 +406,25 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, attrs
 _INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
 _FLOAT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "fb")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+
+
+def _check_required(opcode: str, attrs: list[Attribute], tok: Token) -> None:
+    """The attributes XLA requires of `opcode` are present (conditional: either branch form)."""
+    keys = {a.key for a in attrs}
+    need = REQUIRED_ATTRIBUTES.get(opcode)
+    if need is None and opcode.endswith("-start"):
+        need = REQUIRED_ATTRIBUTES.get(base_opcode(opcode)) if base_opcode(opcode) == "custom-call" else None
+    for key in need or ():
+        if key not in keys:
+            raise _syntax(f"`{opcode}` needs the attribute `{key}=`", tok)
+    if opcode == "conditional" and "branch_computations" not in keys and not (
+            "true_computation" in keys and "false_computation" in keys):
+        raise _syntax("`conditional` needs `branch_computations={...}` or `true_computation=` and "
+                      "`false_computation=`", tok)
+    if "use_global_device_ids" in keys and "channel_id" not in keys:
+        for a in attrs:
+            if a.key == "use_global_device_ids" and a.raw == "true":
+                raise _syntax("use_global_device_ids=true needs a channel_id", tok)
 
 
 def compatible(a: Shape, b: Shape) -> bool:
@@ -523,13 +555,16 @@ def build_module(children: list) -> HloModule:
       HloSemanticError: duplicate computation names, a call to a computation that is not defined, two ENTRYs,
         a stack frame that refers to a missing table row.
     """
-    name_tok = children[0]
+    name_tok = None
     attrs: dict[str, str] = {}
     tables: dict[str, list] = {}
     comps: list[Computation] = []
-    for c in children[1:]:
-        if type(c) is Attribute:
-            attrs[c.key] = c.raw
+    for c in children:
+        if type(c) is tuple and c[0] == "header":
+            name_tok = c[1]
+            for a in c[2]:
+                _check_module_attribute(a)
+                attrs[a.key] = a.raw
         elif type(c) is tuple:
             tables.setdefault(c[0], []).extend(c[1])
         elif c is not None:
@@ -555,7 +590,31 @@ def build_module(children: list) -> HloModule:
                                                line=a.line, column=a.column)
         seen[c.name] = c
     frames = _frames(tables)
-    return HloModule(_name(name_tok), tuple(comps), attrs, frames)
+    if name_tok is not None:
+        name = _name(name_tok)
+    else:
+        name = (entry or (comps[-1] if comps else None)).name if comps else "module"
+    return HloModule(name, tuple(comps), attrs, frames)
+
+
+_LAYOUT_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
+
+
+def _check_module_attribute(a: Attribute) -> None:
+    """Check the header attributes whose syntax XLA checks: the entry computation layout's shapes."""
+    if a.key != "entry_computation_layout":
+        return
+    body = a.raw.strip()
+    if not (body.startswith("{") and body.endswith("}") and "->" in body):
+        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+                             line=a.position.line if a.position else None,
+                             column=a.position.column if a.position else None)
+    for m in _LAYOUT_SHAPE.finditer(body):
+        try:
+            decode_array_shape(m.group())
+        except ValueError as e:
+            raise HloSyntaxError(f"entry_computation_layout: {e}", line=a.position.line if a.position else None,
+                                 column=(a.position.column + m.start()) if a.position else None) from None
 
 
 def _call_attr(inst: Instruction, callee: str) -> Position:
@@ -577,10 +636,8 @@ def _frames(tables: dict[str, list]) -> dict[int, Frame]:
     frames: dict[int, Frame] = {}
     for i, text, tok in tables["StackFrames"]:
         f = _int_fields(text, tok)
-        loc = locs.get(f.get("file_location_id", -1))
-        if loc is None:
-            raise HloSemanticError(f"stack frame {i} refers to file location {f.get('file_location_id')}, which the "
-                                   "FileLocations table lacks", line=tok.line, column=tok.column)
+        # XLA accepts a frame whose location is missing from the table; it resolves to an unknown place.
+        loc = locs.get(f.get("file_location_id", -1), {})
         parent = f.get("parent_frame_id", 0)
         frames[i] = Frame(
             id=i,
