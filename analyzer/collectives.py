@@ -669,6 +669,157 @@ def _is_ring(pairs: Sequence[tuple[int, int]]) -> bool:
     return len(lengths) == 1 and min(lengths) >= 2 and len(set(srcs)) == len(srcs) and closed
 
 
+def _value_name(g: CallGraph, r: Collective) -> str | None:
+    """The instruction of `r.computation` whose value is the collective's (sliced, unpacked) result."""
+    if r.site is not None:
+        return None
+    if r.original_ops == "all-reduce + dynamic-slice":
+        return r.instructions[-1] if len(r.instructions) == 2 else None
+    name = r.instruction.name
+    if r.instruction.opcode.endswith("-start"):
+        done = [u for u in g.users(r.computation, name) if u.opcode in _ASYNC_DONES]
+        if len(done) != 1:
+            return None
+        name = done[0].name
+    if r.operand_index is not None:
+        gte = [u for u in g.users(r.computation, name)
+               if u.opcode == "get-tuple-element" and u.attr("index") == str(r.operand_index)]
+        return gte[0].name if len(gte) == 1 else None
+    return name
+
+
+def _dedupe_identical(g: CallGraph, rows: list[Collective]) -> list[Collective]:
+    """Identical collectives of the same value in the same computation are one: XLA's CSE keeps one (the
+    post-partitioning HLO still shows both)."""
+    seen: dict[tuple, int] = {}
+    out: list[Collective] = []
+    for r in rows:
+        if r.site is not None or r.permute_steps:
+            out.append(r)
+            continue
+        key = (r.computation, r.branch, r.instruction.opcode, r.kind, r.instruction.operand_names, r.operand_index,
+               r.groups, r.dimension, r.pairs, str(r.result_shape), r.original_ops)
+        if key in seen:
+            i = seen[key]
+            first = out[i]
+            note = "identical collectives of one value (XLA's CSE keeps one)"
+            out[i] = replace(first, instructions=first.instructions + r.instructions,
+                             original_ops=f"{first.original_ops}; {note}" if first.original_ops else note)
+            continue
+        seen[key] = len(out)
+        out.append(r)
+    return out
+
+
+def _reassociate(g: CallGraph, rows: list[Collective]) -> list[Collective]:
+    """`add(AllReduce(a), AllReduce(b))` is one AllReduce of `a + b` (XLA's all-reduce-reassociate and
+    reduce-scatter-reassociate passes, which TPU and GPU compilers run after partitioning): merge rows
+    whose results meet only in a tree of adds."""
+    values: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(rows):
+        if r.kind not in ("all-reduce", "reduce-scatter") or r.permute_steps:
+            continue
+        v = _value_name(g, r)
+        if v is None:
+            continue
+        users = g.users(r.computation, v)
+        if len(users) == 1 and users[0].opcode == "add":
+            values[(r.computation, v)] = i
+    if len(values) < 2:
+        return rows
+    comps = {c for c, _ in values}
+    groups: list[list[int]] = []
+    for comp in comps:
+        computation = g.module.by_name[comp]
+        memo: dict[str, list[int] | None] = {}
+
+        def reducible(inst: Instruction, comp: str = comp) -> list[int] | None:
+            if inst.name in memo:
+                return memo[inst.name]
+            memo[inst.name] = None
+            members: list[int] = []
+            for op in inst.operand_names:
+                if (comp, op) in values:
+                    members.append(values[(comp, op)])
+                    continue
+                child = g.producer(comp, op)
+                if child is None or child.opcode != "add" or len(g.users(comp, child.name)) != 1:
+                    return None
+                sub = reducible(child)
+                if sub is None:
+                    return None
+                members.extend(sub)
+            key = {(rows[m].kind, rows[m].groups, str(rows[m].result_shape), rows[m].branch) for m in members}
+            memo[inst.name] = members if len(key) == 1 else None
+            return memo[inst.name]
+
+        found = [set(m) for inst in computation.instructions if inst.opcode == "add"
+                 and (m := reducible(inst)) is not None and len(m) >= 2]
+        for s in found:
+            if not any(s < t for t in found) and list(sorted(s)) not in groups:
+                groups.append(sorted(s))
+    if not groups:
+        return rows
+    drop: set[int] = set()
+    merged: dict[int, Collective] = {}
+    for members in groups:
+        first = rows[members[0]]
+        names = tuple(n for m in members for n in rows[m].instructions)
+        title = "all-reduce" if first.kind == "all-reduce" else "reduce-scatter"
+        note = (f"{len(members)} {title}s whose results are summed: one {title} of the sum, as XLA's "
+                f"{title}-reassociate pass makes it")
+        merged[members[0]] = replace(first, instructions=names,
+                                     original_ops=f"{first.original_ops}; {note}" if first.original_ops else note)
+        drop.update(members[1:])
+    return [merged.get(i, r) for i, r in enumerate(rows) if i not in drop]
+
+
+def _combined_groups(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    """Groups of an all-reduce over `a`'s groups followed by one over `b`'s: the connected components."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for grp in list(a) + list(b):
+        for d in grp[1:]:
+            parent[find(d)] = find(grp[0])
+        if grp:
+            find(grp[0])
+    comps: dict[int, list[int]] = {}
+    for d in parent:
+        comps.setdefault(find(d), []).append(d)
+    return tuple(sorted(tuple(sorted(c)) for c in comps.values()))
+
+
+def _fold_nested(g: CallGraph, rows: list[Collective]) -> list[Collective]:
+    """`AllReduce_Y(AllReduce_X(x))` is one AllReduce over X and Y (XLA's all-reduce-folder pass)."""
+    by_name = {(r.computation, r.instruction.name): i for i, r in enumerate(rows)
+               if r.kind == "all-reduce" and r.site is None and r.sync and r.operand_index is None}
+    drop: set[int] = set()
+    out = list(rows)
+    for i, r in enumerate(rows):
+        if i in drop or (r.computation, r.instruction.name) not in by_name:
+            continue
+        users = g.users(r.computation, r.instruction.name)
+        if len(users) != 1 or (r.computation, users[0].name) not in by_name:
+            continue
+        j = by_name[(r.computation, users[0].name)]
+        outer = rows[j]
+        if str(outer.operand_shape) != str(r.operand_shape) or j in drop:
+            continue
+        groups = _combined_groups(r.groups, outer.groups)
+        note = "an all-reduce of an all-reduce: one all-reduce over both (XLA's all-reduce-folder pass)"
+        out[i] = replace(r, groups=groups, instructions=r.instructions + outer.instructions,
+                         original_ops=f"{r.original_ops}; {note}" if r.original_ops else note)
+        drop.add(j)
+    return [r for i, r in enumerate(out) if i not in drop]
+
+
 def extract_collectives(module: HloModule, graph: CallGraph | None = None) -> list[Collective]:
     """Every logical collective of `module`, in the order the computations run (callers first).
 
@@ -690,4 +841,7 @@ def extract_collectives(module: HloModule, graph: CallGraph | None = None) -> li
         if name in inside:
             continue
         b.scan(name)
-    return _collective_matmuls(g, b.rows)
+    rows = _dedupe_identical(g, b.rows)
+    rows = _reassociate(g, rows)
+    rows = _fold_nested(g, rows)
+    return _collective_matmuls(g, rows)
