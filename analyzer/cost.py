@@ -357,7 +357,7 @@ def permute_seconds(nbytes: float, hops: int, link_bandwidth_one_way: float,
     messages sharing the busiest link.
 
     Example:
-      >>> permute_seconds(4.5e4, 1, 4.5e10, 1e-6).regime
+      >>> permute_seconds(4e4, 1, 4.5e10, 1e-6).regime
       'latency'
     """
     bw = messages_per_link * nbytes / link_bandwidth_one_way if hops > 0 else 0.0

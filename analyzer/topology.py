@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -439,6 +439,7 @@ class Topology:
     coords: tuple[tuple[int, ...], ...]
     origin: str = "in order"
     declared: bool = True
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def hardware(self) -> HardwareSpec:
@@ -532,7 +533,13 @@ class Topology:
           >>> Topology.for_mesh("tpu-v5e", ("X", "Y"), (2, 4)).groups("X").tolist()
           [[0, 4], [1, 5], [2, 6], [3, 7]]
         """
-        return mesh_groups(self.axis_names, self.axis_sizes, axes)
+        norm = _normalize_axes(axes)
+        key = ("groups", norm)
+        if key not in self._cache:
+            groups = mesh_groups(self.axis_names, self.axis_sizes, norm)
+            groups.setflags(write=False)
+            self._cache[key] = groups
+        return self._cache[key]
 
     def axis_info(self, axis: AxisLike) -> AxisInfo:
         """Ring size, wraparound, links, hops and network of one mesh axis (or sub-axis)."""
@@ -578,9 +585,12 @@ class Topology:
     def geometry(self, axes: AxisLike | Sequence[AxisLike]) -> GroupGeometry:
         """How the groups of a collective over `axes` lie on the hardware (see `GroupGeometry`)."""
         norm = _normalize_axes(axes)
-        geo = self.geometry_for_groups(self.groups(norm))
-        return GroupGeometry(geo.kind, geo.group_size, geo.num_groups, geo.rings, geo.levels,
-                             tuple(str(a) for a in norm), geo.regular)
+        key = ("geometry", norm)
+        if key not in self._cache:  # the analysis prices many collectives over the same axes
+            geo = self.geometry_for_groups(self.groups(norm))
+            self._cache[key] = GroupGeometry(geo.kind, geo.group_size, geo.num_groups, geo.rings, geo.levels,
+                                             tuple(str(a) for a in norm), geo.regular)
+        return self._cache[key]
 
     def geometry_for_groups(self, groups: Sequence[Sequence[int]] | np.ndarray) -> GroupGeometry:
         """`geometry` for explicit device groups (logical ids), e.g. replica groups not aligned to mesh axes.
@@ -605,28 +615,30 @@ class Topology:
         regular = True
         prod = 1
         for k, dim in enumerate(sl.dims):
-            worst: Ring | None = None
-            for gi in range(num_groups):
-                vals = np.unique(pos[gi, :, k])
-                if len(vals) <= 1:
-                    continue
-                diffs = np.diff(vals)
-                stride = int(diffs.max())
-                even = bool((diffs == diffs[0]).all())
-                if not even:
-                    regular = False
-                s = len(vals)
-                if sl.networks[k] == "dcn":
-                    ring = Ring(k, s, 1, False, "dcn", float(hw.dcn_bandwidth_per_chip), None, 1)
-                else:
-                    wrap = bool(sl.wraps[k] and even and s * stride == dim)
-                    ring = Ring(k, s, stride, wrap, "ici", hw.ici.link_bandwidth_one_way, hw.ici.hop_latency,
-                                share=stride)
-                if worst is None or (ring.hops, ring.share) > (worst.hops, worst.share):
-                    worst = ring
-            if worst is not None:
-                rings.append(worst)
-                prod *= worst.size
+            # Per group: the distinct coordinates along axis k, their count and spacing (vectorised).
+            v = np.sort(pos[:, :, k], axis=1)
+            d = np.diff(v, axis=1)
+            nz = d > 0
+            count = 1 + nz.sum(axis=1)
+            if int(count.max()) <= 1:
+                continue
+            dmax = np.where(nz, d, 0).max(axis=1)
+            dmin = np.where(nz, d, dim + 1).min(axis=1)
+            even = dmax == dmin
+            if not bool(even[count > 1].all()):
+                regular = False
+            if sl.networks[k] == "dcn":
+                s = int(count.max())
+                ring = Ring(k, s, 1, False, "dcn", float(hw.dcn_bandwidth_per_chip), None, 1)
+            else:
+                wraps = sl.wraps[k] & even & (count * dmax == dim)
+                hops = np.where(wraps, dmax * (count // 2), dmax * (count - 1))
+                gi = int(np.lexsort((dmax, hops))[-1])  # the worst group: most hops, then most sharing
+                s, stride = int(count[gi]), int(dmax[gi])
+                ring = Ring(k, s, stride, bool(wraps[gi]), "ici", hw.ici.link_bandwidth_one_way,
+                            hw.ici.hop_latency, share=stride)
+            rings.append(ring)
+            prod *= ring.size
         if prod != size:
             regular = False  # the group is not a product of lines (e.g. a diagonal); rings are a bound
         return GroupGeometry("torus", size, num_groups, tuple(rings), (), (), regular)
@@ -635,29 +647,26 @@ class Topology:
         hw, sl = self.hardware, self.slice
         assert hw.nvlink is not None
         num_groups, size, _ = pos.shape
-        node = pos[:, :, 0]
-        # NVLink level: the group's GPUs within one node; each GPU's egress is its own.
-        per_node = max(int(np.unique(node[gi], return_counts=True)[1].max()) for gi in range(num_groups))
-        levels = [TreeLevel("nvlink", per_node, hw.nvlink.gpu_egress, 1, "nvlink")]
+        gid = np.repeat(np.arange(num_groups), size)
+        node = pos[:, :, 0].reshape(-1)
+        # NVLink level: the most GPUs one group has inside one node; each GPU's egress is its own.
+        _, per_node = np.unique(gid * sl.dims[0] + node, return_counts=True)
+        levels = [TreeLevel("nvlink", int(per_node.max()), hw.nvlink.gpu_egress, 1, "nvlink")]
         if sl.dims[0] > 1:
             assert hw.scale_out is not None
-            unit = node.copy()  # the child unit id at the current level (node, then SU, ...)
+            unit = node  # the child unit at the current level: a node, then an SU, ...
+            n_units = sl.dims[0]
             for lv in hw.scale_out.levels:
-                parent = unit // lv.degree
-                degree = 0
-                for gi in range(num_groups):
-                    units = np.unique(unit[gi])
-                    _, counts = np.unique(units // lv.degree, return_counts=True)
-                    degree = max(degree, int(counts.max()))
-                # groups sharing one child's uplink: distinct groups with a member in that child
-                pairs = {(int(u), gi) for gi in range(num_groups) for u in np.unique(unit[gi])}
-                per_unit: dict[int, int] = {}
-                for u, _gi in pairs:
-                    per_unit[u] = per_unit.get(u, 0) + 1
-                share = max(per_unit.values())
-                levels.append(TreeLevel(lv.name, degree, lv.link_bandwidth, share, "scale-out"))
-                unit = parent
-                if int(unit.max()) == 0 and degree <= 1:
+                pairs = np.unique(np.stack([gid, unit], axis=1), axis=0)  # (group, child) present
+                parent = pairs[:, 1] // lv.degree
+                # D_i: the most children of one parent a group spans
+                _, degree = np.unique(pairs[:, 0] * (n_units + 1) + parent, return_counts=True)
+                # g_i: how many groups have a member under one child (they share its uplink)
+                _, share = np.unique(pairs[:, 1], return_counts=True)
+                levels.append(TreeLevel(lv.name, int(degree.max()), lv.link_bandwidth, int(share.max()),
+                                        "scale-out"))
+                unit = unit // lv.degree
+                if int(unit.max()) == 0:
                     break
         return GroupGeometry("tree", size, num_groups, (), tuple(levels), (), True)
 
