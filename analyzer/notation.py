@@ -134,6 +134,15 @@ def _base(axis: str) -> str:
     return axis.split(":", 1)[0]
 
 
+def _factor_range(axis: str) -> tuple[str, float, float]:
+    """(base axis, lo, hi): the part of the axis a (sub-)axis covers, on the multiplicative scale."""
+    m = re.fullmatch(r"(.+?):\((\d+)\)(\d+)", axis)
+    if not m:
+        return axis, 1.0, float("inf")
+    pre, size = int(m.group(2)), int(m.group(3))
+    return m.group(1), float(pre), float(pre * size)
+
+
 def _fmt_axes(axes: Sequence[str]) -> str:
     if all(len(a) == 1 for a in axes):
         return "".join(axes)
@@ -188,19 +197,24 @@ class Notation:
 
     # ------------------------------------------------------------------------------------------ checks
     def _check_axes_once(self) -> None:
-        seen: dict[str, str] = {}
+        # Each use of an axis covers a factor range [lo, hi) of it on the multiplicative scale: the whole axis
+        # is [1, inf); the sub-axis X:(pre)size is [pre, pre*size). Two uses of one axis must not overlap.
+        seen: dict[str, list[tuple[float, float, str]]] = {}
         for d in self.dims:
             for a in d.axes:
-                b = _base(a)
-                if b in seen and ":" not in a + seen[b]:
-                    where = "twice in dim " + d.name if seen[b] == d.name else f"in dims {seen[b]} and {d.name}"
-                    raise ShardingError(f"{self._plain()}: mesh axis {b!r} is used {where}; a mesh axis can "
-                                        f"split at most one dimension once (the chapter forbids A[I_X, J_X])")
-                seen[b] = d.name
+                b, lo, hi = _factor_range(a)
+                for lo2, hi2, where in seen.get(b, []):
+                    if max(lo, lo2) < min(hi, hi2):
+                        place = f"twice in dim {d.name}" if where == d.name else f"in dims {where} and {d.name}"
+                        raise ShardingError(f"{self._plain()}: mesh axis {b!r} is used {place}; a mesh axis can "
+                                            f"split at most one dimension once (the chapter forbids A[I_X, J_X])")
+                seen.setdefault(b, []).append((lo, hi, d.name))
         for a in self.unreduced:
-            if _base(a) in seen:
-                raise ShardingError(f"{self._plain()}: mesh axis {a!r} both splits dim {seen[_base(a)]} and is "
-                                    f"unreduced; partial sums over an axis cannot also be split over it")
+            b, lo, hi = _factor_range(a)
+            for lo2, hi2, where in seen.get(b, []):
+                if max(lo, lo2) < min(hi, hi2):
+                    raise ShardingError(f"{self._plain()}: mesh axis {a!r} both splits dim {where} and is "
+                                        f"unreduced; partial sums over an axis cannot also be split over it")
 
     def _check_against_mesh(self) -> None:
         names = tuple(n for n, _ in self.mesh)

@@ -29,10 +29,17 @@ def test_multi_letter_axes_split_by_the_mesh():
     ("A[I_X, J_X]", "used in dims I and J"),
     ("A[I_XX, J]", "twice in dim I"),
     ("A[I_X, J]{U_X}", "unreduced"),
+    ("A[I_{X:(1)4}, J_{X:(2)2}]", "used in dims I and J"),  # overlapping parts of X
+    ("A[I_X, J_{X:(2)2}]", "used in dims I and J"),
 ])
 def test_axis_used_twice(text, words):
     with pytest.raises(ShardingError, match=words):
         Notation.parse(text)
+
+
+def test_disjoint_sub_axes_are_allowed():
+    n = Notation.parse("A[I_{X:(1)2}, J_{X:(2)4}]", {"X": 8}).with_shape((8, 8), "f32")
+    assert n.local_shape == (4, 2) and n.replication == 1
 
 
 def test_axis_the_mesh_lacks():
