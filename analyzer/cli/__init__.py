@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -59,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The command line only compiles, it never runs a program: keep jax on the host CPU so an installed
+    # libtpu (the `tpu` extra, used for ahead-of-time TPU targets) does not probe for TPU chips and log
+    # warnings on machines that have none. A user who set JAX_PLATFORMS keeps their choice.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:  # name the subcommand in the error and show its usage, not the top-level one
