@@ -10,11 +10,12 @@ duplicate names, one ROOT) run when the computation rule is reduced; checks that
 from __future__ import annotations
 
 import re
+from difflib import get_close_matches
 from functools import lru_cache
 
 from lark import Token, Transformer
 
-from analyzer.errors import HloSemanticError, HloSyntaxError, valid_choices
+from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes
 from analyzer.hlo.opcodes import OPCODES, REQUIRED_ATTRIBUTES, base_opcode, fixed_arity, is_known_opcode
 from analyzer.hlo.ir import ELEMENT_BITS, Attribute, Computation, Frame, HloModule, Instruction, Layout, Operand, Position, Shape
@@ -203,8 +204,7 @@ class HloTransformer(Transformer):
             i = 1
         name, shape, opcode = children[i], children[i + 1], children[i + 2]
         if not is_known_opcode(opcode):
-            raise _syntax(f"unknown opcode `{opcode}`; " + valid_choices(str(opcode), OPCODES, what="opcodes")
-                          if opcode[0] != "%" else f"expected an opcode like `add`, got `{opcode}`", opcode)
+            raise _syntax(_unknown_opcode(str(opcode)), opcode)
         operands = []
         attrs = []
         parameter = None
@@ -406,6 +406,15 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
 _INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
 _FLOAT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "fb")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+
+
+def _unknown_opcode(opcode: str) -> str:
+    if opcode.startswith("%"):
+        return f"expected an opcode like `add` after the shape, got the name `{opcode}`"
+    close = get_close_matches(opcode, OPCODES, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else \
+        " (XLA opcodes are like add, dot, fusion, all-gather, custom-call)"
+    return f"unknown opcode `{opcode}`{hint}"
 
 
 def _check_required(opcode: str, attrs: list[Attribute], tok: Token) -> None:

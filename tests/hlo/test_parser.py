@@ -1,0 +1,194 @@
+"""parse_hlo on hand-written modules: shapes, layouts, literals, typed attributes, errors with positions."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
+from analyzer.hlo.ir import Layout, Shape
+from analyzer.hlo.parser import parse_hlo, parse_hlo_file
+
+BASE = """HloModule m, num_partitions=4, entry_computation_layout={(f32[8,16]{1,0})->f32[8,16]{1,0}}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[8,16]) -> f32[8,16] {
+  %p = f32[8,16]{1,0} parameter(0), sharding={devices=[4,1]<=[4]}, metadata={op_name="x" source_file="a.py" source_line=3}
+  ROOT %ar = f32[8,16]{1,0} all-reduce(%p), channel_id=1, replica_groups=[2,2]<=[4], use_global_device_ids=true, to_apply=%add, backend_config={"flag":1}
+}
+"""
+
+
+def test_module_structure():
+    m = parse_hlo(BASE)
+    assert m.name == "m" and m.num_partitions == 4
+    assert [c.name for c in m.computations] == ["add", "main"] and m.entry.name == "main"
+    root = m.entry.root
+    assert root.opcode == "all-reduce" and root.is_root and root.position.line == 11
+    assert root.operands[0].name == "p" and root.operands[0].shape == Shape("f32", (8, 16), (), Layout((1, 0)))
+    assert root.replica_groups == ((0, 1), (2, 3)) and root.channel_id == 1 and root.use_global_device_ids
+    assert root.called_computations == ("add",)
+    assert root.backend_config == {"flag": 1}
+    md = m.entry["p"].metadata
+    assert (md.op_name, md.source_file, md.source_line) == ("x", "a.py", 3)
+    assert m.attributes["entry_computation_layout"] == "{(f32[8,16]{1,0})->f32[8,16]{1,0}}"
+    assert m.entry.parameter_shapes == (("p", Shape("f32", (8, 16))),)
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("bf16[8,<=16]{1,0:T(8,128)(2,1)S(1)}", Shape("bf16", (8, 16), (False, True), Layout((1, 0), ((8, 128), (2, 1)), 1))),
+    ("f32[]{:T(128)}", Shape("f32", (), (), Layout((), ((128,),)))),
+    ("s32[?]", Shape("s32", (-1,), (True,))),
+    ("u32[]{:S(2)}", Shape("u32", (), (), Layout((), (), 2))),
+    ("f32[4]{0:T(4)E(32)}", Shape("f32", (4,), (), Layout((0,), ((4,),), None, "E(32)"))),
+])
+def test_shapes_and_layouts(text, expect):
+    m = parse_hlo(f"HloModule m\nENTRY e {{\n  ROOT p = {text} parameter(0)\n}}\n")
+    assert m.entry.root.shape == expect
+
+
+def test_tuple_shapes_with_index_comments():
+    m = parse_hlo("HloModule m\nENTRY e {\n  ROOT p = (f32[], s32[2]{0}, /*index=2*/(token[], pred[])) parameter(0)\n}\n")
+    s = m.entry.root.shape
+    assert s.is_tuple and [str(x) for x in s.tuple_shapes] == ["f32[]", "s32[2]", "(token[], pred[])"]
+    assert s.tuple_shapes[2].tuple_shapes[0].is_token
+
+
+@pytest.mark.parametrize("shape, literal", [
+    ("f32[2,2]", "{ { 1, 2 }, { 3, nan } }"),
+    ("c64[2]", "{(1, 2), (3.5, -inf)}"),
+    ("(f32[2], s32[])", "({1, 2}, 3)"),
+    ("pred[3]", "{true, 0, 1}"),
+    ("f32[67,89]", "{...}"),
+    ("bf16[2]", "{-nan(0x7f), -nan(0x3f)}"),
+    ("u64[]", "-1"),
+])
+def test_literals(shape, literal):
+    m = parse_hlo(f"HloModule m\nENTRY e {{\n  ROOT c = {shape} constant({literal})\n}}\n")
+    assert m.entry.root.literal is not None
+
+
+@pytest.mark.parametrize("shape, literal, message", [
+    ("f32[2,3]", "{1, 2, 3, 4, 5, 6}", "expected 2 elements in dimension 0"),
+    ("f32[2]", "{1, 2, 3}", "expected 2 elements"),
+    ("f16[]", "-65520", "out of range"),
+    ("u4[]", "16", "out of range"),
+    ("s32[]", "1.5", "expected an integer"),
+    ("bf16[1]", "{nan(0x3ff)}", "NaN payload"),
+])
+def test_bad_literals(shape, literal, message):
+    with pytest.raises(HloSyntaxError, match=message) as e:
+        parse_hlo(f"HloModule m\nENTRY e {{\n  ROOT c = {shape} constant({literal})\n}}\n")
+    assert e.value.line == 3
+
+
+def _err(text):
+    with pytest.raises((HloSyntaxError, HloSemanticError)) as e:
+        parse_hlo(text, path="x.hlo")
+    return e.value
+
+
+def test_syntax_error_shows_line_caret_and_expectation():
+    e = _err("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n  q = f32[2 negate(p)\n}\n")
+    assert isinstance(e, HloSyntaxError)
+    assert (e.path, e.line) == ("x.hlo", 4)
+    text = str(e)
+    assert text.startswith("x.hlo:4:")
+    assert "\n  q = f32[2 negate(p)\n" in text and text.rstrip().endswith("^")
+    assert "Token" not in text and "LSQB" not in text  # no Lark names
+
+
+@pytest.mark.parametrize("body, message", [
+    ("  ROOT p = f32[2] parameter(0)\n  ROOT q = f32[2] negate(p)\n", "two ROOT"),
+    ("  p = f32[2] parameter(0)\n  p = f32[2] negate(p)\n", "already defined"),
+    ("  p = f32[2] parameter(0)\n  ROOT q = f32[2] negate(r)\n", "'r' of 'q' is not defined"),
+    ("  p = f32[2] parameter(0)\n  ROOT q = f32[2] call(p), to_apply=nowhere\n", "'nowhere', which is not defined"),
+    ("  p = f32[2] parameter(0)\n  ROOT q = f32[2] add(p)\n", "expects 2 operands"),
+    ("  p = f32[2] parameter(0)\n  ROOT q = f32[2] negate(s32[2] p)\n", "written with shape"),
+    ("  p = f32[2] parameter(1)\n", "parameter(0) is missing"),
+    ("  ROOT p = f32[2] parameter(0), control-predecessors={%zz}\n", "control predecessor 'zz'"),
+    ("  ROOT q = f32[2] frobnicate()\n", "unknown opcode"),
+    ("  ROOT q = f32[2] map(), dimensions={0}\n", "needs the attribute `to_apply=`"),
+])
+def test_errors_have_positions(body, message):
+    e = _err(f"HloModule m\nENTRY e {{\n{body}}}\n")
+    assert message in e.message
+    assert e.line is not None and e.column is not None and e.source_line is not None
+
+
+def test_signature_must_match_root():
+    e = _err("HloModule m\nENTRY e () -> f32[1] {\n  ROOT c = f32[2] constant({1, 2})\n}\n")
+    assert isinstance(e, HloSemanticError) and "not compatible" in e.message and e.line == 3
+
+
+def test_duplicate_computation_and_two_entries():
+    comp = "ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n"
+    assert "already defined" in _err("HloModule m\n" + comp + comp).message
+    assert "two ENTRY" in _err("HloModule m\n" + comp + comp.replace(" e ", " f ")).message
+
+
+def test_unknown_attributes_are_kept_raw():
+    m = parse_hlo("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), some_future_attr={a=[1,2] b=\"x\"}, x2=y\n}\n")
+    assert m.entry.root.attr("some_future_attr") == '{a=[1,2] b="x"}' and m.entry.root.attr("x2") == "y"
+
+
+@pytest.mark.parametrize("text", ["", "HloModule", "HloModule m\n", "garbage %$#", "\x00", "HloModule m\nENTRY e {",
+                                  "HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0)\n", "HloModule m /* open"])
+def test_garbage_is_an_analyzer_error(text):
+    with pytest.raises(AnalyzerError):
+        parse_hlo(text)
+
+
+def test_not_text():
+    with pytest.raises(HloSyntaxError):
+        parse_hlo(b"HloModule m")  # type: ignore[arg-type]
+
+
+def test_parse_file(tmp_path):
+    f = tmp_path / "m.hlo"
+    f.write_text(BASE)
+    assert parse_hlo_file(f).path == str(f)
+    with pytest.raises(HloSyntaxError, match="cannot read"):
+        parse_hlo_file(tmp_path / "missing.hlo")
+
+
+def test_frames_resolved_with_parent_offset():
+    text = """HloModule m
+
+FileNames
+1 "a.py"
+
+FunctionNames
+1 "f"
+2 "g"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=10 end_line=10 column=2 end_column=5}
+2 {file_name_id=1 function_name_id=2 line=20 end_line=20 column=4 end_column=9}
+
+StackFrames
+1 {file_location_id=2 parent_frame_id=1}
+2 {file_location_id=1 parent_frame_id=2}
+
+ENTRY e {
+  ROOT p = f32[] parameter(0), metadata={op_name="x" stack_frame_id=2}
+}
+"""
+    m = parse_hlo(text)
+    chain = m.frame_chain(m.entry.root.metadata.stack_frame_id)
+    assert [(f.function, f.line, f.parent) for f in chain] == [("f", 10, 1), ("g", 20, None)]
+
+
+def test_lazy_defers_parsing_and_reports_errors_on_access():
+    text = BASE.replace("ROOT %c = f32[] add(%a, %b)", "ROOT %c = f32[] add(%a, %zz)")
+    m = parse_hlo(text, lazy=True)
+    assert [c.name for c in m.computations] == ["add", "main"]
+    assert m["main"].mentions("all-reduce") and not m["add"].mentions("all-reduce")
+    assert len(m["main"]) == 2
+    with pytest.raises(HloSemanticError) as e:
+        m["add"].instructions
+    assert e.value.line == 6
