@@ -160,6 +160,13 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
         else:
             after_inline.append(d)
 
+    # Inline comments on lines this program's ops come from, whether or not a finding points there, so a
+    # comment that no longer hides anything is found too.
+    for file, line in _program_lines(facts.module):
+        for c in inline_codes(file, line, cache) or ():
+            inline_seen.setdefault((file, line, c), Suppression("inline", c, f"{file}:{line}",
+                                                                Location(file=file, line=line)))
+
     unused_baseline: list[Suppression] = []
     final = after_inline
     if config.baseline:
@@ -191,6 +198,21 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
         final.extend(HA901.check(ctx, unused))  # type: ignore[call-arg]
     final.sort(key=_order)
     return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused))
+
+
+def _program_lines(module: Any) -> set[tuple[str, int]]:
+    """(file, line) of every user source line the module's ops point at (stack frames and metadata)."""
+    out: set[tuple[str, int]] = set()
+    if module is None:
+        return out
+    for frame in getattr(module, "frames", {}).values():
+        if frame.file and frame.line and _is_user_file(frame.file):
+            out.add((frame.file, frame.line))
+    return out
+
+
+def _is_user_file(file: str) -> bool:
+    return not any(part in file for part in ("site-packages", "/jax/", "/jaxlib/", "<frozen"))
 
 
 def is_enabled_any(prefix: str, select: Sequence[str]) -> bool:

@@ -151,3 +151,39 @@ def big_weight(sharded: bool, gb: float = 20.0) -> Program:
     x = arg(m, (16, rows), P(), jnp.float32)
     fn = jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(m, P(None, "X")))
     return Program(fn, (x, w), dict(mesh=m, hardware="tpu-v5e"))
+
+
+# ---------------------------------------------------------------------------------------------- HA203
+def gpu_gather(axis: str, e: int = 4096, f: int = 8192) -> Program:
+    """H100, 2 nodes of 8 GPUs (16 devices: compiled in a child process): shard_map all_gather over `axis`
+    of [E_axis, F]; 'node' crosses the scale-out network, 'gpu' stays inside NVLink."""
+    m = mesh((2, 8), ("node", "gpu"))
+    x = arg(m, (e, f), P(axis, None))
+    fn = jax.shard_map(lambda x: jax.lax.all_gather(x, axis, axis=0, tiled=True) * 2, mesh=m,
+                       in_specs=P(axis, None), out_specs=P(), check_vma=False)
+    return Program(jax.jit(fn), (x,), dict(mesh=m, hardware="h100", topology="h100:2x8"))
+
+
+def ring_of_16(e: int = 2048, f: int = 8192) -> Program:
+    """AllGather over an axis of 16 v5e chips: a full ring with wraparound (16 devices: a child compile)."""
+    m = mesh((16,), ("Y",))
+    x = arg(m, (e, f), P("Y", None))
+    fn = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(m, P()))
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5e", topology="v5e:16x1"))
+
+
+# ---------------------------------------------------------------------------------------------- suppressions
+def reshard_suppressed(i: int = 4096, j: int = 4096) -> Program:
+    """The all-to-all of `reshard('transpose')`, accepted on purpose by an inline comment."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (i, j), P("X", None))
+    fn = jax.jit(lambda x: jnp.sin(x), out_shardings=NamedSharding(m, P(None, "X")))  # hlo-analyzer: ignore[HA302]
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+def stale_inline(i: int = 4096, j: int = 4096) -> Program:
+    """An inline suppression on a line where nothing fires any more (shardings agree)."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (i, j), P("X", None))
+    fn = jax.jit(lambda x: jnp.sin(x), out_shardings=NamedSharding(m, P("X", None)))  # hlo-analyzer: ignore[HA302]
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
