@@ -48,6 +48,8 @@ __all__ = [
     "collective_cost",
     "group_cost",
     "geometry_cost",
+    "rings_cost",
+    "tree_cost",
     "ring_all_gather_seconds",
     "ring_all_to_all_seconds",
     "tree_all_gather_seconds",
@@ -546,6 +548,48 @@ def geometry_cost(kind: str, nbytes: float, geometry: GroupGeometry, topology: T
         return _torus_cost(k, nbytes, geometry, topology.slice.axis_labels, loads, top_k)
     loads2 = _tree_permute_seconds_per_byte(topology, pairs) if k == "collective-permute" else None
     return _tree_cost(k, nbytes, geometry, hw, sharp, loads2, top_k)
+
+
+def rings_cost(kind: str, nbytes: float, rings: Sequence[Ring], *, group_size: int | None = None,
+               top_k: int | None = None) -> Cost:
+    """The topology-model cost over hand-written TPU ring descriptions (no mesh needed).
+
+    Args:
+      rings: one `Ring` per physical axis the group spans.
+      group_size: devices per group; default the product of the ring sizes.
+
+    Example:
+      >>> r = Ring(0, 16, 1, True, "ici", 4.5e10, 1e-6)
+      >>> round(rings_cost("all-gather", 9e6, [r]).seconds * 1e6)
+      100
+    """
+    k = canonical_kind(kind)
+    if k == "collective-permute":
+        raise CostModelError("price a permute with permute_seconds(nbytes, hops, ...) or give pairs to collective_cost")
+    n = group_size or (int(np.prod([r.size for r in rings])) if rings else 1)
+    geo = GroupGeometry("torus", n, 1, tuple(rings))
+    labels = [f"axis {i}" for i in range(max((r.physical_axis for r in rings), default=-1) + 1)]
+    return _torus_cost(k, nbytes, geo, labels, None, top_k)
+
+
+def tree_cost(kind: str, nbytes: float, levels: Sequence[TreeLevel], hardware: HardwareSpec | str, *,
+              group_size: int | None = None, sharp: bool = False, top_k: int | None = None) -> Cost:
+    """The topology-model cost over hand-written GPU tree levels (no mesh needed).
+
+    Example:
+      >>> lv = [TreeLevel("nvlink", 8, 450e9, 1, "nvlink")]
+      >>> round(tree_cost("all-gather", 450e9, lv, "h100").seconds, 4)
+      0.875
+    """
+    from analyzer.hardware import load_hardware
+
+    hw = load_hardware(hardware)
+    k = _check(kind, "topology", nbytes, hw, sharp)
+    if k == "collective-permute":
+        raise CostModelError("price a permute with permute_seconds(nbytes, hops, ...) or give pairs to collective_cost")
+    n = group_size or int(np.prod([lv.degree for lv in levels]))
+    geo = GroupGeometry("tree", n, 1, (), tuple(levels))
+    return _tree_cost(k, nbytes, geo, hw, sharp, None, top_k)
 
 
 def group_cost(kind: str, nbytes: float, groups: Sequence[Sequence[int]] | np.ndarray, topology: Topology, *,

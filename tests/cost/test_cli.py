@@ -68,3 +68,15 @@ def test_hardware_list_and_show(capsys):
     assert code == 0 and json.loads(out)["nvlink"]["gpu_egress"] == 450e9
     code, _, err = run(capsys, "hardware", "show", "h1000")
     assert code == 2 and "did you mean 'h100'" in err
+
+
+def test_price_gpu_sharp(capsys):
+    args = ["price", "AllReduce_X: [B, F]{U_X} -> [B, F]", "--mesh", "X=8", "--dims", "B=4096,F=8192",
+            "--hardware", "h100", "--json"]
+    code, out, _ = run(capsys, *args)
+    plain = json.loads(out)["seconds"]
+    code, out, _ = run(capsys, *args, "--sharp")
+    assert code == 0
+    sharp = json.loads(out)["seconds"]
+    assert sharp == pytest.approx(4096 * 8192 * 2 / 450e9)  # SHARP: V / W_gpu
+    assert plain == pytest.approx(2 * 4096 * 8192 * 2 * 7 / (8 * 450e9))
