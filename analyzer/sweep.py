@@ -51,6 +51,9 @@ class SweepEntry:
       findings: number of rule findings; `errors` of them at severity error.
       error: why the candidate could not be analysed; None when it was.
       rank: 1-based position after ranking (0 before).
+      by_kind: communication seconds per step by collective kind.
+      note: what the reader should know about the plan (e.g. a model axis of size 1 makes `tp` data parallel).
+      same_as: rank of a better-ranked entry with the same predictions (the same plan in effect), or None.
     """
 
     strategy: str
@@ -64,6 +67,8 @@ class SweepEntry:
     error: str | None = None
     rank: int = 0
     by_kind: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+    same_as: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -101,6 +106,7 @@ class SweepEntry:
             "compute_seconds": self.compute_seconds if self.ok else None,
             "memory_bytes": self.memory_bytes, "hbm_bytes": self.hbm_bytes, "fits": self.fits,
             "findings": self.findings, "errors": self.errors, "error": self.error, "by_kind": self.by_kind,
+            "note": self.note, "same_as": self.same_as,
         })
 
 
@@ -118,7 +124,8 @@ def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
 
     Returns:
       The entries sorted by: fits in HBM (or unknown) first, then predicted step time (compute + comm),
-      then the perfect-overlap time; failed candidates last. `rank` is set 1..n.
+      then the perfect-overlap time; failed candidates last. `rank` is set 1..n; an entry whose predictions
+      equal a better-ranked one's gets `same_as` (e.g. fsdp on 8x1 and on 4x2 shard the same way).
 
     Example:
       >>> ranked = rank_entries([SweepEntry("tp", "data=1,model=8", 2e-3, 1e-3),
@@ -126,8 +133,17 @@ def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
       >>> [e.strategy for e in ranked]
       ['fsdp', 'tp']
     """
-    ordered = sorted(entries, key=_sort_key)
-    return tuple(replace(e, rank=i + 1) for i, e in enumerate(ordered))
+    ordered = [replace(e, rank=i + 1) for i, e in enumerate(sorted(entries, key=_sort_key))]
+    seen: dict[tuple, int] = {}
+    for i, e in enumerate(ordered):
+        if not e.ok:
+            continue
+        key = (round(e.comm_seconds, 12), round(e.compute_seconds, 12), e.memory_bytes, e.findings)
+        if key in seen:
+            ordered[i] = replace(e, same_as=seen[key])
+        else:
+            seen[key] = e.rank
+    return tuple(ordered)
 
 
 @dataclass(frozen=True)
@@ -262,12 +278,29 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
     hbm = int(load_hardware(report.context.get("hardware") or report.hardware).hbm_bytes) if report.hardware else None
     diags = list(report.diagnostics)
     return SweepEntry(
-        strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text,
+        strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text, note=plan_note(config),
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
         memory_bytes=memory_per_device(report.memory), hbm_bytes=hbm, findings=len(diags),
         errors=sum(1 for d in diags if getattr(d.severity, "value", d.severity) == "error"),
         by_kind={str(k): float(v) for k, v in report.totals.by_kind.items()},
     )
+
+
+def plan_note(config: ReportConfig) -> str:
+    """A remark on a plan whose strategy degenerates on its mesh: tp, fsdp+tp or ep with a model axis of 1.
+
+    Example:
+      >>> plan_note(cfg.with_plan((8, 1), "tp"))
+      "model axis 'model' has size 1: no tensor parallelism (data parallel in effect)"
+    """
+    if config.strategy not in ("tp", "fsdp+tp", "ep") or not config.mesh:
+        return ""
+    axis = config.model_axis or list(config.mesh)[-1]
+    if config.mesh.get(axis) != 1:
+        return ""
+    effect = {"tp": "no tensor parallelism (data parallel in effect)", "fsdp+tp": "no tensor parallelism (FSDP in "
+              "effect)", "ep": "experts not sharded"}[config.strategy]
+    return f"model axis {axis!r} has size 1: {effect}"
 
 
 def evaluate(config: ReportConfig, candidate: Candidate, *, hardware: str | None = None,

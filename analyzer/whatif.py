@@ -70,7 +70,8 @@ def parse_alternative(text: str) -> tuple[str, str | None]:
 
 def _row(report: Report, baseline: bool) -> WhatIf:
     return WhatIf(
-        hardware=report.hardware, topology=(report.topology or "").splitlines()[0] if report.topology else "",
+        hardware=report.hardware,
+        topology=report.topology.splitlines()[0].split(": ")[0] if report.topology else "",
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
         findings=len(report.diagnostics),
         saving_seconds=float(sum(d.saving_seconds or 0.0 for d in report.diagnostics if (d.saving_seconds or 0) > 0)),

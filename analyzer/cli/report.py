@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
     from analyzer.render.terminal import print_report
 
-    print_report(report, Console(file=sys.stdout), whatif=whatif, limit=args.limit)
+    print_report(report, Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160), whatif=whatif,
+                 limit=args.limit)
     return 0
 
 

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     cands = candidates(config, args.mesh_shapes or (), args.strategies or ())
     jobs = args.jobs or default_jobs(len(cands))
     err = Console(file=sys.stderr)
-    out = Console(file=sys.stdout)
+    out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
     progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.description}"), console=err, transient=True,
                         disable=args.no_progress)

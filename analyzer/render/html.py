@@ -211,6 +211,7 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
             "compute": format_seconds(e.compute_seconds) if e.ok else "",
             "memory": format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—",
             "fits": {True: "yes", False: "no", None: "unknown"}[e.fits], "findings": e.findings, "errors": e.errors,
+            "note": "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x),
         })
     return rows
 
@@ -221,6 +222,11 @@ def _whatif(whatif: Sequence[WhatIf] | None) -> list[dict[str, Any]]:
     from analyzer.whatif import as_rows
 
     return as_rows(whatif)
+
+
+def _short_topology(text: str) -> str:
+    """The slice alone (`tpu-v5e slice v5e:4x2`), without the explanation the plan section shows in full."""
+    return text.splitlines()[0].split(": ")[0] if text else text
 
 
 def _environment():
@@ -265,7 +271,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     }
     context = {
         "title": report.name or "hlo-analyzer report",
-        "plan_lines": [(k, v.splitlines()[0] if v else v) for k, v in plan_lines(report)],
+        "plan_lines": [(k, _short_topology(v) if k == "Topology" else v) for k, v in plan_lines(report)],
         "topology": report.topology,
         "headline": headline(report),
         "counts": counts,

@@ -153,21 +153,26 @@ def sweep_table(sweep: SweepResult):
 
     table = Table(title=f"Sweep ranking on {sweep.hardware}", title_justify="left", caption=sweep.combine,
                   caption_justify="left", box=box.SIMPLE_HEAD, title_style="bold")
-    for name, justify in (("#", "right"), ("strategy", "left"), ("mesh", "left"), ("step", "right"),
-                          ("overlapped", "right"), ("comm", "right"), ("compute", "right"),
-                          ("memory/device", "right"), ("fits", "left"), ("findings", "right")):
-        table.add_column(name, justify=justify)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("mesh", no_wrap=True)
+    for name in ("step", "overlapped", "comm", "compute", "memory/device"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("fits", no_wrap=True)
+    table.add_column("findings", justify="right", no_wrap=True)
+    table.add_column("note", overflow="fold")
     for e in sweep.entries:
         if not e.ok:
-            table.add_row(str(e.rank), e.strategy, e.mesh, "[red]failed[/]", "", "", "", "", "", _escape(e.error or ""))
+            table.add_row(str(e.rank), e.strategy, e.mesh, "[red]failed[/]", "", "", "", "", "", "", _escape(e.error or ""))
             continue
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "?"}[e.fits]
         mem = format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—"
         style = "bold" if e.rank == 1 else ""
+        note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
         table.add_row(str(e.rank), e.strategy, e.mesh, format_seconds(e.step_seconds),
                       format_seconds(e.overlap_step_seconds), format_seconds(e.comm_seconds),
                       format_seconds(e.compute_seconds), mem, fits,
-                      f"{e.findings}" + (f" ({e.errors} errors)" if e.errors else ""), style=style)
+                      f"{e.findings}" + (f" ({e.errors} errors)" if e.errors else ""), _escape(note), style=style)
     return table
 
 
