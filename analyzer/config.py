@@ -234,7 +234,12 @@ def load_config(path: str | Path | None = None) -> Config:
     except tomllib.TOMLDecodeError as e:
         line = getattr(e, "lineno", None)
         col = getattr(e, "colno", None)
-        msg = str(e).split(" (at line")[0]
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        if line is None and m:
+            line, col = int(m.group(1)), int(m.group(2))
+        elif line is None and "end of document" in str(e):
+            line = max(1, len(text.splitlines()))
+        msg = re.sub(r" \(at (line \d+, column \d+|end of document)\)", "", str(e))
         raise ConfigError(
             f"not valid TOML: {msg}", path=str(p), line=line, column=col, source_line=_line_text(text, line)
         ) from None

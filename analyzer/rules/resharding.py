@@ -63,12 +63,13 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         if c.seconds * c.count < min_saving:
             continue
-        if c.inst is not None and c.comp is not None:
-            users = users_cache.setdefault(c.comp.name, users_map(c.comp))
-            if dot_uses(c.comp, c.inst, None, users):  # type: ignore[arg-type]
-                continue  # feeds a matmul: contraction traffic (the matmul rules weigh it)
-            if _rematerialized(c):
-                continue  # HA303 reports it, as an error
+        if c.inst is None or c.comp is None:
+            continue  # without the HLO a reshard cannot be told from a matmul's gather
+        users = users_cache.setdefault(c.comp.name, users_map(c.comp))
+        if dot_uses(c.comp, c.inst, None, users):  # type: ignore[arg-type]
+            continue  # feeds a matmul: contraction traffic (the matmul rules weigh it)
+        if _rematerialized(c):
+            continue  # HA303 reports it, as an error
         before, after = sides(c.notation)
         spec = partition_spec(after, facts.mesh_axes) if after else ""
         yield ctx.diagnostic(
