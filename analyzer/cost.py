@@ -163,7 +163,7 @@ def ring_all_gather_seconds(nbytes: float, ring: Ring) -> float:
       559
     """
     s = ring.size
-    if s <= 1:
+    if s <= 1 or ring.network == "chip":
         return 0.0
     if ring.network == "dcn":
         return (s - 1) / s * nbytes / ring.link_bandwidth_one_way
@@ -184,7 +184,7 @@ def ring_all_to_all_seconds(nbytes: float, ring: Ring, group_size: int) -> float
       True
     """
     s = ring.size
-    if s <= 1:
+    if s <= 1 or ring.network == "chip":
         return 0.0
     if ring.network == "dcn":
         return (s - 1) / s * (nbytes / group_size) / ring.link_bandwidth_one_way
@@ -219,7 +219,8 @@ def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[s
         dcn = [r for r in rings if r.network == "dcn"]
         times = [ring_all_gather_seconds(nbytes, r) for r in ici]
         t_ici = 1.0 / sum(1.0 / t for t in times if t > 0) if any(t > 0 for t in times) else 0.0
-        formula = f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / t_ici:.4g} B/s" if t_ici else ""
+        formula = (f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / t_ici:.4g} B/s" if t_ici
+                   else "0 (between the cores of one chip)")
         # Over DCN every chip of the group's ICI part carries its share: (s-1)/s * (V / n_ici) / W_dcn
         # (training.md: 8DF / (M W_dcn) across pods); the two networks work at once.
         n_ici = int(np.prod([r.size for r in ici])) if ici else 1
@@ -228,7 +229,7 @@ def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[s
             d = dcn[0]
             dcn_text = (f"DCN (s-1)/s x V / (n_ici W_dcn) = {d.size - 1}/{d.size} x {nbytes:.4g} B / "
                         f"({n_ici} x {d.link_bandwidth_one_way:.3g} B/s)")
-            formula = f"max({formula}, {dcn_text})" if formula else dcn_text
+            formula = f"max({formula}, {dcn_text})" if t_ici else dcn_text
         bw = max(t_ici, t_dcn)
         lat = (lat_per_hop or 0.0) * sum(r.hops for r in ici)
         hops = sum(r.hops for r in rings)
@@ -383,6 +384,9 @@ def _torus_permute_loads(topology: Topology, pairs: Sequence[tuple[int, int]]) -
         hops = 0
         cur = list(a)
         for k, dim in enumerate(sl.dims):
+            if sl.networks[k] == "chip":
+                cur[k] = b[k]
+                continue
             if sl.networks[k] == "dcn":
                 if a[k] != b[k]:
                     key = ("dcn", tuple(cur))
@@ -444,8 +448,12 @@ def _ideal_cost(kind: str, nbytes: float, topology: Topology, axes_geo: Sequence
         for g in axes_geo:
             if any(r.network == "dcn" for r in g.rings):
                 ws.append(float(hw.dcn_bandwidth_per_chip or 0))
+            elif g.rings and all(r.network == "chip" for r in g.rings):
+                ws.append(float("inf"))  # between the cores of one chip: counted free
             else:
                 ws.append(hw.ici.link_bandwidth_bidi)
+        if all(w == float("inf") for w in ws):
+            return Cost(0.0, "bandwidth", float(nbytes), 0, "0 (between the cores of one chip)", kind, "ideal")
         t_min = hw.ici.hop_latency
         lat = t_min * sum(sizes) / 2
         hops = int(sum(s // 2 for s in sizes))

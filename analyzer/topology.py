@@ -54,7 +54,7 @@ __all__ = [
     "AxisLike",
 ]
 
-NETWORKS = ("ici", "dcn", "nvlink", "scale-out")
+NETWORKS = ("ici", "dcn", "nvlink", "scale-out", "chip")
 
 
 # ------------------------------------------------------------------------------------------------ slices
@@ -261,8 +261,8 @@ class Ring:
       size: devices of the group along this axis.
       stride: physical hops between neighbouring members (1 when they are adjacent chips).
       wraparound: the members close into a ring (the axis wraps and the group covers it).
-      network: "ici" or "dcn".
-      link_bandwidth_one_way: bytes/s one way per link (DCN: egress per chip).
+      network: "ici", "dcn", or "chip" (between the cores of one chip: counted free).
+      link_bandwidth_one_way: bytes/s one way per link (DCN: egress per chip; chip: infinite).
       hop_latency: seconds per hop, or None when the spec gives none.
       share: how many groups' traffic shares each link (interleaved groups on one line: the stride).
     """
@@ -282,6 +282,8 @@ class Ring:
         (both directions), `stride * (size-1)` without (sharding.md, pop quiz 2)."""
         if self.network == "dcn":
             return self.size - 1
+        if self.network == "chip":
+            return 0
         return self.stride * (self.size // 2 if self.wraparound else self.size - 1)
 
 
@@ -496,16 +498,21 @@ class Topology:
             coords = tuple(tuple(int(c) for c in xyz) for xyz in device_coords)
             if len(coords) != n:
                 raise MeshError(f"{len(coords)} device coords for a mesh of {n} devices")
-            if len(set(coords)) != n:
-                raise MeshError("two devices share physical coords; give one coordinate per chip "
-                                "(for chips with several cores, add the core index as the last coordinate "
-                                "of a declared topology, or use one device per chip)")
+            if not coords or len({len(c) for c in coords}) != 1:
+                raise MeshError("device coords must all have the same number of coordinates")
+            if hw.ici is not None:
+                # jax reports (x, y, z) even on 2D tori: drop trailing coordinates that never change
+                while len(coords[0]) > hw.ici.rank and len({c[-1] for c in coords}) == 1:
+                    coords = tuple(c[:-1] for c in coords)
             if topology is None:
+                low = [min(c[k] for c in coords) for k in range(len(coords[0]))]
+                coords = tuple(tuple(v - lo for v, lo in zip(c, low)) for c in coords)
                 dims = tuple(max(c[k] for c in coords) + 1 for k in range(len(coords[0])))
                 topology = f"{hw.topology_prefix}:{'x'.join(map(str, dims))}"
             sl = topology if isinstance(topology, PhysicalSlice) else parse_slice(topology, hw)
             if any(len(c) != len(sl.dims) or any(not 0 <= v < d for v, d in zip(c, sl.dims)) for c in coords):
                 raise MeshError(f"device coords do not fit the slice {sl.name} (dims {sl.dims})")
+            coords, sl = _add_core_axis(coords, sl)
             return cls(sl, names, sizes, coords, origin="device coords", declared=declared)
         if topology is None:
             sl = smallest_slice(hw, sizes)
@@ -551,7 +558,8 @@ class Topology:
         hw = self.hardware
         if geo.kind == "torus":
             rings = geo.rings
-            network = "dcn" if any(r.network == "dcn" for r in rings) else "ici"
+            network = ("dcn" if any(r.network == "dcn" for r in rings) else
+                       "chip" if rings and all(r.network == "chip" for r in rings) else "ici")
             links = sum((hw.ici.links_per_axis if r.size > 2 or r.wraparound else 1)
                         for r in rings if r.network == "ici") if hw.ici else 0
             return AxisInfo(
@@ -630,6 +638,8 @@ class Topology:
             if sl.networks[k] == "dcn":
                 s = int(count.max())
                 ring = Ring(k, s, 1, False, "dcn", float(hw.dcn_bandwidth_per_chip), None, 1)
+            elif sl.networks[k] == "chip":
+                ring = Ring(k, int(count.max()), 1, False, "chip", float("inf"), None, 1)
             else:
                 wraps = sl.wraps[k] & even & (count * dmax == dim)
                 hops = np.where(wraps, dmax * (count // 2), dmax * (count - 1))
@@ -676,7 +686,12 @@ class Topology:
         how = {"in order": "mesh axes laid on the physical axes in order",
                "mapping": "mesh axes placed by the given mapping",
                "device coords": "placed by the devices' physical coords"}[self.origin]
-        chosen = "declared" if self.declared else "the smallest slice that holds the mesh (none was given)"
+        if self.declared:
+            chosen = "declared"
+        elif self.origin == "device coords":
+            chosen = "the bounding box of the devices' coords"
+        else:
+            chosen = "the smallest slice that holds the mesh (none was given)"
         lines = [f"{self.hardware.name} slice {self.slice.name}: {chosen}; {how}."]
         if self.hardware.ici is not None:
             lines.append(f"  ICI {self.hardware.ici.wraparound.describe()}.")
@@ -686,6 +701,30 @@ class Topology:
 
     def __str__(self) -> str:
         return self.describe()
+
+
+def _add_core_axis(coords: tuple[tuple[int, ...], ...], sl: PhysicalSlice
+                   ) -> tuple[tuple[tuple[int, ...], ...], PhysicalSlice]:
+    """Chips with several devices (TPU7x has two cores per chip without megacore) report one coordinate
+    for each: number the devices of a chip in order as a minor "core" axis on the "chip" network, which the
+    cost model counts as free (the book gives no figure for the link between the two cores)."""
+    counts: dict[tuple[int, ...], int] = {}
+    for c in coords:
+        counts[c] = counts.get(c, 0) + 1
+    k = set(counts.values())
+    if k == {1}:
+        return coords, sl
+    if len(k) != 1:
+        raise MeshError("devices share physical coords unevenly (some chips have more devices than others); "
+                        "give one coordinate per device")
+    (per_chip,) = k
+    seen: dict[tuple[int, ...], int] = {}
+    out = []
+    for c in coords:
+        out.append((*c, seen.get(c, 0)))
+        seen[c] = seen.get(c, 0) + 1
+    return tuple(out), PhysicalSlice(sl.hardware, (*sl.dims, per_chip), (*sl.networks, "chip"),
+                                     (*sl.wraps, False), (*sl.axis_labels, "core"))
 
 
 def mesh_groups(axis_names: Sequence[str], axis_sizes: Sequence[int],

@@ -82,8 +82,8 @@ def test_device_coords_with_permuted_devices():
     coords = [(0, 0), (1, 0), (1, 1), (0, 1)]
     t = Topology.for_mesh("tpu-v5e", ("X",), (4,), device_coords=coords)
     assert t.origin == "device coords" and t.slice.name == "v5e:2x2"
-    with pytest.raises(MeshError, match="share physical coords"):
-        Topology.for_mesh("tpu-v5e", ("X",), (4,), device_coords=[(0, 0)] * 4)
+    with pytest.raises(MeshError, match="unevenly"):
+        Topology.for_mesh("tpu-v5e", ("X",), (4,), device_coords=[(0, 0), (0, 0), (0, 0), (1, 0)])
     with pytest.raises(MeshError, match="4 device coords for a mesh of 8"):
         Topology.for_mesh("tpu-v5e", ("X",), (8,), device_coords=coords)
 
@@ -117,3 +117,23 @@ def test_explicit_groups_geometry():
     assert [r.size for r in geo.rings] == [4]
     with pytest.raises(MeshError, match="outside"):
         t.geometry_for_groups([[0, 99]])
+
+
+def test_device_coords_trim_and_shift():
+    # jax reports (x, y, z) on 2D tori; a sub-slice may not start at 0
+    coords = [(x + 2, y, 0) for y in range(2) for x in range(4)]
+    t = Topology.for_mesh("tpu-v5e", ("X",), (8,), device_coords=coords)
+    assert t.slice.name == "v5e:4x2" and t.coords[0] == (0, 0)
+    assert "bounding box of the devices' coords" in t.describe()
+
+
+def test_two_cores_per_chip_get_a_free_core_axis():
+    # TPU7x: two devices per chip report the same coords; the second becomes core 1 of a "chip" axis
+    coords = [(x, y, 0) for y in range(2) for x in range(2) for _ in range(2)]
+    t = Topology.for_mesh("tpu-7x", ("X", "core"), (4, 2), device_coords=coords)
+    assert t.slice.axis_labels[-1] == "core" and t.axis_info("core").network == "chip"
+    from analyzer.cost import collective_cost
+
+    assert collective_cost("all-gather", 1e8, "core", t).seconds == 0
+    assert collective_cost("all-gather", 1e8, "core", t, model="ideal").seconds == 0
+    assert collective_cost("all-gather", 1e8, "X", t).seconds == pytest.approx(1e8 / (2 * 1.8e11))
