@@ -134,21 +134,29 @@ def test_tuple_sharding_needs_leaves():
         Notation.from_hlo_sharding("{{replicated}, {replicated}}", (4,), {"X": 2})
 
 
-def test_from_real_jax_compile():
-    """The sharding XLA prints for a jit with NamedShardings maps back to the PartitionSpec."""
+@pytest.mark.slow
+@pytest.mark.parametrize("permuted", [False, True])
+def test_from_compiled_module_shardings(permuted):
+    """The parameter shardings XLA prints in the compiled module map back to the PartitionSpecs, also when the
+    mesh's devices are permuted (the ids are positions in mesh.devices.flat)."""
+    import re
+
     import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    mesh = jax.make_mesh((4, 2), ("X", "Y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    for spec, expected in [(P("X", "Y"), "[I_X, J_Y]"), (P("Y", None), "[I_Y, J]"), (P(("Y", "X")), "[I_YX, J]"),
-                           (P(None, "X"), "[I, J_X]")]:
-        s = NamedSharding(mesh, spec)
-        text = s._to_xla_hlo_sharding(2).to_proto()
-        from jax._src.lib import xla_client as xc
-
-        hlo_text = str(xc.HloSharding.from_proto(text))
-        assert str(Notation.from_hlo_sharding(hlo_text, (16, 16), mesh)) == expected, hlo_text
+    devices = np.array(jax.devices()[:8])
+    if permuted:
+        devices = devices[[3, 0, 6, 1, 7, 2, 5, 4]]
+    mesh = Mesh(devices.reshape(4, 2), ("X", "Y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    specs = [P("X", "Y"), P("Y", None), P(("Y", "X")), P(None, "X")]
+    args = [jax.ShapeDtypeStruct((16, 16), np.float32, sharding=NamedSharding(mesh, s)) for s in specs]
+    text = jax.jit(lambda *xs: [x * 2 for x in xs]).lower(*args).compile().as_text()
+    params = sorted(re.findall(r"parameter\((\d+)\), sharding=(\{.*?\})(?:, |$)", text, re.M))
+    found = [s for _, s in params]
+    assert len(found) == len(specs), text[:2000]
+    got = [str(Notation.from_hlo_sharding(s, (16, 16), mesh)) for s in found]
+    assert got == ["[I_X, J_Y]", "[I_Y, J]", "[I_YX, J]", "[I, J_X]"], found
 
 
 def test_mesh_axes_forms():
