@@ -200,6 +200,9 @@ def _rings_text(rings: Sequence[Ring], labels: Sequence[str]) -> str:
         if r.network == "dcn":
             parts.append(f"{lab}: {r.size} slices over DCN at {r.link_bandwidth_one_way:.3g} B/s per chip")
             continue
+        if r.network == "chip":
+            parts.append(f"{lab}: {r.size} cores of one chip")
+            continue
         wrap = "wraparound" if r.wraparound else "no wraparound"
         extra = f", stride {r.stride} (links shared by {r.share} groups)" if r.stride > 1 else ""
         parts.append(f"{lab}: ring of {r.size}, {wrap}{extra}")
@@ -207,11 +210,20 @@ def _rings_text(rings: Sequence[Ring], labels: Sequence[str]) -> str:
 
 
 def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[str],
-                pairs_loads: tuple[int, int] | None, top_k: int | None) -> Cost:
+                pairs_loads: tuple | None, top_k: int | None) -> Cost:
     rings = geo.rings
     lat_per_hop = next((r.hop_latency for r in rings if r.hop_latency is not None), None)
     hops = sum(r.hops for r in rings)
     where = _rings_text(rings, labels)
+    if kind == "collective-permute":
+        assert pairs_loads is not None
+        ici_load, dcn_load, max_hops, w_one, w_dcn, t_min = pairs_loads
+        t_ici = ici_load * nbytes / w_one
+        t_dcn = dcn_load * nbytes / w_dcn if dcn_load else 0.0
+        text = f"messages on the busiest link x V / W_one = {ici_load} x {nbytes:.4g} B / {w_one:.3g} B/s"
+        if dcn_load:
+            text = f"max({text}, DCN {dcn_load} x V / W_dcn at {w_dcn:.3g} B/s)"
+        return _finish(kind, "topology", nbytes, max(t_ici, t_dcn), t_min * max_hops, max_hops, text)
     if not rings:
         return Cost(0.0, "bandwidth", float(nbytes), 0, "single-device group: no communication", kind, "topology")
     if kind in ("all-gather", "reduce-scatter", "all-reduce"):
@@ -254,14 +266,6 @@ def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[s
         lat = (lat_per_hop or 0.0) * hops
         c = _finish(kind, "topology", nbytes, bw, lat, hops, f"V / W_one = {nbytes:.4g} B / {w:.3g} B/s (pipelined)")
         return replace(c, formula=c.formula + f" [{where}]")
-    if kind == "collective-permute":
-        assert pairs_loads is not None
-        load, max_hops = pairs_loads
-        w = rings[0].link_bandwidth_one_way if rings else 1.0
-        bw = load * nbytes / w
-        lat = (lat_per_hop or 0.0) * max_hops
-        return _finish(kind, "topology", nbytes, bw, lat, max_hops,
-                       f"messages per link x V / W_one = {load} x {nbytes:.4g} B / {w:.3g} B/s")
     raise CostModelError(f"unknown collective {kind!r}")
 
 
@@ -370,17 +374,26 @@ def permute_seconds(nbytes: float, hops: int, link_bandwidth_one_way: float,
                    f"{link_bandwidth_one_way:.3g} B/s")
 
 
-def _torus_permute_loads(topology: Topology, pairs: Sequence[tuple[int, int]]) -> tuple[int, int]:
+def _torus_permute_loads(topology: Topology, pairs: Sequence[tuple[int, int]]
+                         ) -> tuple[int, int, int, float, float, float]:
     """Route each (source, target) along the torus, dimension by dimension, the short way round where
-    the axis wraps; return (messages on the busiest directed link, the most hops of any pair)."""
+    the axis wraps (DCN hops leave through the source chip's DCN egress; cores of one chip are free).
+
+    Returns:
+      (messages on the busiest ICI link, messages on the busiest DCN egress, the most ICI hops of any pair,
+      W_one, W_dcn, T_min).
+    """
     sl = topology.slice
+    hw = topology.hardware
+    assert hw.ici is not None
     coords = topology.coords
     loads: dict[tuple, int] = {}
+    dcn_loads: dict[tuple, int] = {}
     max_hops = 0
     for src, dst in pairs:
         if src == dst:
             continue
-        a, b = list(coords[src]), list(coords[dst])
+        a, b = coords[src], coords[dst]
         hops = 0
         cur = list(a)
         for k, dim in enumerate(sl.dims):
@@ -389,9 +402,8 @@ def _torus_permute_loads(topology: Topology, pairs: Sequence[tuple[int, int]]) -
                 continue
             if sl.networks[k] == "dcn":
                 if a[k] != b[k]:
-                    key = ("dcn", tuple(cur))
-                    loads[key] = loads.get(key, 0) + 1
-                    hops += 1
+                    key = tuple(a)
+                    dcn_loads[key] = dcn_loads.get(key, 0) + 1
                     cur[k] = b[k]
                 continue
             d = (b[k] - a[k]) % dim if sl.wraps[k] else b[k] - a[k]
@@ -408,7 +420,8 @@ def _torus_permute_loads(topology: Topology, pairs: Sequence[tuple[int, int]]) -
                 cur[k] = (cur[k] + step) % dim
                 hops += 1
         max_hops = max(max_hops, hops)
-    return (max(loads.values()) if loads else 0), max_hops
+    return (max(loads.values(), default=0), max(dcn_loads.values(), default=0), max_hops,
+            hw.ici.link_bandwidth_one_way, float(hw.dcn_bandwidth_per_chip or 1.0), hw.ici.hop_latency)
 
 
 def _tree_permute_seconds_per_byte(topology: Topology, pairs: Sequence[tuple[int, int]]) -> tuple[float, int]:
@@ -675,7 +688,7 @@ def collective_cost(kind: str, nbytes: float, axes: AxisLike | Sequence[AxisLike
         hint = 1
         if k == "collective-permute":
             pp = pairs if pairs is not None else _default_pairs(groups)
-            hint = _torus_permute_loads(topology, pp)[1] if hw.kind == "tpu" else 1
+            hint = _torus_permute_loads(topology, pp)[2] if hw.kind == "tpu" else 1
         return _ideal_cost(k, nbytes, topology, per_axis, sizes, sharp, top_k, hint)
     geo = topology.geometry(norm)
     if k == "collective-permute" and pairs is None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -328,6 +328,18 @@ class GroupGeometry:
     levels: tuple[TreeLevel, ...] = ()
     mesh_axes: tuple[str, ...] = ()
     regular: bool = True
+
+    def with_wraparound(self, wrap: bool = True) -> GroupGeometry:
+        """The same groups as if every spanned ICI ring did (or did not) close: for what-if pricing, e.g. the
+        saving a topology with wraparound would bring (`analyzer.cost.geometry_cost` prices it).
+
+        Example:
+          >>> t = Topology.for_mesh("tpu-v5e", ("X", "Y"), (8, 4))
+          >>> [r.wraparound for r in t.geometry("Y").with_wraparound().rings]
+          [True]
+        """
+        rings = tuple(replace(r, wraparound=wrap) if r.network == "ici" else r for r in self.rings)
+        return replace(self, rings=rings)
 
     @property
     def networks(self) -> tuple[str, ...]:

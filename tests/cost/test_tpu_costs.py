@@ -149,3 +149,19 @@ def test_cost_to_dict():
     t = v5e(("X",), (16,), "v5e:1x16")
     d = collective_cost("all-gather", V, "X", t).to_dict()
     assert {"seconds", "regime", "bytes", "hops", "formula", "kind", "model"} <= set(d)
+
+
+def test_what_if_wraparound():
+    from analyzer.cost import geometry_cost
+
+    t = v5e(("X", "Y"), (8, 4), "v5e:8x4")
+    now = collective_cost("all-gather", V, "Y", t)
+    closed = geometry_cost("all-gather", V, t.geometry("Y").with_wraparound(), t)
+    assert now.seconds / closed.seconds == pytest.approx(1.5)  # 3 hops one way vs 2 hops each way, ring of 4
+
+
+def test_permute_across_dcn():
+    t = Topology.for_mesh("tpu-v5e", ("pod", "X"), (2, 256), topology="v5e:16x16*2")
+    c = collective_cost("collective-permute", V, "pod", t)  # every chip swaps with its twin in the other pod
+    assert c.seconds == pytest.approx(V / 3.125e9)
+    assert "DCN" in c.formula
