@@ -222,8 +222,9 @@ def parse_replica_groups(raw: str) -> tuple[tuple[int, ...], ...]:
 
 
 _MESH_RE = re.compile(
-    r"^mesh\s*\[(?P<axes>[^\]]*)\]\s*(?:,\s*device_ids\s*=\s*\((?P<ids>[^)]*)\))?\s*\{(?P<group>[^}]*)\}$"
+    r"^mesh\s*\[(?P<axes>[^\]]*)\]\s*(?:,\s*device_ids\s*=\s*\((?P<ids>(?:[^()]|\([^()]*\))*)\))?\s*\{(?P<group>[^}]*)\}$"
 )
+_DEVICE_IOTA = re.compile(r"^\[([\d,\s]+)\]\s*(?:T\(([\d,\s]+)\))?$")
 _AXIS_DECL = re.compile(r"^'([^']*)'\s*=\s*(\d+)$")
 _AXIS_REF = re.compile(r"^'([^']*)'(?:\s*:\s*\((\d+)\)\s*(\d+))?$")
 
@@ -263,10 +264,19 @@ def parse_mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
     import numpy as np
 
     if m.group("ids") is not None:
-        ids = _ints(m.group("ids"))
-        if sorted(ids) != list(range(total)):
-            raise ValueError(f"device_ids must be a permutation of 0..{total - 1}, got {len(ids)} ids")
-        devices = np.array(ids, dtype=np.int64).reshape(sizes)
+        ids_text = m.group("ids").strip()
+        iota = _DEVICE_IOTA.match(ids_text)
+        if iota:  # `device_ids=([2,4]T(1,0))`: iota reshaped to these dims, transposed, then to the mesh
+            reshape = _ints(iota.group(1))
+            perm = _ints(iota.group(2)) if iota.group(2) is not None else None
+            if prod(reshape) != total:
+                raise ValueError(f"device_ids ({ids_text}) hold {prod(reshape)} devices but the mesh has {total}")
+            devices = expand_iota(tuple(sizes), reshape, perm)
+        else:
+            ids = _ints(ids_text)
+            if sorted(ids) != list(range(total)):
+                raise ValueError(f"device_ids must be a permutation of 0..{total - 1}, got {len(ids)} ids")
+            devices = np.array(ids, dtype=np.int64).reshape(sizes)
     else:
         devices = np.arange(total, dtype=np.int64).reshape(sizes)
     refs: list[tuple[int, tuple[int, int] | None]] = []

@@ -85,6 +85,11 @@ def decode_array_shape(text: str) -> Shape:
     layout = None
     if close + 1 < len(text):
         layout = _decode_layout(text[close + 2:-1], len(dims))
+        if layout.minor_to_major or dims:
+            if len(layout.minor_to_major) != len(dims):
+                raise ValueError(f"the layout lists {len(layout.minor_to_major)} dimensions but the shape has "
+                                 f"{len(dims)}: expected a minor-to-major order like "
+                                 f"{{{','.join(str(d) for d in reversed(range(len(dims))))}}}")
     return Shape(etype, tuple(dims), tuple(dynamic) if any(dynamic) else (), layout)
 
 
@@ -212,6 +217,11 @@ class HloTransformer(Transformer):
             if c is None:
                 continue
             if type(c) is Attribute:
+                if c.key == "device_ids" and attrs and attrs[-1].raw.startswith("mesh"):
+                    # `replica_groups=mesh[...], device_ids=(...) {...}` is one value that contains a comma.
+                    prev = attrs[-1]
+                    attrs[-1] = Attribute(prev.key, f"{prev.raw}, device_ids={c.raw}", prev.position)
+                    continue
                 attrs.append(c)
             elif type(c) is tuple:
                 operands.append(c)
@@ -237,6 +247,9 @@ class HloTransformer(Transformer):
             i = 1
         name, shape, opened, literal = children[i], children[i + 1], children[i + 2], children[i + 3]
         attrs = tuple(c for c in children[i + 4:] if c is not None)
+        for leaf in shape.leaves():
+            if leaf.layout is not None and sorted(leaf.layout.minor_to_major) != list(range(leaf.rank)):
+                raise _syntax(f"the layout of constant {leaf} is not a permutation of its dimensions", name)
         _check_literal(literal, shape, opened)
         return (is_root, name, shape, "constant", [], attrs, None, literal[0])
 

@@ -114,3 +114,13 @@ def test_mesh_groups_match_xla_execution(rg):
         pytest.skip("needs 8 CPU devices (tests/conftest.py sets them)")
     ours = sorted(tuple(sorted(g)) for g in parse_replica_groups(rg))
     assert _groups_by_running(rg) == ours
+
+
+def test_mesh_with_iota_device_ids_as_printed_by_xla():
+    # Printed by jax 0.10's CPU compiler (fixtures/cpu/X2_Y4/ep_step.final.hlo): the device array is iota(8)
+    # reshaped to [2,4], transposed, then laid on the mesh [4,2,1,1,1]: [[0,4],[1,5],[2,6],[3,7]].
+    raw = "mesh['axis_0'=4,'axis_1'=2,'axis_2'=1,'axis_3'=1,'axis_4'=1], device_ids=([2,4]T(1,0)) {'axis_0'}"
+    assert parse_replica_groups(raw) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert parse_replica_groups(raw.replace("{'axis_0'}", "{'axis_1'}")) == ((0, 4), (1, 5), (2, 6), (3, 7))
+    m = parse_hlo(_MODULE.replace("RG", raw.replace("axis_0'=4,'axis_1'=2", "axis_0'=4,'axis_1'=2")))
+    assert m.entry.root.replica_groups == ((0, 1, 2, 3), (4, 5, 6, 7))
