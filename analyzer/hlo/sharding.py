@@ -39,6 +39,8 @@ __all__ = ["HloSharding", "ShardingSyntaxError", "parse_hlo_sharding", "SUBGROUP
 SUBGROUP_TYPES: tuple[str, ...] = ("replicated", "manual", "maximal", "other", "unreduced")
 
 _KINDS = ("replicated", "maximal", "manual", "unknown", "tiled", "tuple")
+# A tile assignment is expanded into a list of device ids; cap it so a corrupt dim cannot exhaust memory.
+_MAX_DEVICES = 1 << 20
 
 
 class ShardingSyntaxError(ShardingError):
@@ -423,6 +425,9 @@ def _parse_devices(r: _Reader) -> dict:
     total = 1
     for d in dims:
         total *= d
+    if total > _MAX_DEVICES:
+        raise r.error(f"tile dims {list(dims)} assign {total} devices, more than any machine "
+                      f"(limit {_MAX_DEVICES})", start)
     if r.peek() == ("op", "<="):
         r.next()
         rstart = r.pos

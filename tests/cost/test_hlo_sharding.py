@@ -76,6 +76,7 @@ def test_replicated_views():
         ("{devices=[2]0,0}", 13, "twice"),
         ("{replicated manual}", 13, "one kind"),
         ("{replicated last_tile_dim_replicate}", 37, "tiled"),
+        ("{devices=[99999999,99999999]<=[9999999999999999]}", 10, "more than any machine"),
     ],
 )
 def test_bad_text_names_the_column(text, column, words):
@@ -92,3 +93,20 @@ def test_invariants_are_checked():
         HloSharding(kind="tiled", tile_dims=(2, 2), device_ids=(0, 1, 2))
     with pytest.raises(ValueError):
         HloSharding(kind="sideways")
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=st.sampled_from(ROUND_TRIP), cut=st.integers(0, 80), insert=st.text(
+    alphabet="{}[]()<=,0123456789 Tdevicsreplatdmnu_x", max_size=6))
+def test_mutated_text_parses_or_raises_sharding_errors(base, cut, insert):
+    text = base[:cut] + insert + base[cut + len(insert) // 2:]
+    try:
+        s = parse_hlo_sharding(text)
+    except ShardingSyntaxError as e:
+        assert 1 <= e.column <= len(text) + 1
+        return
+    assert str(parse_hlo_sharding(str(s))) == str(s)  # whatever parses prints back to itself
