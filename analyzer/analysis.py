@@ -357,6 +357,15 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
 
 
 # ---------------------------------------------------------------------- mapping one collective
+def _reshaping(g: CallGraph, inst: Any) -> bool:
+    """Ops that only move data (reshape, transpose, bitcast, copy, or a fusion of such with one operand)."""
+    from analyzer.collectives import _is_movement_fusion
+
+    if inst.opcode in ("reshape", "transpose", "bitcast", "copy"):
+        return True
+    return inst.opcode == "fusion" and len(inst.operands) == 1 and _is_movement_fusion(g.module, inst)
+
+
 def _trace_shape(g: CallGraph, comp: str, name: str, forward: bool) -> Any:
     """Follow reshapes/transposes/bitcasts/copies from an instruction (backwards through operands, or forwards
     through single users) and return the last shape reached."""
@@ -367,11 +376,11 @@ def _trace_shape(g: CallGraph, comp: str, name: str, forward: bool) -> Any:
     for _ in range(8):
         if forward:
             users = g.users(comp, inst.name)
-            if len(users) != 1 or users[0].opcode not in ("reshape", "transpose", "bitcast", "copy"):
+            if len(users) != 1 or not _reshaping(g, users[0]):
                 break
             inst = users[0]
         else:
-            if inst.opcode not in ("reshape", "transpose", "bitcast", "copy") or not inst.operands:
+            if not _reshaping(g, inst) or not inst.operands:
                 break
             nxt = g.producer(comp, inst.operands[0].name)
             if nxt is None:
@@ -414,7 +423,7 @@ def _metadata_origin(g: CallGraph, c: Collective) -> Any:
             return None
         md = nxt.metadata
         if md is not None and (md.op_name or md.stack_frame_id is not None):
-            return md
+            return md, nxt
         inst = nxt
     return None
 
@@ -447,8 +456,10 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
     if md is None or (not md.op_name and md.stack_frame_id is None):
         origin = _metadata_origin(g, c)
         if origin is not None:
-            md = origin
-            extra["inherited_op_name"] = origin.op_name or ""
+            md, producer = origin
+            extra["inherited_op_name"] = md.op_name or ""
+            if producer.opcode == "parameter" or "/" not in (md.op_name or "/"):  # an argument, not an op
+                extra["op"] = f"reshard of {md.op_name or 'argument ' + str(producer.parameter_number)}"
     source = user_frame(module, md.stack_frame_id if md else None, md.source_file if md else None,
                         md.source_line if md else None)
     return replace(c, axes=span.axes, axis_sizes=span.sizes, regular=span.regular, notation=notation,
@@ -537,7 +548,7 @@ def _collectives_frame(rows: list[Collective]) -> pd.DataFrame:
             "computation": c.computation, "instruction": ",".join(c.instructions), "hlo_line": c.hlo_line,
             "hops": int(getattr(cost, "hops", 0) or 0) if cost is not None else int(c.extra.get("hops", 0)),
             "formula": getattr(cost, "formula", "") if cost is not None else "",
-            "original_ops": c.original_ops, "op": op_label(c.op_name),
+            "original_ops": c.original_ops, "op": c.extra.get("op") or op_label(c.op_name),
             "global_shape": tuple(c.global_shape), "branch": _branch_text(c.branch),
         })
     cols = list(COLLECTIVE_COLUMNS)

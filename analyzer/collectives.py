@@ -271,7 +271,7 @@ def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Ins
 def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
     ops = {i.opcode for _, i in _fused_instructions(module, inst)}
     return bool(ops) and ops <= (_MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant",
-                                             "broadcast", "concatenate", "pad"})
+                                             "broadcast", "concatenate", "pad", "fusion"})
 
 
 def _depends_on_partition_id(g: CallGraph, comp: str, inst: Instruction, seen: set[tuple[str, str]] | None = None) -> bool:
