@@ -54,6 +54,8 @@ class SweepEntry:
       by_kind: communication seconds per step by collective kind.
       note: what the reader should know about the plan (e.g. a model axis of size 1 makes `tp` data parallel).
       same_as: rank of a better-ranked entry with the same predictions (the same plan in effect), or None.
+      report: the candidate's full report in JSON form (`report_to_dict`), so the best one can be written
+        without compiling it again; not part of `to_dict`.
     """
 
     strategy: str
@@ -69,6 +71,7 @@ class SweepEntry:
     by_kind: dict[str, float] = field(default_factory=dict)
     note: str = ""
     same_as: int | None = None
+    report: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -164,6 +167,13 @@ class SweepResult:
     def best(self) -> SweepEntry | None:
         ok = [e for e in self.entries if e.ok]
         return ok[0] if ok else None
+
+    def best_report(self) -> Report | None:
+        """The best candidate's report, rebuilt from its JSON form (renderable; not re-priceable)."""
+        from analyzer.render.json import report_from_dict
+
+        best = self.best
+        return report_from_dict(best.report) if best is not None and best.report is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -274,6 +284,7 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
 
 def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Report) -> SweepEntry:
     from analyzer.hardware import load_hardware
+    from analyzer.render.json import report_to_dict
 
     hbm = int(load_hardware(report.context.get("hardware") or report.hardware).hbm_bytes) if report.hardware else None
     diags = list(report.diagnostics)
@@ -283,6 +294,7 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
         memory_bytes=memory_per_device(report.memory), hbm_bytes=hbm, findings=len(diags),
         errors=sum(1 for d in diags if getattr(d.severity, "value", d.severity) == "error"),
         by_kind={str(k): float(v) for k, v in report.totals.by_kind.items()},
+        report=report_to_dict(report),
     )
 
 

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.render.terminal import sweep_table
     from analyzer.render.units import format_seconds
     from analyzer.reportconfig import load_report_config
-    from analyzer.sweep import analyze_config, candidates, default_jobs, run_sweep
+    from analyzer.sweep import candidates, default_jobs, run_sweep
 
     if args.output:
         format_for_path(args.output)
@@ -117,10 +117,7 @@ def run(args: argparse.Namespace) -> int:
         reasons = "; ".join(f"{e.label}: {e.error}" for e in result.entries)
         raise AnalyzerError(f"no candidate could be analysed: {reasons}")
     if args.output:
-        chosen = next(c for c in cands if c.strategy == (None if best.strategy == "(entry point)" else best.strategy)
-                      and config.with_plan(c.mesh_shape).mesh_text == best.mesh)
-        planned = config.with_plan(chosen.mesh_shape, chosen.strategy)
-        report = analyze_config(planned, hardware=args.hardware, topology=args.topology)
+        report = result.best_report()
         path = write(report, args.output, sweep=result)
         out.print(f"wrote {path}: ranking of {len(result.entries)} plans and the report of the best, {best.label}",
                   highlight=False)

@@ -83,3 +83,14 @@ def test_strict_json_and_plain_types():
 
     assert to_jsonable({"a": (np.int64(3), np.float32(0.5), float("nan"))}) == {"a": [3, 0.5, None]}
     assert json.loads(json.dumps(to_jsonable({"x": float("inf")}), allow_nan=False)) == {"x": None}
+
+
+def test_round_trip(report, schema):
+    """report_from_dict(report_to_dict(r)) renders the same JSON: sweeps rely on it to skip a recompile."""
+    from analyzer.render.json import report_from_dict
+
+    data = report_to_dict(report)
+    again = report_from_dict(json.loads(json.dumps(data)))
+    assert report_to_dict(again) == data
+    with pytest.raises(Exception, match="schema version"):
+        report_from_dict({"schema_version": "0"})

@@ -1,0 +1,109 @@
+"""`hlo-analyzer report` and `hlo-analyzer sweep`: help with examples, exit 2 on bad input, real runs."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from analyzer.cli import main
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "report-schema.json").read_text())
+
+CONFIG = """\
+name = "small FSDP"
+strategy = "fsdp"
+target = "cpu"
+hardware = "tpu-v5e"
+
+[mesh]
+data = 8
+
+[model]
+d_model = 256
+d_ff = 1024
+heads = 4
+kv_heads = 4
+layers = 2
+seq = 64
+batch = 16
+dtype = "bf16"
+optimizer = "sgd"
+"""
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.mark.parametrize("command", ["report", "sweep"])
+def test_help_explains_with_examples(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and f"hlo-analyzer {command} examples/configs/" in text
+    assert "exit status" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["report"], "the following arguments are required"),
+    (["sweep", "c.toml", "--mesh-shapes", "8y1"], "write sizes joined by 'x'"),
+    (["sweep", "c.toml", "--strategies", "fsdq"], "did you mean 'fsdp'"),
+    (["sweep", "c.toml", "--jobs", "0"], "--jobs must be a positive integer"),
+    (["report", "c.toml", "--what-if", ","], "HARDWARE[@TOPOLOGY]"),
+])
+def test_bad_arguments_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_inputs_exit_2_with_the_reason(config, tmp_path, capsys):
+    assert main(["report", str(tmp_path / "missing.toml")]) == 2
+    assert "no such config file" in capsys.readouterr().err
+    assert main(["report", str(config), "-o", str(tmp_path / "r.pdf")]) == 2
+    assert "valid extensions" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.replace("layers = 2", "layer = 2"))
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:14" in err and "did you mean 'layers'" in err and "Traceback" not in err
+    assert main(["sweep", str(config), "--mesh-shapes", "8,4"]) == 2
+    assert "different numbers of devices" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_report_json_follows_the_schema(config, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(["report", str(config), "-o", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    assert data["name"] == "small FSDP" and data["hardware"] == "tpu-v5e"
+    kinds = {c["kind"] for c in data["collectives"]}
+    assert {"all-gather", "reduce-scatter"} <= kinds  # FSDP: gather weights forward, scatter gradients backward
+    assert all(c["axes"] == ["data"] for c in data["collectives"] if c["kind"] != "all-reduce")
+    layers = 2
+    gathers = [c for c in data["collectives"] if c["kind"] == "all-gather"]
+    assert all(c["count"] % layers == 0 for c in gathers)  # inside the scan over layers
+
+
+@pytest.mark.slow
+def test_sweep_ranks_in_worker_processes(config, tmp_path, capsys):
+    out = tmp_path / "ranking.md"
+    code = main(["sweep", str(config), "--mesh-shapes", "8", "--strategies", "dp,fsdp", "--jobs", "2",
+                 "--no-progress", "-o", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Sweep ranking on tpu-v5e" in printed
+    text = out.read_text()
+    assert "## Sweep ranking on tpu-v5e" in text
+    rows = [l for l in text.splitlines() if l.startswith("| 1 |") or l.startswith("| 2 |")]
+    assert len(rows) == 2
+    # dp all-reduces whole gradients; fsdp gathers weights and scatters gradients: both compile and rank.
+    assert {r.split("|")[2].strip() for r in rows} == {"dp", "fsdp"}

@@ -1,0 +1,85 @@
+"""Sweep ranking: step time = compute + comm, plans that fit in HBM first, failures last."""
+
+import math
+
+import pytest
+
+from analyzer.errors import ConfigError
+from analyzer.reportconfig import parse_report_config
+from analyzer.sweep import (
+    Candidate,
+    SweepEntry,
+    SweepResult,
+    candidates,
+    memory_per_device,
+    plan_note,
+    rank_entries,
+)
+
+CONFIG = """\
+strategy = "fsdp+tp"
+[mesh]
+data = 4
+model = 2
+[model]
+d_model = 256
+d_ff = 1024
+layers = 2
+"""
+
+
+def test_rank_by_step_time_then_fit_then_failures():
+    hbm = 16 << 30
+    ranked = rank_entries([
+        SweepEntry("tp", "data=1,model=8", comm_seconds=3e-3, compute_seconds=1e-3, memory_bytes=1 << 30, hbm_bytes=hbm),
+        SweepEntry("ep", "data=8,model=1", error="MeshError: x"),
+        SweepEntry("dp", "data=8,model=1", comm_seconds=1e-4, compute_seconds=1e-3, memory_bytes=40 << 30,
+                   hbm_bytes=hbm),  # fastest but does not fit
+        SweepEntry("fsdp", "data=8,model=1", comm_seconds=2e-3, compute_seconds=1e-3, memory_bytes=2 << 30,
+                   hbm_bytes=hbm),
+    ])
+    assert [e.strategy for e in ranked] == ["fsdp", "tp", "dp", "ep"]
+    assert [e.rank for e in ranked] == [1, 2, 3, 4]
+    assert ranked[0].step_seconds == pytest.approx(3e-3) and ranked[0].overlap_step_seconds == pytest.approx(2e-3)
+    assert ranked[2].fits is False and ranked[3].ok is False
+    result = SweepResult(ranked, hardware="tpu-v5e")
+    assert result.best.strategy == "fsdp"
+    data = result.to_dict()
+    assert data["entries"][3]["step_seconds"] is None and data["best"] == "fsdp @ data=8,model=1"
+
+
+def test_equal_predictions_are_marked():
+    ranked = rank_entries([SweepEntry("fsdp", "data=8,model=1", 1e-3, 1e-3, memory_bytes=5),
+                           SweepEntry("fsdp", "data=4,model=2", 1e-3, 1e-3, memory_bytes=5)])
+    assert ranked[0].same_as is None and ranked[1].same_as == 1
+
+
+def test_memory_per_device():
+    assert memory_per_device({"argument_bytes": 10, "output_bytes": 10, "temp_bytes": 5, "alias_bytes": 10}) == 15
+    assert memory_per_device(None) is None and memory_per_device({"other": 1}) is None
+
+
+def test_candidates():
+    cfg = parse_report_config(CONFIG)
+    cands = candidates(cfg, [(8, 1), (4, 2)], ["fsdp", "tp"])
+    assert cands == (Candidate((8, 1), "fsdp"), Candidate((4, 2), "fsdp"), Candidate((8, 1), "tp"),
+                     Candidate((4, 2), "tp"))
+    assert candidates(cfg) == (Candidate((4, 2), "fsdp+tp"),)  # default: the config's own plan
+    with pytest.raises(ConfigError, match="different numbers of devices"):
+        candidates(cfg, [(8, 1), (2, 2)], ["fsdp"])
+    with pytest.raises(ConfigError, match="has 3 axes"):
+        candidates(cfg, [(2, 2, 2)], ["fsdp"])
+    assert "no tensor parallelism" in plan_note(cfg.with_plan((8, 1), "tp"))
+    assert plan_note(cfg.with_plan((4, 2), "tp")) == ""
+
+
+def test_entry_configs_sweep_shapes_only():
+    cfg = parse_report_config('entry = "m:f"\n[mesh]\ndata = 4\nmodel = 2\n')
+    assert candidates(cfg, [(8, 1)]) == (Candidate((8, 1), None),)
+    with pytest.raises(ConfigError, match="built-in"):
+        candidates(cfg, [(8, 1)], ["fsdp"])
+
+
+def test_nan_when_failed():
+    e = SweepEntry("tp", "m", error="x")
+    assert math.isnan(e.step_seconds) and e.fits is None
