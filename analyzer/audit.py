@@ -13,6 +13,9 @@ are never touched: the decorator calls it with the caller's own arguments and re
 A violation (a finding at or above `fail_on`) raises `AuditError` before the step runs (`on_violation=
 "raise"`, the default), warns with `AuditWarning` ("warn"), or is only recorded ("off"). The report of
 every signature stays on the wrapper: `train_step.audit_reports`.
+
+Called inside another function's trace (jit, grad, vmap), the arguments are tracers without the shardings
+XLA will pick, so such calls are not audited; `AuditWarning` says so once. Audit the outermost function.
 """
 
 from __future__ import annotations
@@ -185,7 +188,13 @@ class Audited:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = signature_of(args, kwargs)
+        import jax  # already imported by whoever made the arguments: a dict lookup
+
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            self._warn_traced()
+            return self.__wrapped__(*args, **kwargs)
+        key = _hashable((treedef, tuple(_leaf_key(x) for x in leaves)))
         outcome = self._outcomes.get(key)
         if outcome is None:
             with self._lock:
@@ -249,6 +258,20 @@ class Audited:
         if opts.report_path is not None:
             _write_report(report, _numbered(Path(opts.report_path), len(self._outcomes) + 1))
         return _Outcome(report, violations)
+
+    def _warn_traced(self) -> None:
+        """Say once that a call under jit/grad/vmap is not audited (its arguments carry no shardings)."""
+        if self.__dict__.get("_warned_traced"):
+            return
+        self.__dict__["_warned_traced"] = True
+        name = getattr(self.__wrapped__, "__qualname__", repr(self.__wrapped__))
+        warnings.warn(
+            f"@audit: {name} was called inside a jax transformation (jit, grad, vmap...); its arguments are "
+            "tracers whose shardings XLA has not chosen yet, so this call is not audited. Put @audit on the "
+            "outermost function, the one you call with arrays.",
+            AuditWarning,
+            stacklevel=3,
+        )
 
     def _report_first(self, outcome: _Outcome) -> None:
         if not outcome.violations:
@@ -318,22 +341,32 @@ def _sharding_of(x: Any) -> Any:
 
 
 def _leaf_key(x: Any) -> Any:
-    """The part of the signature one argument leaf contributes."""
-    if _is_array(x):
-        sharding = _sharding_of(x)
-        try:
-            hash(sharding)
-        except TypeError:
-            sharding = repr(sharding)
-        return ("array", tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)), sharding)
+    """The part of the signature one argument leaf contributes (cheap: attribute reads, no formatting)."""
+    aval = getattr(x, "aval", None)
+    if aval is not None:  # a jax.Array: its cached aval holds shape, dtype and weak type in one hashable
+        return ("jax", aval, x.sharding)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return ("array", tuple(x.shape), x.dtype, getattr(x, "weak_type", False), _sharding_of(x))
     if isinstance(x, (bool, int, float, complex)):
         # jax traces Python scalars as weakly typed scalars: the value does not change the program.
-        return ("scalar", type(x).__name__)
+        return ("scalar", type(x))
     try:
         hash(x)
-        return ("static", type(x).__qualname__, x)
+        return ("static", type(x), x)
     except TypeError:
-        return ("object", type(x).__qualname__, id(x))
+        return ("object", type(x), id(x))
+
+
+def _hashable(key: tuple) -> tuple:
+    """The key itself when it hashes, else one with unhashable shardings replaced by their repr."""
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        treedef, leaves = key
+        return (treedef, tuple(
+            leaf if leaf[0] not in ("array", "jax") else (*leaf[:-1], repr(leaf[-1])) for leaf in leaves
+        ))
 
 
 def signature_of(args: tuple, kwargs: Mapping[str, Any]) -> tuple:
@@ -351,7 +384,7 @@ def signature_of(args: tuple, kwargs: Mapping[str, Any]) -> tuple:
     import jax
 
     leaves, treedef = jax.tree_util.tree_flatten((args, dict(kwargs)))
-    return (treedef, tuple(_leaf_key(x) for x in leaves))
+    return _hashable((treedef, tuple(_leaf_key(x) for x in leaves)))
 
 
 def _abstract_call(fn: Callable, args: tuple, kwargs: Mapping[str, Any]) -> tuple[Callable, list]:

@@ -199,3 +199,20 @@ def test_signature_ignores_values_but_not_shapes():
     assert signature_of((np.zeros((2, 3)),), {}) != signature_of((np.zeros((3, 2)),), {})
     assert signature_of((np.zeros(3, "float32"),), {}) != signature_of((np.zeros(3, "float64"),), {})
     assert signature_of((np.zeros(3),), {"mode": "a"}) != signature_of((np.zeros(3),), {"mode": "b"})
+
+
+def test_calls_inside_another_trace_are_not_audited_and_say_so(mesh):
+    import jax
+    import numpy as np
+
+    inner = audit(on_violation="raise", budgets={"comm-seconds-per-step": 1e-12})(lambda x, w: x @ w)
+
+    @jax.jit
+    def outer(x, w):
+        return inner(x, w) * 2
+
+    x, w = _arrays(mesh)
+    with pytest.warns(AuditWarning, match="inside a jax transformation"):
+        out = outer(x, w)
+    np.testing.assert_allclose(np.asarray(out), np.asarray((x @ w) * 2), rtol=1e-6)
+    assert inner.audit_count == 0  # tracers carry no shardings: nothing honest to analyse
