@@ -104,3 +104,27 @@ def test_not_a_report_is_named(tmp_path, capsys):
     bad.write_text('{"hello": 1}')
     assert main(["diff", str(bad), str(bad)]) == 2
     assert "x.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_on_two_hlo_dumps(tmp_path, capsys):
+    """Two real dumps (post-SPMD HLO of a matmul before and after resharding its weight)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from analyzer.lower import lower
+
+    mesh = jax.make_mesh((8,), ("X",), axis_types=(jax.sharding.AxisType.Auto,))
+    x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("X", None)))
+    paths = []
+    for name, w_spec in (("replicated", P()), ("sharded", P("X", None))):
+        w = jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=NamedSharding(mesh, w_spec))
+        path = tmp_path / f"{name}.hlo"
+        path.write_text(lower(lambda x, w: x @ w, x, w, mesh=mesh).spmd_hlo)
+        paths.append(str(path))
+    # W[D_X, F] with In[B_X, D]: XLA gathers W over X (AllGather_X, 128 KiB), where the replicated W needed none.
+    assert main(["diff", *paths, "--mesh", "X=8", "--max-regression", "1us"]) == 1
+    out = capsys.readouterr().out
+    added = [ln for ln in out.splitlines() if ln.strip().startswith("+ ")]
+    assert len(added) == 1 and "all-gather" in added[0] and "AllGather_X" in added[0]
