@@ -216,3 +216,16 @@ def test_calls_inside_another_trace_are_not_audited_and_say_so(mesh):
         out = outer(x, w)
     np.testing.assert_allclose(np.asarray(out), np.asarray((x @ w) * 2), rtol=1e-6)
     assert inner.audit_count == 0  # tracers carry no shardings: nothing honest to analyse
+
+
+def test_analyzer_audit_stays_the_decorator_whatever_was_imported_first():
+    import subprocess
+    import sys
+
+    code = ("from analyzer.audit import AuditWarning\n"  # binds the module to analyzer.audit first
+            "import analyzer\n"
+            "bare = analyzer.audit(lambda x: x)\n"
+            "configured = analyzer.audit(on_violation='warn')(lambda x: x)\n"
+            "print(type(bare).__name__, type(configured).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["Audited", "Audited"]
