@@ -68,3 +68,9 @@ def analysis():
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tpu_reason() -> str | None:
+    """None when TPU ahead-of-time compiles work here, else why not (tests skip with it)."""
+    return libtpu_reason()

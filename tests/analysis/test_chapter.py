@@ -12,13 +12,15 @@ Meshes: X=4,Y=2; the same with the devices permuted; X=2,Y=2,Z=2; and data=4,mod
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 
 from examples import chapter
 
 pytestmark = pytest.mark.slow
+
+TPU = "tpu:v5e:2x4"
 
 BF16 = 2
 I, J, K, L = chapter.I, chapter.J, chapter.K, chapter.LAYERS
@@ -195,3 +197,111 @@ def test_matmul_notation(analysis):
     assert analysis("matmul_case3_rs").collectives.notation[0] == "ReduceScatter_X,I: [I, J]{U_X} -> [I_X, J]"
     assert analysis("reshard").collectives.notation[0] == "AllToAll_X,J: [I_X, J] -> [I, J_X]"
     assert analysis("matmul_case2", "named").collectives.notation[0] == "AllGather_model: [I, J_model] -> [I, J]"
+
+
+
+# ---------------------------------------------------------------------------------------------- TPU target
+# The same programs compiled ahead of time by libtpu for a v5e 2x4 slice (the real TPU compiler; no TPU
+# needed). Skipped with the reason when libtpu is missing.
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("name", MATMULS)
+def test_matmul_cases_on_tpu(analysis, tpu_reason, name):
+    if tpu_reason:
+        pytest.skip(tpu_reason)
+    report = analysis(name, "xy", TPU)
+    assert table(report) == Counter(expected_matmul(name, "xy")), report.collectives.to_string()
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("name", STEPS)
+def test_mlp_training_steps_on_tpu(analysis, tpu_reason, name):
+    if tpu_reason:
+        pytest.skip(tpu_reason)
+    report = analysis(name, "xy", TPU)
+    assert table(report) == Counter(expected_mlp_steps("xy")[name]), report.collectives.to_string()
+    assert "torus coordinates" in " ".join(report.notes)
+
+
+def _bytes_by_axis_and_kind(report) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for r in report.collectives.itertuples():
+        out[(",".join(r.axes), r.kind)] += int(r.bytes) * r.count
+    return out
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("name", ["fsdp_step", "tp_step", "fsdp_tp_step"])
+def test_cpu_and_tpu_agree_per_axis_and_kind(analysis, tpu_reason, name):
+    """Bytes per step per (mesh axis, kind) within 10% between the cpu and the TPU compile (the TPU compiler
+    may pad shapes); the comparison is printed (run with -s to see it)."""
+    if tpu_reason:
+        pytest.skip(tpu_reason)
+    cpu = _bytes_by_axis_and_kind(analysis(name, "xy", "cpu"))
+    tpu = _bytes_by_axis_and_kind(analysis(name, "xy", TPU))
+    print(f"\n{name}: bytes per step, cpu vs {TPU}")
+    print(f"  {'axes':8s} {'kind':16s} {'cpu':>12s} {TPU:>12s}  ratio")
+    for key in sorted(set(cpu) | set(tpu)):
+        a, b = cpu.get(key, 0), tpu.get(key, 0)
+        print(f"  {key[0]:8s} {key[1]:16s} {a:12d} {b:12d}  {b / a if a else float('inf'):.3f}")
+    assert set(cpu) == set(tpu)
+    for key in cpu:
+        assert tpu[key] == pytest.approx(cpu[key], rel=0.10), key
+
+
+@pytest.fixture(scope="module")
+def collective_matmul(tpu_reason):
+    """An FSDP+TP layer large enough that the TPU compiler turns the gathers and reduce-scatters over X into
+    collective matmuls (rings of collective-permutes around partial dots), analysed for both targets."""
+    if tpu_reason:
+        pytest.skip(tpu_reason)
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import analyzer
+    from analyzer.lower import make_mesh
+
+    mesh = make_mesh({"X": 4, "Y": 2})
+    layers, b, d, f = 2, 8192, 4096, 16384
+
+    def step(params, x):
+        def layer(h, w):
+            w1, w2 = w
+            return h + jnp.tanh(h @ w1) @ w2, None
+
+        def loss(p):
+            h, _ = jax.lax.scan(layer, x, p)
+            return jnp.mean(h.astype(jnp.float32) ** 2)
+
+        g = jax.grad(loss)(params)
+        return jax.tree.map(lambda a, c: a - 0.1 * c, params, g)
+
+    def sh(*spec):
+        return NamedSharding(mesh, P(*spec))
+
+    params = (jax.ShapeDtypeStruct((layers, d, f), jnp.bfloat16, sharding=sh(None, "X", "Y")),
+              jax.ShapeDtypeStruct((layers, f, d), jnp.bfloat16, sharding=sh(None, "Y", "X")))
+    x = jax.ShapeDtypeStruct((b, d), jnp.bfloat16, sharding=sh("X", None))
+    fn = jax.jit(step, out_shardings=(sh(None, "X", "Y"), sh(None, "Y", "X")))
+    return {t: analyzer.analyze(fn, params, x, mesh=mesh, target=t) for t in ("cpu", TPU)}, (layers, b, d, f)
+
+
+@pytest.mark.tpu
+def test_collective_matmul_is_one_logical_collective(collective_matmul):
+    reports, (layers, b, d, f) = collective_matmul
+    tpu = reports[TPU].collectives
+    rings = tpu[tpu.permute_steps > 0]
+    assert len(rings) >= 2, tpu.to_string()
+    assert set(rings.kind) <= {"all-gather", "reduce-scatter"}
+    assert rings.overlapped.all() and (rings.permute_steps >= 3).all()  # N-1 steps at least on an axis of 4
+    assert set(rings["axes"].map(tuple)) == {("X",)}
+    assert not (tpu.kind == "collective-permute").any()  # no permute step is left over as its own row
+    cpu = _bytes_by_axis_and_kind(reports["cpu"])
+    tpu_bytes = _bytes_by_axis_and_kind(reports[TPU])
+    for key in set(cpu) | set(tpu_bytes):
+        assert tpu_bytes.get(key, 0) == pytest.approx(cpu.get(key, 0), rel=0.10), key
+    # both weights [D_X, F_Y] and [F_Y, D_X]: gradients reduce-scattered over X once per layer (V = D*F/Y)
+    assert cpu[("X", "reduce-scatter")] == 2 * layers * d * f // 2 * BF16
