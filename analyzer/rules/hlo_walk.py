@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from analyzer.hlo.ir import Computation, Instruction
+from analyzer.hlo.ir import Computation, HloModule, Instruction
 
 __all__ = [
     "TRANSPARENT",
@@ -82,6 +82,8 @@ def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
     """Where dimension `dim` of inst's operand 0 lands in inst's output, for transparent ops."""
     if dim is None:
         return None
+    if inst.opcode != "reshape" and inst.opcode != "bitcast" and inst.shape.is_array and dim >= inst.shape.rank:
+        return None
     if inst.opcode == "transpose":
         perm = inst.dimensions or ()
         return perm.index(dim) if dim in perm else None
@@ -90,7 +92,7 @@ def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
     if inst.opcode in ("reshape", "bitcast"):
         src = inst.operands[0].shape if inst.operands else None
         dst = inst.shape
-        if src is None or not dst.is_array or not src.is_array:
+        if src is None or not dst.is_array or not src.is_array or dim >= len(src.dims):
             return None
         # Unchanged leading dims keep their index when the sizes before them match.
         before = 1
@@ -105,15 +107,36 @@ def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
     return None
 
 
+_COLLECTIVE_OPS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
+    """`-done` ops and fusions/async wrappers that hold a collective: the value passes through them."""
+    if user.opcode.endswith("-done") or user.opcode in ("get-tuple-element", "copy-start", "copy-done"):
+        return True
+    if module is None or user.opcode not in ("fusion", "async-start", "async-update", "async-done"):
+        return False
+    for name in user.called_computations:
+        called = module.by_name.get(name)
+        if called is not None and any(i.opcode.startswith(_COLLECTIVE_OPS) for i in called.instructions):
+            return True
+    return False
+
+
 def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
-             users: Mapping[str, tuple[tuple[Instruction, int], ...]] | None = None) -> tuple[DotUse, ...]:
+             users: Mapping[str, tuple[tuple[Instruction, int], ...]] | None = None,
+             module: HloModule | None = None, depth: int = 0) -> tuple[DotUse, ...]:
     """The dots that read `inst`'s value through transparent ops, and whether `dim` is contracted.
+
+    With `module`, dots inside fusions count (the TPU compiler fuses them), and async `-done` ops and
+    collective wrapper fusions are followed.
 
     Args:
       comp: the computation holding `inst`.
       inst: the producer (e.g. an all-gather).
       dim: a dimension of `inst`'s output to track (e.g. the gathered dim), or None.
       users: `users_map(comp)`, when the caller has it.
+      module: the module, to look inside fusions.
     """
     users = users if users is not None else users_map(comp)
     found: list[DotUse] = []
@@ -130,6 +153,17 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
                 found.append(DotUse(user, k, d, contracting))
             elif user.opcode in TRANSPARENT and k == 0:
                 stack.append((user.name, _follow_dim(user, d)))
+            elif _is_async_wrapper(user, module):
+                stack.append((user.name, d if user.opcode != "get-tuple-element" else d))
+            elif module is not None and user.opcode == "fusion" and depth < 3:
+                for called_name in user.called_computations:
+                    called = module.by_name.get(called_name)
+                    if called is None:
+                        continue
+                    param = next((i for i in called.instructions
+                                  if i.opcode == "parameter" and i.parameter_number == k), None)
+                    if param is not None:
+                        found.extend(dot_uses(called, param, d, None, module, depth + 1))
     return tuple(found)
 
 

@@ -27,27 +27,39 @@ _FEEDING = ("all-gather", "all-to-all", "collective-permute")
 _REDUCING = ("all-reduce", "reduce-scatter")
 
 
-def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], list[tuple[Coll, Any]]]:
-    """Each dot (computation, name) -> the collectives it waits for or that reduce its output.
+def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]:
+    """Each dot (computation, name) -> (the dot, the collectives it waits for or that reduce its output).
 
     A gather (all-gather, all-to-all, permute) is attached to the dots that read its result through
     transparent ops; a reduction (all-reduce, reduce-scatter) to the dot whose partial sums it reduces.
+    Where this walk finds nothing, the analysis's own record (`Collective.dot`, e.g. a dot inside a TPU
+    fusion) is used.
     """
-    out: dict[tuple[str, str], list[tuple[Coll, Any]]] = {}
+    out: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]] = {}
     users_cache: dict[str, Any] = {}
+
+    def add(comp_name: str, dot: Instruction, c: Coll, use: Any) -> None:
+        out.setdefault((comp_name, dot.name), (dot, []))[1].append((c, use))
+
     for c in ctx.facts.collectives:
         if c.inst is None or c.comp is None:
             continue
+        found = False
         if c.kind in _FEEDING:
             users = users_cache.setdefault(c.comp.name, users_map(c.comp))
             dims = c.inst.dimensions
             dim = dims[0] if dims else None
-            for use in dot_uses(c.comp, c.inst, dim if c.kind == "all-gather" else None, users):
-                out.setdefault((c.comp.name, use.dot.name), []).append((c, use))
+            for use in dot_uses(c.comp, c.inst, dim if c.kind == "all-gather" else None, users, ctx.facts.module):
+                add(c.comp.name, use.dot, c, use)
+                found = True
         elif c.kind in _REDUCING:
             dot = dot_producer(c.comp, c.inst)
             if dot is not None:
-                out.setdefault((c.comp.name, dot.name), []).append((c, None))
+                add(c.comp.name, dot, c, None)
+                found = True
+        record_dot = getattr(c.record, "dot", None) if c.record is not None else None
+        if not found and record_dot is not None and getattr(record_dot, "opcode", "") in ("dot", "convolution"):
+            add(f"{c.comp.name}>", record_dot, c, None)
     return out
 
 
@@ -156,7 +168,7 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         )
 
 
-def _components(attached: dict[tuple[str, str], list[tuple[Coll, Any]]]
+def _components(attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]
                 ) -> list[tuple[list[Coll], list[Instruction]]]:
     """Group dots and collectives that share each other (a gathered weight read by two dots) so that no
     collective is weighed twice: connected components of the dot-collective graph."""
@@ -165,11 +177,9 @@ def _components(attached: dict[tuple[str, str], list[tuple[Coll, Any]]]
     g = nx.Graph()
     dots: dict[str, Instruction] = {}
     colls: dict[str, Coll] = {}
-    for (comp_name, dot_name), pairs in attached.items():
+    for (comp_name, dot_name), (dot, pairs) in attached.items():
         dkey = f"d:{comp_name}/{dot_name}"
-        comp = pairs[0][0].comp
-        assert comp is not None
-        dots[dkey] = comp.by_name[dot_name]
+        dots[dkey] = dot
         g.add_node(dkey)
         for c, _ in pairs:
             ckey = f"c:{c.row}"
@@ -225,11 +235,12 @@ def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
     facts = ctx.facts
     min_ratio = float(ctx.option("min_ratio"))
     min_saving = float(ctx.option("min_saving_seconds"))
-    for (comp_name, dot_name), attached in sorted(attached_collectives(ctx).items()):
+    for (comp_name, dot_name), (dot, attached) in sorted(attached_collectives(ctx).items(), key=lambda kv: kv[0]):
         for c, use in attached:
             comp = c.comp
             assert comp is not None and c.inst is not None
-            dot = comp.by_name[dot_name]
+            if comp.by_name.get(dot_name) is not dot:
+                continue  # a dot inside a fusion: its operands are not this computation's values
             groups = c.inst.replica_groups or ()
             entry = comp is (facts.module.entry if facts.module else None)
             if c.kind == "all-gather" and use is not None and use.contracting:

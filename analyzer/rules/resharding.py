@@ -65,8 +65,10 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         if c.inst is None or c.comp is None:
             continue  # without the HLO a reshard cannot be told from a matmul's gather
+        if c.record is not None and getattr(c.record, "dot", None) is not None:
+            continue  # the analysis tied it to a matmul
         users = users_cache.setdefault(c.comp.name, users_map(c.comp))
-        if dot_uses(c.comp, c.inst, None, users):  # type: ignore[arg-type]
+        if dot_uses(c.comp, c.inst, None, users, facts.module):  # type: ignore[arg-type]
             continue  # feeds a matmul: contraction traffic (the matmul rules weigh it)
         if _rematerialized(c):
             continue  # HA303 reports it, as an error
