@@ -389,6 +389,47 @@ def _abstract_args(args: Sequence[Any], abstract: Any, static: set[int]) -> list
     return out
 
 
+def _apply_in_shardings(args: list[Any], in_shardings: Any, static: set[int]) -> list[Any]:
+    """Put `in_shardings` (a pytree prefix of the non-static arguments, as for `jax.jit`) onto the arguments'
+    ShapeDtypeStructs. Equivalent to jit's in_shardings for abstract arguments, and unlike them it works with
+    keyword arguments too. A None leaf keeps the argument's own sharding."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    if in_shardings is None:
+        return args
+    dynamic = [i for i in range(len(args)) if i not in static]
+    if isinstance(in_shardings, NamedSharding):
+        in_shardings = (in_shardings,) * len(dynamic)
+    if not isinstance(in_shardings, (tuple, list)) or len(in_shardings) != len(dynamic):
+        raise ShardingError(f"in_shardings must be a sharding or a tuple with one entry per non-static argument "
+                            f"({len(dynamic)}); got {in_shardings!r}")
+
+    def put(where: str, sharding: Any, subtree: Any) -> Any:
+        if sharding is None:
+            return subtree
+
+        def one(path: Sequence[Any], leaf: Any) -> Any:
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                return leaf
+            _check_spec(sharding.spec, tuple(leaf.shape), sharding.mesh, _path_name(where, path))
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+        return jax.tree_util.tree_map_with_path(one, subtree)
+
+    out = list(args)
+    for k, (i, sharding) in enumerate(zip(dynamic, in_shardings)):
+        try:
+            out[i] = jax.tree_util.tree_map_with_path(
+                lambda p, s, sub, i=i, k=k: put(f"in_shardings[{k}]{jax.tree_util.keystr(tuple(p))} on args[{i}]",
+                                                s, sub),
+                sharding, args[i], is_leaf=lambda x: x is None or isinstance(x, NamedSharding))
+        except ValueError as e:
+            raise ShardingError(f"in_shardings[{k}] does not match the structure of args[{i}]: "
+                                f"{_first_line(e)}") from None
+    return out
+
+
 def _abstract_shardings(tree: Any, abstract: Any, what: str) -> Any:
     """in_shardings / out_shardings with every NamedSharding or PartitionSpec re-homed on the abstract mesh."""
     import jax
@@ -766,13 +807,13 @@ def lower(
     info = mesh_info(abstract, device_ids)
 
     # Trace and lower on the abstract mesh (no devices needed).
-    abstract_args = _abstract_args(args, abstract, static)
-    in_sh = _abstract_shardings(in_shardings, abstract, "in_shardings")
+    abstract_args = _apply_in_shardings(_abstract_args(args, abstract, static),
+                                        _abstract_shardings(in_shardings, abstract, "in_shardings"), static)
     out_sh = _abstract_shardings(out_shardings, abstract, "out_shardings")
     start = time.perf_counter()
     try:
         lowered = _trace_and_lower(fn, abstract_args, kwargs, abstract=abstract, platform=parsed.platform,
-                                   in_shardings=in_sh, out_shardings=out_sh, static_argnums=sorted(static))
+                                   in_shardings=None, out_shardings=out_sh, static_argnums=sorted(static))
     except Exception as e:  # the user's function failed to trace (shapes, shardings, axis names)
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         raise _user_error(e, f"jax could not lower {name} on mesh {_describe_mesh(abstract)} for target "
