@@ -23,6 +23,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.util
+import math
+import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from analyzer.report import Report
 
 __all__ = [
+    "prepare_cpu_devices",
     "EntryOutcome",
     "CheckResult",
     "EntryPoint",
@@ -130,6 +134,46 @@ class CheckResult:
         if self.errors:
             return 2
         return 1 if self.failing else 0
+
+
+def prepare_cpu_devices(n: int) -> bool:
+    """Let this process compile for `n` fake CPU devices itself, when jax has not started yet.
+
+    `analyzer.lower` compiles in the calling process when it has enough CPU devices and otherwise starts a
+    child process per program (a fresh jax import each time). A command that is about to compile several
+    programs on one mesh sets the device count once, before jax initialises: `XLA_FLAGS` gains
+    `--xla_force_host_platform_device_count=n` (a larger count already there is kept) and `JAX_PLATFORMS`
+    defaults to `cpu` (compiling never needs an accelerator; TPU targets compile ahead of time under cpu).
+
+    Returns:
+      True when the environment was prepared; False when jax's backends are already up (nothing changes).
+
+    Example:
+        >>> prepare_cpu_devices(8)
+        True
+    """
+    if "jax" in sys.modules:
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            return False
+    flag = "--xla_force_host_platform_device_count"
+    flags = os.environ.get("XLA_FLAGS", "")
+    m = re.search(flag + r"=(\d+)", flags)
+    if m is None:
+        flags = f"{flags} {flag}={n}".strip()
+    elif int(m.group(1)) < n:
+        flags = flags[: m.start()] + f"{flag}={n}" + flags[m.end():]
+    os.environ["XLA_FLAGS"] = flags
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    return True
+
+
+def mesh_size(mesh: Mapping[str, Any] | None) -> int:
+    """Devices in a mesh given as axis -> size (a size may be `(size, axis_type)`)."""
+    if not mesh:
+        return 1
+    return math.prod(int(v[0] if isinstance(v, (tuple, list)) else v) for v in mesh.values())
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -428,6 +472,10 @@ def run_check(
                 report = run(entry, config)
             except AnalyzerError as e:
                 outcomes.append(EntryOutcome(entry, error=str(e)))
+                continue
+            except Exception as e:  # noqa: BLE001 - a bug of ours must not hide the other entry points
+                outcomes.append(EntryOutcome(entry, error=f"internal error ({type(e).__name__}: {e}); please "
+                                                          "report it with the entry point"))
                 continue
             found = [relative_to_root(d, root, entry) for d in report.diagnostics]
             new, old = [], []

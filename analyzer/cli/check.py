@@ -102,10 +102,11 @@ def _load(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.check import run_check
+    from analyzer.check import mesh_size, prepare_cpu_devices, run_check
     from analyzer.rules.baseline import read_baseline, write_baseline
 
     config, root = _load(args)
+    prepare_cpu_devices(mesh_size(config.mesh))  # compile every entry point in this process
     configured = Path(config.baseline) if config.baseline else None
     if configured is not None and not configured.is_absolute():
         configured = root / configured

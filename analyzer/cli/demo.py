@@ -39,10 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from analyzer.check import mesh_size, prepare_cpu_devices
     from analyzer.demo import next_steps, plan_from, run_demo
     from analyzer.render import terminal
 
     plan = plan_from(args.strategy, args.hardware, args.topology)
+    prepare_cpu_devices(mesh_size(plan.mesh_dict))  # compile in this process, not in a child
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     err = Console(stderr=True, highlight=False)
     start = time.perf_counter()

@@ -251,3 +251,27 @@ def test_cli_without_config_explains_what_to_add(tmp_path, monkeypatch, capsys):
     assert main(["check"]) == 2
     err = capsys.readouterr().err
     assert "[tool.hlo-analyzer]" in err and "entry-points" in err
+
+
+def test_an_internal_error_in_one_entry_point_does_not_hide_the_others(project, fake, finding):
+    config = load_config(project / "pyproject.toml")
+    r = check.run_check(config, root=project,
+                        analyse=fake({"model.train:step": RuntimeError("boom"), "other:step": [finding()]}))
+    assert r.exit_code == 2 and "internal error (RuntimeError: boom)" in r.errors[0]
+    assert len(r.findings) == 1  # the other entry point was still checked
+
+
+def test_prepare_cpu_devices_before_jax_starts():
+    import subprocess
+    import sys
+
+    code = ("import os\n"
+            "os.environ['XLA_FLAGS'] = '--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=4'\n"
+            "os.environ.pop('JAX_PLATFORMS', None)\n"
+            "from analyzer.check import prepare_cpu_devices\n"
+            "print(prepare_cpu_devices(16), os.environ['XLA_FLAGS'], os.environ['JAX_PLATFORMS'])\n"
+            "import jax\n"
+            "print(len(jax.devices()), prepare_cpu_devices(32))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "True --xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=16 cpu"
+    assert out[1] == "16 False"  # once jax runs, the device count cannot change: say so, touch nothing
