@@ -165,6 +165,9 @@ def groups_to_axes(groups: Sequence[Sequence[int]], mesh: MeshInfo) -> AxisSpan:
         names = tuple(mesh.axis_names[d] for d in sorted(varying_all))
         return AxisSpan(names, tuple(mesh.axis_sizes[d] for d in sorted(varying_all)), False)
     assert first_labels is not None
+    if not regular:
+        names = tuple(mesh.axis_names[d] for d in sorted(varying_all))
+        return AxisSpan(names, tuple(mesh.axis_sizes[d] for d in sorted(varying_all)), False)
     return AxisSpan(first_labels, first_sizes, regular)
 
 
@@ -326,7 +329,8 @@ def mesh_from_any(mesh: object) -> MeshInfo | None:
             ids = tuple(range(n))
         types = tuple(str(t).split(".")[-1].lower() for t in getattr(mesh, "axis_types", ()) or ())
         return MeshInfo(tuple(str(a) for a in names), sizes, ids, types)
-    raise MeshError(f"mesh {mesh!r} is not a mesh; give a jax.sharding.Mesh, a dict like {'data': 4, 'model': 2}, or a string 'data=4,model=2'")
+    raise MeshError(f"mesh {mesh!r} is not a mesh; give a jax.sharding.Mesh, a dict like "
+                    "{'data': 4, 'model': 2}, or a string 'data=4,model=2'")
 
 
 # ---------------------------------------------------------------------- source and pass
