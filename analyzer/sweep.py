@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 COMBINE_RULE = (
-    "step time = compute + communication (no overlap assumed: an upper bound); "
+    "Step time = compute + communication (no overlap assumed: an upper bound); "
     "max(compute, communication) is the lower bound with perfect overlap. "
     "Candidates that do not fit in HBM rank after those that do."
 )
@@ -167,6 +167,12 @@ class SweepResult:
     def best(self) -> SweepEntry | None:
         ok = [e for e in self.entries if e.ok]
         return ok[0] if ok else None
+
+    @property
+    def none_fit(self) -> bool:
+        """True when memory is known for the analysed candidates and none of them fits in HBM."""
+        ok = [e for e in self.entries if e.ok]
+        return bool(ok) and all(e.fits is False for e in ok)
 
     def best_report(self) -> Report | None:
         """The best candidate's report, rebuilt from its JSON form (renderable; not re-priceable)."""

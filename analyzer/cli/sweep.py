@@ -112,12 +112,18 @@ def run(args: argparse.Namespace) -> int:
 
         result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done)
     out.print(sweep_table(result))
+    if result.none_fit:
+        out.print("[bold red]No candidate fits in HBM[/]: the ranking is by step time alone. Shard more (fsdp), "
+                  "shrink the batch or sequence, or choose hardware with more HBM.")
     best = result.best
     if best is None:
         reasons = "; ".join(f"{e.label}: {e.error}" for e in result.entries)
         raise AnalyzerError(f"no candidate could be analysed: {reasons}")
     if args.output:
-        report = result.best_report()
+        from dataclasses import replace
+
+        title = config.name or config.path or "sweep"
+        report = replace(result.best_report(), name=f"{title}: best of {len(result.entries)} plans is {best.label}")
         path = write(report, args.output, sweep=result)
         out.print(f"wrote {path}: ranking of {len(result.entries)} plans and the report of the best, {best.label}",
                   highlight=False)

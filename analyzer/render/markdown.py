@@ -93,7 +93,8 @@ def sweep_section(sweep: SweepResult) -> str:
                      format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—", fits, e.findings, note])
     body = table(["#", "strategy", "mesh", "step", "step (overlapped)", "comm", "compute", "memory/device", "fits",
                   "findings", "note"], rows, align="rllrrrrrlrl")
-    return f"## Sweep ranking on {sweep.hardware}\n\n{body}\n\n_{sweep.combine}_"
+    warning = ("\n\n**No candidate fits in HBM**: the ranking is by step time alone." if sweep.none_fit else "")
+    return f"## Sweep ranking on {sweep.hardware}\n\n{body}\n\n_{sweep.combine}_{warning}"
 
 
 def whatif_section(whatif: Sequence[WhatIf]) -> str:

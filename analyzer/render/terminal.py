@@ -172,7 +172,7 @@ def sweep_table(sweep: SweepResult):
         table.add_row(str(e.rank), e.strategy, e.mesh, format_seconds(e.step_seconds),
                       format_seconds(e.overlap_step_seconds), format_seconds(e.comm_seconds),
                       format_seconds(e.compute_seconds), mem, fits,
-                      f"{e.findings}" + (f" ({e.errors} errors)" if e.errors else ""), _escape(note), style=style)
+                      f"{e.findings}" + (f" ({e.errors} error{'s' if e.errors != 1 else ''})" if e.errors else ""), _escape(note), style=style)
     return table
 
 

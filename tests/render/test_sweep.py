@@ -83,3 +83,10 @@ def test_entry_configs_sweep_shapes_only():
 def test_nan_when_failed():
     e = SweepEntry("tp", "m", error="x")
     assert math.isnan(e.step_seconds) and e.fits is None
+
+
+def test_none_fit_is_flagged():
+    result = SweepResult(rank_entries([SweepEntry("dp", "a", 1e-3, 1e-3, memory_bytes=2, hbm_bytes=1),
+                                       SweepEntry("tp", "b", error="x")]), hardware="h")
+    assert result.none_fit
+    assert not SweepResult(rank_entries([SweepEntry("dp", "a", 1e-3, 1e-3)]), hardware="h").none_fit
