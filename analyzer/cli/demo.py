@@ -57,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
 
         html_path = write(report, Path(args.output))
     console.print()
-    console.print(next_steps(html_path), end="")
+    console.print(next_steps(html_path), end="", markup=False)
     err.print(f"[dim]demo finished in {time.perf_counter() - start:.1f} s[/dim]")
     return 0

@@ -23,7 +23,7 @@ def test_demo_prints_the_audit_and_writes_the_html_report(tmp_path, capsys):
     # FSDP+TP: weights gathered over both axes, gradients reduce-scattered; named with the user's axes.
     assert "AllGather_data" in text and "AllGather_model" in text and "ReduceScatter_" in text
     assert re.search(r"Findings \(\d+\)", text)
-    assert f"Wrote {out_file}" in text and "@analyzer.audit" in text
+    assert f"Wrote {out_file}" in text and "@analyzer.audit" in text and "[tool.hlo-analyzer]" in text
 
     html = out_file.read_text()
     assert html.lstrip().lower().startswith("<!doctype html") and "<svg" in html
@@ -36,3 +36,13 @@ def test_plan_options():
     p = plan_from("tp", "tpu-v5p", None)
     assert p.strategy == "tp" and p.hardware == "tpu-v5p" and p.topology is None  # the v5e slice is dropped
     assert "priced on tpu-v5e v5e:2x4" in DEFAULT_PLAN.describe()
+
+
+def test_next_steps_text():
+    from pathlib import Path
+
+    from analyzer.demo import next_steps
+
+    text = next_steps(Path("demo-report.html"))
+    assert text.startswith("Wrote demo-report.html") and "[tool.hlo-analyzer]" in text
+    assert "Wrote" not in next_steps(None)
