@@ -168,9 +168,9 @@ def audit(
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What the analysis of one signature found."""
+    """What the analysis of one signature found (report None: the analysis failed and a warning said why)."""
 
-    report: Report
+    report: Report | None
     violations: tuple[Diagnostic, ...]
 
 
@@ -179,7 +179,7 @@ class Audited:
 
     Attributes:
       audit_reports: signature -> `Report`, one per analysed signature, in the order they were seen.
-      audit_count: how many analyses ran (one per new signature).
+      audit_count: how many signatures were analysed (one analysis each; failed ones count too).
     """
 
     def __init__(self, fn: Callable, options: AuditOptions) -> None:
@@ -202,7 +202,7 @@ class Audited:
             with self._lock:
                 outcome = self._outcomes.get(key)
                 if outcome is None:
-                    outcome = self._analyse(args, kwargs)
+                    outcome = self._analyse_or_explain(args, kwargs)
                     self._outcomes[key] = outcome
                     self._report_first(outcome)
         elif outcome.violations and self.audit_options.on_violation == "raise":
@@ -225,11 +225,25 @@ class Audited:
 
     @property
     def audit_reports(self) -> dict[Any, Report]:
-        return {key: outcome.report for key, outcome in self._outcomes.items()}
+        return {key: o.report for key, o in self._outcomes.items() if o.report is not None}
 
     @property
     def audit_count(self) -> int:
         return len(self._outcomes)
+
+    def _analyse_or_explain(self, args: tuple, kwargs: dict) -> _Outcome:
+        """`_analyse`, except that with on_violation "warn" or "off" a failed analysis warns and lets the step
+        run (an auditing tool must not stop a training run it was only asked to watch)."""
+        try:
+            return self._analyse(args, kwargs)
+        except Exception as e:
+            if self.audit_options.on_violation == "raise":
+                raise
+            name = getattr(self.__wrapped__, "__qualname__", repr(self.__wrapped__))
+            why = str(e) if isinstance(e, AnalyzerError) else f"internal error ({type(e).__name__}: {e})"
+            warnings.warn(f"@audit: could not analyse {name} for this signature, so it runs unaudited: {why}",
+                          AuditWarning, stacklevel=4)
+            return _Outcome(None, ())
 
     def _analyse(self, args: tuple, kwargs: dict) -> _Outcome:
         """Compile and analyse the function for these arguments' signature, and run the rules."""

@@ -229,3 +229,24 @@ def test_analyzer_audit_stays_the_decorator_whatever_was_imported_first():
             "print(type(bare).__name__, type(configured).__name__)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["Audited", "Audited"]
+
+
+def test_a_failed_analysis_warns_and_runs_the_step_unless_raise(monkeypatch):
+    import numpy as np
+
+    import analyzer.analysis as analysis
+    from analyzer.errors import LoweringError
+
+    def broken(*args, **kwargs):
+        raise LoweringError("cannot compile this for tpu:v9")
+
+    monkeypatch.setattr(analysis, "analyze", broken)
+    watched = audit(on_violation="warn")(lambda x: x + 1)
+    with pytest.warns(AuditWarning, match="runs unaudited: cannot compile this for tpu:v9"):
+        assert watched(np.float32(1)) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert watched(np.float32(2)) == 3  # same signature: no retry, no second warning
+    strict = audit(lambda x: x + 1)
+    with pytest.raises(LoweringError):
+        strict(np.float32(1))
