@@ -128,3 +128,21 @@ def test_cli_on_two_hlo_dumps(tmp_path, capsys):
     out = capsys.readouterr().out
     added = [ln for ln in out.splitlines() if ln.strip().startswith("+ ")]
     assert len(added) == 1 and "all-gather" in added[0] and "AllGather_X" in added[0]
+
+
+@pytest.mark.slow
+def test_cli_on_two_report_configs(tmp_path, capsys):
+    """Report configs of the built-in template: data parallel against FSDP on the same 8 devices."""
+    base = ('target = "cpu"\nhardware = "tpu-v5e"\n[mesh]\ndata = 8\n[model]\nd_model = 256\nd_ff = 512\n'
+            'heads = 4\nkv_heads = 4\nlayers = 2\nseq = 16\nbatch = 8\nattention = false\n')
+    (tmp_path / "dp.toml").write_text(f'name = "step"\nstrategy = "dp"\n{base}')
+    (tmp_path / "fsdp.toml").write_text(f'name = "step"\nstrategy = "fsdp"\n{base}')
+    assert main(["diff", str(tmp_path / "dp.toml"), str(tmp_path / "fsdp.toml"), "--json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    program = data["programs"][0]
+    kinds = {c["new"]["kind"] for c in program["changes"] if c["status"] in ("added", "changed") and c["new"]}
+    # FSDP gathers the weights before use (AllGather_data), where data parallelism keeps them whole.
+    assert "all-gather" in kinds
+    assert program["name"] == "step"
