@@ -123,6 +123,15 @@ class CheckResult:
         return tuple(f"{o.entry.name}: {o.error}" for o in self.outcomes if o.error)
 
     @property
+    def located_errors(self) -> tuple[tuple[str | None, int | None, str], ...]:
+        """(entry point file, def line, message) of each entry point that could not be analysed."""
+        return tuple(
+            (str(o.entry.file) if o.entry.file else None, o.entry.line, f"{o.entry.name}: {o.error}")
+            for o in self.outcomes
+            if o.error
+        )
+
+    @property
     def failing(self) -> tuple[Diagnostic, ...]:
         """The findings at or above `fail_on`."""
         threshold = SEVERITIES.index(self.fail_on)

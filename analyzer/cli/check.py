@@ -151,7 +151,7 @@ def _render(result, fmt: str, *, show_baselined: bool) -> str:
     if fmt == "json":
         return findings.render_json(result)
     if fmt == "github":
-        return github.render(result.findings, root=result.root, errors=result.errors)
+        return github.render(result.findings, root=result.root, errors=result.located_errors)
     if fmt == "sarif":
         name = result.baseline_path.name if result.baseline_path else "file"
         return sarif.render(result.findings, root=result.root, errors=result.errors, baselined=result.baselined,

@@ -68,7 +68,9 @@ def render_text(result: CheckResult, *, show_baselined: bool = False) -> str:
             where = outcome.entry.file.relative_to(result.root).as_posix() if _under(outcome.entry.file, result.root) \
                 else (str(outcome.entry.file) if outcome.entry.file else outcome.entry.name)
             at = f"{where}:{outcome.entry.line}" if outcome.entry.line else where
-            out.append(f"{at}: error: entry point {outcome.entry.name} could not be analysed: {outcome.error}")
+            said = outcome.error if outcome.entry.name in outcome.error else \
+                f"entry point {outcome.entry.name}: {outcome.error}"
+            out.append(f"{at}: error: {said}")
     n_failing = len(result.failing)
     n_other = len(result.findings) - n_failing
     checked = len(result.outcomes)

@@ -76,17 +76,28 @@ def annotation(diagnostic: Diagnostic, *, root: Path | None = None) -> str:
     return f"::{_COMMAND[Severity(diagnostic.severity)]} {','.join(props)}::{escape_data(message)}"
 
 
-def render(diagnostics: Sequence[Diagnostic], *, root: Path | None = None, errors: Sequence[str] = ()) -> str:
-    """All findings as workflow commands, then one `::error::` per entry point that could not be checked.
+def render(
+    diagnostics: Sequence[Diagnostic],
+    *,
+    root: Path | None = None,
+    errors: Sequence[str | tuple[str | None, int | None, str]] = (),
+) -> str:
+    """All findings as workflow commands, then one `::error` per entry point that could not be checked.
 
     Args:
       diagnostics: the findings to annotate.
       root: the repository root (paths are made relative to it).
-      errors: messages of entry points that failed to analyse.
+      errors: entry points that failed to analyse: a message, or (file, line, message) to place it.
 
     Returns:
       the lines, newline-terminated ("" when there is nothing to say).
     """
     lines = [annotation(d, root=root) for d in diagnostics]
-    lines += [f"::error title=hlo-analyzer::{escape_data(e)}" for e in errors]
+    for error in errors:
+        file, line, message = error if isinstance(error, tuple) else (None, None, error)
+        props = [f"file={escape_property(_relative(file, root))}"] if file else []
+        if file and line:
+            props.append(f"line={line}")
+        props.append("title=hlo-analyzer")
+        lines.append(f"::error {','.join(props)}::{escape_data(message)}")
     return "".join(line + "\n" for line in lines)

@@ -115,7 +115,9 @@ def test_fail_on_and_entry_errors(project, fake, finding):
     assert r.exit_code == 1
     broken = check.run_check(config, root=project, analyse=fake({"other:step": LoweringError("no such axis 'Z'")}))
     assert broken.exit_code == 2 and "no such axis" in broken.errors[0]
-    assert "could not be analysed" in render_findings.render_text(broken)
+    assert "other.py:4: error: entry point other:step: no such axis 'Z'" in render_findings.render_text(broken)
+    annotations = github.render([], root=project, errors=broken.located_errors)
+    assert annotations == "::error file=other.py,line=4,title=hlo-analyzer::other:step: no such axis 'Z'\n"
 
 
 def test_text_output_names_file_line_code_and_fix(project, fake, finding):
