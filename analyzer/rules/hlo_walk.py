@@ -291,61 +291,262 @@ def _same_within(values: list[object]) -> bool:
     return all(v is not None and v == values[0] for v in values)
 
 
+_NOT_UNIFORM_LEAVES = frozenset({"partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
+                                 "infeed", "recv", "recv-done", "custom-call"})
+_MAX_DEPTH = 6
+
+
+def callers(module: HloModule) -> Mapping[str, tuple[tuple[Computation, Instruction], ...]]:
+    """Computation name -> the (computation, instruction) pairs that call it (while, call, fusion...)."""
+    out: dict[str, list[tuple[Computation, Instruction]]] = {}
+    for comp, inst in module.instructions():
+        for name in inst.called_computations:
+            out.setdefault(name, []).append((comp, inst))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _varies_inside(module: HloModule, comp_name: str, depth: int = 0) -> bool:
+    """Whether a called computation reads the partition id, draws random numbers or communicates."""
+    comp = module.by_name.get(comp_name)
+    if comp is None or depth > _MAX_DEPTH:
+        return True
+    for i in comp.instructions:
+        if i.opcode in _NOT_UNIFORM_LEAVES or i.opcode.startswith(
+                ("all-", "reduce-scatter", "collective-", "ragged-all-to-all")):
+            return True
+        if any(_varies_inside(module, c, depth + 1) for c in i.called_computations):
+            return True
+    return False
+
+
+@dataclass
+class _Uniformity:
+    """Memoised evaluation of `uniform_over` across computations (loop bodies and calls included)."""
+
+    groups: tuple[tuple[int, ...], ...]
+    module: HloModule | None
+    memo: dict[tuple[str, str, bool], bool]
+    calls: Mapping[str, tuple[tuple[Computation, Instruction], ...]] | None = None
+
+    def callers_of(self, comp: Computation) -> tuple[tuple[Computation, Instruction], ...]:
+        if self.module is None:
+            return ()
+        if self.calls is None:
+            self.calls = callers(self.module)
+        return self.calls.get(comp.name, ())
+
+    def value(self, comp: Computation, inst: Instruction, depth: int = 0, init_only: bool = False) -> bool:
+        """Uniformity of `inst`. `init_only`: loop-carried values count as uniform when their initial value is
+        (the optimistic step of a fixpoint; the caller then checks the loop's update under that assumption)."""
+        key = (comp.name, inst.name, init_only)
+        if key in self.memo:
+            return self.memo[key]
+        # Evaluate this computation's operands bottom-up first, so the recursion below stays shallow on long
+        # chains of ops (a transformer's entry computation has thousands).
+        order: list[Instruction] = []
+        stack: list[tuple[Instruction, bool]] = [(inst, False)]
+        seen: set[str] = set()
+        while stack:
+            cur, done = stack.pop()
+            if done:
+                order.append(cur)
+                continue
+            if cur.name in seen or (comp.name, cur.name, init_only) in self.memo:
+                continue
+            seen.add(cur.name)
+            stack.append((cur, True))
+            for name in cur.operand_names:
+                o = comp.by_name.get(name)
+                if o is not None and o.name not in seen:
+                    stack.append((o, False))
+        for cur in order:
+            k = (comp.name, cur.name, init_only)
+            if k not in self.memo:
+                self.memo[k] = False  # provisional: cycles (none in HLO data flow) count as not uniform
+                self.memo[k] = self._compute(comp, cur, depth, init_only)
+        return self.memo[key]
+
+    def _compute(self, comp: Computation, inst: Instruction, depth: int, init_only: bool) -> bool:
+        op = inst.opcode
+        group_set = {frozenset(g) for g in self.groups}
+        if depth > _MAX_DEPTH:
+            return False
+        if op == "parameter":
+            if comp.is_entry or self.module is None:
+                s = inst.sharding
+                if s is None:
+                    return False
+                return all(_same_within([tile_coords(s, d) for d in g]) for g in self.groups)
+            return self._parameter(comp, inst, None, depth, init_only)
+        if op == "get-tuple-element" and inst.operands:
+            src = comp.by_name.get(inst.operands[0].name)
+            if src is not None and src.opcode == "parameter" and not comp.is_entry and self.module is not None:
+                idx = inst.attr("index")
+                return self._parameter(comp, src, int(idx) if idx is not None else None, depth, init_only)
+        if op in ("constant", "iota"):
+            return True
+        if inst.shape.is_array and inst.shape.num_elements == 1 and inst.shape.element_type.startswith(("s", "u")):
+            n = self.module.num_partitions if self.module is not None else 1 + max(max(g) for g in self.groups)
+            vals = per_device_scalar(comp, inst, n)
+            if vals is not None:
+                return all(len({vals[d] for d in g if d < len(vals)}) <= 1 for g in self.groups)
+        if op in _NOT_UNIFORM_LEAVES:
+            return False
+        if op in ("all-gather", "all-reduce") and inst.replica_groups is not None:
+            if group_set <= {frozenset(g) for g in inst.replica_groups}:
+                return True
+        if op.startswith(("all-", "reduce-scatter", "collective-", "ragged-all-to-all")):
+            if op.endswith("-done"):
+                src = comp.by_name.get(inst.operand_names[0]) if inst.operands else None
+                return src is not None and self.value(comp, src, depth, init_only)
+            return False
+        if inst.called_computations:
+            if self.module is None or any(_varies_inside(self.module, c) for c in inst.called_computations):
+                return False
+        for name in inst.operand_names:
+            o = comp.by_name.get(name)
+            if o is None or not self.value(comp, o, depth, init_only):
+                return False
+        return True
+
+    def _parameter(self, comp: Computation, param: Instruction, index: int | None, depth: int,
+                   init_only: bool) -> bool:
+        """A parameter (or one tuple element of it) of a called computation: uniform when every caller passes
+        a uniform value and, for loop bodies, the loop's update keeps it uniform."""
+        sites = self.callers_of(comp)
+        if not sites:
+            return False
+        k = param.parameter_number or 0
+        for caller, site in sites:
+            if site.opcode == "while":
+                if site.attr("condition") == comp.name:
+                    pass  # the condition sees the same tuple as the body
+                init = caller.by_name.get(site.operand_names[0]) if site.operands else None
+                if init is None:
+                    return False
+                if index is None:
+                    if not self.value(caller, init, depth + 1):
+                        return False
+                elif init.opcode == "tuple" and index < len(init.operands):
+                    elem = caller.by_name.get(init.operand_names[index])
+                    if elem is None or not self.value(caller, elem, depth + 1):
+                        return False
+                else:
+                    return False
+                if init_only:
+                    continue
+                body = self.module.by_name.get(site.attr("body") or "") if self.module else None
+                if body is None:
+                    return False
+                root = body.root
+                if index is None or root.opcode != "tuple" or index >= len(root.operands):
+                    return False
+                update = body.by_name.get(root.operand_names[index])
+                if update is None:
+                    return False
+                if update.opcode == "get-tuple-element" and update.attr("index") == str(index) and \
+                        body.by_name.get(update.operand_names[0]) is not None and \
+                        body.by_name[update.operand_names[0]].opcode == "parameter":
+                    continue  # carried unchanged
+                if not self.value(body, update, depth + 1, init_only=True):
+                    return False
+            elif site.opcode in ("call", "fusion", "async-start", "custom-call") or site.opcode.endswith("-start"):
+                if k >= len(site.operands):
+                    return False
+                arg = caller.by_name.get(site.operand_names[k])
+                if arg is None or not self.value(caller, arg, depth + 1, init_only):
+                    return False
+                if index is not None:
+                    pass  # a tuple argument: uniform as a whole covers its elements
+            else:
+                return False  # conditional branches, reducers: not tracked
+        return True
+
+
+_ARITH = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: int(a / b) if b else 0, "remainder": lambda a, b: a - b * int(a / b) if b else 0,
+    "maximum": max, "minimum": min,
+}
+
+
+def per_device_scalar(comp: Computation, inst: Instruction, n: int, depth: int = 0) -> tuple[int, ...] | None:
+    """The value of a small integer computation on each of `n` devices, when it is built only from the
+    partition id, constant tables and arithmetic (the offsets SPMD partitioning computes); else None.
+
+    Example: `dynamic-slice(constant({0, 0, 512, 512}), partition-id)` gives (0, 0, 512, 512).
+    """
+    if depth > 32 or n <= 0:
+        return None
+    op = inst.opcode
+    if op in ("partition-id", "replica-id"):
+        return tuple(range(n))
+    if op == "constant":
+        vals = _literal_ints(inst.literal)
+        if vals is None:
+            return None
+        return tuple([vals[0]] * n) if len(vals) == 1 else None
+    ops = [comp.by_name.get(x) for x in inst.operand_names]
+    if any(o is None for o in ops):
+        return None
+    if op in ("reshape", "bitcast", "convert", "copy") and ops:
+        return per_device_scalar(comp, ops[0], n, depth + 1)  # type: ignore[arg-type]
+    if op == "dynamic-slice" and len(ops) == 2 and ops[0].opcode == "constant":  # type: ignore[union-attr]
+        table = _literal_ints(ops[0].literal)  # type: ignore[union-attr]
+        idx = per_device_scalar(comp, ops[1], n, depth + 1)  # type: ignore[arg-type]
+        if table is None or idx is None:
+            return None
+        return tuple(table[min(max(i, 0), len(table) - 1)] for i in idx)
+    if op in _ARITH and len(ops) == 2:
+        a = per_device_scalar(comp, ops[0], n, depth + 1)  # type: ignore[arg-type]
+        b = per_device_scalar(comp, ops[1], n, depth + 1)  # type: ignore[arg-type]
+        if a is None or b is None:
+            return None
+        return tuple(_ARITH[op](x, y) for x, y in zip(a, b))
+    if op == "clamp" and len(ops) == 3:
+        lo, x, hi = (per_device_scalar(comp, o, n, depth + 1) for o in ops)  # type: ignore[arg-type]
+        if lo is None or x is None or hi is None:
+            return None
+        return tuple(min(max(v, a), b) for a, v, b in zip(lo, x, hi))
+    return None
+
+
+def _literal_ints(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    body = text.strip().strip("{}").strip()
+    if not body:
+        return None
+    try:
+        return [int(float(x)) for x in body.replace("{", "").replace("}", "").split(",") if x.strip()]
+    except ValueError:
+        return None
+
+
 def uniform_over(comp: Computation, inst: Instruction, groups: tuple[tuple[int, ...], ...],
-                 entry: bool = True) -> bool:
+                 entry: bool = True, module: HloModule | None = None) -> bool:
     """Whether every device of each group holds the same value of `inst` (it is replicated over them).
 
     Entry parameters decide by their `sharding=`; constants and iotas are uniform; partition ids are not;
     an all-gather or all-reduce over the same groups makes its result uniform; anything else is uniform
-    when all its operands are. Parameters of called computations (loop bodies) count as not uniform.
+    when all its operands are. With `module`, parameters of loop bodies and called computations follow
+    their callers (a loop-carried value must start uniform and stay so under the loop's update); without
+    it they count as not uniform.
 
     Args:
       comp: the computation holding `inst`.
       inst: the value.
       groups: device-id groups (e.g. a collective's replica groups, or the devices along a mesh axis).
-      entry: whether `comp` is the entry computation (its parameters carry the argument shardings).
+      entry: whether `comp` is the entry computation (kept for callers without the module).
+      module: the module, to follow values into loops and calls.
     """
     if not groups:
         return True
-    memo: dict[str, bool] = {}
-    by_name = comp.by_name
-    stack: list[tuple[Instruction, bool]] = [(inst, False)]
-    group_set = {frozenset(g) for g in groups}
-    while stack:
-        cur, expanded = stack.pop()
-        if cur.name in memo:
-            continue
-        op = cur.opcode
-        leaf: bool | None = None
-        if op == "parameter":
-            s = cur.sharding if entry else None
-            if s is None:
-                leaf = False
-            else:
-                leaf = all(_same_within([tile_coords(s, d) for d in g]) for g in groups)
-        elif op in ("constant", "iota"):
-            leaf = True
-        elif op in ("partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
-                    "infeed", "recv", "recv-done", "while", "call", "conditional", "custom-call", "fusion"):
-            leaf = False
-        elif op in ("all-gather", "all-reduce") and cur.replica_groups is not None and (
-                group_set <= {frozenset(g) for g in cur.replica_groups}):
-            leaf = True
-        elif op in ("all-to-all", "collective-permute", "reduce-scatter"):
-            leaf = False
-        if leaf is not None:
-            memo[cur.name] = leaf
-            continue
-        operands = [by_name.get(n) for n in cur.operand_names]
-        if any(o is None for o in operands):
-            memo[cur.name] = False
-            continue
-        if not expanded:
-            stack.append((cur, True))
-            stack.extend((o, False) for o in operands if o.name not in memo)  # type: ignore[union-attr]
-        else:
-            memo[cur.name] = all(memo.get(o.name, False) for o in operands)  # type: ignore[union-attr]
-    return memo.get(inst.name, False)
+    if not entry and module is None:
+        if inst.opcode == "parameter":
+            return False
+    u = _Uniformity(groups=tuple(groups), module=module, memo={})
+    return u.value(comp, inst)
 
 
 def sliced_by_partition(comp: Computation, inst: Instruction) -> Instruction | None:

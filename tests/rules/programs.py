@@ -187,3 +187,20 @@ def stale_inline(i: int = 4096, j: int = 4096) -> Program:
     x = arg(m, (i, j), P("X", None))
     fn = jax.jit(lambda x: jnp.sin(x), out_shardings=NamedSharding(m, P("X", None)))  # hlo-analyzer: ignore[HA302]
     return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+def idle_axis_scan(use_z: bool, layers: int = 4, b: int = 1024, d: int = 4096) -> Program:
+    """Problem 2's gather inside a `lax.scan` over layers: each layer's W[B_X, D_Y] (replicated over Z, or
+    sharded [B_XZ, D_Y]) is added to a carry h[B, D_Y], so XLA gathers it over X (or X and Z) every layer."""
+    m = mesh((2, 2, 2), ("X", "Y", "Z"))
+    w = arg(m, (layers, b, d), P(None, ("X", "Z") if use_z else "X", "Y"))
+    h = arg(m, (b, d), P(None, "Y"))
+
+    def f(h, w):
+        def body(h, wl):
+            return jnp.tanh(h + wl), None
+
+        return jax.lax.scan(body, h, w)[0]
+
+    fn = jax.jit(f, out_shardings=NamedSharding(m, P(None, "Y")))
+    return Program(fn, (h, w), dict(mesh=m, hardware="tpu-v5p", model="ideal"))

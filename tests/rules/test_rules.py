@@ -104,6 +104,14 @@ def test_idle_mesh_axis_quiet_when_sharded_over_it(analysed):
     assert "HA201" not in codes(analysed("idle_axis(True)"))
 
 
+def test_idle_mesh_axis_through_a_scan(analysed):
+    """The gathered value comes out of a `lax.scan` whose carry XLA sharded by per-device offsets."""
+    d = only(analysed("idle_axis_scan(False)"), "HA201")
+    V = 2 * 1024 * 4096 / 2
+    assert d.saving_seconds == pytest.approx(V / (2 * V5P_W), rel=REL)
+    assert "HA201" not in codes(analysed("idle_axis_scan(True)"))
+
+
 def test_problem_2_on_a_v4p_4x4x4(analysed):
     """The chapter's own numbers: AllGather_X([B_X, D_Y]) 23 us, 11.5 us (11.65 us computed) over X and Z."""
     r = analysed("idle_axis(False, shape=(4, 4, 4), hardware='tpu-v4p', topology='v4p:4x4x4', model='topology')")
