@@ -88,6 +88,16 @@ class AuditOptions:
                 f"@audit(fail_on={self.fail_on!r}) is not a severity; "
                 + valid_choices(str(self.fail_on), SEVERITIES, what="severities")
             )
+        if self.budgets:
+            from dataclasses import fields
+
+            from analyzer.config import Budgets
+
+            names = [f.name.replace("_", "-") for f in fields(Budgets)]
+            for key in self.budgets:
+                if str(key).replace("_", "-") not in names:
+                    raise AnalyzerError(f"@audit(budgets=...) has an unknown budget {key!r}; "
+                                        + valid_choices(str(key).replace("_", "-"), names, what="budgets"))
         if self.report_path is not None and Path(self.report_path).suffix not in _REPORT_FORMATS:
             raise AnalyzerError(
                 f"@audit(report_path={self.report_path!r}): cannot tell the format from the suffix; "

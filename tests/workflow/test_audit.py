@@ -186,6 +186,7 @@ def test_jit_attributes_stay_reachable(mesh):
     ({"on_violation": "warning"}, "did you mean .warn."),
     ({"fail_on": "fatal"}, "not a severity"),
     ({"report_path": "audit.pdf"}, "cannot tell the format"),
+    ({"budgets": {"comm-second-per-step": 1e-3}}, "did you mean 'comm-seconds-per-step'"),
 ])
 def test_bad_options_fail_when_decorating(kwargs, message):
     with pytest.raises(analyzer.AnalyzerError, match=message):
