@@ -137,8 +137,10 @@ def _result(
         ]
     if location:
         result["locations"] = [location]
+    from analyzer.render.json import to_jsonable  # numpy scalars to numbers, NaN and infinities to null
+
     properties = {
-        key: value
+        key: to_jsonable(value)
         for key, value in (
             ("notation", d.notation),
             ("seconds", d.seconds),
@@ -151,7 +153,7 @@ def _result(
         if value is not None
     }
     if d.details:
-        properties["details"] = json.loads(json.dumps(d.details, default=str))
+        properties["details"] = to_jsonable(d.details)
     if properties:
         result["properties"] = properties
     if baseline is not None:
@@ -238,4 +240,4 @@ def render(
     """`to_sarif` as indented JSON text."""
     log = to_sarif(diagnostics, rules=rules, root=root, errors=errors, baselined=baselined,
                    baseline_name=baseline_name)
-    return json.dumps(log, indent=2) + "\n"
+    return json.dumps(log, indent=2, allow_nan=False) + "\n"

