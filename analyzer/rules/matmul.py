@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
@@ -143,15 +144,24 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         main = max(colls, key=lambda c: c.seconds)
         first = min(dots, key=lambda d: d.position.line if d.position else 0)
         loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location())
+        # The user's line is the matmul's; the HLO instruction is the collective that costs most.
+        loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
+                      hlo_line=main.hlo_line)
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
         axes = sorted({a for c in colls for a in c.axes})
         sizes = {a: facts.axes[a].size for a in axes if a in facts.axes}
         fewer = ", ".join(f"'{a}' {max(1, int(sizes[a] * batch / needed))}-way instead of {sizes[a]}"
                           for a in sizes) or "fewer shards"
         what = "matmul is" if len(dots) == 1 else f"{len(dots)} matmuls sharing these collectives are"
+        if all(c.kind in _FEEDING for c in colls):
+            label = "per-chip batch"  # rows each chip multiplies against each gathered element
+        elif all(c.kind in _REDUCING for c in colls):
+            label = "per-chip contracting size"  # Problem 4, strategy 2: D / X against C / W_ici
+        else:
+            label = "FLOPs per element moved / 2"
         yield ctx.diagnostic(
             f"{what} communication-bound: collectives take {fmt_s(t_comm)} per call against "
-            f"{fmt_s(t_math)} of FLOPs ({t_comm / t_math:.1f}x); per-chip batch {batch:,.0f} is below "
+            f"{fmt_s(t_math)} of FLOPs ({t_comm / t_math:.1f}x); {label} {batch:,.0f} is below "
             f"C/W_ici = {chip.ridge:,.0f} on {chip.name} (about {needed:,.0f} needed on this topology). "
             f"Collectives: {listing}.",
             location=loc,
@@ -160,10 +170,12 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: per-chip batch >= {needed:,.0f}",
             alternative_seconds=t_math * count,
             saving_seconds=(t_comm - t_math) * count,
-            fix=f"raise the per-chip batch {needed / batch:.1f}x: shard over mesh axis {fewer} (move the "
-                "other devices to another axis, e.g. FSDP+TP), or grow the batch per chip",
+            fix=f"raise the {label} {needed / batch:.1f}x: shard over mesh axis {fewer} (move the "
+                "other devices to another axis, e.g. FSDP+TP)"
+                + (", or grow the batch per chip" if label == "per-chip batch" else ""),
             details={"per_chip_batch": batch, "threshold": chip.ridge, "threshold_topology": needed,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
+                     "dot_notation": dot_notation,
                      "collectives": [c.instruction for c in colls]},
         )
 
@@ -288,6 +300,7 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
     if saving < min_saving or alt >= c.seconds:
         return
     loc, dot_notation = dot_location(ctx.report, ctx.facts.module, comp, dot, c.location())
+    loc = replace(loc, computation=c.computation or loc.computation, instruction=c.instruction, hlo_line=c.hlo_line)
     axes = axes_text(c.axes)
     if gathered:
         what = (f"XLA all-gathers the contracting operand ({fmt_b(c.bytes)}) before the matmul; multiplying "

@@ -117,11 +117,18 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
                   "also shard activations or use more chips"))
     else:
         fix = "shard the largest arrays over more mesh axes, rematerialize activations, or use more chips"
+    where = Location(computation=ctx.facts.module.entry.name if ctx.facts.module else None)
+    if reps:
+        inst = reps[0][0]
+        md = inst.metadata
+        where = Location(file=md.source_file if md else None, line=md.source_line if md else None,
+                         computation=where.computation, instruction=inst.name,
+                         hlo_line=inst.position.line if inst.position else None)
     yield ctx.diagnostic(
         f"needs {fmt_b(used)} per device, more than the {fmt_b(chip.hbm_bytes)} of HBM on {chip.name}"
         + (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
            if ctx.report.target == "cpu" else "."),
-        location=Location(computation=ctx.facts.module.entry.name if ctx.facts.module else None),
+        location=where,
         seconds=None,
         alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,
         fix=fix,

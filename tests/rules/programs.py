@@ -204,3 +204,22 @@ def idle_axis_scan(use_z: bool, layers: int = 4, b: int = 1024, d: int = 4096) -
 
     fn = jax.jit(f, out_shardings=NamedSharding(m, P(None, "Y")))
     return Program(fn, (h, w), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+def matmul_then_activation(scatter_early: bool, b: int = 8192, d: int = 4096, f: int = 2048) -> Program:
+    """jit: H[B, D_X] . W[D_X, F] -> [B, F]{U_X}, then gelu, with the result wanted as [B_X, F]. Either
+    the reduction's result is constrained to [B_X, F] right away (reduce-scatter), or only after the gelu."""
+    m = mesh((8,), ("X",))
+    h = arg(m, (b, d), P(None, "X"))
+    w = arg(m, (d, f), P("X", None))
+    out = NamedSharding(m, P("X", None))
+
+    def fn(h, w):
+        y = h @ w
+        if scatter_early:
+            y = jax.lax.with_sharding_constraint(y, out)
+        else:
+            y = jax.lax.with_sharding_constraint(y, NamedSharding(m, P()))
+        return jax.nn.gelu(y)
+
+    return Program(jax.jit(fn, out_shardings=out), (h, w), dict(mesh=m, hardware="tpu-v5p", model="ideal"))

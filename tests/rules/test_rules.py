@@ -88,6 +88,15 @@ def test_reduce_scatter_counterpart_is_quiet(analysed):
     assert "HA103" not in codes(analysed("psum_then_slice(True)"))
 
 
+def test_all_reduce_then_activation_under_jit(analysed):
+    """jit: the matmul's partial sums are all-reduced, the gelu runs on the whole array, then sliced."""
+    d = only(analysed("matmul_then_activation(False)"), "HA103")
+    V = 8192 * 2048 * 2
+    assert d.saving_seconds == pytest.approx(V / V5P_W, rel=REL)
+    r = analysed("matmul_then_activation(True)")
+    assert "HA103" not in codes(r) and set(r.collectives["kind"]) == {"reduce-scatter"}
+
+
 # --------------------------------------------------------------------------------------------------- HA201
 def test_idle_mesh_axis_problem_2_closing_note(analysed):
     d = only(analysed("idle_axis(False)"), "HA201")
