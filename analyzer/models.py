@@ -44,6 +44,11 @@ from typing import Any
 
 from analyzer.errors import ConfigError, MeshError, ShardingError, valid_choices
 
+
+def _config_error(message: str, where: str = "TransformerConfig") -> ConfigError:
+    """A ConfigError that names the input (`TransformerConfig` or the strategy argument) as its place."""
+    return ConfigError(message, path=where)
+
 __all__ = ["STRATEGIES", "OPTIMIZERS", "TransformerConfig", "Roles", "roles", "build", "param_specs"]
 
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
@@ -92,20 +97,20 @@ class TransformerConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"TransformerConfig.{f.name} must be a positive integer, got {value!r}")
+                raise _config_error(f"{f.name} must be a positive integer, got {value!r}")
         if self.dtype not in DTYPES:
-            raise ConfigError(f"TransformerConfig.dtype {self.dtype!r}: " + valid_choices(self.dtype, DTYPES,
+            raise _config_error(f"dtype {self.dtype!r}: " + valid_choices(self.dtype, DTYPES,
                                                                                            what="dtypes"))
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"TransformerConfig.optimizer {self.optimizer!r}: "
+            raise _config_error(f"optimizer {self.optimizer!r}: "
                               + valid_choices(self.optimizer, OPTIMIZERS, what="optimizers"))
         if self.d_model % self.heads:
-            raise ConfigError(f"TransformerConfig: d_model={self.d_model} is not a multiple of heads={self.heads}")
+            raise _config_error(f"d_model={self.d_model} is not a multiple of heads={self.heads}")
         if self.heads % self.kv_heads:
-            raise ConfigError(f"TransformerConfig: heads={self.heads} is not a multiple of "
+            raise _config_error(f"heads={self.heads} is not a multiple of "
                               f"kv_heads={self.kv_heads}")
         if not self.capacity_factor > 0:
-            raise ConfigError(f"TransformerConfig.capacity_factor must be positive, got {self.capacity_factor!r}")
+            raise _config_error(f"capacity_factor must be positive, got {self.capacity_factor!r}")
 
     @property
     def head_dim(self) -> int:
@@ -141,7 +146,8 @@ def roles(strategy: str, axis_names: Sequence[str], *, data_axes: Sequence[str] 
     """
     names = tuple(axis_names)
     if strategy not in STRATEGIES:
-        raise ConfigError(f"strategy {strategy!r}: " + valid_choices(strategy, STRATEGIES, what="strategies"))
+        raise _config_error(f"unknown strategy {strategy!r}: " + valid_choices(strategy, STRATEGIES, what="strategies"),
+                            where="strategy")
     for axis in (*(data_axes or ()), *((model_axis,) if model_axis else ())):
         if axis not in names:
             raise MeshError(f"strategy {strategy!r}: mesh axis {axis!r} is not in the mesh {names}; "
@@ -404,6 +410,9 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     r = roles(strategy, abstract.axis_names, data_axes=data_axes, model_axis=model_axis)
     c = config
     specs = param_specs(c, strategy, r, sizes)
+    if strategy == "ep" and r.model is not None and c.experts % sizes[r.model]:
+        raise ShardingError(f"ep: experts={c.experts} is not a multiple of the model axis "
+                            f"{r.model!r} ({sizes[r.model]} devices)")
     shapes = _param_shapes(c, strategy)
     dtype = jnp.dtype(c.dtype)
     hints = {"w_q": "d_model and heads", "w_k": "d_model and kv_heads", "w_v": "d_model and kv_heads",
@@ -422,9 +431,6 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
         groups = math.prod(sizes[a] for a in r.data) if r.data else 1
         if (c.batch * c.seq) % groups:
             raise ShardingError(f"ep: batch*seq={c.batch * c.seq} tokens do not split into {groups} groups")
-        if r.model is not None and c.experts % sizes[r.model]:
-            raise ShardingError(f"ep: experts={c.experts} is not a multiple of the model axis "
-                                f"{r.model!r} ({sizes[r.model]} devices)")
     x = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
     y = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
     param_sh = {k: v.sharding for k, v in params.items()}

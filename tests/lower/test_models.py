@@ -1,0 +1,114 @@
+"""analyzer.models: the template transformer's configs, axis roles, shardings, and that every strategy compiles
+to the communication its layout implies."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from analyzer.errors import ConfigError, MeshError, ShardingError
+from analyzer.lower import lower
+from analyzer.models import STRATEGIES, Roles, TransformerConfig, build, roles
+
+SMALL = TransformerConfig(d_model=64, d_ff=128, heads=4, kv_heads=2, layers=3, seq=16, batch=8, experts=4)
+MESH = {"X": 2, "Y": 4}
+
+
+def _ops(hlo: str) -> list[str]:
+    return re.findall(r"\s(all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(", hlo)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("d_model", 0, "d_model must be a positive integer"),
+        ("heads", 3, "d_model=256 is not a multiple of heads=3"),
+        ("kv_heads", 3, "heads=4 is not a multiple of kv_heads=3"),
+        ("dtype", "bf16", "did you mean 'bfloat16'"),
+        ("optimizer", "adamw", "did you mean 'adam'"),
+    ],
+)
+def test_config_errors(field, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TransformerConfig(**{field: value})
+
+
+def test_roles():
+    assert roles("fsdp+tp", ("data", "model")) == Roles(("data",), "model")
+    assert roles("tp", ("X",)) == Roles((), "X")
+    assert roles("fsdp", ("X", "Y")) == Roles(("X", "Y"), None)
+    assert roles("ep", ("X", "Y")) == Roles(("X", "Y"), "Y")
+    assert roles("tp", ("X", "Y", "Z"), model_axis="X") == Roles(("Y", "Z"), "X")
+    with pytest.raises(MeshError, match="needs two mesh axes"):
+        roles("fsdp+tp", ("X",))
+    with pytest.raises(MeshError, match="valid axes: X, Y"):
+        roles("tp", ("X", "Y"), model_axis="model")
+    with pytest.raises(ConfigError, match="did you mean 'fsdp'"):
+        roles("fsdpp", ("X",))
+
+
+def test_shardings_follow_the_chapter():
+    """The parameter and activation layouts in the chapter's notation (L, the scanned layer dim, unsharded)."""
+    def specs(strategy):
+        _, (params, _, (x, _)) = build(SMALL, strategy, MESH)
+        return {k: v.sharding.spec for k, v in params.items()}, x.sharding.spec
+
+    params, x = specs("fsdp")  # In[B_XY, D], W_in[D_XY, F], W_out[F, D_XY]
+    assert x == P(("X", "Y"), None, None)
+    assert params["w_in"] == P(None, ("X", "Y"), None) and params["w_out"] == P(None, None, ("X", "Y"))
+    params, x = specs("tp")  # In[B_X, D], W_in[D, F_Y], W_out[F_Y, D]; kv_heads=2 does not split over Y=4
+    assert x == P("X", None, None)
+    assert params["w_in"] == P(None, None, "Y") and params["w_out"] == P(None, "Y", None)
+    assert params["w_q"] == P(None, None, "Y") and params["w_k"] == P(None, None, None)
+    params, x = specs("fsdp+tp")  # In[B_X, D_Y], W_in[D_X, F_Y], W_out[F_Y, D_X]
+    assert x == P("X", None, "Y")
+    assert params["w_in"] == P(None, "X", "Y") and params["w_out"] == P(None, "Y", "X")
+    params, x = specs("ep")  # experts over Y, tokens over X and Y
+    assert params["w_in"] == P(None, "Y") and x == P(("X", "Y"), None, None)
+    params, _ = specs("dp")
+    assert all(spec == P() for spec in params.values())
+
+
+def test_sizes_the_mesh_does_not_divide():
+    with pytest.raises(ShardingError, match=r"parameter w_in.*not a multiple of 4; choose d_model, d_ff"):
+        build(TransformerConfig(d_ff=1026, attention=False), "tp", MESH)
+    with pytest.raises(ShardingError, match="experts=6 is not a multiple of the model axis 'Y'"):
+        build(TransformerConfig(experts=6), "ep", MESH)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_compiles_to_its_communication(strategy):
+    # The bare block keeps the compile short; tp also runs the full block (grouped-query attention with
+    # kv_heads=2 < Y=4, so K/V stay unsharded over Y).
+    config = SMALL if strategy == "tp" else TransformerConfig(**{**SMALL.to_dict(), "attention": False})
+    step, args = build(config, strategy, MESH)
+    hlo = lower(step, *args, mesh=MESH).spmd_hlo
+    # The layers stay loops (forward and backward) over the stacked weights.
+    assert len(re.findall(r"= \(.*\) while\(", hlo)) == 2
+    assert re.search(r"s32\[\] constant\(%d\)" % SMALL.layers, hlo)
+    ops = set(_ops(hlo))
+    expected = {
+        "dp": {"all-reduce"},  # gradients only
+        "fsdp": {"all-gather", "all-reduce"},  # weights gathered, gradients reduced (all-reduce + slice on cpu)
+        # Megatron all-reduces; with kv_heads=2 < Y=4 the replicated K/V projections' update is computed
+        # split over Y and all-gathered back.
+        "tp": {"all-reduce", "all-gather"},
+        "fsdp+tp": {"all-gather", "all-reduce"},
+        "ep": {"all-to-all", "all-reduce"},
+    }[strategy]
+    assert ops == expected, (strategy, ops)
+
+
+@pytest.mark.slow
+def test_adam_state_is_sharded_like_the_parameters():
+    config = TransformerConfig(**{**SMALL.to_dict(), "optimizer": "adam", "attention": False})
+    step, (params, opt_state, batch) = build(config, "fsdp", {"X": 8})
+    assert opt_state["mu"]["w_in"].sharding.spec == params["w_in"].sharding.spec
+    lowered = lower(step, params, opt_state, batch, mesh={"X": 8})
+    # Parameters and both moments in, parameters and both moments out: 3 copies of the sharded weights.
+    weights = sum(2 * s.size // 8 for s in params.values())  # bf16, sharded 8 ways
+    moments = sum(4 * s.size // 8 for s in params.values())  # f32
+    assert lowered.memory["output_bytes"] >= weights + 2 * moments
