@@ -100,9 +100,10 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
             for m in members:
                 if m.count < min_count:
                     continue
-                floor = facts.price(kind, m.bytes, axes)
-                bandwidth_only = m.bytes / (chip.ici_bidi * len(axes))
-                overhead = max(0.0, m.seconds - bandwidth_only * m.seconds / max(floor.seconds, 1e-30))
+                # What the same bytes cost at full bandwidth, with no hop latency (the chapter's V / W forms).
+                factor = {"all-reduce": 2.0, "all-to-all": 0.25}.get(kind, 1.0)
+                bandwidth_only = factor * m.bytes / (chip.ici_bidi * len(axes))
+                overhead = max(0.0, m.seconds - bandwidth_only)
                 if overhead * m.count < min_saving:
                     continue
                 yield ctx.diagnostic(

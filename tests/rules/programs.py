@@ -223,3 +223,16 @@ def matmul_then_activation(scatter_early: bool, b: int = 8192, d: int = 4096, f:
         return jax.nn.gelu(y)
 
     return Program(jax.jit(fn, out_shardings=out), (h, w), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+def small_psum_in_loop(steps: int = 16, size: int = 1024) -> Program:
+    """shard_map with a `fori_loop` of `steps` iterations, each psum-ing a 4 kB array: one latency-bound
+    collective executed `steps` times per call (nothing to combine within an iteration)."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (8 * 8, size // 8), P("X", None), jnp.float32)
+
+    def body(x):
+        return jax.lax.fori_loop(0, steps, lambda i, y: jnp.tanh(jax.lax.psum(y, "X")), x)
+
+    fn = jax.shard_map(body, mesh=m, in_specs=P("X", None), out_specs=P("X", None), check_vma=False)
+    return Program(jax.jit(fn), (x,), dict(mesh=m, hardware="tpu-v5e", model="ideal"))

@@ -168,6 +168,14 @@ def test_latency_bound_collectives_combine(analysed):
     assert d.saving_seconds == pytest.approx(6 * per - per, rel=REL)  # six floors -> one
 
 
+def test_latency_bound_collective_in_a_loop_is_info(analysed):
+    d = only(analysed("small_psum_in_loop()"), "HA301")
+    assert d.severity == Severity.INFO
+    V = 8 * 128 * 4                     # f32[8, 128] per device, all-reduced
+    per = 2 * T_MIN * 8 / 2             # latency floor of one AllReduce over 8 chips
+    assert d.saving_seconds == pytest.approx(16 * (per - 2 * V / V5E_W), rel=REL)
+
+
 def test_one_large_psum_is_quiet(analysed):
     assert "HA301" not in codes(analysed("many_small_psums(True)"))
 
