@@ -271,7 +271,8 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
 
     Args:
       config: the checked config.
-      hardware, topology: override the config's (what-if pricing of the same compile).
+      hardware, topology: override the config's (what-if pricing of the same compile). With another
+        hardware and no topology, the mesh goes on the smallest slice of that hardware that holds it.
 
     Returns:
       The `Report`, named after the config, with the config's rules applied.
@@ -282,9 +283,10 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
 
     fn, args, kwargs = config.build()
     rules = config.rules_config()
+    if topology is None and hardware is None:
+        topology = config.topology  # the config's slice belongs to the config's hardware
     report = analyze(fn, *args, mesh=dict(config.mesh), target=config.target,
-                     hardware=hardware or config.hardware, topology=topology or config.topology,
-                     config=rules, **kwargs)
+                     hardware=hardware or config.hardware, topology=topology, config=rules, **kwargs)
     return dc_replace(report, name=config.title)
 
 
@@ -383,6 +385,7 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     jobs = jobs or default_jobs(len(cands))
     entries: list[SweepEntry] = []
@@ -400,7 +403,14 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
             futures = {pool.submit(evaluate, config, c, hardware=hardware, topology=topology): c for c in cands}
             for future in as_completed(futures):
                 cand = futures[future]
-                entry = future.result()
+                try:
+                    entry = future.result()
+                except BrokenProcessPool:
+                    # A worker died (killed for memory, most often); its candidates cannot be priced.
+                    entry = SweepEntry(strategy=cand.strategy or "(entry point)",
+                                       mesh=config.with_plan(cand.mesh_shape).mesh_text,
+                                       error="the worker process compiling it died (out of memory?); "
+                                             "retry with --jobs 1")
                 entries.append(entry)
                 if progress:
                     progress(cand, entry)

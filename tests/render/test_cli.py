@@ -80,7 +80,7 @@ def test_bad_inputs_exit_2_with_the_reason(config, tmp_path, capsys):
 @pytest.mark.slow
 def test_report_json_follows_the_schema(config, tmp_path, capsys):
     out = tmp_path / "report.json"
-    assert main(["report", str(config), "-o", str(out)]) == 0
+    assert main(["report", str(config), "-o", str(out), "--what-if", "tpu-v5p"]) == 0
     assert "wrote" in capsys.readouterr().out
     data = json.loads(out.read_text())
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
@@ -91,6 +91,11 @@ def test_report_json_follows_the_schema(config, tmp_path, capsys):
     layers = 2
     gathers = [c for c in data["collectives"] if c["kind"] == "all-gather"]
     assert all(c["count"] % layers == 0 for c in gathers)  # inside the scan over layers
+    # What-if: the same compile repriced; v5p has more FLOPs/s and HBM bandwidth than v5e, so less compute.
+    base, v5p = data["what_if"]
+    assert base["baseline"] and base["hardware"] == "tpu-v5e" and v5p["hardware"] == "tpu-v5p"
+    assert base["comm_seconds"] == pytest.approx(data["totals"]["comm_seconds"], rel=1e-9)
+    assert v5p["compute_seconds"] < base["compute_seconds"]
 
 
 @pytest.mark.slow
