@@ -662,12 +662,26 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
 _VALIDATED = frozenset(DECODERS) - {"sharding", "backend_config"}
 
 
+# Cheap whole-value checks that accept exactly what the decoder accepts for the common spellings; when one
+# does not match, the decoder runs and either accepts the value or says what is wrong with it.
+_QUICK = {
+    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^\s"{},]+)\s*,?)*\s*\}'),
+    "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
+    "channel_id": re.compile(r"-?\d+"),
+    "index": re.compile(r"-?\d+"),
+}
+
+
 def validate(inst: Instruction) -> None:
     """Decode every known attribute of `inst` once; raise ValueError (with `.attribute`) on a bad one."""
     for a in inst.attributes:
-        if a.key in _VALIDATED:
+        key = a.key
+        if key in _VALIDATED:
+            quick = _QUICK.get(key)
+            if quick is not None and quick.fullmatch(a.raw):
+                continue
             try:
-                DECODERS[a.key](a.raw)
+                DECODERS[key](a.raw)
             except ValueError as e:
                 e.attribute = a  # type: ignore[attr-defined]
                 raise

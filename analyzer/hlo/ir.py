@@ -184,9 +184,12 @@ class Frame:
     parent: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Instruction:
-    """One HLO instruction: `[ROOT] %name = shape opcode(operands), attributes...`."""
+    """One HLO instruction: `[ROOT] %name = shape opcode(operands), attributes...`.
+
+    Slotted: a large module holds hundreds of thousands of these.
+    """
 
     name: str
     opcode: str
@@ -199,10 +202,16 @@ class Instruction:
     # (get-tuple-element index is an attribute, not this) keep None.
     parameter_number: int | None = None
     literal: str | None = None
+    _attrs: dict[str, Attribute] | None = field(default=None, init=False, repr=False, compare=False)
 
-    @cached_property
+    @property
     def attrs(self) -> Mapping[str, Attribute]:
-        return {a.key: a for a in self.attributes}
+        """The attributes by key (built on first use)."""
+        cached = self._attrs
+        if cached is None:
+            cached = {a.key: a for a in self.attributes}
+            object.__setattr__(self, "_attrs", cached)
+        return cached
 
     def attr(self, key: str) -> str | None:
         """The raw text of attribute `key`, or None."""

@@ -15,6 +15,7 @@ line and a caret; no Lark exception escapes.
 
 from __future__ import annotations
 
+import gc
 import re
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -84,7 +85,7 @@ def _lark() -> Lark:
         grammar,
         parser="lalr",
         lexer="contextual",
-        start=["module", "header", "computation"],
+        start=["module", "header", "computation", "computation_head"],
         transformer=HloTransformer(),
         maybe_placeholders=True,
         propagate_positions=False,
@@ -239,17 +240,22 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
     """
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
-    if lazy:
-        module = _parse_lazy(text, path)
-        if module is not None:
-            return module
+    split = _split(text)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the parse makes many small objects and no cycles; collection passes only cost time
     try:
-        module = _lark().parse(text, start="module")
-        _validate_attributes(module)
+        if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
+            module = _lark().parse(text, start="module")
+            _validate_attributes(module)
+        else:
+            module = _parse_split(text, split, path, lazy)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, text, path) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
         raise _translate(e, text, path) from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     if path is not None:
         object.__setattr__(module, "path", path)
     return module
@@ -298,51 +304,100 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
 # ---------------------------------------------------------------------------------------------- lazy
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
-_COMP_START = re.compile(r"^(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
+_COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
 _COMP_END = re.compile(r"^\}[^\n]*$", re.M)
 
 
-def _parse_lazy(text: str, path: str | None) -> HloModule | None:
-    """Split with the line scanner; None when the text is not laid out as XLA prints it (then parse fully)."""
+def _split(text: str) -> tuple[str, list[tuple]] | None:
+    """Split the text into the header and the computations with a line scanner.
+
+    Returns:
+      `(header_text, [(start, end, line, column, name, is_entry), ...])`, or None when the text is not laid
+      out as XLA prints it (a computation per block, `}` alone at the start of its closing line).
+    """
     first = _COMP_START.search(text)
     if first is None:
         return None
     header_text = text[: first.start()]
-    try:
-        header = _lark().parse(header_text, start="header")
-    except (HloSyntaxError, HloSemanticError) as e:
-        raise _positioned(e, text, path) from None
-    except Exception as e:
-        raise _translate(e, text, path) from None
-    comps: list[LazyComputation] = []
+    spans: list[tuple] = []
     pos = first.start()
     line = header_text.count("\n") + 1
     names: set[str] = set()
-    while True:
+    n = len(text)
+    while pos < n:
         m = _COMP_START.match(text, pos)
         if m is None:
-            if text[pos:].strip():
-                return None  # something between computations that the scanner does not know: parse fully
-            break
+            return None  # something between computations that the scanner does not know
         end = _COMP_END.search(text, m.end())
         if end is None:
             return None
         name = m.group(2).lstrip("%")
         if name in names:
-            return None  # let the full parser report the duplicate with its checks
+            return None  # let the grammar path report the duplicate
         names.add(name)
-        comps.append(LazyComputation(text, m.start(), end.end(), line, m.start(2) - m.start() + 1, name,
-                                     m.group(1) is not None, path))
+        spans.append((m.start(), end.end(), line, m.start(2) - m.start() + 1, name, m.group(1) is not None))
         line += text.count("\n", m.start(), end.end())
-        pos = end.end()
-        ws = re.compile(r"\s*").match(text, pos)
-        line += text.count("\n", pos, ws.end())
+        ws = _WS.match(text, end.end())
+        line += text.count("\n", end.end(), ws.end())
         pos = ws.end()
-        if pos >= len(text):
-            break
-    if not comps:
-        return None
-    return HloModule(header.name, tuple(comps), header.attributes, header.frames, path)
+    return (header_text, spans) if spans else None
+
+
+_WS = re.compile(r"\s*")
+_HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
+
+
+def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool) -> HloModule:
+    """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
+    from analyzer.hlo.transformer import check_computations
+
+    header_text, spans = split
+    header = _lark().parse(header_text, start="header")
+    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path)
+             for start, end, line, column, name, is_entry in spans]
+    name = header.name
+    if not _HAS_HEADER.search(header_text):  # XLA names a header-less module after its entry
+        name = "module_" + next((c for c in comps if c.is_entry), comps[-1]).name
+    if not lazy:
+        comps = [c._parsed for c in comps]
+        check_computations(comps)
+    return HloModule(name, tuple(comps), header.attributes, header.frames, path)
+
+
+def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
+    """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
+    when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
+    from analyzer.hlo.fastpath import parse_computation_fast, parse_head_fast
+
+    chunk = source[start:end]
+    newline = chunk.find("\n")
+    head_line = chunk[:newline] if newline >= 0 else chunk
+    head = parse_head_fast(head_line, line) or _parse_interactive(head_line, "computation_head", line)
+    comp = parse_computation_fast(chunk, line, head, _attr_regex(), _transformer()) if newline >= 0 else None
+    if comp is None:
+        comp = _parse_interactive(chunk, "computation", line)
+    _validate_attributes(HloModule("", (comp,)))
+    return comp
+
+
+def _parse_interactive(text: str, start: str, line: int):
+    """Parse `text` from rule `start`, with line numbers counted from `line`."""
+    ip = _lark().parse_interactive(text, start=start)
+    ip.lexer_thread.state.line_ctr.line = line
+    return ip.resume_parse()
+
+
+@lru_cache(maxsize=1)
+def _attr_regex() -> re.Pattern:
+    """`, key=value` with the grammar's ATTR pattern (the value in group 1 with its key)."""
+    return re.compile(r",[ \t]*(" + _ATTR_KEY + attribute_value_pattern() + ")")
+
+
+@lru_cache(maxsize=1)
+def _transformer():
+    from analyzer.hlo.transformer import HloTransformer
+
+    return HloTransformer()
 
 
 class LazyComputation(Computation):
@@ -379,22 +434,17 @@ class LazyComputation(Computation):
     @cached_property
     def _parsed(self) -> Computation:
         start, end = self._span
-        chunk = self._source[start:end]
-        line0 = self.position.line - 1
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
-            from lark import Lark  # noqa: F401  (import error surfaces here, not at module import)
-
-            ip = _lark().parse_interactive(chunk, start="computation")
-            ip.lexer_thread.state.line_ctr.line = line0 + 1
-            comp = ip.resume_parse()
-            from analyzer.hlo.ir import HloModule as _M
-
-            _validate_attributes(_M("lazy", (comp,)))
+            return _parse_chunk(self._source, start, end, self.position.line)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
             raise _translate(e, self._source, self._path) from None
-        return comp
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
     @cached_property
     def instructions(self) -> tuple[Instruction, ...]:  # type: ignore[override]
@@ -407,6 +457,10 @@ class LazyComputation(Computation):
     @cached_property
     def result_shape(self):  # type: ignore[override]
         return self._parsed.result_shape
+
+    @cached_property
+    def attributes(self):  # type: ignore[override]
+        return self._parsed.attributes
 
     def __repr__(self) -> str:
         state = "parsed" if self.is_parsed else "unparsed"

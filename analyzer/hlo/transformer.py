@@ -279,6 +279,11 @@ class HloTransformer(Transformer):
             rest = [c for c in rest if type(c) is not Attribute]
         return build_computation(name_tok, is_entry, sig, rest, attrs)
 
+    def computation_head(self, children):
+        is_entry = isinstance(children[0], Token) and children[0].type == "ENTRY"
+        rest = children[1:] if is_entry else children
+        return (rest[0], is_entry, rest[1] if len(rest) > 1 else None)
+
     # ------------------------------------------------------------------ module
     def string_entry(self, children):
         tok, s = children
@@ -369,7 +374,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
     for inst in insts:
-        a = inst.attrs.get("control-predecessors")
+        a = next((x for x in inst.attributes if x.key == "control-predecessors"), None) if inst.attributes else None
         if a is not None:
             try:
                 preds = attributes.parse_name_list(a.raw)
@@ -570,6 +575,37 @@ def _check_scalar(lit: tuple, etype: str, tok: Token) -> None:
             raise _syntax(f"{text} is out of range for {etype} (largest finite value {top:g})", value)
 
 
+def check_computations(comps: list[Computation]) -> Computation | None:
+    """Module-level checks: unique computation names, at most one ENTRY, every called computation defined.
+
+    Returns:
+      The ENTRY computation, or None when none is marked.
+
+    Raises:
+      HloSemanticError: at the offending computation or attribute.
+    """
+    seen: dict[str, Computation] = {}
+    entry = None
+    for c in comps:
+        if c.name in seen:
+            raise HloSemanticError(f"computation name {c.name!r} is already defined at line {seen[c.name].position}",
+                                   line=c.position.line, column=c.position.column)
+        if c.is_entry:
+            if entry is not None:
+                raise HloSemanticError(f"two ENTRY computations: {entry.name!r} and {c.name!r}",
+                                       line=c.position.line, column=c.position.column)
+            entry = c
+        for inst in c.instructions:
+            for callee in attributes.called_computations(inst):
+                if callee not in seen:
+                    where = "defined after its caller" if any(x.name == callee for x in comps) else "not defined"
+                    if where == "not defined" or callee == c.name:
+                        a = _call_attr(inst, callee)
+                        raise HloSemanticError(f"{inst.name!r} calls computation {callee!r}, which is {where}",
+                                               line=a.line, column=a.column)
+        seen[c.name] = c
+    return entry
+
 def build_module(children: list) -> HloModule:
     """Assemble the module: header attributes, frames from the tables, computations; module-level checks.
 
@@ -591,31 +627,12 @@ def build_module(children: list) -> HloModule:
             tables.setdefault(c[0], []).extend(c[1])
         elif c is not None:
             comps.append(c)
-    seen: dict[str, Computation] = {}
-    entry = None
-    for c in comps:
-        if c.name in seen:
-            raise HloSemanticError(f"computation name {c.name!r} is already defined at line {seen[c.name].position}",
-                                   line=c.position.line, column=c.position.column)
-        if c.is_entry:
-            if entry is not None:
-                raise HloSemanticError(f"two ENTRY computations: {entry.name!r} and {c.name!r}",
-                                       line=c.position.line, column=c.position.column)
-            entry = c
-        for inst in c.instructions:
-            for callee in attributes.called_computations(inst):
-                if callee not in seen:
-                    where = "defined after its caller" if any(x.name == callee for x in comps) else "not defined"
-                    if where == "not defined" or callee == c.name:
-                        a = _call_attr(inst, callee)
-                        raise HloSemanticError(f"{inst.name!r} calls computation {callee!r}, which is {where}",
-                                               line=a.line, column=a.column)
-        seen[c.name] = c
+    entry = check_computations(comps)
     frames = _frames(tables)
     if name_tok is not None:
         name = _name(name_tok)
     else:
-        name = (entry or (comps[-1] if comps else None)).name if comps else "module"
+        name = "module_" + (entry or comps[-1]).name if comps else "module"  # XLA's name for a header-less module
     return HloModule(name, tuple(comps), attrs, frames)
 
 

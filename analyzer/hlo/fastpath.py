@@ -1,0 +1,181 @@
+"""A line-level fast path for the instructions XLA prints, falling back to the Lark grammar.
+
+Most of a module's text is instruction lines in one canonical form:
+`  [ROOT ]%name = <shape> <opcode>(%a, %b, ...)[, key=value]*`. This module matches such a line with one
+regular expression and hands the pieces to the same `HloTransformer` callbacks and checks the grammar
+path uses, so both paths build identical IR (tests/hlo/test_fastpath.py compares them on every fixture
+and corpus module). Anything else — constants, operands with shape prefixes, nested or multi-line
+instructions, comments — makes the whole computation go through the Lark parser instead. The grammar
+stays the definition of the language; this is only a shortcut for its commonest sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from analyzer.hlo.ir import Computation, Shape
+from analyzer.hlo.transformer import HloTransformer, build_computation, decode_array_shape
+
+__all__ = ["parse_computation_fast", "parse_head_fast", "decode_shape", "FastToken"]
+
+Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
+
+_NAME = r"%?[A-Za-z_][\w.\-]*"
+_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?"
+_TUPLE = r"\((?:[^()\n]|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\))*\)"
+
+# head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list
+_LINE = re.compile(
+    r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
+    r"((?:(?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*(?:, (?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*)*)|[\w.+\-]+)?\)"
+)
+_OPERAND = re.compile(r"%[A-Za-z_][\w.\-]*")
+# `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
+_HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
+                   + r")[ \t]*\{[ \t]*$")
+_PARAM = re.compile(r"[ \t]*(?:/\*[^*\n]*\*/)?[ \t]*(" + _NAME + r"):[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]*(?:,|$)")
+
+
+class FastToken(str):
+    """A name as the grammar's tokens present it (`.type`, `.line`, `.column`), cheaper to make."""
+
+    def __new__(cls, type_: str, value: str, line: int, column: int) -> FastToken:
+        t = str.__new__(cls, value)
+        t.type = type_
+        t.line = line
+        t.column = column
+        return t
+_SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false")
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+@lru_cache(maxsize=8192)
+def decode_shape(text: str) -> Shape:
+    """Decode an array or (nested) tuple shape as printed, e.g. `(f32[2]{0}, /*index=1*/s32[])`.
+
+    Raises:
+      ValueError: when the text is not a shape (the caller then falls back to the grammar).
+    """
+    if not text.startswith("("):
+        return decode_array_shape(text)
+    body = _COMMENT.sub("", text[1:-1]).strip()
+    if not body:
+        return Shape("tuple")
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, c in enumerate(body):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(body[start:i].strip())
+            start = i + 1
+    parts.append(body[start:].strip())
+    if any(not p for p in parts):
+        raise ValueError(f"not a tuple shape: {text[:40]}")
+    return Shape("tuple", tuple_shapes=tuple(decode_shape(p) for p in parts))
+
+
+Token = FastToken  # noqa: F811
+
+
+def parse_head_fast(line: str, lineno: int):
+    """`[ENTRY ]%name (p: shape, ...) -> shape {` -> (name_token, is_entry, (params, result)), or None."""
+    m = _HEAD.match(line)
+    if m is None:
+        return None
+    params = []
+    body = m.group(3)
+    if body.rstrip().endswith(","):
+        return None
+    pos = 0
+    while pos < len(body):
+        p = _PARAM.match(body, pos)
+        if p is None or p.end() == pos:
+            return None
+        try:
+            params.append((p.group(1).lstrip("%"), decode_shape(p.group(2))))
+        except ValueError:
+            return None
+        pos = p.end()
+        if pos < len(body) and body[pos - 1] == ",":
+            while pos < len(body) and body[pos] == " ":
+                pos += 1
+    try:
+        result = decode_shape(m.group(4))
+    except ValueError:
+        return None
+    name_tok = Token("NAME", m.group(2), lineno, m.start(2) + 1)
+    return (name_tok, m.group(1) is not None, (tuple(params), result))
+
+
+def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, transformer: HloTransformer,
+                           ) -> Computation | None:
+    """Parse one computation's instruction lines without Lark, or return None to ask for the grammar.
+
+    Args:
+      text: the computation's text, from its header line to its closing brace.
+      line0: the 1-based line of the header in the whole text.
+      header: `(name_token, is_entry, signature)` from the grammar's reading of the header line.
+      attr_re: the compiled `, key=value` pattern (the grammar's ATTR terminal with a leading comma).
+      transformer: the callbacks that build IR.
+
+    Returns:
+      The Computation, or None when a line is not in the canonical form (or the closing line has more).
+    """
+    name_tok, is_entry, sig = header
+    lines = text.split("\n")
+    if len(lines) < 3 or lines[-1].strip() != "}":
+        return None
+    instruction = transformer.instruction
+    constant = transformer.constant_instruction
+    attribute = transformer.attribute
+    pending = []
+    for k in range(1, len(lines) - 1):
+        line = lines[k]
+        m = _LINE.match(line)
+        if m is None:
+            if not line.strip():
+                continue
+            return None
+        lineno = line0 + k
+        root, name, shape_text, opcode, ops = m.groups()
+        try:
+            shape = decode_shape(shape_text)
+        except ValueError:
+            return None
+        children: list = []
+        if root:
+            children.append(Token("ROOT", "ROOT", lineno, m.start(1) + 1))
+        children.append(Token("NAME", name, lineno, m.start(2) + 1))
+        children.append(shape)
+        is_constant = opcode == "constant"
+        if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
+            if not ops or not _SCALAR.fullmatch(ops):
+                return None
+            children.append(Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1))
+            children.append((ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1)))
+        else:
+            children.append(Token("NAME", opcode, lineno, m.start(4) + 1))
+        if ops and not is_constant:
+            if ops[0] == "%" or ops[0] == "/":
+                base = m.start(5) + 1
+                for o in _OPERAND.finditer(ops):
+                    children.append((Token("NAME", o.group(), lineno, base + o.start()), None))
+            elif opcode == "parameter" and ops.isdigit():
+                children.append(Token("INT", ops, lineno, m.start(5) + 1))
+            else:
+                return None
+        pos = m.end()
+        end = len(line.rstrip())
+        while pos < end:
+            a = attr_re.match(line, pos)
+            if a is None:
+                return None
+            children.append(attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
+            pos = a.end()
+        pending.append(constant(children) if is_constant else instruction(children))
+    return build_computation(name_tok, is_entry, sig, pending)
