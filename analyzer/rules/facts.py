@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from analyzer.diagnostics import Location
@@ -315,6 +315,46 @@ class Facts:
         if mine <= 0 or coll.seconds <= 0:
             return alt
         return alt * coll.seconds / mine
+
+    def price_changed(self, coll: Coll, *, wrap_axes: Sequence[str] = (), fast_axes: Sequence[str] = ()) -> float:
+        """`coll` re-priced with the physical axes under some mesh axes changed: closed into rings with
+        wraparound (`wrap_axes`), or moved onto the fast network (`fast_axes`: ICI on TPUs, NVLink on GPUs).
+
+        The analysis's own topology is copied with those changes and priced with the same cost model, so the
+        difference is only the change. Without a topology, the chapter's formulas price both sides and the
+        alternative is scaled by the row's seconds.
+        """
+        topo = self.topology
+        if topo is not None and coll.axes:
+            try:
+                from dataclasses import replace as _replace
+
+                from analyzer.cost import collective_cost
+
+                sl = topo.slice
+                wraps = list(sl.wraps)
+                networks = list(sl.networks)
+                fast = "nvlink" if self.chip.kind == "gpu" else "ici"
+                for axes, change in ((wrap_axes, "wrap"), (fast_axes, "fast")):
+                    for a in axes:
+                        for label in topo.axis_info(a).physical_axes:
+                            k = sl.axis_labels.index(label)
+                            if change == "wrap":
+                                wraps[k] = True
+                            else:
+                                networks[k] = fast
+                                wraps[k] = wraps[k] if fast == "nvlink" else sl.dims[k] > 2
+                new = _replace(topo, slice=_replace(sl, wraps=tuple(wraps), networks=tuple(networks)))
+                cost = collective_cost(coll.kind, float(coll.bytes), tuple(coll.axes), new, model=self.cost_model)
+                return float(cost.seconds)
+            except Exception:  # noqa: BLE001 - fall back to the chapter's formulas below
+                pass
+        links = [replace(lk, wrap=True) if lk.name in wrap_axes else lk for lk in self.links(coll.axes)]
+        links = [replace(lk, network="ici" if self.chip.kind == "tpu" else "nvlink", bandwidth=None)
+                 if lk.name in fast_axes else lk for lk in links]
+        alt = chapter_price(coll.kind, coll.bytes, links, self.chip).seconds
+        mine = chapter_price(coll.kind, coll.bytes, self.links(coll.axes), self.chip).seconds
+        return alt * coll.seconds / mine if mine > 0 and coll.seconds > 0 else alt
 
     def instruction(self, computation: str, name: str) -> tuple[Computation | None, Instruction | None]:
         if self.module is None:

@@ -4,7 +4,6 @@ Problem 2 and its closing note, pop quiz 2; tpus.md, ICI topology; training.md, 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_b, fmt_s
@@ -151,8 +150,7 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
         for c in facts.collectives:
             if name not in c.axes or c.seconds <= 0:
                 continue
-            links = [replace(lk, wrap=True) if lk.name == name else lk for lk in facts.links(c.axes)]
-            alt = facts.price_like(c, c.kind, c.bytes, c.axes, links=links)
+            alt = facts.price_changed(c, wrap_axes=(name,))
             if alt < c.seconds:
                 rows.append((c, alt))
         if not rows:
@@ -238,9 +236,7 @@ def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
             pass_ = str(frame.iloc[c.row].get("pass_", "")) if frame is not None and "pass_" in frame else ""
             if pass_ == "backward" or "transpose" in c.op_name:
                 continue
-        fast = [replace(lk, network="ici" if facts.chip.kind == "tpu" else "nvlink", bandwidth=None)
-                if lk.name in slow else lk for lk in facts.links(c.axes)]
-        alt = facts.price_like(c, c.kind, c.bytes, c.axes, links=fast)
+        alt = facts.price_changed(c, fast_axes=slow)
         saving = (c.seconds - alt) * c.count
         if saving <= 0:
             continue

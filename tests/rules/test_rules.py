@@ -152,7 +152,7 @@ def test_slow_link_across_gpu_nodes(analysed):
     assert_complete(d)
     V = 4096 * 8192 * 2
     across = V * (2 - 1) / (2 * 400e9 / 8)  # tree form: bytes (D-1)/(D W), 50 GB/s per GPU across nodes
-    inside = V / 450e9                      # in-node AllGather: bytes / W_GPU egress
+    inside = V * (2 - 1) / (2 * 450e9)      # in-node AllGather of 2 GPUs: bytes (N-1) / (N W_GPU egress)
     assert d.saving_seconds == pytest.approx(across - inside, rel=REL)
 
 
