@@ -6,6 +6,7 @@ comes from here, so the three formats never disagree.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
     from analyzer.report import Report
 
-__all__ = ["short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["argument_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -200,3 +201,78 @@ def memory_lines(report: Report) -> list[tuple[str, str]]:
     if not report.memory:
         return []
     return [(k.replace("_", " "), format_bytes(v)) for k, v in report.memory.items()]
+
+
+def _path_name(path: Any) -> str:
+    """`arg0.w_in`, `arg1.mu.w_in`, `arg2[0]` from a jax key path whose first key is the argument index."""
+    parts = []
+    for i, key in enumerate(path):
+        idx = getattr(key, "idx", None)
+        name = getattr(key, "key", None)
+        attr = getattr(key, "name", None)
+        if i == 0 and idx is not None:
+            parts.append(f"arg{idx}")
+        elif idx is not None:
+            parts.append(f"[{idx}]")
+        elif isinstance(name, str) and name.isidentifier():
+            parts.append(f".{name}")
+        elif name is not None:
+            parts.append(f"[{name!r}]")
+        elif attr is not None:
+            parts.append(f".{attr}")
+        else:
+            parts.append(str(key))
+    return "".join(parts).lstrip(".") or "arg"
+
+
+def argument_rows(report: Report) -> list[dict[str, Any]]:
+    """The program's arguments and their shardings in the chapter's notation: the plan as the user wrote it.
+
+    Read from `report.context["args"]` (the abstract arguments `analyze` was given) or, for a report rebuilt
+    from JSON, `report.context["argument_rows"]`. Dimension letters are I, J, K, ... in order.
+
+    Returns:
+      One dict per array argument: `name`, `shape` (e.g. `bf16[16,2048,5632]`), `notation`
+      (e.g. `[I, J_data, K_model]`, "" when the sharding is unknown) and `bytes_per_device` (None when unknown).
+      Empty when the report carries no arguments (HLO dumps).
+    """
+    context = report.context or {}
+    if "argument_rows" in context:
+        return [dict(r) for r in context["argument_rows"]]
+    args = context.get("args")
+    if not args or report.mesh is None:
+        return []
+    import jax
+
+    from analyzer.errors import AnalyzerError
+    from analyzer.notation import Notation
+
+    mesh = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
+    rows = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is None or dtype is None:
+            continue
+        short = _short_dtype(str(getattr(dtype, "name", dtype)))
+        row = {"name": _path_name(path), "shape": f"{short}[{','.join(str(d) for d in shape)}]", "notation": "",
+               "bytes_per_device": None}
+        spec = getattr(getattr(leaf, "sharding", None), "spec", None)
+        if spec is not None:
+            try:
+                n = Notation.from_partition_spec(tuple(shape), spec, mesh, dtype=dtype)
+                # One axis prints bare (J_data), as the collectives' notation does; several keep braces.
+                row["notation"] = re.sub(r"_\{([^{},]+)\}", r"_\1", str(n))
+                row["bytes_per_device"] = int(n.bytes_per_device)
+            except AnalyzerError:
+                pass
+        rows.append(row)
+    return rows
+
+
+_SHORT_DTYPES = {"bfloat16": "bf16", "float32": "f32", "float16": "f16", "float64": "f64", "int32": "s32",
+                 "int64": "s64", "int8": "s8", "uint8": "u8", "uint32": "u32", "bool": "pred"}
+
+
+def _short_dtype(name: str) -> str:
+    """XLA's short dtype names, as the HLO and the notation print them."""
+    return _SHORT_DTYPES.get(name, name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyzer.render._common import (
+    argument_rows,
     collective_rows,
     dot_label,
     short_source,
@@ -181,6 +182,13 @@ def _plan(report: Report) -> dict[str, list[dict[str, str]]]:
     return {k: [item for _, item in sorted(v, key=lambda t: -t[0])] for k, v in ordered.items()}
 
 
+def _arguments(report: Report) -> list[dict[str, str]]:
+    """Argument shardings in notation, formatted (empty for dumps)."""
+    return [{"name": r["name"], "shape": r["shape"], "notation": r["notation"] or "(sharding unknown)",
+             "per_device": format_bytes(r["bytes_per_device"]) if r["bytes_per_device"] is not None else "—"}
+            for r in argument_rows(report)]
+
+
 def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:
     frame = report.dots
     if frame is None or len(frame) == 0:
@@ -279,6 +287,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "mesh_axes": _mesh_axes(report),
         "plan": _plan(report),
         "dots": _dots(report),
+        "arguments": _arguments(report),
         "collectives": collective_rows(report),
         "findings": _findings(report.diagnostics),
         "finding_groups": _finding_groups(report.diagnostics),

@@ -131,7 +131,8 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
 
     Returns:
       A dict with `schema_version`, `tool`, the run's identity (name, target, hardware, topology, mesh),
-      `totals`, `collectives`, `dots`, `diagnostics`, `notes`, `memory` and, when given, `sweep`.
+      `totals`, `collectives`, `dots`, `diagnostics`, `notes`, `memory`; `arguments` (the argument shardings
+      in notation) when the report knows them; `sweep` and `what_if` when given.
 
     Example:
       >>> data = report_to_dict(report)
@@ -155,6 +156,11 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
         "notes": [str(n) for n in report.notes],
         "memory": None if report.memory is None else {str(k): int(v) for k, v in report.memory.items()},
     }
+    from analyzer.render._common import argument_rows
+
+    arguments = argument_rows(report)
+    if arguments:
+        data["arguments"] = to_jsonable(arguments)
     if sweep is not None:
         data["sweep"] = sweep.to_dict()
     if whatif:
@@ -228,4 +234,5 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         hardware=data["hardware"], topology=data.get("topology", ""), target=data["target"],
         diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])),
         memory=None if data.get("memory") is None else dict(data["memory"]), name=data.get("name", ""),
+        context={"argument_rows": [dict(a) for a in data["arguments"]]} if data.get("arguments") else {},
     )

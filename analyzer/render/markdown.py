@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from analyzer.render._common import collective_rows, headline, memory_lines, plan_lines, sorted_diagnostics
+from analyzer.render._common import (
+    argument_rows,
+    collective_rows,
+    headline,
+    memory_lines,
+    plan_lines,
+    sorted_diagnostics,
+)
 from analyzer.render.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -120,6 +127,14 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     title = f"# hlo-analyzer report: {report.name}" if report.name else "# hlo-analyzer report"
     parts = [title, table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)])]
     parts.append("## Summary\n\n" + table(["per step", ""], [[k, v] for k, v in headline(report)], align="lr"))
+    arguments = argument_rows(report)
+    if arguments:
+        parts.append("## Arguments, as sharded\n\nDimension letters I, J, K, ... in order; `J_data` is split over "
+                     "mesh axis `data`.\n\n" + table(
+                         ["argument", "shape", "sharding", "per device"],
+                         [[_code(a["name"]), _code(a["shape"]), _code(a["notation"]),
+                           format_bytes(a["bytes_per_device"]) if a["bytes_per_device"] is not None else "—"]
+                          for a in arguments], align="lllr"))
     rows = collective_rows(report)
     if rows:
         coll = table(

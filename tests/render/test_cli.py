@@ -91,6 +91,10 @@ def test_report_json_follows_the_schema(config, tmp_path, capsys):
     layers = 2
     gathers = [c for c in data["collectives"] if c["kind"] == "all-gather"]
     assert all(c["count"] % layers == 0 for c in gathers)  # inside the scan over layers
+    # The plan as written: FSDP shards W_in[L, D, F] over data; 2 layers x 256 x 1024 bf16 over 8 devices.
+    w_in = next(a for a in data["arguments"] if a["name"] == "arg0.w_in")
+    assert w_in["shape"] == "bf16[2,256,1024]" and w_in["notation"] == "[I, J_data, K]"
+    assert w_in["bytes_per_device"] == 2 * 256 * 1024 * 2 // 8
     # What-if: the same compile repriced; v5p has more FLOPs/s and HBM bandwidth than v5e, so less compute.
     base, v5p = data["what_if"]
     assert base["baseline"] and base["hardware"] == "tpu-v5e" and v5p["hardware"] == "tpu-v5p"
