@@ -116,18 +116,31 @@ def totals_table(report: Report):
     return table
 
 
-def findings_renderables(diagnostics: Sequence[Diagnostic]) -> list[RenderableType]:
-    """One block per finding: `severity CODE name at location`, the message, the change and its saving."""
+def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | None = None) -> list[RenderableType]:
+    """One block per finding: `severity CODE name at location`, the message, the change and its saving.
+
+    Args:
+      diagnostics: the findings, in any order (printed most severe first).
+      per_rule: print at most this many findings of one rule, then a line saying how many more; None: all.
+    """
     from rich.text import Text
 
+    from analyzer.render._common import short_source
+
     out: list[RenderableType] = []
+    shown: dict[str, int] = {}
+    hidden: dict[str, int] = {}
     for d in sorted_diagnostics(diagnostics):
+        if per_rule is not None and shown.get(d.code, 0) >= per_rule:
+            hidden[d.code] = hidden.get(d.code, 0) + 1
+            continue
+        shown[d.code] = shown.get(d.code, 0) + 1
         sev = getattr(d.severity, "value", str(d.severity))
         head = Text()
         head.append(f"{sev:<7} ", style=SEVERITY_STYLE.get(sev, ""))
         head.append(f"{d.code} ", style="bold")
         head.append(f"{d.name}", style="dim")
-        head.append(f"  {d.location}")
+        head.append(f"  {short_source(str(d.location))}")
         out.append(head)
         out.append(Text("    " + d.message))
         if d.notation:
@@ -141,6 +154,9 @@ def findings_renderables(diagnostics: Sequence[Diagnostic]) -> list[RenderableTy
             out.append(Text(f"    fix: {d.fix}", style="green"))
         if d.saving_seconds:
             out.append(Text(f"    saves {format_seconds(d.saving_seconds)} per step", style="bold green"))
+    for code, n in hidden.items():
+        out.append(Text(f"... and {n} more {code} finding{'s' if n != 1 else ''} (all of them in the HTML, "
+                        "Markdown and JSON reports)", style="dim"))
     return out
 
 
@@ -201,8 +217,13 @@ def _escape(text: str) -> str:
 
 
 def print_report(report: Report, console: Console | None = None, *, sweep: SweepResult | None = None,
-                 whatif: Sequence[WhatIf] | None = None, limit: int | None = 30) -> None:
-    """Write the whole report to a rich Console (stdout by default)."""
+                 whatif: Sequence[WhatIf] | None = None, limit: int | None = 30, per_rule: int | None = 3) -> None:
+    """Write the whole report to a rich Console (stdout by default).
+
+    Args:
+      limit: most collectives to list; None lists all.
+      per_rule: most findings of one rule to print; None prints all.
+    """
     from rich.console import Console
     from rich.rule import Rule
     from rich.text import Text
@@ -220,7 +241,7 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     console.print()
     n = len(report.diagnostics)
     console.print(Text(f"Findings ({n})", style="bold") if n else Text("No findings.", style="bold green"))
-    for block in findings_renderables(report.diagnostics):
+    for block in findings_renderables(report.diagnostics, per_rule=per_rule):
         console.print(block)
     if sweep is not None:
         console.print()
@@ -236,7 +257,7 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
 
 
 def render(report: Report, *, width: int = 140, color: bool = False, sweep: SweepResult | None = None,
-           whatif: Sequence[WhatIf] | None = None, limit: int | None = 30) -> str:
+           whatif: Sequence[WhatIf] | None = None, limit: int | None = 30, per_rule: int | None = 3) -> str:
     """The terminal report as a string.
 
     Args:
@@ -246,6 +267,7 @@ def render(report: Report, *, width: int = 140, color: bool = False, sweep: Swee
       sweep: a sweep ranking to append.
       whatif: the plan repriced on other hardware, to append.
       limit: most collectives to list.
+      per_rule: most findings of one rule to print.
 
     Example:
       >>> print(render(report))
@@ -255,5 +277,5 @@ def render(report: Report, *, width: int = 140, color: bool = False, sweep: Swee
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=color, color_system="standard" if color else None,
                       no_color=not color, highlight=False)
-    print_report(report, console, sweep=sweep, whatif=whatif, limit=limit)
+    print_report(report, console, sweep=sweep, whatif=whatif, limit=limit, per_rule=per_rule)
     return buffer.getvalue()

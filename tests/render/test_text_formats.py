@@ -24,6 +24,12 @@ def test_terminal_report(report):
 def test_terminal_limit_and_empty(report, empty_report):
     text = terminal.render(report, limit=2)
     assert "3 more collectives not shown" in text
+    from dataclasses import replace
+
+    many = replace(report, diagnostics=tuple(report.diagnostics) * 3)
+    text = terminal.render(many, per_rule=2)
+    assert text.count("HA103 all-reduce-where") == 2 and "... and 1 more HA103 finding" in text
+    assert terminal.render(many, per_rule=None).count("HA103 all-reduce-where") == 3
     assert "No collectives" in terminal.render(empty_report)
 
 
