@@ -84,8 +84,9 @@ def _change(c: Change) -> dict[str, Any]:
 
 
 def to_dict(diff: Diff, *, threshold: Threshold | None = None) -> dict[str, Any]:
-    """The diff as JSON data: `{"schema_version", "old", "new", "programs": [...], "only_old", "only_new",
-    "regression"}`; each program has its per-step seconds on both sides and its changes (old/new rows)."""
+    """The diff as JSON data following `docs/diff-output-schema.json`: `{"schema_version", "old", "new",
+    "threshold", "programs": [...], "only_old", "only_new"}`; each program has its per-step seconds on both
+    sides and its changes (old/new rows)."""
     from analyzer.render.json import to_jsonable
 
     programs = []

@@ -80,6 +80,12 @@ def test_cli_on_json_reports_exits_1_over_the_threshold(tmp_path, make_report, c
     capsys.readouterr()
     assert main(["diff", str(old), str(new), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    import pathlib
+
+    import jsonschema
+
+    schema = json.loads((pathlib.Path(__file__).parents[2] / "docs" / "diff-output-schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(data)
     assert data["programs"][0]["added"] == 1 and data["programs"][0]["changes"][0]["new"]["kind"] == "all-gather"
 
 
