@@ -161,14 +161,17 @@ def headline(report: Report) -> list[tuple[str, str]]:
         ("Bytes moved / step", format_bytes(t.comm_bytes)),
         ("Collectives (call sites)", str(n)),
     ]
-    saving = total_saving(report.diagnostics)
-    if saving > 0:
-        pairs.append(("Predicted saving / step", format_seconds(saving)))
+    best = max((d.saving_seconds or 0.0 for d in report.diagnostics), default=0.0)
+    if best > 0:
+        # Each finding's saving stands alone; fixes overlap (two rules can price the same collective), so the
+        # headline is the largest single one, never a sum.
+        pairs.append(("Largest saving / step", format_seconds(best)))
     return pairs
 
 
 def total_saving(diagnostics: Sequence[Diagnostic]) -> float:
-    """Sum of the findings' predicted savings per step (an upper bound: fixes may overlap)."""
+    """Sum of the findings' predicted savings per step. Fixes overlap (two rules may price the same
+    collective), so this is not a saving anyone can bank; per-rule totals use it."""
     return float(sum(d.saving_seconds or 0.0 for d in diagnostics if d.saving_seconds and d.saving_seconds > 0))
 
 

@@ -21,7 +21,6 @@ from analyzer.render._common import (
     memory_lines,
     plan_lines,
     sorted_diagnostics,
-    total_saving,
 )
 from analyzer.render.units import format_bytes, format_flops, format_seconds
 
@@ -123,14 +122,14 @@ class _FindingGroup:
 
 
 def _finding_groups(diagnostics: Sequence[Diagnostic], open_per_rule: int = 3) -> list[_FindingGroup]:
-    """Findings grouped by rule, most severe rule first, then by total predicted saving."""
+    """Findings grouped by rule, most severe rule first, then by the rule's largest predicted saving."""
     order = {"error": 2, "warning": 1, "info": 0}
     by_code: dict[str, list[tuple[Diagnostic, _Finding]]] = {}
     for d, f in zip(sorted_diagnostics(diagnostics), _findings(diagnostics)):
         by_code.setdefault(f.code, []).append((d, f))
     groups = []
     for code, items in by_code.items():
-        saving = sum(d.saving_seconds or 0.0 for d, _ in items if (d.saving_seconds or 0.0) > 0)
+        saving = max((d.saving_seconds or 0.0 for d, _ in items), default=0.0)  # savings overlap: never summed
         sev = max((f.severity for _, f in items), key=lambda s: order.get(s, 0))
         first = items[0][1]
         fs = tuple(f for _, f in items)
@@ -283,7 +282,6 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "topology": report.topology,
         "headline": headline(report),
         "counts": counts,
-        "saving": format_seconds(total_saving(report.diagnostics)),
         "mesh_axes": _mesh_axes(report),
         "plan": _plan(report),
         "dots": _dots(report),

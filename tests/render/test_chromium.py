@@ -12,7 +12,6 @@ Needs Debian's `chromium` package (`apt-get install -y chromium`); skips with th
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess

@@ -30,14 +30,20 @@ layers = 2
 
 def test_rank_by_step_time_then_fit_then_failures():
     hbm = 16 << 30
-    ranked = rank_entries([
-        SweepEntry("tp", "data=1,model=8", comm_seconds=3e-3, compute_seconds=1e-3, memory_bytes=1 << 30, hbm_bytes=hbm),
-        SweepEntry("ep", "data=8,model=1", error="MeshError: x"),
-        SweepEntry("dp", "data=8,model=1", comm_seconds=1e-4, compute_seconds=1e-3, memory_bytes=40 << 30,
-                   hbm_bytes=hbm),  # fastest but does not fit
-        SweepEntry("fsdp", "data=8,model=1", comm_seconds=2e-3, compute_seconds=1e-3, memory_bytes=2 << 30,
-                   hbm_bytes=hbm),
-    ])
+    ranked = rank_entries(
+        [
+            SweepEntry(
+                "tp", "data=1,model=8", comm_seconds=3e-3, compute_seconds=1e-3, memory_bytes=1 << 30, hbm_bytes=hbm
+            ),
+            SweepEntry("ep", "data=8,model=1", error="MeshError: x"),
+            SweepEntry(
+                "dp", "data=8,model=1", comm_seconds=1e-4, compute_seconds=1e-3, memory_bytes=40 << 30, hbm_bytes=hbm
+            ),  # fastest but does not fit
+            SweepEntry(
+                "fsdp", "data=8,model=1", comm_seconds=2e-3, compute_seconds=1e-3, memory_bytes=2 << 30, hbm_bytes=hbm
+            ),
+        ]
+    )
     assert [e.strategy for e in ranked] == ["fsdp", "tp", "dp", "ep"]
     assert [e.rank for e in ranked] == [1, 2, 3, 4]
     assert ranked[0].step_seconds == pytest.approx(3e-3) and ranked[0].overlap_step_seconds == pytest.approx(2e-3)
@@ -49,8 +55,12 @@ def test_rank_by_step_time_then_fit_then_failures():
 
 
 def test_equal_predictions_are_marked():
-    ranked = rank_entries([SweepEntry("fsdp", "data=8,model=1", 1e-3, 1e-3, memory_bytes=5),
-                           SweepEntry("fsdp", "data=4,model=2", 1e-3, 1e-3, memory_bytes=5)])
+    ranked = rank_entries(
+        [
+            SweepEntry("fsdp", "data=8,model=1", 1e-3, 1e-3, memory_bytes=5),
+            SweepEntry("fsdp", "data=4,model=2", 1e-3, 1e-3, memory_bytes=5),
+        ]
+    )
     assert ranked[0].same_as is None and ranked[1].same_as == 1
 
 
@@ -62,8 +72,12 @@ def test_memory_per_device():
 def test_candidates():
     cfg = parse_report_config(CONFIG)
     cands = candidates(cfg, [(8, 1), (4, 2)], ["fsdp", "tp"])
-    assert cands == (Candidate((8, 1), "fsdp"), Candidate((4, 2), "fsdp"), Candidate((8, 1), "tp"),
-                     Candidate((4, 2), "tp"))
+    assert cands == (
+        Candidate((8, 1), "fsdp"),
+        Candidate((4, 2), "fsdp"),
+        Candidate((8, 1), "tp"),
+        Candidate((4, 2), "tp"),
+    )
     assert candidates(cfg) == (Candidate((4, 2), "fsdp+tp"),)  # default: the config's own plan
     with pytest.raises(ConfigError, match="different numbers of devices"):
         candidates(cfg, [(8, 1), (2, 2)], ["fsdp"])
@@ -86,7 +100,11 @@ def test_nan_when_failed():
 
 
 def test_none_fit_is_flagged():
-    result = SweepResult(rank_entries([SweepEntry("dp", "a", 1e-3, 1e-3, memory_bytes=2, hbm_bytes=1),
-                                       SweepEntry("tp", "b", error="x")]), hardware="h")
+    result = SweepResult(
+        rank_entries(
+            [SweepEntry("dp", "a", 1e-3, 1e-3, memory_bytes=2, hbm_bytes=1), SweepEntry("tp", "b", error="x")]
+        ),
+        hardware="h",
+    )
     assert result.none_fit
     assert not SweepResult(rank_entries([SweepEntry("dp", "a", 1e-3, 1e-3)]), hardware="h").none_fit
