@@ -29,11 +29,11 @@ Example:
     >>> import jax, jax.numpy as jnp
     >>> from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
     >>> from analyzer.lower import lower, make_mesh
-    >>> mesh = make_mesh({"X": 4, "Y": 4})            # 16 devices: compiled in a child process if needed
+    >>> mesh = make_mesh({"X": 2, "Y": 4})    # larger than the process's devices: compiled in a child process
     >>> a = jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=NamedSharding(mesh, P("X", "Y")))
     >>> b = jax.ShapeDtypeStruct((128, 64), jnp.float32, sharding=NamedSharding(mesh, P("Y", None)))
     >>> lowered = lower(lambda a, b: a @ b, a, b, mesh=mesh)
-    >>> "all-reduce" in lowered.spmd_hlo
+    >>> "all-reduce(" in lowered.spmd_hlo      # A[I_X, J_Y] · B[J_Y, K]: partial sums over Y
     True
 """
 
@@ -768,6 +768,8 @@ def lower(
       LoweringError: the function cannot be traced or compiled, or libtpu is missing for a tpu target.
 
     Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
         >>> mesh = make_mesh({"X": 8})
         >>> x = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=NamedSharding(mesh, P("X")))
         >>> lowered = lower(lambda x: x.sum(0), x, mesh=mesh)
@@ -987,8 +989,10 @@ def lower_entry(entry: str, *, mesh: Any, target: str | Target = "cpu", **option
       **options: further keyword options of `lower` (in_shardings, out_shardings, static_argnums, isolate,
         timeout).
 
-    Example:
-        >>> lowered = lower_entry("examples.chapter:matmul_case1", mesh={"X": 2, "Y": 4})
+    Example (from the repository root):
+        >>> lowered = lower_entry("examples.chapter:matmul_case2", mesh={"X": 2, "Y": 4})
+        >>> "all-gather(" in lowered.spmd_hlo     # AllGather_Y: A[I_X, J_Y] -> A[I_X, J]
+        True
     """
     fn, args, kwargs = load_entry(entry, mesh)
     overlap = set(kwargs) & {"mesh", "in_shardings", "out_shardings", "target", "static_argnums", "isolate",

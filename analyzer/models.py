@@ -30,9 +30,11 @@ mesh's types are, and `with_sharding_constraint` pins the residual stream at eac
 
 Example:
     >>> from analyzer.models import TransformerConfig, build
-    >>> step, args = build(TransformerConfig(layers=2), "fsdp", {"data": 8})
+    >>> step, args = build(TransformerConfig(layers=2, attention=False), "fsdp", {"data": 8})
     >>> from analyzer.lower import lower
     >>> lowered = lower(step, *args, mesh={"data": 8})
+    >>> "all-gather(" in lowered.spmd_hlo     # FSDP gathers W_in[D_data, F] before using it
+    True
 """
 
 from __future__ import annotations
@@ -395,7 +397,7 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     Example:
         >>> step, args = build(TransformerConfig(), "fsdp+tp", {"X": 2, "Y": 4})
         >>> args[0]["w_in"].sharding.spec
-        PartitionSpec(None, 'X', 'Y')
+        P(None, 'X', 'Y')
     """
     import jax
     import jax.numpy as jnp
