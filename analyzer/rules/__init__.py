@@ -10,7 +10,7 @@ meta) with its doc next to its code; `registry.py` holds the `Rule` type and the
 from __future__ import annotations
 
 from analyzer.rules.registry import Option, Rule, all_rules, get_rule, is_enabled, rule
-from analyzer.rules.runner import RuleResult, Suppression, check_rules, run_rules
+from analyzer.rules.runner import RuleResult, Suppression, check_rules, run_rules, unused_across
 
 __all__ = [
     "Option",
@@ -23,4 +23,5 @@ __all__ = [
     "is_enabled",
     "rule",
     "run_rules",
+    "unused_across",
 ]

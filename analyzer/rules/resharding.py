@@ -73,11 +73,15 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
         if _rematerialized(c):
             continue  # HA303 reports it, as an error
         before, after = sides(c.notation)
-        spec = partition_spec(after, facts.mesh_axes) if after else ""
+        spec = partition_spec(after, facts.mesh_axes) if after and after != before else ""
+        if before and before == after:
+            change = (f"moves whole shards {before} between devices over {axes_text(c.axes)}: the producer and "
+                      "its consumer place the same blocks on different devices (a mesh-axis order mismatch)")
+        else:
+            change = (f"only changes the layout {before or '?'} -> {after or '?'} over {axes_text(c.axes)}: the "
+                      "producer and its consumer disagree on the sharding")
         yield ctx.diagnostic(
-            f"{c.kind} over {axes_text(c.axes)} only changes the layout {before or '?'} -> {after or '?'} "
-            f"({fmt_b(c.bytes)}, {fmt_s(c.seconds)} per call, x{c.count:g} per step): the producer and "
-            "its consumer disagree on the sharding.",
+            f"{c.kind} {change} ({fmt_b(c.bytes)}, {fmt_s(c.seconds)} per call, x{c.count:g} per step).",
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
@@ -86,7 +90,7 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
             saving_seconds=c.seconds * c.count,
             fix=(f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
                  f"or make the consumer accept {before}") if spec else
-                "make the producer's and the consumer's shardings agree",
+                "give producer and consumer the same PartitionSpec, with the mesh axes in the same order",
             details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
         )
 

@@ -19,7 +19,7 @@ from typing import Any
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
 
-__all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "inline_codes", "INLINE_PATTERN"]
+__all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "inline_codes", "unused_across", "INLINE_PATTERN"]
 
 # `# hlo-analyzer: ignore[HA101, HA3]` (codes or prefixes) or `# hlo-analyzer: ignore` (every rule).
 INLINE_PATTERN = re.compile(r"#\s*hlo-analyzer:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
@@ -231,3 +231,27 @@ def run_rules(report: Any, config: Any = None) -> list[Diagnostic]:
         [('HA102', 0.00012)]
     """
     return list(check_rules(report, config).diagnostics)
+
+
+def unused_across(results: Sequence[RuleResult]) -> tuple[Suppression, ...]:
+    """Suppressions unused by every one of several rule runs (e.g. the entry points `check` compiles).
+
+    A config `ignore` entry that hides a finding in one entry point is used, even if the others never
+    needed it; run each entry with HA901 deselected and report these instead.
+
+    Example:
+        >>> unused_across([check_rules(r1, cfg), check_rules(r2, cfg)])  # doctest: +SKIP
+        (Suppression(kind='config', entry='HA202', where='pyproject.toml [tool.hlo-analyzer]'),)
+    """
+    if not results:
+        return ()
+    keys = [{(s.kind, s.entry, s.where) for s in r.unused} for r in results]
+    common = set.intersection(*keys)
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for s in results[0].unused:
+        k = (s.kind, s.entry, s.where)
+        if k in common and k not in seen:
+            seen.add(k)
+            out.append(s)
+    return tuple(out)
