@@ -156,6 +156,17 @@ def test_slow_link_across_gpu_nodes(analysed):
     assert d.saving_seconds == pytest.approx(across - inside, rel=REL)
 
 
+def test_slow_link_across_tpu_slices(analysed):
+    """Two v5e 2x2 slices over DCN: the gather over 'slice' crosses DCN at 3.125e9 B/s per chip."""
+    d = only(analysed("dcn_gather('slice')"), "HA203")
+    V = 4096 * 8192 * 2
+    across = V * (2 - 1) / (2 * 3.125e9)    # (D-1)/D of the array over each chip's DCN egress
+    inside = V / V5E_W                      # the same gather on an ICI ring of 2: V / W_ici
+    assert d.seconds == pytest.approx(across, rel=REL)
+    assert d.saving_seconds == pytest.approx(across - inside, rel=REL)
+    assert "HA203" not in codes(analysed("dcn_gather('chip')"))
+
+
 def test_inside_nvlink_is_quiet(analysed):
     assert "HA203" not in codes(analysed("gpu_gather('gpu')"))
 
