@@ -262,8 +262,10 @@ def build_report(
     config: Any = None,
     model: str = "topology",
     graph: CallGraph | None = None,
+    rules: bool = True,
 ) -> Report:
-    """Extract, map and price the collectives of a parsed module and assemble the `Report`."""
+    """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
+    rules (`rules=False` leaves `diagnostics` empty)."""
     from analyzer.collectives import extract_collectives
     from analyzer.dots import extract_dots
     from analyzer.graph import CallGraph
@@ -309,7 +311,7 @@ def build_report(
         topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
         context=ctx,
     )
-    return _run_rules(report, config)
+    return _run_rules(report, config) if rules else report
 
 
 def _run_rules(report: Report, config: Any) -> Report:
