@@ -294,7 +294,7 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
                 try:
                     Budgets(**{name: bv})
                 except ConfigError as e:
-                    raise fail(str(e), bk, f"{TABLE}.budgets") from None
+                    raise fail(e.message, bk, f"{TABLE}.budgets") from None
                 b[name] = bv
             kwargs["budgets"] = Budgets(**b)
         elif key == "rules":

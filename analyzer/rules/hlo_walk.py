@@ -153,6 +153,8 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
                 found.append(DotUse(user, k, d, contracting))
             elif user.opcode in TRANSPARENT and k == 0:
                 stack.append((user.name, _follow_dim(user, d)))
+            elif user.opcode in ELEMENTWISE and user.shape.is_array and user.shape.dims == _dims_of(comp, name):
+                stack.append((user.name, d))  # e.g. a norm's scale or an activation between gather and matmul
             elif _is_async_wrapper(user, module):
                 stack.append((user.name, d if user.opcode != "get-tuple-element" else d))
             elif module is not None and user.opcode == "fusion" and depth < 3:
@@ -243,6 +245,11 @@ def only_used_sliced(comp: Computation, inst: Instruction,
                 continue
             return False
     return slices > 0
+
+
+def _dims_of(comp: Computation, name: str) -> tuple[int, ...] | None:
+    inst = comp.by_name.get(name)
+    return inst.shape.dims if inst is not None and inst.shape.is_array else None
 
 
 def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:
