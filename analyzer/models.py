@@ -25,8 +25,10 @@ the *model* axis is the mesh's last axis, the *data* axes are all the others (ov
 
 `dp` and `fsdp` use every axis as a data axis. In `ep` the tokens are sharded over all axes and the experts
 over the model axis; dispatching tokens to experts is an AllToAll over the model axis (and back).
-The template lets XLA choose intermediate shardings: its mesh axes are `AxisType.Auto` whatever the given
-mesh's types are, and `with_sharding_constraint` pins the residual stream at each layer boundary.
+The template lets XLA choose intermediate shardings: `build`'s arguments live on an `AxisType.Auto` copy of
+the mesh, `with_sharding_constraint` pins the residual stream at each layer boundary, and when the step is
+traced on a mesh with Explicit axes (e.g. `lower(..., mesh={"X": (2, "explicit"), ...})`) the forward and
+backward pass run under `jax.sharding.auto_axes`, so both give the same program.
 
 Example:
     >>> from analyzer.models import TransformerConfig, build
@@ -329,6 +331,8 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
     """The training step `(params, opt_state, batch) -> (params, opt_state, loss)`, jitted."""
     import jax
     import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     act = _activation_spec(strategy, r)
     groups = math.prod(sizes[a] for a in r.data) if r.data else 1
@@ -347,8 +351,18 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
         out, _ = jax.lax.scan(block, x, params)
         return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
 
+    param_specs_tree = {k: v.spec for k, v in shardings[0].items()}
+
     def step(params: dict[str, Any], opt_state: Any, batch: tuple[Any, Any]) -> tuple[Any, Any, Any]:
-        loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+        grad_fn = jax.value_and_grad(loss_fn)
+        # On a mesh with Explicit axes (sharding in types) the forward and backward pass run with those axes
+        # made Auto, so XLA chooses the intermediate shardings as the template intends; the gradients come
+        # back sharded like the parameters.
+        context = jax.sharding.get_abstract_mesh()
+        explicit = tuple(n for n, t in zip(context.axis_names, context.axis_types) if t == AxisType.Explicit)
+        if explicit:
+            grad_fn = jax.sharding.auto_axes(grad_fn, axes=explicit, out_sharding=(P(), param_specs_tree))
+        loss, grads = grad_fn(params, *batch)
         lr = c.learning_rate
         if c.optimizer == "sgd":
             new_params = jax.tree.map(lambda w, g: w - (lr * g).astype(w.dtype), params, grads)
@@ -365,8 +379,6 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
         return new_params, {"count": count, "mu": mu, "nu": nu}, loss
 
     param_sh, opt_sh, _ = shardings
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
     mesh = jax.tree.leaves(param_sh)[0].mesh
     step.__name__ = f"train_step_{strategy.replace('+', '_')}"
     step.__qualname__ = step.__name__

@@ -278,3 +278,21 @@ def test_tpu_errors(target, mesh, error, message):
     fn, args = _case3(mesh)
     with pytest.raises(error, match=re.escape(message)):
         lower(fn, *args, mesh=mesh, target=target)
+
+
+@needs_libtpu
+@pytest.mark.tpu
+def test_tpu_mesh_of_topology_devices_keeps_the_users_order():
+    import os
+
+    import numpy as np
+    from jax.experimental import topologies
+
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # as analyzer.lower does: no chip is driven
+    devices = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices
+    mesh = jax.sharding.Mesh(np.array(devices[::-1]).reshape(2, 2), ("X", "Y"),
+                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    fn, args = _case3(mesh)
+    lowered = lower(fn, *args, mesh=mesh, target="tpu:v5e:2x2")
+    assert lowered.mesh.device_ids == tuple(d.id for d in devices[::-1])
+    assert lowered.device_coords == tuple(tuple(d.coords) for d in devices[::-1])

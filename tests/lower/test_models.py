@@ -112,3 +112,14 @@ def test_adam_state_is_sharded_like_the_parameters():
     weights = sum(2 * s.size // 8 for s in params.values())  # bf16, sharded 8 ways
     moments = sum(4 * s.size // 8 for s in params.values())  # f32
     assert lowered.memory["output_bytes"] >= weights + 2 * moments
+
+
+@pytest.mark.slow
+def test_explicit_axes_give_the_same_program():
+    """Traced on a mesh whose axes are Explicit, the template runs under auto_axes: same collectives."""
+    config = TransformerConfig(**{**SMALL.to_dict(), "attention": False})
+    step, args = build(config, "fsdp+tp", MESH)
+    auto = lower(step, *args, mesh=MESH)
+    explicit = lower(step, *args, mesh={"X": (2, "explicit"), "Y": (4, "explicit")})
+    assert explicit.mesh.axis_types == ("explicit", "explicit")
+    assert sorted(_ops(explicit.spmd_hlo)) == sorted(_ops(auto.spmd_hlo))
