@@ -28,8 +28,9 @@ __all__ = ["render", "table", "findings_section", "sweep_section", "whatif_secti
 
 
 def _cell(text: object) -> str:
-    """A table cell: pipes escaped, newlines flattened."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell: pipes escaped, line breaks as `<br>` (GitHub renders them inside tables)."""
+    lines = [line.strip() for line in str(text).replace("|", "\\|").splitlines()]
+    return "<br>".join(line for line in lines if line)
 
 
 def _code(text: str) -> str:
