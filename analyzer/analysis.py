@@ -520,8 +520,8 @@ def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec) -> Totals
     for label in sorted({_axis_key(c) for c in rows}):
         by_axis[label] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
     comm_bytes = int(round(_branch_max([(c.branch, float(c.bytes) * c.count) for c in rows])))
-    flops = sum(d.flops * d.count for d in dots)
-    compute = sum(d.flops * d.count / hw.flops_per_second(d.dtype) for d in dots)
+    flops = _branch_max([(d.branch, d.flops * d.count) for d in dots])
+    compute = _branch_max([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
     return Totals(comm_seconds=comm, compute_seconds=compute, by_kind=by_kind, by_axis=by_axis,
                   comm_bytes=comm_bytes, flops=flops)
 

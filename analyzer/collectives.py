@@ -405,6 +405,15 @@ class _Builder:
             groups = _permutation_cycles(pairs)  # type: ignore[arg-type]
         operand_shapes = [o.shape for o in op.operands if o.shape is not None]
         result_leaves = self._result_leaves(op, kind)
+        if kind == "ragged-all-to-all":
+            # operands: input, output buffer, then offsets and sizes: only the input is the data sent
+            operand_shapes, result_leaves = operand_shapes[:1], [op.shape] if op.shape.is_array else result_leaves[:1]
+        elif kind == "all-to-all" and len(operand_shapes) > 1 and op.dimensions is None:
+            # tuple form: operand i goes to the i-th device of the group; the device's buffer is all of them
+            first = operand_shapes[0]
+            whole = replace(first, dims=(first.dims[0] * len(operand_shapes), *first.dims[1:]) if first.dims
+                            else (len(operand_shapes),), dynamic=(), layout=None)
+            operand_shapes, result_leaves = [whole], [whole]
         n_ops = max(1, len(operand_shapes))
         dims = op.dimensions
         for k in range(n_ops):
@@ -669,6 +678,15 @@ def _is_ring(pairs: Sequence[tuple[int, int]]) -> bool:
     return len(lengths) == 1 and min(lengths) >= 2 and len(set(srcs)) == len(srcs) and closed
 
 
+def _reducer(g: CallGraph, inst: Instruction) -> str:
+    """The opcode of a reduction's scalar computation root (`add`, `maximum`...), or "" when unknown."""
+    name = inst.attr("to_apply")
+    comp = g.module.by_name.get(name.lstrip("%")) if name else None
+    if comp is None:
+        return ""
+    return comp.root.opcode
+
+
 def _value_name(g: CallGraph, r: Collective) -> str | None:
     """The instruction of `r.computation` whose value is the collective's (sliced, unpacked) result."""
     if r.site is not None:
@@ -720,7 +738,7 @@ def _reassociate(g: CallGraph, rows: list[Collective]) -> list[Collective]:
         if r.kind not in ("all-reduce", "reduce-scatter") or r.permute_steps:
             continue
         v = _value_name(g, r)
-        if v is None:
+        if v is None or _reducer(g, r.instruction) != "add":  # add(max(a), max(b)) is no max of a sum
             continue
         users = g.users(r.computation, v)
         if len(users) == 1 and users[0].opcode == "add":
@@ -811,6 +829,8 @@ def _fold_nested(g: CallGraph, rows: list[Collective]) -> list[Collective]:
         j = by_name[(r.computation, users[0].name)]
         outer = rows[j]
         if str(outer.operand_shape) != str(r.operand_shape) or j in drop:
+            continue
+        if _reducer(g, r.instruction) != _reducer(g, outer.instruction) or not _reducer(g, r.instruction):
             continue
         groups = _combined_groups(r.groups, outer.groups)
         note = "an all-reduce of an all-reduce: one all-reduce over both (XLA's all-reduce-folder pass)"

@@ -30,6 +30,7 @@ class Dot:
     flops: float
     count: float
     contracting: tuple[int, ...]
+    branch: tuple[tuple[str, int], ...] = ()  # conditional branches on its call path
 
     @property
     def dtype(self) -> str:
@@ -84,11 +85,11 @@ def extract_dots(module: HloModule, graph: CallGraph | None = None) -> list[Dot]
     g = graph or CallGraph.build(module)
     out: list[Dot] = []
     for name in g.executed():
-        count = g.multiplicity(name)
-        if count <= 0:
-            continue
-        for inst in module.by_name[name].instructions:
-            if inst.opcode in ("dot", "convolution", "ragged-dot"):
-                flops, contracting = dot_flops(inst)
-                out.append(Dot(inst, name, flops, count, contracting))
+        for branch, count in g.branch_counts(name).items():
+            if count <= 0:
+                continue
+            for inst in module.by_name[name].instructions:
+                if inst.opcode in ("dot", "convolution", "ragged-dot"):
+                    flops, contracting = dot_flops(inst)
+                    out.append(Dot(inst, name, flops, count, contracting, branch))
     return out

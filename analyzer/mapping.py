@@ -406,7 +406,9 @@ def _sub(axes: Sequence[str]) -> str:
         return ""
     if all(len(a) == 1 for a in axes):
         return "".join(axes)
-    return axes[0] if len(axes) == 1 else "{" + ",".join(axes) + "}"
+    if len(axes) == 1 and axes[0].replace("_", "").isalnum():
+        return axes[0]
+    return "{" + ",".join(axes) + "}"
 
 
 def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:

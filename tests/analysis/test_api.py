@@ -1,0 +1,131 @@
+"""The public entry points around the analysis: analyze_hlo's inputs, errors, reprice, Report.context, CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import analyzer
+from analyzer.analysis import analyze_hlo, pick_dump_file, reprice
+from analyzer.cli import main
+from analyzer.errors import AnalyzerError, HloSyntaxError, MeshError
+
+SAMPLES = Path(__file__).resolve().parents[1] / "hlo" / "samples"
+SPMD = SAMPLES / "scan_fsdp_tp.cpu.spmd.hlo"  # mesh data=4, model=2; 4 scanned layers
+
+
+@pytest.fixture(scope="module")
+def report():
+    return analyze_hlo(SPMD, mesh="data=4,model=2")
+
+
+def test_analyze_hlo_reads_a_file(report):
+    df = report.collectives
+    assert report.target == "dump" and report.mesh.axis_names == ("data", "model")
+    assert set(df["axes"].map(tuple)) == {("data",), ("model",)}
+    assert set(df["count"]) == {4}
+    assert list(df.columns[:10]) == ["kind", "axes", "notation", "dtype", "bytes", "count", "seconds", "regime",
+                                     "op_name", "source"]
+    assert (df.seconds > 0).all() and set(df.regime) <= {"bandwidth", "latency"}
+    assert all(src.endswith(tuple(f":{n}" for n in range(1, 200))) for src in df.source)
+    assert report.totals.comm_seconds == pytest.approx((df.seconds * df["count"]).sum())
+    assert report.totals.compute_seconds > 0 and len(report.dots) > 0
+    assert set(report.totals.by_axis) == {"data", "model"}
+    assert sum(report.totals.by_kind.values()) == pytest.approx(report.totals.comm_seconds)
+
+
+def test_analyze_hlo_reads_text_and_dump_folders(report, tmp_path):
+    from_text = analyze_hlo(SPMD.read_text(), mesh="data=4,model=2")
+    assert from_text.collectives[["kind", "bytes", "count"]].equals(report.collectives[["kind", "bytes", "count"]])
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    shutil.copy(SPMD, dump / "module_0001.jit_step.0001.spmd-partitioner.after_spmd-partitioning.txt")
+    shutil.copy(SAMPLES / "scan_fsdp_tp.cpu.final.hlo", dump / "module_0001.jit_step.cpu_after_optimizations.txt")
+    chosen, why = pick_dump_file(dump)
+    assert "after_spmd-partitioning" in chosen.name and "SPMD" in why
+    from_dump = analyze_hlo(dump, mesh={"data": 4, "model": 2})
+    assert any("after_spmd-partitioning" in n for n in from_dump.notes)
+    assert len(from_dump.collectives) == len(report.collectives)
+    (dump / "module_0001.jit_step.0001.spmd-partitioner.after_spmd-partitioning.txt").unlink()
+    assert pick_dump_file(dump)[0].name.endswith("after_optimizations.txt")
+
+
+def test_without_a_mesh_axes_are_named_from_the_groups():
+    r = analyze_hlo(SPMD)
+    assert r.mesh.axis_sizes == (4, 2) and r.mesh.axis_names == ("axis_0", "axis_1")
+    assert set(r.collectives["axes"].map(tuple)) == {("axis_0",), ("axis_1",)}
+    assert any("No mesh was given" in n for n in r.notes)
+
+
+def test_bad_inputs_are_analyzer_errors(tmp_path):
+    with pytest.raises(MeshError, match="8"):
+        analyze_hlo(SPMD, mesh="data=2,model=2")
+    with pytest.raises(AnalyzerError, match="neither HLO text nor an existing file"):
+        analyze_hlo(tmp_path / "missing.hlo")
+    with pytest.raises(AnalyzerError, match="holds no HLO text"):
+        analyze_hlo(tmp_path)
+    with pytest.raises(HloSyntaxError):
+        analyze_hlo("HloModule broken\n\nENTRY %main () -> f32[] {\n  ROOT %x = f32[] bogus-op(\n}\n")
+    with pytest.raises(AnalyzerError, match="cost model"):
+        analyze_hlo(SPMD, mesh="data=4,model=2", model="fancy")
+
+
+def test_reprice_changes_seconds_not_bytes(report):
+    v5p = reprice(report, hardware="tpu-v5p")
+    assert v5p.hardware == "tpu-v5p"
+    assert list(v5p.collectives.bytes) == list(report.collectives.bytes)
+    assert list(v5p.collectives["count"]) == list(report.collectives["count"])
+    assert v5p.totals.comm_seconds < report.totals.comm_seconds  # twice the ICI bandwidth of v5e
+    ideal = reprice(report, model="ideal")
+    assert ideal.context["cost_model"] == "ideal"
+    assert ideal.totals.comm_seconds <= report.totals.comm_seconds  # no missing wraparound, no hops
+    declared = reprice(report, topology="v5e:4x2")
+    assert "v5e:4x2" in declared.topology
+
+
+def test_context_carries_what_rules_need(report):
+    ctx = report.context
+    for key in ("module", "graph", "hardware", "topology", "cost_model", "collectives", "dots", "mesh",
+                "in_shardings", "out_shardings", "lowered", "config"):
+        assert key in ctx, key
+    assert len(ctx["collectives"]) == len(report.collectives)
+    rs = [c for c in ctx["collectives"] if c.kind == "reduce-scatter"]
+    assert rs and all(c.only_used_sharded and c.dot is not None and c.dot_relation == "from" for c in rs)
+    ag = [c for c in ctx["collectives"] if c.kind == "all-gather"]
+    assert all(c.dot is not None and c.dot_relation == "feeds" for c in ag)
+    assert all(c.cost is not None and c.cost.seconds > 0 for c in ctx["collectives"])
+
+
+def test_json_round_trip(report):
+    data = json.loads(report.to_json())
+    assert len(data["collectives"]) == len(report.collectives)
+
+
+def test_public_names():
+    assert analyzer.analyze is not None and analyzer.analyze_hlo is analyze_hlo
+
+
+def test_cli_inspect(capsys):
+    assert main(["inspect", str(SPMD), "--mesh", "data=4,model=2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["collectives"]) == 6
+    assert main(["inspect", str(SPMD), "--mesh", "data=4,model=2", "--csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("kind,axes,notation") and len(lines) == 7
+    assert main(["inspect", str(SPMD), "--mesh", "data=4,model=2"]) == 0
+    text = capsys.readouterr().out
+    assert "AllGather_model" in text and "data" in text
+    assert main(["inspect", str(SPMD), "--mesh", "data=3"]) == 2
+    assert "mesh" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_analyze(capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    assert main(["analyze", "examples.chapter:matmul_case3", "--mesh", "X=4,Y=2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["kind"] for c in data["collectives"]] == ["all-reduce"]
+    assert main(["analyze", "examples.chapter:no_such_entry", "--mesh", "X=4,Y=2"]) == 2
