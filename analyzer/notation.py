@@ -4,7 +4,8 @@ Each dimension of an array is named by a letter (or word); a subscript lists the
 over, major to minor (`I_XY`: split over X, then each X-block over Y); `{U_Z}` says the values are
 partial sums not yet reduced over Z. A mesh axis can appear at most once (`A[I_X, J_X]` is forbidden).
 
-Axis names of one character print run together (`I_XY`); longer names print braced (`B_{data,model}`),
+Upper-case axis names of one character print run together (`I_XY`); one longer name prints bare (`B_data`);
+several longer names print braced (`B_{data,model}`),
 and so do sub-axes (`I_{X:(1)2}`: the major half of X, XLA's `{'X':(1)2}`). Axes that are manual (inside
 `shard_map`) print as a `{M_Y}` suffix, the way unreduced ones print as `{U_Y}`.
 
@@ -144,8 +145,12 @@ def _factor_range(axis: str) -> tuple[str, float, float]:
 
 
 def _fmt_axes(axes: Sequence[str]) -> str:
-    if all(len(a) == 1 for a in axes):
+    """Subscript text: `XY` for one-letter upper-case names (the chapter's style), `data` for one plain
+    name, `{data,model}` or `{X:(1)2}` otherwise. Each form parses back without a mesh."""
+    if all(len(a) == 1 and a.isupper() for a in axes):
         return "".join(axes)
+    if len(axes) == 1 and axes[0].isalnum():
+        return axes[0]
     return "{" + ",".join(axes) + "}"
 
 
@@ -525,8 +530,13 @@ class _P:
 
 
 def _split_run(run: str, names: Sequence[str] | None, p: _P, start: int) -> tuple[str, ...]:
-    """Split `XY` into axes: single characters without a mesh, greedy longest match with one."""
-    if names is None or all(len(n) == 1 for n in names):
+    """Split a run-together subscript into axes.
+
+    Without a mesh: `XY` (upper-case letters, the chapter's style) is one axis per letter; anything else
+    (`data`) is one axis. With a mesh: greedy longest match against its axis names."""
+    if names is None:
+        return tuple(run) if run.isalpha() and run.isupper() else (run,)
+    if all(len(n) == 1 for n in names):
         return tuple(run)
     out, i = [], 0
     ordered = sorted(names, key=len, reverse=True)

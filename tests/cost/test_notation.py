@@ -13,7 +13,7 @@ from analyzer.notation import (
 )
 
 
-@pytest.mark.parametrize("text", ["A[I_XY, J]{U_Z}", "[E_Y, F]", "A[I, J]", "W[D_{data,model}, F]{U_{pod}}",
+@pytest.mark.parametrize("text", ["A[I_XY, J]{U_Z}", "[E_Y, F]", "A[I, J]", "W[D_{data,model}, F]{U_pod}", "A[B_data, D_{x,y}]",
                                   "A[I_X]{M_Y}", "A[]", "C[I_{X:(1)2}, K_{X:(2)4}]"])
 def test_round_trip(text):
     assert str(Notation.parse(text)) == text
@@ -180,7 +180,7 @@ def test_dtype_bytes():
     ("collective-permute", ["X"], "[I_X, J]", "[I_X, J]", "CollectivePermute_X: [I_X, J] -> [I_X, J]"),
     ("collective-broadcast", ["X"], "[I, J]", "[I, J]", "CollectiveBroadcast_X: [I, J] -> [I, J]"),
     ("ragged-all-to-all", ["X"], "[I_X, J]", "[I, J_X]", "RaggedAllToAll_X: [I_X, J] -> [I, J_X]"),
-    ("all-gather", ["data"], "[B_{data}, D]", "[B, D]", "AllGather_{data}: [B_{data}, D] -> [B, D]"),
+    ("all-gather", ["data"], "[B_{data}, D]", "[B, D]", "AllGather_data: [B_data, D] -> [B, D]"),
 ])
 def test_format_collective(kind, axes, before, after, text):
     assert format_collective(kind, axes, before, after) == text
@@ -212,3 +212,11 @@ def test_collective_volume_bytes():
     a = c.after.with_mesh(mesh).with_shape((1024, 512), "bf16")
     full = type(c)(c.kind, c.axes, b, a)
     assert full.volume_bytes() == 1024 * 512 * 2  # the whole array over the group of 8
+
+
+def test_one_long_axis_name_prints_bare_and_parses_back_without_a_mesh():
+    n = Notation.from_partition_spec((8, 16), ("data", None), {"data": 4, "model": 2})
+    assert str(n) == "[I_data, J]"
+    assert Notation.parse("[I_data, J]").dims[0].axes == ("data",)
+    assert Notation.parse("[I_XY, J]").dims[0].axes == ("X", "Y")
+    assert Notation.parse("[I_{data}, J]").dims[0].axes == ("data",)
