@@ -61,11 +61,43 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
         record_dot = getattr(c.record, "dot", None) if c.record is not None else None
         if not found and record_dot is not None and getattr(record_dot, "opcode", "") in ("dot", "convolution"):
             add(f"{c.comp.name}>", record_dot, c, None)
+    # A reduction after a chain of two matmuls with no collective between them (Megatron's W_in then W_out,
+    # all-reduced once) is weighed against both, as the chapter's tensor-parallel roofline does.
+    for (comp_name, _), (dot, pairs) in list(out.items()):
+        for c, use in pairs:
+            if use is not None or c.kind not in _REDUCING or c.comp is None or c.comp.name != comp_name:
+                continue
+            first = _upstream_dot(c.comp, dot)
+            if first is not None and (comp_name, first.name) not in out:
+                add(comp_name, first, c, None)
     return out
 
 
+def _upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
+    """A dot feeding `dot`'s operands through element-wise and transparent ops only (no collective between)."""
+    from analyzer.rules.hlo_walk import ELEMENTWISE, TRANSPARENT
+
+    stack = [(comp.by_name.get(n), 0) for n in dot.operand_names]
+    seen: set[str] = set()
+    while stack:
+        cur, depth = stack.pop()
+        if cur is None or cur.name in seen or depth > 12:
+            continue
+        seen.add(cur.name)
+        if cur.opcode in ("dot", "convolution"):
+            return cur
+        if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
+            stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
+    return None
+
+
+# Bytes a collective costs relative to an AllGather of the same array (sharding chapter summary table).
+_TRAFFIC = {"all-reduce": 2.0, "all-to-all": 0.25}
+
+
 def _elements(c: Coll) -> float:
-    return c.bytes / ELEMENT_BYTES.get(c.dtype, 2)
+    """Elements the collective effectively moves: V / bytes per element, x2 for an AllReduce (RS + AG)."""
+    return _TRAFFIC.get(c.kind, 1.0) * c.bytes / ELEMENT_BYTES.get(c.dtype, 2)
 
 
 @rule(

@@ -246,3 +246,14 @@ def dcn_gather(axis: str, e: int = 4096, f: int = 8192) -> Program:
     fn = jax.shard_map(lambda x: jax.lax.all_gather(x, axis, axis=0, tiled=True) * 2, mesh=m,
                        in_specs=P(axis, None), out_specs=P(), check_vma=False)
     return Program(jax.jit(fn), (x,), dict(mesh=m, hardware="tpu-v5e", topology="v5e:2x2*2"))
+
+
+def megatron_mlp(y: int = 8, b: int = 4096, d: int = 1024, f: int = 8192) -> Program:
+    """Megatron MLP on a 1-D ring of `y` v5p chips: In[B, D] . W_in[D, F_Y] -> gelu -> . W_out[F_Y, D] ->
+    AllReduce_Y. Comm-bound when F / Y < C / W_ici = 2550 (the chapter's F / 2550 bound)."""
+    m = mesh((y,), ("Y",))
+    x = arg(m, (b, d), P())
+    w_in = arg(m, (d, f), P(None, "Y"))
+    w_out = arg(m, (f, d), P("Y", None))
+    fn = jax.jit(lambda x, a, c: jax.nn.gelu(x @ a) @ c, out_shardings=NamedSharding(m, P()))
+    return Program(fn, (x, w_in, w_out), dict(mesh=m, hardware="tpu-v5p", model="ideal"))

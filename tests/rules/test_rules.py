@@ -59,6 +59,18 @@ def test_comm_bound_matmul_quiet_above_the_threshold(analysed):
     assert "HA101" not in codes(analysed("fsdp_matmul(4096)"))
 
 
+def test_megatron_above_the_f_over_2550_bound(analysed):
+    """Tensor parallelism 8-way with F = 8192: F / Y = 1024 < 2550, so the AllReduce outlasts both matmuls."""
+    d = only(analysed("megatron_mlp(f=8192)"), "HA101")
+    B, D, F, Y = 4096, 1024, 8192, 8
+    t_math = 4 * B * D * F / (Y * V5P_C)  # W_in and W_out, each 2 B D F / Y
+    t_comm = 2 * 2 * B * D / V5P_W        # AllReduce of the bf16 output: 2 V / W_ici
+    assert d.saving_seconds == pytest.approx(t_comm - t_math, rel=REL)
+    assert d.details["per_chip_batch"] == pytest.approx(F / Y, rel=REL)
+    assert d.details["threshold_topology"] == pytest.approx(2550, rel=REL)
+    assert "HA101" not in codes(analysed("megatron_mlp(f=32768)"))  # F / Y = 4096 > 2550
+
+
 # --------------------------------------------------------------------------------------------------- HA102
 def test_gathered_larger_operand_saving_is_problem_9s_m_over_k(analysed):
     r = analysed("gather_wide_operand(1024, 8192, 1024)")
