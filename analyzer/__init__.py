@@ -37,8 +37,9 @@ _LAZY: dict[str, str] = {
     "Report": "analyzer.report",
     "Diagnostic": "analyzer.diagnostics",
     "Severity": "analyzer.diagnostics",
-    "audit": "analyzer.audit",
-    "AuditError": "analyzer.audit",
+    "audit": "analyzer.auditing",
+    "AuditError": "analyzer.auditing",
+    "AuditWarning": "analyzer.auditing",
     "Notation": "analyzer.notation",
     "load_hardware": "analyzer.hardware",
 }
@@ -72,7 +73,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from analyzer.analysis import analyze, analyze_hlo
-    from analyzer.audit import AuditError, audit
+    from analyzer.auditing import AuditError, AuditWarning, audit
     from analyzer.diagnostics import Diagnostic, Severity
     from analyzer.hardware import load_hardware
     from analyzer.hlo.ir import HloModule

@@ -21,9 +21,7 @@ XLA will pick, so such calls are not audited; `AuditWarning` says so once. Audit
 from __future__ import annotations
 
 import functools
-import sys
 import threading
-import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -461,18 +459,3 @@ def _mesh_of(args: tuple, kwargs: Mapping[str, Any]) -> Any:
         if isinstance(sharding, NamedSharding):
             return sharding.mesh
     return None
-
-
-class _CallableModule(types.ModuleType):
-    """This module is also `analyzer.audit`, the decorator.
-
-    `import analyzer` exports the function `audit` lazily under the same name as this module. Once any code
-    runs `from analyzer.audit import ...` first, Python binds the *module* to `analyzer.audit`, and
-    `@analyzer.audit(...)` would fail with "module is not callable". Calling the module calls the decorator.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return audit(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
