@@ -316,7 +316,7 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
       out as XLA prints it (a computation per block, `}` alone at the start of its closing line).
     """
     first = _COMP_START.search(text)
-    if first is None:
+    if first is None or _has_multiline_comment(text):
         return None
     header_text = text[: first.start()]
     spans: list[tuple] = []
@@ -332,6 +332,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
         if end is None:
             return None
         name = m.group(2).lstrip("%")
+        if name == "ENTRY":
+            return None  # `ENTRY /*comment*/ name {`: the grammar reads it
         if name in names:
             return None  # let the grammar path report the duplicate
         names.add(name)
@@ -344,6 +346,17 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+
+
+def _has_multiline_comment(text: str) -> bool:
+    """Whether a `/* ... */` comment spans lines (the line scanner would misread what it hides)."""
+    i = text.find("/*")
+    while i >= 0:
+        j = text.find("*/", i + 2)
+        if j < 0 or text.find("\n", i, j) >= 0:
+            return True
+        i = text.find("/*", j + 2)
+    return False
 _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 

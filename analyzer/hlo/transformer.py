@@ -309,7 +309,10 @@ class HloTransformer(Transformer):
         return build_module(children)
 
     def module_header(self, children):
-        return ("header", children[0], [c for c in children[1:] if c is not None])
+        name = children[0]
+        if name.type == "PARAM_NAME":  # `HloModule m:`
+            name = Token("NAME", name[:-1], line=name.line, column=name.column)
+        return ("header", name, [c for c in children[1:] if c is not None])
 
     def module(self, children):
         return build_module(children)
@@ -639,8 +642,37 @@ def build_module(children: list) -> HloModule:
 _LAYOUT_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
 
 
+_SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
+_ALIAS_ITEM = re.compile(r"\s*" + _SHAPE_INDEX + r"\s*:\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX
+                         + r"\s*(?:,\s*(?:must-alias|may-alias)\s*)?\)\s*")
+_DONOR_ITEM = re.compile(r"\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*\)\s*")
+
+
+def _check_items(a: Attribute, item: re.Pattern, example: str) -> None:
+    body = a.raw.strip()
+    ok = body.startswith("{") and body.endswith("}")
+    if ok:
+        inner = body[1:-1].strip()
+        if inner:
+            from analyzer.hlo.attributes import split_top
+
+            try:
+                ok = all(item.fullmatch(x) for x in split_top(inner))
+            except ValueError:
+                ok = False
+    if not ok:
+        raise HloSyntaxError(f"expected {a.key} like {example}", line=a.position.line if a.position else None,
+                             column=a.position.column if a.position else None)
+
+
 def _check_module_attribute(a: Attribute) -> None:
-    """Check the header attributes whose syntax XLA checks: the entry computation layout's shapes."""
+    """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
+    if a.key == "input_output_alias":
+        _check_items(a, _ALIAS_ITEM, "`{ {0}: (0, {}, may-alias), {1}: (1, {0}) }`")
+        return
+    if a.key == "buffer_donor":
+        _check_items(a, _DONOR_ITEM, "`{ (0, {0}), (1, {}) }`")
+        return
     if a.key != "entry_computation_layout":
         return
     body = a.raw.strip()

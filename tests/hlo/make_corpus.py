@@ -1,7 +1,7 @@
 """Derive mutated modules from the corpus and label each with XLA's verdict.
 
 tests/hlo/corpus/*.hlo are HLO strings from XLA's own tests (each file names its source test in its first
-line). This script makes deterministic mutations of them (a character deleted or inserted, a token replaced,
+line; `*.invalid.hlo` are XLA's negative tests, which its parser rejects). This script makes deterministic mutations of them (a character deleted or inserted, a token replaced,
 a line dropped or duplicated, an operand renamed, a second ROOT...) and asks XLA's parser
 (`xla_client.hlo.hlo_module_from_text`) about each. It writes them to tests/hlo/corpus/mutated/ as
 `<source>.m<N>.valid.hlo` or `<source>.m<N>.invalid.hlo`, so the tests know what XLA decided without
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         old.unlink()
     rng = random.Random(args.seed)
     counts = {"valid": 0, "invalid": 0}
-    for src in sorted(CORPUS.glob("*.hlo")):
+    for src in sorted(p for p in CORPUS.glob("*.hlo") if not p.name.endswith(".invalid.hlo")):
         text = src.read_text()
         seen = {text}
         for n in range(args.per_file):

@@ -25,7 +25,8 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.hlo"))
 SAMPLES = sorted((HERE / "samples").glob("*.hlo"))
-CORPUS = sorted((HERE / "corpus").glob("*.hlo"))
+CORPUS = sorted(p for p in (HERE / "corpus").glob("*.hlo") if not p.name.endswith(".invalid.hlo"))
+CORPUS_INVALID = sorted((HERE / "corpus").glob("*.invalid.hlo"))  # XLA's own negative tests
 MUTATED = sorted((HERE / "corpus" / "mutated").glob("*.hlo"))
 
 # Known gaps, with reasons. Valid modules we reject:
@@ -115,7 +116,7 @@ def test_corpus_acceptance():
     """Valid modules accepted (>= 99% outside the listed gaps: 100%), invalid ones rejected with a position."""
     rejected_valid, accepted_invalid, no_position = [], [], []
     valid = [p for p in CORPUS if p.name not in {"SimpleNesting.hlo", "TupleShapeInsideAnonymousInstr.hlo"}]
-    cases = [(p, True) for p in valid] + [(p, _label(p)) for p in MUTATED]
+    cases = [(p, True) for p in valid] + [(p, False) for p in CORPUS_INVALID] + [(p, _label(p)) for p in MUTATED]
     for p, is_valid in cases:
         try:
             parse_hlo(p.read_text())
