@@ -335,16 +335,16 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
     loc = replace(loc, computation=c.computation or loc.computation, instruction=c.instruction, hlo_line=c.hlo_line)
     axes = axes_text(c.axes)
     if gathered:
-        what = (f"XLA all-gathers the contracting operand ({fmt_b(c.bytes)}) before the matmul; multiplying "
+        what = (f"the plan all-gathers the contracting operand ({fmt_b(c.bytes)}) before the matmul; multiplying "
                 f"the local shards and reduce-scattering the output over {axes} moves {fmt_b(v_other)} "
                 f"(ratio {c.bytes / v_other:.1f}, the M/K of Problem 9)")
         alternative = f"local matmul, then ReduceScatter_{axes} of the output ({fmt_b(v_other)})"
         fix = (f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
                "for a [M, K] weight) and let the output be sharded over it (out_shardings)")
     else:
-        what = (f"XLA multiplies a sliced replicated operand and reduces the output ({fmt_b(c.bytes)}) over "
+        what = (f"the plan multiplies a sliced replicated operand and reduces the output ({fmt_b(c.bytes)}) over "
                 f"{axes}; all-gathering the sharded operand ({fmt_b(v_other)}) and multiplying moves "
-                f"{c.bytes / v_other:.1f}x less")
+                f"{c.bytes / v_other:.1f}x fewer bytes")
         alternative = f"AllGather_{axes} of the sharded operand ({fmt_b(v_other)}), then a local matmul"
         fix = f"keep the output replicated over {axes} and leave the other operand unsharded on its contracting dim"
     yield ctx.diagnostic(

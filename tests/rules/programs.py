@@ -257,3 +257,20 @@ def megatron_mlp(y: int = 8, b: int = 4096, d: int = 1024, f: int = 8192) -> Pro
     w_out = arg(m, (f, d), P("Y", None))
     fn = jax.jit(lambda x, a, c: jax.nn.gelu(x @ a) @ c, out_shardings=NamedSharding(m, P()))
     return Program(fn, (x, w_in, w_out), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
+
+
+def sliced_weight_then_psum(gather: bool, n: int = 1024, m_: int = 1024, k: int = 8192) -> Program:
+    """shard_map: A[N, M_X] . B[M, K] with B replicated. Either each device slices its rows of B, multiplies
+    and all-reduces C[N, K] (N*K moved), or all-gathers A (N*M moved) and multiplies: Problem 9's choice."""
+    mm = mesh((8,), ("X",))
+    a = arg(mm, (n, m_), P(None, "X"))
+    b = arg(mm, (m_, k), P())
+
+    def body(a, b):
+        if gather:
+            return jax.lax.all_gather(a, "X", axis=1, tiled=True) @ b
+        i = jax.lax.axis_index("X")
+        return jax.lax.psum(a @ jax.lax.dynamic_slice_in_dim(b, i * (m_ // 8), m_ // 8, axis=0), "X")
+
+    fn = jax.shard_map(body, mesh=mm, in_specs=(P(None, "X"), P()), out_specs=P(), check_vma=False)
+    return Program(jax.jit(fn), (a, b), dict(mesh=mm, hardware="tpu-v5p", model="ideal"))

@@ -86,6 +86,17 @@ def test_gathered_larger_operand_quiet_when_gathering_is_cheaper(analysed):
     assert "HA102" not in codes(analysed("gather_wide_operand(1024, 1024, 8192)"))
 
 
+def test_reduced_larger_output_the_reverse_of_problem_9(analysed):
+    """Slicing a replicated B and all-reducing C[N, K] when K = 8 M: gathering A[N, M] moves 8x fewer bytes."""
+    d = only(analysed("sliced_weight_then_psum(False)"), "HA102")
+    assert_complete(d)
+    N, M, K = 1024, 1024, 8192
+    all_reduce = 2 * (2 * N * K) / V5P_W  # AllReduce of C: 2 V / W
+    gather = 2 * N * M / V5P_W            # AllGather of A: V / W
+    assert d.saving_seconds == pytest.approx(all_reduce - gather, rel=REL)
+    assert "HA102" not in codes(analysed("sliced_weight_then_psum(True)"))
+
+
 # --------------------------------------------------------------------------------------------------- HA103
 def test_all_reduce_only_used_sharded(analysed):
     d = only(analysed("psum_then_slice(False)"), "HA103")
