@@ -536,8 +536,11 @@ def _cpu_devices_in_process(n: int) -> list[Any] | None:
     if not xla_bridge.backends_are_initialized():
         flags = os.environ.get("XLA_FLAGS", "")
         m = re.search(_DEVICE_COUNT_FLAG + r"=(\d+)", flags)
-        platforms = os.environ.get("JAX_PLATFORMS", "")
-        if not m or int(m.group(1)) < n or "cpu" not in platforms.split(","):
+        platforms = [p for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p]
+        # Starting jax here is cheap when it will only start the CPU backend; with libtpu installed and no
+        # JAX_PLATFORMS it would probe for TPU chips first, so the child process is the better deal.
+        cpu_only = platforms == ["cpu"] or (not platforms and not _libtpu_available())
+        if not m or int(m.group(1)) < n or not cpu_only:
             return None
     try:
         devices = xla_bridge.get_backend("cpu").devices()

@@ -54,8 +54,11 @@ def test_every_committed_fixture_has_provenance_and_parses_with_xla():
 
 @pytest.mark.slow
 def test_generator_reproduces_fixtures():
-    """Recompile a cpu fixture on a permuted mesh (and a TPU one when libtpu is installed) and compare bodies."""
-    cases = ["cpu/X2_Y4_perm/matmul_case2", "cpu/X8/psum_scatter"]
+    """Recompile cpu fixtures (a permuted mesh, a training step) and a TPU one when libtpu is installed, and
+    compare bodies."""
+    # A training step too: its stack frames carry analyzer/models.py's line numbers, so an edit there without
+    # regenerating the fixtures shows up here.
+    cases = ["cpu/X2_Y4_perm/matmul_case2", "cpu/X8/psum_scatter", "cpu/X8/fsdp_mlp_step"]
     if importlib.util.find_spec("libtpu") is not None:
         cases.append("tpu-v5e-2x2/X2_Y2/matmul_case3")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
