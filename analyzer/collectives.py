@@ -307,6 +307,71 @@ def _depends_on_partition_id(g: CallGraph, comp: str, inst: Instruction, seen: s
     return False
 
 
+def _literal_values(inst: Instruction) -> list[int] | None:
+    """The integers of a constant literal (`5`, `{0, 64, 0, 64}`), or None."""
+    if inst.literal is None:
+        return None
+    text = inst.literal.replace("{", " ").replace("}", " ").replace(",", " ")
+    try:
+        return [int(float(v)) for v in text.split()]
+    except ValueError:
+        return None
+
+
+_ARITH = {
+    "add": lambda a, b: a + b, "subtract": lambda a, b: a - b, "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: int(a / b) if b else None, "remainder": lambda a, b: a - b * int(a / b) if b else None,
+    "maximum": max, "minimum": min,
+}
+
+
+def _eval_index(g: CallGraph, comp: str, inst: Instruction | None, pid: int, depth: int = 0) -> int | None:
+    """The value of a scalar index expression on partition `pid`: constants, `partition-id`, lookups of
+    constant tables by it (`dynamic-slice`), reshapes, converts and integer arithmetic. None otherwise."""
+    if inst is None or depth > 24:
+        return None
+    op = inst.opcode
+    if op in ("partition-id", "replica-id"):
+        return pid
+    if op == "constant":
+        vals = _literal_values(inst)
+        return vals[0] if vals and len(vals) == 1 else None
+    ops = [g.producer(comp, o.name) for o in inst.operands]
+    if op in ("reshape", "convert", "bitcast", "copy", "bitcast-convert") and ops:
+        return _eval_index(g, comp, ops[0], pid, depth + 1)
+    if op == "dynamic-slice" and len(ops) == 2 and ops[0] is not None and ops[0].opcode == "constant":
+        table = _literal_values(ops[0])
+        k = _eval_index(g, comp, ops[1], pid, depth + 1)
+        if table is None or k is None:
+            return None
+        return table[max(0, min(k, len(table) - 1))]
+    if op in _ARITH and len(ops) == 2:
+        a = _eval_index(g, comp, ops[0], pid, depth + 1)
+        b = _eval_index(g, comp, ops[1], pid, depth + 1)
+        return _ARITH[op](a, b) if a is not None and b is not None else None
+    return None
+
+
+def _slices_match_groups(g: CallGraph, comp: str, users: list[Instruction], groups: Sequence[Sequence[int]],
+                         dims: Sequence[int]) -> bool:
+    """False when the slices' offsets can be computed and some group's devices do not take distinct shards
+    (then the slice picks by another mesh axis than the all-reduce's: no reduce-scatter). True otherwise."""
+    for u in users:
+        if u.opcode != "dynamic-slice":
+            continue
+        offsets = [g.producer(comp, o.name) for o in u.operands[1:]]
+        for grp in groups:
+            seen = set()
+            for pid in grp:
+                key = tuple(_eval_index(g, comp, offsets[d], pid) if d < len(offsets) else 0 for d in dims)
+                if any(k is None for k in key):
+                    return True  # cannot tell: keep the structural answer
+                seen.add(key)
+            if len(seen) != len(grp):
+                return False
+    return True
+
+
 def _sliced_by_partition(g: CallGraph, comp: str, value: Instruction) -> tuple[list[Instruction], Shape] | None:
     """If every user of `value` is a dynamic-slice (or a fusion around one) whose offsets come from the
     partition id, return those users and the slice shape; else None."""
@@ -471,7 +536,7 @@ class _Builder:
             return row
         users, shard = sliced
         scat = _scatter_dims(row.operand_shape, shard, row.group_size)
-        if scat is None:
+        if scat is None or not _slices_match_groups(self.g, comp, users, row.groups, scat):
             return replace(row, only_used_sharded=True)
         return replace(row, kind="reduce-scatter", result_shape=shard, scatter_dims=scat, dimension=scat[0],
                        only_used_sharded=True, instructions=row.instructions + tuple(u.name for u in users),

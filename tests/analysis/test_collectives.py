@@ -168,3 +168,38 @@ def test_samples_agree_between_spmd_and_final_cpu_forms():
     tpu = extract_collectives(parse_hlo((SAMPLES / "shard_map_collectives.tpu-v5e-2x2.final.hlo").read_text()))
     kinds = {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all"}
     assert {r.kind for r in spmd} == kinds == {r.kind for r in tpu}
+
+
+SLICED_BY_OTHER_AXIS = f"""HloModule other_axis, num_partitions=8
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+ENTRY %main (a: f32[8,16]) -> (f32[8,8], f32[8,8]) {{
+  %a = f32[8,16] parameter(0)
+  %pid = u32[] partition-id()
+  %zero = s32[] constant(0)
+  %by_x = s32[8] constant({{0, 0, 8, 8, 0, 0, 8, 8}})
+  %ox = s32[1] dynamic-slice(%by_x, %pid), dynamic_slice_sizes={{1}}
+  %ox.s = s32[] reshape(%ox)
+  %ar_y = f32[8,16] all-reduce(%a), channel_id=1, {Y}, use_global_device_ids=true, to_apply=%add
+  %wrong = f32[8,8] dynamic-slice(%ar_y, %zero, %ox.s), dynamic_slice_sizes={{8,8}}
+  %by_y = s32[8] constant({{0, 8, 0, 8, 0, 8, 0, 8}})
+  %oy = s32[1] dynamic-slice(%by_y, %pid), dynamic_slice_sizes={{1}}
+  %oy.s = s32[] reshape(%oy)
+  %ar_y2 = f32[8,16] all-reduce(%a), channel_id=2, {Y}, use_global_device_ids=true, to_apply=%add
+  %right = f32[8,8] dynamic-slice(%ar_y2, %zero, %oy.s), dynamic_slice_sizes={{8,8}}
+  ROOT %t = (f32[8,8], f32[8,8]) tuple(%wrong, %right)
+}}
+"""
+
+
+def test_a_slice_by_another_axis_is_not_a_reduce_scatter():
+    """All-reduce over Y, then each device keeps the slice its X coordinate picks: both devices of a Y group
+    keep the same slice, so this is an all-reduce (used sharded), not a reduce-scatter over Y."""
+    found = {r.instruction.name: r for r in extract_collectives(parse_hlo(SLICED_BY_OTHER_AXIS))}
+    assert found["ar_y"].kind == "all-reduce" and found["ar_y"].only_used_sharded
+    assert found["ar_y2"].kind == "reduce-scatter" and found["ar_y2"].original_ops == "all-reduce + dynamic-slice"
