@@ -402,10 +402,15 @@ class _Uniformity:
         if op in ("all-gather", "all-reduce") and inst.replica_groups is not None:
             if group_set <= {frozenset(g) for g in inst.replica_groups}:
                 return True
-        if op.startswith(("all-", "reduce-scatter", "collective-", "ragged-all-to-all")):
-            if op.endswith("-done"):
-                src = comp.by_name.get(inst.operand_names[0]) if inst.operands else None
-                return src is not None and self.value(comp, src, depth, init_only)
+        if op.startswith(("all-", "reduce-scatter", "ragged-all-to-all")) or op.endswith("-done"):
+            # A collective over mesh-aligned groups maps replicas to replicas: if its input is the same on
+            # the devices of each group here, so is its output (async -done ops pass their value through).
+            for name in inst.operand_names:
+                o = comp.by_name.get(name)
+                if o is None or not self.value(comp, o, depth, init_only):
+                    return False
+            return True
+        if op.startswith("collective-"):
             return False
         if inst.called_computations:
             if self.module is None or any(_varies_inside(self.module, c) for c in inst.called_computations):

@@ -79,11 +79,13 @@ def psum_then_slice(scatter: bool, n: int = 8 * 1024, d: int = 2048) -> Program:
 
 # ---------------------------------------------------------------------------------------------- HA201
 def idle_axis(use_z: bool, b: int = 1024, d: int = 4096, shape: tuple[int, int, int] = (2, 2, 2),
-              hardware: str = "tpu-v5p", topology: str | None = None, model: str = "ideal") -> Program:
-    """[B_X, D_Y] gathered to [B, D_Y] (Problem 2), replicated over Z (fires) or sharded [B_XZ, D_Y] (quiet)."""
+              hardware: str = "tpu-v5p", topology: str | None = None, model: str = "ideal",
+              out: P = P(None, "Y")) -> Program:
+    """[B_X, D_Y] gathered to [B, D_Y] (Problem 2), replicated over Z (fires) or sharded [B_XZ, D_Y] (quiet);
+    with `out=P()` the gather is over X and Y (Problem 2 part 2)."""
     m = mesh(shape, ("X", "Y", "Z"))
     x = arg(m, (b, d), P(("X", "Z") if use_z else "X", "Y"))
-    fn = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(m, P(None, "Y")))
+    fn = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(m, out))
     kw: dict[str, Any] = dict(mesh=m, hardware=hardware, model=model)
     if topology:
         kw["topology"] = topology

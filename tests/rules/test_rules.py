@@ -152,6 +152,16 @@ def test_problem_2_on_a_v4p_4x4x4(analysed):
     assert d.alternative_seconds == pytest.approx(11.65e-6, rel=REL)
 
 
+def test_problem_2_part_2_gather_over_two_axes(analysed):
+    """[B_X, D_Y] -> [B, D]: XLA gathers over Y, then over X; the X gather moves the whole 2BD array, which
+    over X, Y and the idle Z takes the chapter's 31 us (2BD / (3 W), the closing note of Problem 2)."""
+    r = analysed("idle_axis(False, shape=(4, 4, 4), hardware='tpu-v4p', topology='v4p:4x4x4', model='topology', "
+                 "out=P())")
+    whole = [d for d in r.diagnostics if d.code == "HA201" and d.details["bytes"] == 2 * 1024 * 4096]
+    assert len(whole) == 1 and sorted(whole[0].details["idle_axes"]) == ["Y", "Z"]
+    assert whole[0].alternative_seconds == pytest.approx(2 * 1024 * 4096 / (3 * 9e10), rel=REL)
+
+
 # --------------------------------------------------------------------------------------------------- HA202
 def test_missing_wraparound_pop_quiz_2(analysed):
     d = only(analysed("gather_on_axis('Y')"), "HA202")
