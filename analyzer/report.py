@@ -116,7 +116,10 @@ class Report:
       diagnostics: findings of the rules (empty until rules ran).
       notes: sentences the reader needs (assumptions, e.g. the topology chosen for the cpu target).
       memory: per-device bytes from `compiled.memory_analysis()` when known.
-      context: the live objects rules need (the hardware spec, topology, argument shardings); not serialised.
+      context: the live objects rules need; not serialised, not compared. Keys (see analyzer.analysis):
+        "module", "graph", "hardware", "topology", "cost_model", "collectives" (records in row order, with
+        their HLO instructions, dot, only_used_sharded, before/after), "dots", "mesh", "in_shardings",
+        "out_shardings", "args", "lowered", "config", and "hlo_path" for dumps.
     """
 
     collectives: pd.DataFrame
