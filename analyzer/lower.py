@@ -23,7 +23,9 @@ How it works, and why this way:
 
 Logical device ids. In every HLO this module returns, device (partition) id `i` is position `i` of the mesh
 in row-major order; `Lowered.mesh.device_ids[i]` is the physical device id placed there
-(`mesh.devices.flat[i].id`) and `Lowered.device_coords[i]` its torus coordinates on TPU.
+(`mesh.devices.flat[i].id`) and `Lowered.device_coords[i]` its torus coordinates on TPU. On a TPU target a
+dict or abstract mesh is placed as `jax.make_mesh` places it on that slice; pass a `jax.sharding.Mesh` of the
+topology's devices (`jax.experimental.topologies.get_topology_desc(...).devices`) to choose the placement.
 
 Example:
     >>> import jax, jax.numpy as jnp
