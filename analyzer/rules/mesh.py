@@ -161,10 +161,15 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
         if saving < min_saving or saving < min_fraction * current:
             continue
         main = max(rows, key=lambda r: (r[0].seconds - r[1]) * r[0].count)[0]
+        topo = facts.topology
+        assumed = topo is not None and getattr(topo, "declared", True) is False
         yield ctx.diagnostic(
             f"mesh axis {name!r} ({link.size} chips) lies on a line without wraparound, so its "
             f"{len(rows)} collective(s) send one way: {fmt_s(current)} per step, {fmt_s(better)} on a closed ring "
-            f"({current / better:.2f}x).",
+            f"({current / better:.2f}x)"
+            + (f" (on the assumed slice {topo.slice.name}: pass topology= to check the one you will use)."
+               if assumed else "."),
+            severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
             seconds=current,
