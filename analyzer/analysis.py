@@ -430,6 +430,108 @@ def _metadata_origin(g: CallGraph, c: Collective) -> Any:
     return None
 
 
+_SAME_DIMS = frozenset({"copy", "convert", "bitcast-convert", "dynamic-slice", "slice"})
+
+
+def _axes_size(axes: Sequence[str], mesh: MeshInfo) -> int:
+    """Devices along mesh axes or sub-axes (`X`, `X:(2)4`)."""
+    n = 1
+    for a in axes:
+        if ":" in a:
+            n *= int(a.rsplit(")", 1)[-1])
+        else:
+            n *= mesh.shape.get(a, 1)
+    return n
+
+
+def _squeeze_map(src: Any, dst: Any) -> list[int | None] | None:
+    """For a reshape that only adds or removes size-1 dims: for each dim of `dst`, the dim of `src` it is
+    (None for an added 1); None for any other reshape."""
+    a = [d for d, v in enumerate(src.dims) if v != 1]
+    b = [d for d, v in enumerate(dst.dims) if v != 1]
+    if [src.dims[d] for d in a] != [dst.dims[d] for d in b]:
+        return None
+    out: list[int | None] = [None] * dst.rank
+    for i, d in enumerate(b):
+        out[d] = a[i]
+    return out
+
+
+def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[str, ...], ...] | None:
+    """How the operand of a collective is sharded, dimension by dimension, when it is an argument of the
+    program sliced and reshaped (a scanned layer's weight): read off the argument's `sharding=`. None when
+    the operand is computed, or the trail is not that simple."""
+    from analyzer.notation import Notation
+
+    if not c.instruction.operands or c.site is not None:
+        return None
+    comp = c.computation
+    inst = g.producer(comp, c.instruction.operands[0].name)
+    if inst is None or not inst.shape.is_array:
+        return None
+    dim_map: list[int | None] = list(range(inst.shape.rank))  # operand dim -> dim of `inst`
+    index: int | None = None  # when following a tuple element
+    for _ in range(64):
+        op = inst.opcode
+        if op in _SAME_DIMS and inst.operands:
+            nxt = g.producer(comp, inst.operands[0].name)
+        elif op in ("reshape", "bitcast") and inst.operands:
+            nxt = g.producer(comp, inst.operands[0].name)
+            if nxt is None or not nxt.shape.is_array:
+                return None
+            m = _squeeze_map(nxt.shape, inst.shape)
+            if m is None:
+                return None
+            dim_map = [m[d] if d is not None else None for d in dim_map]
+        elif op == "get-tuple-element" and inst.operands:
+            index = int(inst.attr("index") or 0)
+            nxt = g.producer(comp, inst.operands[0].name)
+            if nxt is not None and nxt.opcode == "tuple":
+                nxt, index = g.producer(comp, nxt.operands[index].name), None
+            elif nxt is not None and nxt.opcode == "parameter" and comp != g.entry:
+                # a loop-carried value: follow it out of the loop when the body passes it through unchanged
+                sites = [s for s in g.call_sites(comp) if s.role == "body"]
+                body = g.module.by_name[comp]
+                root = body.root
+                if len(sites) != 1 or root.opcode != "tuple" or index >= len(root.operands):
+                    return None
+                through = g.producer(comp, root.operands[index].name)
+                if through is None or through.name != inst.name and not (
+                        through.opcode == "get-tuple-element" and through.attr("index") == str(index)
+                        and through.operands[0].name == nxt.name):
+                    return None
+                caller = sites[0].caller
+                loop = g.producer(caller, sites[0].instruction)
+                state = g.producer(caller, loop.operands[0].name) if loop is not None and loop.operands else None
+                if state is None or state.opcode != "tuple":
+                    return None
+                comp, nxt = caller, g.producer(caller, state.operands[index].name)
+            elif nxt is None or nxt.opcode != "parameter":
+                return None
+        elif op == "parameter" and comp == g.entry:
+            raw = inst.attr("sharding")
+            if raw is None:
+                return None
+            try:
+                from analyzer.hlo.sharding import parse_hlo_sharding
+
+                sh = parse_hlo_sharding(raw)
+                if sh.is_tuple or not sh.is_tiled:
+                    return None
+                tiles = sh.data_tile_dims
+                shape = [d * t for d, t in zip(inst.shape.dims, tiles)]
+                note = Notation.from_hlo_sharding(sh, shape, dict(zip(mesh.axis_names, mesh.axis_sizes)))
+            except Exception:  # noqa: BLE001 - a sharding the notation cannot express: keep the simple form
+                return None
+            return tuple(tuple(note.dims[d].axes) if d is not None else () for d in dim_map)
+        else:
+            return None
+        if nxt is None or not nxt.shape.is_array and nxt.opcode != "parameter":
+            return None
+        inst = nxt
+    return None
+
+
 def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Collective:
     """Axes, notation, global shape, source line and pass of one collective."""
     from analyzer.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, user_frame
@@ -451,7 +553,12 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
         dims = ()
     else:
         shape, dims = tuple(c.operand_shape.dims), ()
-    notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a)
+    base = _argument_spec(g, c, mesh) if c.kind == "all-gather" and span.regular else None
+    notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a,
+                                                             base=base)
+    if base is not None and before == tuple(tuple(b) for b in base):
+        # the other dims are sharded too: the notation's letters then stand for the whole array
+        shape = tuple(n * _axes_size(axes, mesh) for n, axes in zip(shape, after))
     md = c.instruction.metadata
     if (md is None or (not md.op_name and md.stack_frame_id is None)) and c.site is not None:
         md = c.site.metadata

@@ -423,8 +423,10 @@ def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:
 
 
 def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequence[int] = (),
-                        a2a: tuple[int, int] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
-                                                                      tuple[tuple[str, ...], ...], tuple[str, ...]]:
+                        a2a: tuple[int, int] | None = None,
+                        base: Sequence[Sequence[str]] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
+                                                                              tuple[tuple[str, ...], ...],
+                                                                              tuple[str, ...]]:
     """A collective in the chapter's notation, with dimension letters I, J, K... by position.
 
     Only what the collective itself does is written: the dimension it gathers, scatters or moves carries its
@@ -437,6 +439,8 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
       rank: rank of the (global, per group) array.
       dims: the gathered / scattered dimension(s).
       a2a: for all-to-all, (dimension sharded before, dimension sharded after).
+      base: for all-gather, how the operand is sharded on every dimension when that is known (from the
+        argument it slices): the other dimensions then keep their subscripts (`[I_X, J_Y] -> [I, J_Y]`).
     Returns:
       (notation, before spec, after spec, unreduced axes before): specs are per-dimension tuples of axes.
 
@@ -445,6 +449,8 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
         'AllGather_Y: [I_Y, J] -> [I, J]'
         >>> collective_notation("reduce-scatter", ("X",), 2, dims=(1,))[0]
         'ReduceScatter_X,J: [I, J]{U_X} -> [I, J_X]'
+        >>> collective_notation("all-gather", ("X",), 2, dims=(0,), base=(("X",), ("Y",)))[0]
+        'AllGather_X: [I_X, J_Y] -> [I, J_Y]'
     """
     ax = tuple(axes)
     none: tuple[tuple[str, ...], ...] = tuple(() for _ in range(rank))
@@ -457,6 +463,11 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
             spec[dd[0]] = ax
         return tuple(spec)
 
+    if kind == "all-gather" and base is not None and len(base) == rank and dims and 0 <= dims[0] < rank \
+            and tuple(base[dims[0]])[-len(ax):] == ax:
+        before = tuple(tuple(b) for b in base)
+        after = tuple(b[: len(b) - len(ax)] if d == dims[0] else b for d, b in enumerate(before))
+        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
     if kind == "all-gather":
         before, after = with_axes(dims), none
         return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
@@ -469,6 +480,5 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
         return f"{name}: {_array(none, ax)} -> {_array(none)}", none, none, ax
     if kind in ("all-to-all", "ragged-all-to-all") and a2a is not None:
         before, after = with_axes((a2a[0],)), with_axes((a2a[1],))
-        letter = _LETTERS[a2a[1] % len(_LETTERS)]
-        return f"{name},{letter}: {_array(before)} -> {_array(after)}", before, after, ()
+        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
     return f"{name}: {_array(none)} -> {_array(none)}", none, none, ()

@@ -185,7 +185,8 @@ def test_rows_carry_source_pass_and_notation(analysis):
     assert set(rows.pass_) == {"forward", "backward"}
     assert all(src.rsplit(":", 1)[0].endswith(("models.py", "chapter.py")) for src in rows.source if src)
     ag = rows[(rows.kind == "all-gather") & (rows["axes"].map(tuple) == ("X",))]
-    assert all(n.startswith("AllGather_X: [") for n in ag.notation)
+    # the weights W_in[D_X, F_Y] and W_out[F_Y, D_X], gathered over X, keep their Y sharding
+    assert set(ag.notation) == {"AllGather_X: [I_X, J_Y] -> [I, J_Y]", "AllGather_X: [I_Y, J_X] -> [I_Y, J]"}
     rs = rows[rows.kind == "reduce-scatter"]
     assert all("{U_" in n for n in rs.notation)
     assert set(rs.original_ops) == {"all-reduce + dynamic-slice"}
@@ -195,8 +196,11 @@ def test_matmul_notation(analysis):
     """The notation of the collective itself, dimension letters by position."""
     assert analysis("matmul_case3").collectives.notation[0] == "AllReduce_X: [I, J]{U_X} -> [I, J]"
     assert analysis("matmul_case3_rs").collectives.notation[0] == "ReduceScatter_X,I: [I, J]{U_X} -> [I_X, J]"
-    assert analysis("reshard").collectives.notation[0] == "AllToAll_X,J: [I_X, J] -> [I, J_X]"
-    assert analysis("matmul_case2", "named").collectives.notation[0] == "AllGather_model: [I, J_model] -> [I, J]"
+    assert analysis("reshard").collectives.notation[0] == "AllToAll_X: [I_X, J] -> [I, J_X]"
+    # an argument's other sharded dims keep their subscripts; global_shape is then the whole array
+    case2 = analysis("matmul_case2", "named").collectives
+    assert case2.notation[0] == "AllGather_model: [I_data, J_model] -> [I_data, J]"
+    assert case2.global_shape[0] == (I, J)
 
 
 

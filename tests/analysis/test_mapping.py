@@ -110,7 +110,9 @@ def test_notation_forms():
     assert collective_notation("all-reduce", ("X",), 2)[0] == "AllReduce_X: [I, J]{U_X} -> [I, J]"
     assert collective_notation("reduce-scatter", ("X",), 2, dims=(1,))[0] == (
         "ReduceScatter_X,J: [I, J]{U_X} -> [I, J_X]")
-    assert collective_notation("all-to-all", ("X",), 2, a2a=(0, 1))[0] == "AllToAll_X,J: [I_X, J] -> [I, J_X]"
+    assert collective_notation("all-to-all", ("X",), 2, a2a=(0, 1))[0] == "AllToAll_X: [I_X, J] -> [I, J_X]"
+    assert collective_notation("all-gather", ("X",), 2, dims=(0,), base=(("X",), ("Y",)))[0] == (
+        "AllGather_X: [I_X, J_Y] -> [I, J_Y]")
     assert collective_notation("all-gather", ("X", "Y"), 2, dims=(0,))[0] == "AllGather_XY: [I_XY, J] -> [I, J]"
     assert collective_notation("all-gather", ("data", "model"), 1, dims=(0,))[0] == (
         "AllGather_{data,model}: [I_{data,model}] -> [I]")
