@@ -13,6 +13,7 @@ from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import ELEMENT_BYTES, Coll
 from analyzer.rules.hlo_walk import (
+    contracting_dims,
     dot_flops,
     dot_producer,
     dot_uses,
@@ -301,7 +302,8 @@ def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
                 if c.bytes < min_ratio * v_out:
                     continue
                 alt = facts.price_like(c, "reduce-scatter", v_out, c.axes)
-                yield from _emit(ctx, c, dot, comp, alt, min_saving, gathered=True, v_other=v_out)
+                spec = _contracting_spec(comp, dot, 1 - use.operand, whole, c.axes)
+                yield from _emit(ctx, c, dot, comp, alt, min_saving, gathered=True, v_other=v_out, spec=spec)
             elif c.kind in _REDUCING and use is None:
                 for k in (0, 1):
                     src = _operand(comp, dot, k)
@@ -326,8 +328,26 @@ def _operand(comp: Computation, dot: Instruction, k: int) -> Instruction | None:
     return comp.by_name.get(dot.operands[k].name)
 
 
+def _contracting_spec(comp: Computation, dot: Instruction, k: int, whole: Instruction,
+                      axes: tuple[str, ...]) -> str:
+    """`name: P(None, 'X')`: the PartitionSpec that shards operand k's contracting dim over `axes`.
+
+    Only when the operand is the dot's input unchanged (same rank), so the dim index is the argument's.
+    """
+    dims = contracting_dims(dot, k)
+    if len(dims) != 1 or not whole.shape.is_array or whole.shape.rank != len(dot.operands[k].shape.dims or ()):
+        return ""
+    entries = ["None"] * whole.shape.rank
+    entries[dims[0]] = repr(axes[0]) if len(axes) == 1 else "(" + ", ".join(repr(a) for a in axes) + ")"
+    while entries and entries[-1] == "None":
+        entries.pop()
+    md = whole.metadata
+    name = md.op_name if whole.opcode == "parameter" and md is not None and md.op_name else "the replicated operand"
+    return f"{name}: P({', '.join(entries)})"
+
+
 def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: float, min_saving: float, *,
-          gathered: bool, v_other: float) -> Iterator[Diagnostic]:
+          gathered: bool, v_other: float, spec: str = "") -> Iterator[Diagnostic]:
     saving = (c.seconds - alt) * c.count
     if saving < min_saving or alt >= c.seconds:
         return
@@ -339,8 +359,10 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
                 f"the local shards and reduce-scattering the output over {axes} moves {fmt_b(v_other)} "
                 f"(ratio {c.bytes / v_other:.1f}, the M/K of Problem 9)")
         alternative = f"local matmul, then ReduceScatter_{axes} of the output ({fmt_b(v_other)})"
-        fix = (f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
-               "for a [M, K] weight) and let the output be sharded over it (out_shardings)")
+        fix = ((f"shard {spec}" if spec else
+                f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
+                "for a [M, K] weight)") + f" so each device multiplies its own shards, and let the output be "
+               f"sharded over {axes} (out_shardings) so XLA reduce-scatters it")
     else:
         what = (f"the plan multiplies a sliced replicated operand and reduces the output ({fmt_b(c.bytes)}) over "
                 f"{axes}; all-gathering the sharded operand ({fmt_b(v_other)}) and multiplying moves "

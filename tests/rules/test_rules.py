@@ -79,6 +79,7 @@ def test_gathered_larger_operand_saving_is_problem_9s_m_over_k(analysed):
     N, M, K = 1024, 8192, 1024
     gather, scatter = 2 * N * M / V5P_W, 2 * N * K / V5P_W  # AllGather A[N, M] vs ReduceScatter C[N, K]
     assert d.details["ratio"] == pytest.approx(M / K, rel=REL)
+    assert "b: P('X')" in d.fix  # B[M_X, K]: the replicated operand's contracting dim sharded
     assert d.saving_seconds == pytest.approx(gather - scatter, rel=REL)
 
 
