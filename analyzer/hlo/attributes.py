@@ -65,6 +65,7 @@ CALL_KEYS: tuple[str, ...] = (
     "called_computations", "select", "scatter",
 )
 
+_CALL_KEY_SET = frozenset(CALL_KEYS)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0"}
 _ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)", re.S)
 
@@ -746,11 +747,15 @@ def int_list(inst: Instruction, key: str) -> tuple[int, ...] | None:
 
 def called_computations(inst: Instruction) -> tuple[str, ...]:
     """Every computation `inst` calls, in attribute order (to_apply, calls, body, condition, branches...)."""
-    attrs = inst.attrs
+    found = [a for a in inst.attributes if a.key in _CALL_KEY_SET]
+    if not found:
+        return ()
     out: list[str] = []
     for key in CALL_KEYS:
-        if key in attrs:
-            out.extend(_decode(inst, key))
+        for a in found:
+            if a.key == key:
+                out.extend(_decode(inst, key))
+                break
     return tuple(out)
 
 

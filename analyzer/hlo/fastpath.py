@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from analyzer.hlo.ir import Computation, Shape
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, Shape
 from analyzer.hlo.transformer import HloTransformer, build_computation, decode_array_shape
 
-__all__ = ["parse_computation_fast", "parse_head_fast", "decode_shape", "FastToken"]
+__all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
@@ -112,6 +112,53 @@ def parse_head_fast(line: str, lineno: int):
     return (name_tok, m.group(1) is not None, (tuple(params), result))
 
 
+def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: HloTransformer):
+    """One canonical instruction line -> the pending-instruction tuple of the transformer, or None."""
+    m = _LINE.match(line)
+    if m is None:
+        return None
+    root, name, shape_text, opcode, ops = m.groups()
+    try:
+        shape = decode_shape(shape_text)
+    except ValueError:
+        return None
+    children: list = []
+    if root:
+        children.append(Token("ROOT", "ROOT", lineno, m.start(1) + 1))
+    children.append(Token("NAME", name, lineno, m.start(2) + 1))
+    children.append(shape)
+    is_constant = opcode == "constant"
+    if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
+        if not ops or not _SCALAR.fullmatch(ops):
+            return None
+        children.append(Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1))
+        children.append((ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1)))
+    else:
+        children.append(Token("NAME", opcode, lineno, m.start(4) + 1))
+        if ops:
+            if ops[0] == "%" or ops[0] == "/":
+                base = m.start(5) + 1
+                for o in _OPERAND.finditer(ops):
+                    children.append((Token("NAME", o.group(), lineno, base + o.start()), None))
+            elif opcode == "parameter" and ops.isdigit():
+                children.append(Token("INT", ops, lineno, m.start(5) + 1))
+            else:
+                return None
+    pos = m.end()
+    end = len(line.rstrip())
+    while pos < end:
+        a = attr_re.match(line, pos)
+        if a is None:
+            return None
+        key, raw = a.group(2), a.group(3)
+        if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
+            children.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
+        else:
+            children.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
+        pos = a.end()
+    return transformer.constant_instruction(children) if is_constant else transformer.instruction(children)
+
+
 def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, transformer: HloTransformer,
                            ) -> Computation | None:
     """Parse one computation's instruction lines without Lark, or return None to ask for the grammar.
@@ -130,52 +177,62 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, t
     lines = text.split("\n")
     if len(lines) < 3 or lines[-1].strip() != "}":
         return None
-    instruction = transformer.instruction
-    constant = transformer.constant_instruction
-    attribute = transformer.attribute
     pending = []
     for k in range(1, len(lines) - 1):
         line = lines[k]
-        m = _LINE.match(line)
-        if m is None:
+        inst = _line_instruction(line, line0 + k, attr_re, transformer)
+        if inst is None:
             if not line.strip():
                 continue
             return None
-        lineno = line0 + k
-        root, name, shape_text, opcode, ops = m.groups()
-        try:
-            shape = decode_shape(shape_text)
-        except ValueError:
-            return None
-        children: list = []
-        if root:
-            children.append(Token("ROOT", "ROOT", lineno, m.start(1) + 1))
-        children.append(Token("NAME", name, lineno, m.start(2) + 1))
-        children.append(shape)
-        is_constant = opcode == "constant"
-        if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
-            if not ops or not _SCALAR.fullmatch(ops):
-                return None
-            children.append(Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1))
-            children.append((ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1)))
-        else:
-            children.append(Token("NAME", opcode, lineno, m.start(4) + 1))
-        if ops and not is_constant:
-            if ops[0] == "%" or ops[0] == "/":
-                base = m.start(5) + 1
-                for o in _OPERAND.finditer(ops):
-                    children.append((Token("NAME", o.group(), lineno, base + o.start()), None))
-            elif opcode == "parameter" and ops.isdigit():
-                children.append(Token("INT", ops, lineno, m.start(5) + 1))
-            else:
-                return None
-        pos = m.end()
-        end = len(line.rstrip())
-        while pos < end:
-            a = attr_re.match(line, pos)
-            if a is None:
-                return None
-            children.append(attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
-            pos = a.end()
-        pending.append(constant(children) if is_constant else instruction(children))
+        pending.append(inst)
     return build_computation(name_tok, is_entry, sig, pending)
+
+
+def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pattern,
+                transformer: HloTransformer) -> tuple[Instruction, ...] | None:
+    """The instructions of `opcodes` in a computation's text, each with its operands' shapes, parsing only
+    their lines and their operands' definitions; None when that is not possible (then parse it all).
+
+    The per-line checks are the grammar path's; checks that need the whole computation (unique names, one
+    ROOT) run when the computation itself is parsed.
+    """
+    if not any(f" {op}(" in text for op in opcodes):
+        return ()
+    lines = text.split("\n")
+    defs: dict[str, int] | None = None
+    out = []
+    for k, line in enumerate(lines):
+        if not any(f" {op}(" in line for op in opcodes):
+            continue
+        pending = _line_instruction(line, line0 + k, attr_re, transformer)
+        if pending is None:
+            if k == 0:
+                continue  # the header line (a parameter name that looks like an opcode call)
+            return None
+        is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
+        if opcode not in opcodes:
+            continue
+        if defs is None:
+            defs = {}
+            for j, other in enumerate(lines):
+                d = _DEF.match(other)
+                if d is not None:
+                    defs.setdefault(d.group(1), j)
+        ops = []
+        for otok, _ in operands:
+            oname = otok[1:] if otok[0] == "%" else str(otok)
+            j = defs.get(oname)
+            d = _DEF.match(lines[j]) if j is not None and j < k else None
+            if d is None:
+                return None
+            try:
+                ops.append(Operand(oname, decode_shape(d.group(2))))
+            except ValueError:
+                return None
+        out.append(Instruction(tok[1:] if tok[0] == "%" else str(tok), opcode, shape, tuple(ops), attrs, is_root,
+                               Position(tok.line, tok.column), parameter, literal))
+    return tuple(out)
+
+
+_DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")

@@ -402,8 +402,8 @@ def _parse_interactive(text: str, start: str, line: int):
 
 @lru_cache(maxsize=1)
 def _attr_regex() -> re.Pattern:
-    """`, key=value` with the grammar's ATTR pattern (the value in group 1 with its key)."""
-    return re.compile(r",[ \t]*(" + _ATTR_KEY + attribute_value_pattern() + ")")
+    """`, key=value` with the grammar's ATTR pattern: group 1 the whole `key=value`, 2 the key, 3 the value."""
+    return re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + attribute_value_pattern() + "))")
 
 
 @lru_cache(maxsize=1)
@@ -443,6 +443,37 @@ class LazyComputation(Computation):
         start, end = self._span
         src = self._source
         return any(src.find(f" {op}(", start, end) >= 0 for op in opcodes)
+
+    def select(self, *opcodes: str) -> tuple[Instruction, ...]:
+        """The instructions with one of `opcodes`, in order, each with its operands' shapes.
+
+        On an unparsed computation only the matching lines and their operands' definitions are read (what
+        the analysis needs of a fusion: its collectives and dots); the rest stays text. Falls back to a
+        full parse of the computation when a line is not in XLA's canonical form.
+
+        Example: `fusion_comp.select("dot", "all-gather")`.
+        """
+        if not self.is_parsed:
+            from analyzer.hlo.fastpath import select_fast
+
+            start, end = self._span
+            chunk = self._source[start:end]
+            gc_was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
+                if found is not None:
+                    if found:
+                        _validate_attributes(HloModule("", (Computation(self.name, found),)))
+                    return found
+            except (HloSyntaxError, HloSemanticError) as e:
+                raise _positioned(e, self._source, self._path) from None
+            except Exception as e:
+                raise _translate(e, self._source, self._path) from None
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
+        return tuple(i for i in self.instructions if i.opcode in opcodes)
 
     @cached_property
     def _parsed(self) -> Computation:
