@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from analyzer.hardware import HardwareSpec
     from analyzer.hlo.ir import HloModule
 
-__all__ = ["analyze", "analyze_hlo", "reprice", "pick_dump_file", "build_report"]
+__all__ = ["analyze", "analyze_hlo", "build_report", "pick_dump_file", "reprice"]
 
 _MODELS = ("topology", "ideal")
 
@@ -626,7 +626,7 @@ def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec) -> Totals
         by_kind[kind] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if c.kind == kind])
     for label in sorted({_axis_key(c) for c in rows}):
         by_axis[label] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
-    comm_bytes = int(round(_branch_max([(c.branch, float(c.bytes) * c.count) for c in rows])))
+    comm_bytes = round(_branch_max([(c.branch, float(c.bytes) * c.count) for c in rows]))
     flops = _branch_max([(d.branch, d.flops * d.count) for d in dots])
     compute = _branch_max([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
     return Totals(comm_seconds=comm, compute_seconds=compute, by_kind=by_kind, by_axis=by_axis,

@@ -39,7 +39,7 @@ from analyzer.graph import BranchKey, CallGraph
 if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, HloModule, Instruction, Shape
 
-__all__ = ["Collective", "extract_collectives", "KINDS", "COLLECTIVE_OPCODES"]
+__all__ = ["COLLECTIVE_OPCODES", "KINDS", "Collective", "extract_collectives"]
 
 # Logical kinds, as the report names them.
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
@@ -668,10 +668,10 @@ def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective
                     (p := g.producer(r.computation, o.name)) is not None and p.opcode == "constant" for o in node.operands):
                 accumulates.add(i)
             if node.opcode in _MOVE_OPS or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
-                if node.opcode == "fusion" and _is_movement_fusion(g.module, node) is False:
-                    # a compute fusion in the chain: the travelling buffer is being accumulated into
-                    if any((r.computation, o.name) in by_holder for o in node.operands):
-                        accumulates.add(i)
+                # a compute fusion in the chain: the travelling buffer is being accumulated into
+                if (node.opcode == "fusion" and not _is_movement_fusion(g.module, node)
+                        and any((r.computation, o.name) in by_holder for o in node.operands)):
+                    accumulates.add(i)
                 stack.extend(g.producer(r.computation, o.name) for o in node.operands)
                 continue
             sk = (r.computation, node.name)
@@ -816,7 +816,7 @@ def _reassociate(g: CallGraph, rows: list[Collective]) -> list[Collective]:
         computation = g.module.by_name[comp]
         memo: dict[str, list[int] | None] = {}
 
-        def reducible(inst: Instruction, comp: str = comp) -> list[int] | None:
+        def reducible(inst: Instruction, comp: str = comp, memo: dict = memo) -> list[int] | None:
             if inst.name in memo:
                 return memo[inst.name]
             memo[inst.name] = None
@@ -828,7 +828,7 @@ def _reassociate(g: CallGraph, rows: list[Collective]) -> list[Collective]:
                 child = g.producer(comp, op)
                 if child is None or child.opcode != "add" or len(g.users(comp, child.name)) != 1:
                     return None
-                sub = reducible(child)
+                sub = reducible(child, comp, memo)
                 if sub is None:
                     return None
                 members.extend(sub)
@@ -839,7 +839,7 @@ def _reassociate(g: CallGraph, rows: list[Collective]) -> list[Collective]:
         found = [set(m) for inst in computation.instructions if inst.opcode == "add"
                  and (m := reducible(inst)) is not None and len(m) >= 2]
         for s in found:
-            if not any(s < t for t in found) and list(sorted(s)) not in groups:
+            if not any(s < t for t in found) and sorted(s) not in groups:
                 groups.append(sorted(s))
     if not groups:
         return rows

@@ -18,7 +18,7 @@ from analyzer.graph import CallGraph
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule, Instruction
 
-__all__ = ["Dot", "extract_dots", "dot_flops"]
+__all__ = ["Dot", "dot_flops", "extract_dots"]
 
 
 @dataclass(frozen=True)

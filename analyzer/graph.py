@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from analyzer.hlo.ir import Computation, HloModule, Instruction
 
-__all__ = ["CallGraph", "TripCount", "CallSite", "BranchKey"]
+__all__ = ["BranchKey", "CallGraph", "CallSite", "TripCount"]
 
 # Attributes that name called computations, and the role of the call.
 _ROLE_OF_ATTR: Mapping[str, str] = {

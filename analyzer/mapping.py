@@ -34,13 +34,13 @@ from analyzer.report import MeshInfo
 __all__ = [
     "AxisSpan",
     "groups_to_axes",
-    "pairs_to_axes",
     "infer_mesh",
-    "parse_mesh_spec",
     "mesh_from_any",
-    "user_frame",
-    "pass_of",
     "op_label",
+    "pairs_to_axes",
+    "parse_mesh_spec",
+    "pass_of",
+    "user_frame",
 ]
 
 
@@ -83,7 +83,7 @@ def _sub_label(name: str, full: int, values: Sequence[int]) -> tuple[str, int] |
     if m == full:
         return name, m
     stride = values[1] - values[0] if m > 1 else 1
-    if any(b - a != stride for a, b in zip(values, values[1:])):
+    if any(b - a != stride for a, b in itertools.pairwise(values)):
         return None
     if stride <= 0 or full % (stride * m):
         return None

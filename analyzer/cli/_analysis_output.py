@@ -7,7 +7,7 @@ import sys
 
 from analyzer.report import Report
 
-__all__ = ["add_pricing_options", "add_output_options", "emit"]
+__all__ = ["add_output_options", "add_pricing_options", "emit"]
 
 
 def add_pricing_options(p: argparse.ArgumentParser) -> None:

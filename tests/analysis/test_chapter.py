@@ -295,7 +295,7 @@ def collective_matmul(tpu_reason):
 
 @pytest.mark.tpu
 def test_collective_matmul_is_one_logical_collective(collective_matmul):
-    reports, (layers, b, d, f) = collective_matmul
+    reports, (layers, _batch, d, f) = collective_matmul
     tpu = reports[TPU].collectives
     rings = tpu[tpu.permute_steps > 0]
     assert len(rings) >= 2, tpu.to_string()

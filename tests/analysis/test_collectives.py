@@ -9,7 +9,6 @@ import pytest
 
 from analyzer.analysis import analyze_hlo
 from analyzer.collectives import extract_collectives
-from analyzer.graph import CallGraph
 from analyzer.hlo.parser import parse_hlo
 
 SAMPLES = Path(__file__).resolve().parents[1] / "hlo" / "samples"
