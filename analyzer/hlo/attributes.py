@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from math import prod
 from typing import TYPE_CHECKING, Any
 
+from analyzer.errors import AnalyzerError
 from analyzer.hlo.iota import expand_iota
 from analyzer.hlo.ir import Metadata
 
@@ -658,9 +659,8 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     **{k: parse_computation_list for k in CALL_KEYS},
 }
 
-# Decoders a full parse runs to reject malformed values (the sharding decoder belongs to another module
-# and the backend config is free-form, so those are checked on access only).
-_VALIDATED = frozenset(DECODERS) - {"sharding", "backend_config"}
+# Decoders a full parse runs to reject malformed values (the backend config is free-form: checked on access).
+_VALIDATED = frozenset(DECODERS) - {"backend_config"}
 
 
 # Cheap whole-value checks that accept exactly what the decoder accepts for the common spellings; when one
@@ -686,6 +686,10 @@ def validate(inst: Instruction) -> None:
             except ValueError as e:
                 e.attribute = a  # type: ignore[attr-defined]
                 raise
+            except AnalyzerError as e:  # the sharding parser's own errors (analyzer.hlo.sharding)
+                err = ValueError(getattr(e, "message", str(e)))
+                err.attribute = a  # type: ignore[attr-defined]
+                raise err from None
 
 
 def _decode(inst: Instruction, key: str) -> Any:

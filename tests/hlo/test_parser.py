@@ -192,3 +192,11 @@ def test_lazy_defers_parsing_and_reports_errors_on_access():
     with pytest.raises(HloSemanticError) as e:
         m["add"].instructions
     assert e.value.line == 6
+
+
+def test_shardings_are_typed_and_checked():
+    m = parse_hlo(BASE)
+    assert str(m.entry["p"].sharding) == "{devices=[4,1]<=[4]}"
+    bad = BASE.replace("sharding={devices=[4,1]<=[4]}", "sharding={devices=[4,1]<=[5]}")
+    e = _err(bad)
+    assert "sharding" in e.message and e.line == 10
