@@ -85,7 +85,7 @@ def _lark() -> Lark:
         grammar,
         parser="lalr",
         lexer="contextual",
-        start=["module", "header", "computation", "computation_head"],
+        start=["module", "header", "computation", "computation_head", "program_layout"],
         transformer=HloTransformer(),
         maybe_placeholders=True,
         propagate_positions=False,

@@ -686,6 +686,19 @@ def _check_module_attribute(a: Attribute) -> None:
         except ValueError as e:
             raise HloSyntaxError(f"entry_computation_layout: {e}", line=a.position.line if a.position else None,
                                  column=(a.position.column + m.start()) if a.position else None) from None
+    from lark.exceptions import LarkError
+
+    from analyzer.hlo.parser import _lark  # the compiled grammar (imported here: parser imports this module)
+
+    try:
+        _lark().parse(body, start="program_layout")
+    except LarkError as e:
+        col = getattr(e, "column", None)
+        line = getattr(e, "line", None)
+        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+                             line=(a.position.line + (line or 1) - 1) if a.position else None,
+                             column=(a.position.column + (col or 1) - 1) if a.position and line in (1, None)
+                             else col) from None
 
 
 def _call_attr(inst: Instruction, callee: str) -> Position:

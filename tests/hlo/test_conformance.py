@@ -43,7 +43,6 @@ KNOWN_ACCEPTED_INVALID = {
     "BF16.m0.invalid.hlo", "Call.m0.invalid.hlo", "CopyStartAndCopyDone.m1.invalid.hlo",  # header key typos
     "OriginalValueRecoveryTable.m0.invalid.hlo",  # instruction key typo `use_globa_device_ids`
     "DotWithAlgorithm.m4.invalid.hlo",  # algorithm enum value
-    "RaggedAllToAllWithReplicaGroups.m1.invalid.hlo",  # `s32[8]:{0}` inside entry_computation_layout
     "HloComputationWithParallelThreadName.m4.invalid.hlo",  # async-update shape vs async-start
 }
 
