@@ -200,3 +200,39 @@ def test_shardings_are_typed_and_checked():
     bad = BASE.replace("sharding={devices=[4,1]<=[4]}", "sharding={devices=[4,1]<=[5]}")
     e = _err(bad)
     assert "sharding" in e.message and e.line == 10
+
+
+_EDGE_CASES = {
+    # XLA reads a signature's parameters for their names only (it checks the result shape against the root)
+    "signature_params_not_checked": ("HloModule m\nENTRY e (a: s32[], b: f32[]) -> f32[] {\n"
+                                     "  ROOT a = f32[] parameter(0)\n}\n", True),
+    "same_names_in_two_computations": ("HloModule m\nf {\n  x = f32[] parameter(0)\n  ROOT y = f32[] negate(x)\n}\n"
+                                       "ENTRY e {\n  x = f32[] parameter(0)\n  ROOT y = f32[] call(x), to_apply=f\n}\n",
+                                       True),
+    "call_before_callee": ("HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=f\n}\n"
+                           "f {\n  ROOT x = f32[] parameter(0)\n}\n", False),
+    "self_call": ("HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=e\n}\n", False),
+    "control_predecessor_after": ("HloModule m\nENTRY e {\n  p = f32[] parameter(0), control-predecessors={q}\n"
+                                  "  ROOT q = f32[] negate(p)\n}\n", False),
+    "empty_computation": ("HloModule m\nENTRY e {\n}\n", False),
+    "duplicate_parameter_number": ("HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  q = f32[] parameter(0)\n"
+                                   "  ROOT r = f32[] add(p, q)\n}\n", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EDGE_CASES))
+def test_agrees_with_xla_on_edge_cases(name):
+    from jax._src.lib import xla_client as xc
+
+    text, valid = _EDGE_CASES[name]
+    try:
+        xc.hlo.hlo_module_from_text(text)
+        xla_valid = True
+    except Exception:
+        xla_valid = False
+    assert xla_valid == valid, "XLA changed its mind; update the case"
+    if valid:
+        parse_hlo(text)
+    else:
+        e = _err(text)
+        assert e.line is not None and e.column is not None
