@@ -69,6 +69,29 @@ def programs(mesh):
     sm = jax.jit(shard_map(collectives, mesh=mesh, in_specs=P("data", "model"), out_specs=(P("data", "model"), P("data", "model"))))
     a = jax.ShapeDtypeStruct((64, 64), f32, sharding=S("data", "model"))
     yield "shard_map_collectives", sm, (a,)
+    x16 = jax.ShapeDtypeStruct((16, 16), f32, sharding=S(None, None))
+    idx = jax.ShapeDtypeStruct((4,), jnp.int32, sharding=S(None))
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=S(None))
+    yield "op_zoo", jax.jit(_zoo), (x16, idx, key)
+
+
+def _zoo(x, idx, key):
+    """Many op kinds in one program: control flow, sort, scatter/gather, fft, conv, linalg, rng, reductions."""
+    a = jnp.fft.rfft(x[:, :8]).real.sum()
+    s = jnp.sort(x, axis=1)[:, :4]
+    top = jax.lax.top_k(x, 3)[0]
+    g = x[idx]
+    sc = jnp.zeros_like(x).at[idx].add(1.0)
+    cs = jnp.cumsum(x, axis=1)
+    conv = jax.lax.conv_general_dilated(x[None, None], jnp.ones((1, 1, 3, 3)), (1, 1), "SAME")[0, 0]
+    w = jax.lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 1.5), (0, x))[1]
+    c = jax.lax.cond(a > 0, lambda: x * 2, lambda: x - 1)
+    ch = jnp.linalg.cholesky(x @ x.T + 16 * jnp.eye(x.shape[0]))
+    r = jax.random.uniform(key, x.shape)
+    rp = jax.lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10)
+    i = jnp.argmax(x, axis=1).astype(jnp.float32)
+    return (s.sum() + top.sum() + g.sum() + sc.sum() + cs.sum() + conv.sum() + w.sum() + c.sum() + ch.sum()
+            + r.sum() + rp.sum() + i.sum() + a)
 
 
 def dump(name, fn, args, target, extra_opts=None):
