@@ -236,3 +236,37 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
 
 
 _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")
+
+
+_TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_STRING_ROW = re.compile(r'[ \t]*(\d+)[ \t]+("(?:[^"\\\n]|\\.)*")[ \t]*$')
+_BRACED_ROW = re.compile(r"[ \t]*(\d+)[ \t]+(\{[^{}\n]*\})[ \t]*$")
+
+
+def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
+    """The stack-frame tables (`FileNames` ... `StackFrames`) as the grammar's callbacks build them, or None
+    when a line is not a plain table row (then the grammar reads the header)."""
+    from analyzer.hlo.attributes import unquote
+
+    tables: dict[str, list] = {}
+    current = None
+    for k, line in enumerate(text.split("\n")):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped in _TABLE_NAMES:
+            current = tables.setdefault(stripped, [])
+            continue
+        if current is None:
+            return None
+        if stripped[0] == "{" or stripped.endswith("}"):
+            m = _BRACED_ROW.match(line)
+            if m is None or stripped in ("{", "}"):
+                return None
+            current.append((int(m.group(1)), m.group(2), Token("BRACED", m.group(2), line0 + k, m.start(2) + 1)))
+        else:
+            m = _STRING_ROW.match(line)
+            if m is None:
+                return None
+            current.append((int(m.group(1)), unquote(m.group(2)), Token("INT", m.group(1), line0 + k, m.start(1) + 1)))
+    return tables

@@ -365,7 +365,7 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     from analyzer.hlo.transformer import check_computations
 
     header_text, spans = split
-    header = _lark().parse(header_text, start="header")
+    header = _parse_header(header_text)
     comps = [LazyComputation(text, start, end, line, column, name, is_entry, path)
              for start, end, line, column, name, is_entry in spans]
     name = header.name
@@ -375,6 +375,24 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
         comps = [c._parsed for c in comps]
         check_computations(comps)
     return HloModule(name, tuple(comps), header.attributes, header.frames, path)
+
+
+_TABLE_START = re.compile(r"^[ \t]*(?:FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*$", re.M)
+
+
+def _parse_header(header_text: str) -> HloModule:
+    """The `HloModule` line by the grammar; the stack-frame tables by the fast path when they are plain rows
+    (they can be thousands of lines), else by the grammar too."""
+    from analyzer.hlo.fastpath import parse_tables_fast
+    from analyzer.hlo.transformer import _frames
+
+    t = _TABLE_START.search(header_text)
+    if t is not None and t.start() > 0 and header_text[: t.start()].strip():
+        tables = parse_tables_fast(header_text[t.start():], header_text.count("\n", 0, t.start()) + 1)
+        if tables is not None:
+            head = _lark().parse(header_text[: t.start()], start="header")
+            return HloModule(head.name, (), head.attributes, _frames(tables))
+    return _lark().parse(header_text, start="header")
 
 
 def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
