@@ -41,7 +41,7 @@ ELEMENT_BITS: Mapping[str, int] = {
     "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8,
     "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
     "c64": 64, "c128": 128,
-    "token": 0,
+    "token": 0, "opaque": 0,
 }
 
 

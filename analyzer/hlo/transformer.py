@@ -62,7 +62,7 @@ def decode_array_shape(text: str) -> Shape:
     etype = text[:open_]
     if etype not in ELEMENT_BITS:
         raise ValueError(f"unknown element type {etype!r}; expected one of pred, s8..s64, u8..u64, f16, bf16, "
-                         "f32, f64, c64, c128, f8 types, token")
+                         "f32, f64, c64, c128, f8 types, token, opaque")
     body = text[open_ + 1:close].strip()
     dims: list[int] = []
     dynamic: list[bool] = []
@@ -531,9 +531,9 @@ def _check_scalar(lit: tuple, etype: str, tok: Token) -> None:
         raise _syntax(f"expected a complex value like `(1, 2)`, got `{text[:30]}`", tok, len(tok))
     if kind != "s":
         raise _syntax(f"expected a scalar {etype} value, got `{text[:30]}`", tok, len(tok))
-    if etype == "pred":
-        if text not in ("true", "false", "0", "1"):
-            raise _syntax(f"expected a pred value (true, false, 0 or 1), got `{text}`", value)
+    if etype == "pred":  # XLA takes true, false or an integer (non-zero is true)
+        if text not in ("true", "false") and not re.fullmatch(r"-?\d+", text):
+            raise _syntax(f"expected a pred value (true, false or an integer), got `{text}`", value)
         return
     if text in ("true", "false"):
         raise _syntax(f"expected a number for {etype}, got `{text}`", value)

@@ -215,6 +215,12 @@ _EDGE_CASES = {
     "control_predecessor_after": ("HloModule m\nENTRY e {\n  p = f32[] parameter(0), control-predecessors={q}\n"
                                   "  ROOT q = f32[] negate(p)\n}\n", False),
     "empty_computation": ("HloModule m\nENTRY e {\n}\n", False),
+    "opaque_type": ("HloModule m\nENTRY e {\n  ROOT p = opaque[] parameter(0)\n}\n", True),
+    "pred_from_integer": ("HloModule m\nENTRY e {\n  ROOT c = pred[] constant(2)\n}\n", True),
+    "literal_trailing_comma": ("HloModule m\nENTRY e {\n  ROOT c = f32[2] constant({1, 2,})\n}\n", True),
+    "integer_written_as_float": ("HloModule m\nENTRY e {\n  ROOT c = s32[] constant(1.0)\n}\n", False),
+    "unsigned_negative": ("HloModule m\nENTRY e {\n  ROOT c = u8[] constant(-1)\n}\n", False),
+    "scalar_in_braces": ("HloModule m\nENTRY e {\n  ROOT c = f32[] constant({1})\n}\n", False),
     "duplicate_parameter_number": ("HloModule m\nENTRY e {\n  p = f32[] parameter(0)\n  q = f32[] parameter(0)\n"
                                    "  ROOT r = f32[] add(p, q)\n}\n", False),
 }
