@@ -621,6 +621,37 @@ def parse_name_list(raw: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+_API_VERSIONS = ("API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING", "API_VERSION_STATUS_RETURNING_UNIFIED",
+                 "API_VERSION_TYPED_FFI")
+
+
+def parse_api_version(raw: str) -> str:
+    """A custom-call `api_version=`, one of XLA's valid CustomCallApiVersion names.
+
+    Example:
+      >>> parse_api_version("API_VERSION_TYPED_FFI")
+      'API_VERSION_TYPED_FFI'
+    """
+    if raw not in _API_VERSIONS:
+        from analyzer.errors import valid_choices
+
+        raise ValueError(f"unknown api_version {raw!r}; " + valid_choices(raw, _API_VERSIONS, what="api versions"))
+    return raw
+
+
+def parse_shape_list(raw: str) -> tuple:
+    """`{f32[2]{0}, (s32[], f32[3]{0})}` -> shapes (custom-call `operand_layout_constraints`).
+
+    Example:
+      >>> [str(s) for s in parse_shape_list("{f32[2]{0}, s32[]}")]
+      ['f32[2]', 's32[]']
+    """
+    from analyzer.hlo.fastpath import decode_shape
+
+    body = _braced(raw, "a list of shapes like `{f32[2]{0}, s32[]}`")
+    return tuple(decode_shape(x) for x in split_top(body)) if body else ()
+
+
 # key -> decoder. Each decoder takes the raw text and returns the typed value or raises ValueError with a
 # message in HLO terms. Keys absent here stay raw text.
 DECODERS: Mapping[str, Callable[[str], Any]] = {
@@ -655,6 +686,8 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "padding": parse_padding,
     "slice": parse_slice,
     "control-predecessors": parse_name_list,
+    "api_version": parse_api_version,
+    "operand_layout_constraints": parse_shape_list,
     "sharding": _parse_sharding,
     **{k: parse_computation_list for k in CALL_KEYS},
 }

@@ -370,6 +370,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
                 raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
                                        f"has shape {known}", line=otok.line, column=otok.column)
             ops.append(Operand(oname, known))
+        if opcode == "custom-call" and attrs:
+            _check_layout_constraints(iname, ops, attrs)
         shapes[iname] = shape
         insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
                                  parameter, literal))
@@ -446,6 +448,26 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Token) -> None:
         for a in attrs:
             if a.key == "use_global_device_ids" and a.raw == "true":
                 raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:
+    """A custom-call's operand_layout_constraints: one shape per operand, each compatible with it."""
+    a = next((x for x in attrs if x.key == "operand_layout_constraints"), None)
+    if a is None:
+        return
+    try:
+        shapes = attributes.parse_shape_list(a.raw)
+    except ValueError as e:
+        raise HloSyntaxError(f"bad operand_layout_constraints on {iname!r}: {e}", line=a.position.line if a.position
+                             else None, column=a.position.column if a.position else None) from None
+    where = dict(line=a.position.line, column=a.position.column) if a.position else {}
+    if len(shapes) != len(ops):
+        raise HloSemanticError(f"{iname!r} has {len(ops)} operands but operand_layout_constraints gives "
+                               f"{len(shapes)} shapes", **where)
+    for k, (want, op) in enumerate(zip(shapes, ops)):
+        if op.shape is not None and not compatible(want, op.shape):
+            raise HloSemanticError(f"operand_layout_constraints of {iname!r}: {want} is not compatible with operand "
+                                   f"{k} ({op.name!r}, {op.shape})", **where)
 
 
 def compatible(a: Shape, b: Shape) -> bool:
