@@ -22,7 +22,9 @@ mesh laid on the smallest slice of the hardware that holds it, axes in order (th
 
 `Report.context` (live objects for the rules; never serialised):
   - "module": the parsed `HloModule` the collectives were read from;
-  - "graph": its `analyzer.graph.CallGraph` (call sites, trip counts, users/producers);
+  - "graph": its `analyzer.graph.CallGraph` (call sites, trip counts, multiplicities; `graph.users(comp, name)`
+    and `graph.producer(comp, name)` use a users map built once per computation and cached: walk the data
+    flow with these rather than rebuilding maps per question);
   - "hardware": the `HardwareSpec`;
   - "topology": the `Topology` used for pricing;
   - "cost_model": "topology" or "ideal";
