@@ -61,8 +61,9 @@ class Layout:
     """An array layout: `{1,0:T(8,128)(2,1)S(1)}`.
 
     `minor_to_major` is the dimension order; `tiles` the `T(...)` tiles in order; `memory_space` the `S(n)`
-    value. Anything else inside the braces (`E(4)`, `D(...)`, `L(...)`, `P(...)`, `#(...)`, `*(...)`) is kept
-    verbatim in `extra` so printing gives back what was read.
+    value. Every item after the colon other than the tiles (`E(4)`, `D(...)`, `S(1)`, `SC(...)`, `M(...)`,
+    `#(...)`...) is also kept verbatim, in order, in `extra`, so printing gives back what was read (XLA's parser
+    wants the items in its own order).
     """
 
     minor_to_major: tuple[int, ...]

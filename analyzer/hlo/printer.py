@@ -20,12 +20,17 @@ def format_layout(layout: Layout) -> str:
       '{1,0:T(8,128)(2,1)S(1)}'
     """
     text = ",".join(str(d) for d in layout.minor_to_major)
-    extras = ""
+    extra = layout.extra
+    lead = ""
+    if extra.startswith("D("):  # dim level types come before the tiles
+        end = extra.index(")") + 1
+        lead, extra = extra[:end], extra[end:]
+    tiles = ""
     if layout.tiles:
-        extras += "T" + "".join("(" + ",".join("*" if t == -1 else str(t) for t in tile) + ")" for tile in layout.tiles)
-    extras += layout.extra
-    if layout.memory_space is not None:
-        extras += f"S({layout.memory_space})"
+        tiles = "T" + "".join("(" + ",".join("*" if t == -1 else str(t) for t in tile) + ")" for tile in layout.tiles)
+    if layout.memory_space is not None and "S(" not in extra:
+        extra += f"S({layout.memory_space})"
+    extras = lead + tiles + extra
     return "{" + text + (":" + extras if extras else "") + "}"
 
 

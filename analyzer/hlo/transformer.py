@@ -122,6 +122,7 @@ def _decode_layout(body: str, rank: int) -> Layout:
             elif c == "S" and i + 1 < n and rest[i + 1] == "(":
                 j = rest.index(")", i)
                 memory_space = int(rest[i + 2:j])
+                extra.append(rest[i:j + 1])  # kept in place too: XLA wants layout items in its order
                 i = j + 1
             elif c.isspace():
                 i += 1
@@ -372,6 +373,10 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
             ops.append(Operand(oname, known))
         if opcode == "custom-call" and attrs:
             _check_layout_constraints(iname, ops, attrs)
+        elif opcode == "conditional" and ops:
+            _check_conditional(iname, tok, ops, attrs)
+        elif opcode == "parameter" and attrs:
+            _check_parameter_replication(iname, shape, attrs)
         shapes[iname] = shape
         insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
                                  parameter, literal))
@@ -448,6 +453,31 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Token) -> None:
         for a in attrs:
             if a.key == "use_global_device_ids" and a.raw == "true":
                 raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
+    """XLA: the selector is a scalar; s32 with branch_computations, pred with true/false_computation."""
+    sel = ops[0].shape
+    keys = {a.key for a in attrs}
+    want = "s32" if "branch_computations" in keys else "pred"
+    if sel is not None and (sel.is_tuple or sel.dims or sel.element_type != want):
+        raise HloSemanticError(f"the first operand of conditional {iname!r} must be a {want}[] scalar "
+                               f"({'branch_computations' if want == 's32' else 'true/false_computation'}), "
+                               f"got {sel}", line=tok.line, column=tok.column)
+
+
+def _check_parameter_replication(iname: str, shape: Shape, attrs: tuple) -> None:
+    """parameter_replication={...} has one entry per leaf buffer of the parameter."""
+    a = next((x for x in attrs if x.key == "parameter_replication"), None)
+    if a is None:
+        return
+    body = a.raw.strip()[1:-1].strip()
+    n = len([x for x in body.split(",") if x.strip()]) if body else 0
+    leaves = sum(1 for _ in shape.leaves())
+    if n != leaves:
+        raise HloSemanticError(f"parameter {iname!r} has {leaves} leaf buffers, but parameter_replication has {n} "
+                               "elements", line=a.position.line if a.position else None,
+                               column=a.position.column if a.position else None)
 
 
 def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:

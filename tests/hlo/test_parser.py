@@ -40,10 +40,11 @@ def test_module_structure():
 
 
 @pytest.mark.parametrize("text, expect", [
-    ("bf16[8,<=16]{1,0:T(8,128)(2,1)S(1)}", Shape("bf16", (8, 16), (False, True), Layout((1, 0), ((8, 128), (2, 1)), 1))),
+    ("bf16[8,<=16]{1,0:T(8,128)(2,1)S(1)}",
+     Shape("bf16", (8, 16), (False, True), Layout((1, 0), ((8, 128), (2, 1)), 1, "S(1)"))),
     ("f32[]{:T(128)}", Shape("f32", (), (), Layout((), ((128,),)))),
     ("s32[?]", Shape("s32", (-1,), (True,))),
-    ("u32[]{:S(2)}", Shape("u32", (), (), Layout((), (), 2))),
+    ("u32[]{:S(2)}", Shape("u32", (), (), Layout((), (), 2, "S(2)"))),
     ("f32[4]{0:T(4)E(32)}", Shape("f32", (4,), (), Layout((0,), ((4,),), None, "E(32)"))),
 ])
 def test_shapes_and_layouts(text, expect):
