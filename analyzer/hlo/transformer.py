@@ -208,7 +208,11 @@ class HloTransformer(Transformer):
         if children[0].type == "ROOT":
             is_root = True
             i = 1
-        name, shape, opcode = children[i], children[i + 1], children[i + 2]
+        if type(children[i + 1]) is Shape:
+            name, shape, opcode = children[i], children[i + 1], children[i + 2]
+        else:  # no shape written: inferred from the operands when the computation is built
+            name, shape, opcode = children[i], None, children[i + 1]
+            i -= 1
         if not is_known_opcode(opcode):
             raise _syntax(_unknown_opcode(str(opcode)), opcode)
         operands = []
@@ -371,6 +375,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
                 raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
                                        f"has shape {known}", line=otok.line, column=otok.column)
             ops.append(Operand(oname, known))
+        if shape is None:
+            shape = _infer_shape(iname, tok, opcode, ops, attrs)
         if opcode == "custom-call" and attrs:
             _check_layout_constraints(iname, ops, attrs)
         elif opcode == "conditional" and ops:
@@ -453,6 +459,56 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Token) -> None:
         for a in attrs:
             if a.key == "use_global_device_ids" and a.raw == "true":
                 raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+_SAME_SHAPE_OPS = frozenset({
+    "abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh", "tan",
+    "sqrt", "rsqrt", "cbrt", "cosine", "sine", "floor", "ceil", "copy", "sign", "not", "erf", "round-nearest-afz",
+    "round-nearest-even", "popcnt", "count-leading-zeros", "atan2", "add", "subtract", "multiply", "divide",
+    "maximum", "minimum", "power", "remainder", "and", "or", "xor", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "reduce-precision", "add-dependency", "opt-barrier",
+})
+
+
+def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape:
+    """The shape XLA infers for an instruction written without one (the cases its parser's tests use)."""
+    def fail(why: str = "") -> HloSyntaxError:
+        return HloSyntaxError(f"cannot infer the shape of `{opcode}` {iname!r}{why}; write it, e.g. "
+                              f"`%{iname} = f32[2] {opcode}(...)`", line=tok.line, column=tok.column)
+
+    shapes = [o.shape for o in ops]
+    if any(s is None for s in shapes):
+        raise fail()
+    if opcode in _SAME_SHAPE_OPS and shapes:
+        return shapes[0]
+    if opcode in ("compare", "is-finite") and shapes:
+        return Shape("pred", shapes[0].dims, shapes[0].dynamic)
+    if opcode in ("select", "clamp") and len(shapes) == 3:
+        return shapes[1]
+    if opcode in ("real", "imag") and shapes and shapes[0].element_type in ("c64", "c128"):
+        return Shape("f32" if shapes[0].element_type == "c64" else "f64", shapes[0].dims, shapes[0].dynamic)
+    if opcode == "tuple":
+        return Shape("tuple", tuple_shapes=tuple(shapes))
+    if opcode == "get-tuple-element" and shapes and shapes[0].is_tuple:
+        a = next((x for x in attrs if x.key == "index"), None)
+        if a is not None and a.raw.isdigit() and int(a.raw) < len(shapes[0].tuple_shapes):
+            return shapes[0].tuple_shapes[int(a.raw)]
+        raise fail(": its index is missing or out of range")
+    if opcode == "dot" and len(shapes) >= 2:
+        def dims(key: str) -> tuple[int, ...]:
+            a = next((x for x in attrs if x.key == key), None)
+            return attributes.parse_int_list(a.raw) if a is not None else ()
+        lhs, rhs = shapes[0], shapes[1]
+        lb, lc, rb, rc = dims("lhs_batch_dims"), dims("lhs_contracting_dims"), dims("rhs_batch_dims"), \
+            dims("rhs_contracting_dims")
+        try:
+            out = [lhs.dims[d] for d in lb]
+            out += [n for d, n in enumerate(lhs.dims) if d not in lb and d not in lc]
+            out += [n for d, n in enumerate(rhs.dims) if d not in rb and d not in rc]
+        except IndexError:
+            raise fail(": its dimension numbers do not fit the operands") from None
+        return Shape(lhs.element_type, tuple(out))
+    raise fail()
 
 
 def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
