@@ -192,6 +192,14 @@ class HloTransformer(Transformer):
     def number_operand(self, children):
         return children[0]
 
+    def nested_operand(self, children):
+        # ("nested", children of an `instruction` rule without name and ROOT, opcode token)
+        opcode = next(c for c in children if isinstance(c, Token) and c.type == "NAME")
+        return ("nested", [c for c in children if c is not None], opcode)
+
+    def nested_constant(self, children):
+        return ("nested_constant", children, children[1])
+
     def attribute(self, children):
         tok = children[0]
         key, _, raw = tok.partition("=")
@@ -342,6 +350,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         empty computation, duplicate parameter numbers.
     """
     name = _name(name_tok)
+    if any(len(o) > 2 for p in pending for o in p[4]):
+        pending = _flatten_nested(pending)
     shapes: dict[str, Shape] = {}
     insts: list[Instruction] = []
     root_tok = None
@@ -468,6 +478,48 @@ _SAME_SHAPE_OPS = frozenset({
     "maximum", "minimum", "power", "remainder", "and", "or", "xor", "shift-left", "shift-right-arithmetic",
     "shift-right-logical", "reduce-precision", "add-dependency", "opt-barrier",
 })
+
+
+def _flatten_nested(pending: list) -> list:
+    """Turn nested operands (`add(f32[2] parameter(0), negate(x))`) into instructions of their own, named as
+    XLA names them (`parameter.anon`, `parameter.anon.1`, ...), each placed just before its user."""
+    transformer = HloTransformer()
+    taken = {(p[1][1:] if p[1][0] == "%" else str(p[1])) for p in pending}
+    counts: dict[str, int] = {}
+    out: list = []
+
+    def fresh(opcode: str) -> str:
+        base = f"{opcode}.anon"
+        while True:
+            n = counts.get(base, 0)
+            counts[base] = n + 1
+            candidate = base if n == 0 else f"{base}.{n}"
+            if candidate not in taken:
+                taken.add(candidate)
+                return candidate
+
+    def expand(operands: list) -> list:
+        resolved = []
+        for o in operands:
+            if len(o) == 2:
+                resolved.append(o)
+                continue
+            kind, children, op_tok = o
+            anon = Token("NAME", fresh(str(op_tok) if kind == "nested" else "constant"), line=op_tok.line,
+                         column=op_tok.column)
+            if kind == "nested":
+                inner = transformer.instruction([anon] + children)
+                inner = inner[:4] + (expand(inner[4]),) + inner[5:]
+            else:
+                inner = transformer.constant_instruction([anon] + children)
+            out.append(inner)
+            resolved.append((anon, None))
+        return resolved
+
+    for p in pending:
+        operands = expand(p[4]) if any(len(o) > 2 for o in p[4]) else p[4]
+        out.append(p[:4] + (operands,) + p[5:])
+    return out
 
 
 def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape:
