@@ -16,6 +16,8 @@ unknown one is a `ConfigError` that names the key, the file, the line, and what 
     target = "cpu"                       # "cpu", "tpu:v5e:2x4", ...
     entry-points = ["model.train:step"]  # module:function returning (jitted fn, abstract args); `check` runs them
     baseline = ".hlo-analyzer-baseline.json"
+    min-saving-seconds = 10e-6           # drop findings that save less per step (default 10 us) ...
+    min-saving-fraction = 0.01           # ... or less than this fraction of the step's communication (1%)
 
     [tool.hlo-analyzer.budgets]
     comm-seconds-per-step = 0.010        # predicted communication per step, seconds
@@ -41,7 +43,8 @@ from typing import Any
 
 from analyzer.errors import ConfigError, valid_choices
 
-__all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE"]
+__all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
+           "DEFAULT_MIN_SAVING_FRACTION"]
 
 TABLE = "tool.hlo-analyzer"
 
@@ -58,8 +61,19 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
         "baseline": "baseline",
         "budgets": "budgets",
         "rules": "rules",
+        "min-saving-seconds": "min_saving_seconds",
+        "min-saving-fraction": "min_saving_fraction",
     }
 )
+
+# Defaults of the negligible-saving filter (docs/rules.md, "Negligible findings"). A finding whose predicted
+# saving per step is under the larger of the two is dropped by the runner (and counted in the report's notes).
+# 10 us is ten ICI hops of latency (T_min ~ 1 us per hop on TPU v4/v5e/v5p, sharding chapter, "A note on ICI
+# latency"): the latency floor of one or two small collectives, which is the resolution of the cost model
+# (Problem 3's latency-bound AllGather is "about 2 us") and far below step-to-step noise. 1% of the step's
+# communication is the share below which no engineer changes a sharding for it.
+DEFAULT_MIN_SAVING_SECONDS = 10e-6
+DEFAULT_MIN_SAVING_FRACTION = 0.01
 _BUDGET_KEYS: Mapping[str, str] = MappingProxyType(
     {"comm-seconds-per-step": "comm_seconds_per_step", "comm-compute-ratio": "comm_compute_ratio"}
 )
@@ -96,6 +110,10 @@ class Config:
       hardware, topology, mesh, target: how to compile and price (used by `check` and reports).
       entry_points: `module:function` names `check` compiles.
       baseline: path of a baseline file (findings in it do not fail).
+      min_saving_seconds: findings that predict a saving per step under this are negligible (dropped).
+      min_saving_fraction: ... and so are those under this fraction of the step's predicted communication.
+        The threshold is the larger of the two; a rule's own `min-saving-seconds` option, when set,
+        replaces both for that rule. Budget, memory and meta rules are exempt.
       path: the file the config was read from, or None.
       origin: where `select`/`ignore` entries came from, for the unused-suppression rule (entry -> place).
     """
@@ -110,10 +128,21 @@ class Config:
     target: str = "cpu"
     entry_points: tuple[str, ...] = ()
     baseline: str | None = None
+    min_saving_seconds: float = DEFAULT_MIN_SAVING_SECONDS
+    min_saving_fraction: float = DEFAULT_MIN_SAVING_FRACTION
     path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, upper in (("min_saving_seconds", None), ("min_saving_fraction", 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or upper is not None and v > upper:
+                err = ConfigError(f"{name.replace('_', '-')!r} must be a number from 0"
+                                  + (f" to {upper:g}" if upper is not None else " up") + f", got {v!r}",
+                                  path=self.path)
+                err.key = name.replace("_", "-")  # type: ignore[attr-defined]
+                raise err
+            object.__setattr__(self, name, float(v))
         object.__setattr__(self, "select", tuple(self.select))
         object.__setattr__(self, "ignore", tuple(self.ignore))
         object.__setattr__(self, "entry_points", tuple(self.entry_points))
@@ -272,6 +301,10 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise fail(f"{raw_key!r} must be a list of strings, got {value!r}", raw_key)
             kwargs[key] = tuple(value)
+        elif key in ("min_saving_seconds", "min_saving_fraction"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise fail(f"{raw_key!r} must be a number, got {value!r}", raw_key)
+            kwargs[key] = value
         elif key in ("hardware", "topology", "target", "baseline"):
             if not isinstance(value, str):
                 raise fail(f"{raw_key!r} must be a string, got {value!r}", raw_key)

@@ -99,10 +99,35 @@ CONFIG_KEYS = (
     ("target", "string", "`cpu` or `tpu:<gen>:<shape>`"),
     ("entry-points", "list of strings", "`module:function` returning (jitted fn, abstract args), for `check`"),
     ("baseline", "string", "baseline file (relative to the pyproject.toml): accepted findings"),
+    ("min-saving-seconds", "number", "findings that save less per step are negligible and dropped (default 10e-6)"),
+    ("min-saving-fraction", "number",
+     "... and so are those under this fraction of the step's communication (default 0.01)"),
     ("budgets.comm-seconds-per-step", "number", "HA501: predicted communication seconds per step"),
     ("budgets.comm-compute-ratio", "number", "HA502: predicted communication / compute per step"),
     ("rules.CODE.OPTION", "per rule", "a rule's thresholds (below), and `severity` for any rule"),
 )
+
+
+# How the runner treats every rule's findings alike (analyzer/rules/runner.py); the defaults' reasons.
+HYGIENE = [
+    "## Duplicate findings", "",
+    "Findings of one rule at one user line about one collective (the same baseline fingerprint: code, file,",
+    "collective in notation, HLO opcode) are one finding: a layer's forward and backward loops, or two scans",
+    "over the same code, would otherwise print it twice. The kept finding is the costliest; its times and",
+    "saving are the sums and its message says how many it stands for (`details.merged` in JSON).", "",
+    "## Negligible findings", "",
+    "A finding of a rule that predicts a saving is dropped when the saving per step is under the larger of",
+    "`min-saving-seconds` (default 10 µs) and `min-saving-fraction` (default 1%) of the step's predicted",
+    "communication; the report's notes say how many were dropped, by rule. A rule's own `min-saving-seconds`",
+    "option, when set, replaces both for that rule; set both keys to 0 to see everything. Budgets (HA5xx),",
+    "memory (HA4xx) and the meta rules are exempt: a limit is not a saving to weigh.", "",
+    "Why these defaults: ICI costs about `T_min` = 1 µs per hop (\"How to Scale Your Model\", sharding",
+    "chapter, \"A note on ICI latency\"; Problem 3's latency-bound AllGather takes about 2 µs), so 10 µs is",
+    "the latency floor of one or two small collectives: the resolution of the cost model, and far below the",
+    "noise between steps. A change that saves under 1% of a step's communication is not worth a sharding",
+    "change on its own; on a 20 ms step that is 200 µs, about what one 16 MiB AllGather costs on a v5e ring.",
+    "",
+]
 
 
 def markdown() -> str:
@@ -122,6 +147,7 @@ def markdown() -> str:
     out += [f"| `{k}` | {t} | {m} |" for k, t, m in CONFIG_KEYS]
     out += ["", "Inline: `# hlo-analyzer: ignore[HA101]` on the source line a finding points at.",
             "Baseline: `hlo-analyzer check --write-baseline`, then `baseline = \"...\"`.", ""]
+    out += HYGIENE
     for r in rules:
         body = r.doc.replace("\n## ", "\n### ")
         if body.startswith("## "):

@@ -10,7 +10,14 @@ meta) with its doc next to its code; `registry.py` holds the `Rule` type and the
 from __future__ import annotations
 
 from analyzer.rules.registry import Option, Rule, all_rules, get_rule, is_enabled, rule
-from analyzer.rules.runner import RuleResult, Suppression, check_rules, run_rules, unused_across
+from analyzer.rules.runner import (
+    RuleResult,
+    Suppression,
+    apply_rules,
+    check_rules,
+    run_rules,
+    unused_across,
+)
 
 __all__ = [
     "Option",
@@ -18,6 +25,7 @@ __all__ = [
     "RuleResult",
     "Suppression",
     "all_rules",
+    "apply_rules",
     "check_rules",
     "get_rule",
     "is_enabled",

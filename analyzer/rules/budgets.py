@@ -19,7 +19,7 @@ def _top(ctx: RuleContext, n: int = 3) -> tuple[str, Location]:
 
 
 @rule(code="HA501", name="comm-budget-exceeded", severity=Severity.ERROR,
-      summary="Predicted communication per step is over `budgets.comm-seconds-per-step`.")
+      summary="Predicted communication per step is over `budgets.comm-seconds-per-step`.", predicts_saving=False)
 def HA501(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Compares the predicted communication time per call of the function (every collective, times its
@@ -61,7 +61,7 @@ def HA501(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 @rule(code="HA502", name="comm-compute-ratio-exceeded", severity=Severity.ERROR,
-      summary="Predicted communication / compute per step is over `budgets.comm-compute-ratio`.")
+      summary="Predicted communication / compute per step is over `budgets.comm-compute-ratio`.", predicts_saving=False)
 def HA502(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Compares predicted communication seconds over compute seconds (the dots' FLOPs at the chip's peak)

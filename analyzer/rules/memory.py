@@ -69,6 +69,7 @@ def _param_name(inst: Any) -> str:
     severity=Severity.ERROR,
     summary="Per-device bytes (arguments, outputs, temporaries) exceed the chip's HBM.",
     options=(Option("fraction", 1.0, "Fire when per-device bytes exceed this fraction of HBM."),),
+    predicts_saving=False,
 )
 def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
@@ -142,6 +143,7 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
     severity=Severity.WARNING,
     summary="A large parameter is replicated across devices where sharding it would free HBM.",
     options=(Option("min_fraction", 0.1, "Fire for replicated parameters of at least this fraction of HBM."),),
+    predicts_saving=False,
 )
 def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does

@@ -13,7 +13,7 @@ __all__ = ["HA900", "HA901"]
 
 
 @rule(code="HA900", name="rule-failed", severity=Severity.WARNING,
-      summary="A rule raised an error on this program; its findings are missing.")
+      summary="A rule raised an error on this program; its findings are missing.", predicts_saving=False)
 def HA900(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Reports a rule that failed on the program (the runner adds it; the rule's own findings are missing
@@ -35,7 +35,7 @@ def HA900(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 @rule(code="HA901", name="unused-suppression", severity=Severity.WARNING,
-      summary="An ignore entry, inline comment or baseline entry that suppresses nothing.")
+      summary="An ignore entry, inline comment or baseline entry that suppresses nothing.", predicts_saving=False)
 def HA901(ctx: RuleContext, unused: Iterable[Any] = ()) -> Iterator[Diagnostic]:
     """## What it does
     Reports suppressions that hid no finding: an `ignore` entry in `[tool.hlo-analyzer]` or in the

@@ -106,6 +106,8 @@ class Rule:
       summary: one line for `hlo-analyzer rules`.
       check: the function `RuleContext -> Iterable[Diagnostic]`.
       options: thresholds a user can set.
+      predicts_saving: whether its findings are predicted time savings; the runner drops those under the
+        configured `min-saving-seconds` / `min-saving-fraction` (budgets, memory and meta rules: False).
     """
 
     code: str
@@ -114,6 +116,7 @@ class Rule:
     summary: str
     check: Callable[[RuleContext], Iterable[Diagnostic]]
     options: tuple[Option, ...] = ()
+    predicts_saving: bool = True
 
     def __post_init__(self) -> None:
         if not CODE_PATTERN.match(self.code):
@@ -144,17 +147,19 @@ class Rule:
 
 
 def rule(
-    *, code: str, name: str, severity: Severity, summary: str, options: Iterable[Option] = ()
+    *, code: str, name: str, severity: Severity, summary: str, options: Iterable[Option] = (),
+    predicts_saving: bool = True,
 ) -> Callable[[Callable[[RuleContext], Iterable[Diagnostic]]], Rule]:
     """Declare a rule: `@rule(code="HA101", name="comm-bound-matmul", ...)` over its check function.
 
     The function's docstring is the rule's doc and must have the sections of `DOC_SECTIONS` as `## `
-    headings. The decorated name is the `Rule`.
+    headings. The decorated name is the `Rule`. `predicts_saving=False` exempts its findings from the
+    runner's negligible-saving filter (a budget or a memory limit is not a saving to weigh).
     """
 
     def wrap(fn: Callable[[RuleContext], Iterable[Diagnostic]]) -> Rule:
         return Rule(code=code, name=name, severity=Severity(severity), summary=summary, check=fn,
-                    options=tuple(options))
+                    options=tuple(options), predicts_saving=predicts_saving)
 
     return wrap
 

@@ -5,6 +5,16 @@ meta rule that reports suppressions which suppress nothing.
     result.diagnostics     # what the user sees (after every suppression), with HA901 findings added
     result.suppressed      # (diagnostic, why) pairs: auditable
     result.unused          # suppressions that matched nothing
+    result.negligible      # findings whose predicted saving is under the configured threshold (dropped)
+
+Two mechanisms apply to every rule alike, so no rule has to do them itself:
+  - duplicates: findings of one rule at one user line about one collective (the same `fingerprint()`, e.g.
+    a layer's forward and backward loops, or two scanned loops over the same code) become one finding whose
+    times and saving are the sums, with the count in its message and `details["merged"]`;
+  - negligible savings: a finding of a rule that predicts a saving (`Rule.predicts_saving`) is dropped when
+    the saving per step is under `saving_threshold(...)`: the larger of `min-saving-seconds` and
+    `min-saving-fraction` of the step's predicted communication (a rule's own `min-saving-seconds` option,
+    when configured, replaces both). `apply_rules` says in the report's notes how many were dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +29,9 @@ from typing import Any
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
 
-__all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "inline_codes", "unused_across", "INLINE_PATTERN"]
+__all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "apply_rules", "merge_duplicates",
+           "saving_threshold", "split_negligible", "negligible_note", "inline_codes", "unused_across",
+           "INLINE_PATTERN"]
 
 # `# hlo-analyzer: ignore[HA101, HA3]` (codes or prefixes) or `# hlo-analyzer: ignore` (every rule).
 INLINE_PATTERN = re.compile(r"#\s*hlo-analyzer:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
@@ -50,11 +62,17 @@ class RuleResult:
       diagnostics: the findings to show, most severe first, then by saving.
       suppressed: findings hidden, each with the suppression that hid it.
       unused: suppressions that hid nothing (also reported as HA901 findings when HA901 is enabled).
+      negligible: findings dropped because their saving per step is under `threshold` (for their rule).
+      threshold: the negligible-saving threshold of the run in seconds per step (rules without their own).
+      comm_seconds: the step's predicted communication the fraction was taken of.
     """
 
     diagnostics: tuple[Diagnostic, ...]
     suppressed: tuple[tuple[Diagnostic, Suppression], ...] = ()
     unused: tuple[Suppression, ...] = field(default=())
+    negligible: tuple[Diagnostic, ...] = ()
+    threshold: float = 0.0
+    comm_seconds: float = 0.0
 
 
 def inline_codes(file: str | None, line: int | None, cache: dict[str, list[str] | None] | None = None
@@ -100,6 +118,122 @@ def _failed(rule: Rule, error: BaseException) -> Diagnostic:
                       details={"rule": rule.code, "error": f"{type(error).__name__}: {error}"})
 
 
+def merge_duplicates(diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
+    """One finding per rule, user line and collective: duplicates merged, their times and savings summed.
+
+    Two findings are duplicates when they share `fingerprint()` (code, user file, notation, HLO opcode)
+    and the user line: the same advice about the same collective from the same code, found again in
+    another loop (forward and backward, two scans) or for another dot of the same line. Their messages
+    may differ in figures; the most costly one is kept, with `seconds`, `alternative_seconds` and
+    `saving_seconds` summed, the most severe severity, and `details["merged"]` (how many) and
+    `details["merged_instructions"]`. The fingerprint is unchanged, so baselines keep matching.
+
+    Example:
+        >>> d = Diagnostic("HA301", "latency-bound-collectives", "2 small all-reduces", saving_seconds=8e-6,
+        ...                seconds=16e-6, alternative_seconds=8e-6, location=Location("m.py", 3))
+        >>> [(m.details["merged"], m.saving_seconds) for m in merge_duplicates([d, d])]
+        [(2, 1.6e-05)]
+    """
+    groups: dict[tuple[str, int], list[Diagnostic]] = {}
+    for d in diagnostics:
+        groups.setdefault((d.fingerprint(), d.location.line or 0), []).append(d)
+    out: list[Diagnostic] = []
+    for members in groups.values():
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        main = max(members, key=lambda m: (m.saving_seconds or 0.0, m.seconds or 0.0))
+        n = len(members)
+
+        def total(attr: str) -> float | None:
+            values = [getattr(m, attr) for m in members]
+            return None if any(v is None for v in values) else float(sum(values))
+
+        severity = max((Severity(m.severity) for m in members), key=lambda s: s.rank)
+        instructions = [m.location.instruction for m in members if m.location.instruction]
+        how = (f" Found {n} times at this line for this collective (e.g. forward and backward loops); "
+               "the times and the saving are the sums." if main.saving_seconds is not None
+               else f" Found {n} times at this line for this collective.")
+        out.append(replace(
+            main, severity=severity, message=main.message + how,
+            seconds=total("seconds"), alternative_seconds=total("alternative_seconds"),
+            saving_seconds=total("saving_seconds"),
+            details={**main.details, "merged": n, "merged_instructions": instructions},
+        ))
+    return out
+
+
+def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | None:
+    """Seconds per step under which a finding of `rule` is negligible; None when the rule is exempt.
+
+    Args:
+      rule: the rule (exempt when `rule.predicts_saving` is False: budgets, memory, meta).
+      config: the `Config`: `min_saving_seconds`, `min_saving_fraction`, and the rule's own
+        `min_saving_seconds` option, which replaces both when configured.
+      comm_seconds: the step's predicted communication.
+
+    Example:
+        >>> from analyzer.config import Config
+        >>> from analyzer.rules.registry import get_rule
+        >>> saving_threshold(get_rule("HA301"), Config(), 18.9e-3)   # 1% of 18.9 ms beats 10 us
+        0.000189
+        >>> saving_threshold(get_rule("HA501"), Config(), 18.9e-3) is None
+        True
+    """
+    if not rule.predicts_saving:
+        return None
+    own = config.rules.get(rule.code, {}).get("min_saving_seconds")
+    if own is not None:
+        return float(own)
+    return max(float(config.min_saving_seconds), float(config.min_saving_fraction) * max(comm_seconds, 0.0))
+
+
+def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_seconds: float
+                     ) -> tuple[list[Diagnostic], list[Diagnostic]]:
+    """(kept, negligible): findings whose predicted saving per step is under their rule's threshold.
+
+    A finding without a predicted saving (`saving_seconds` None) is always kept.
+    """
+    from analyzer.rules.registry import get_rule
+
+    kept: list[Diagnostic] = []
+    dropped: list[Diagnostic] = []
+    thresholds: dict[str, float | None] = {}
+    for d in diagnostics:
+        if d.code not in thresholds:
+            try:
+                thresholds[d.code] = saving_threshold(get_rule(d.code), config, comm_seconds)
+            except Exception:  # noqa: BLE001 - a code no rule owns (e.g. written by hand): never dropped
+                thresholds[d.code] = None
+        limit = thresholds[d.code]
+        if limit is not None and d.saving_seconds is not None and d.saving_seconds < limit:
+            dropped.append(d)
+        else:
+            kept.append(d)
+    return kept, dropped
+
+
+def negligible_note(result: RuleResult) -> str | None:
+    """A sentence for the report's notes: how many findings were dropped as negligible, and by what rule.
+
+    Example:
+        >>> negligible_note(RuleResult(diagnostics=(), negligible=(Diagnostic("HA202", "missing-wraparound", "",
+        ...     saving_seconds=2e-6),), threshold=1.89e-4, comm_seconds=18.9e-3))
+        '1 finding dropped as negligible (HA202 x1; savings under 189 µs per step: the larger of min-saving-seconds and min-saving-fraction of 18.9 ms of communication; set them under [tool.hlo-analyzer] to see them).'
+    """
+    if not result.negligible:
+        return None
+    from collections import Counter
+
+    from analyzer.rules.common import fmt_s
+
+    n = len(result.negligible)
+    by_code = ", ".join(f"{code} x{k}" for code, k in sorted(Counter(d.code for d in result.negligible).items()))
+    return (f"{n} finding{'s' if n != 1 else ''} dropped as negligible ({by_code}; savings under "
+            f"{fmt_s(result.threshold)} per step: the larger of min-saving-seconds and min-saving-fraction of "
+            f"{fmt_s(result.comm_seconds)} of communication; set them under [tool.hlo-analyzer] to see them).")
+
+
 def check_rules(report: Any, config: Any = None) -> RuleResult:
     """Run every enabled rule over `report` and apply the suppressions.
 
@@ -131,6 +265,7 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
             raw.extend(r(replace(base, rule=r)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
             raw.append(_failed(r, e))
+    raw = merge_duplicates(raw)
 
     suppressed: list[tuple[Diagnostic, Suppression]] = []
     used: set[tuple[str, str]] = set()
@@ -192,12 +327,16 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
             unused.append(s)
     unused.extend(unused_baseline)
 
-    final = list(final)
+    comm = float(getattr(getattr(report, "totals", None), "comm_seconds", 0.0) or 0.0)
+    final, negligible = split_negligible(final, config, comm)
     if is_enabled(HA901.code, select, ignore):
         ctx = replace(base, rule=HA901)
         final.extend(HA901.check(ctx, unused))  # type: ignore[call-arg]
     final.sort(key=_order)
-    return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused))
+    return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused),
+                      negligible=tuple(negligible), threshold=max(config.min_saving_seconds,
+                                                                   config.min_saving_fraction * comm),
+                      comm_seconds=comm)
 
 
 def _program_lines(module: Any) -> set[tuple[str, int]]:
@@ -231,6 +370,24 @@ def run_rules(report: Any, config: Any = None) -> list[Diagnostic]:
         [('HA102', 0.00012)]
     """
     return list(check_rules(report, config).diagnostics)
+
+
+def apply_rules(report: Any, config: Any = None) -> Any:
+    """`report` with the rules' findings attached and a note saying how many were dropped as negligible.
+
+    Example:
+        >>> report = apply_rules(analyzer.analyze(step, *args, mesh=mesh))   # doctest: +SKIP
+        >>> report.notes[-1]                                                 # doctest: +SKIP
+        '2 findings dropped as negligible (HA202 x1, HA301 x1; savings under 189 µs per step: ...).'
+    """
+    from dataclasses import replace as _replace
+
+    result = check_rules(report, config)
+    notes = [n for n in getattr(report, "notes", ()) if "dropped as negligible" not in n]
+    note = negligible_note(result)
+    if note:
+        notes.append(note)
+    return _replace(report, diagnostics=tuple(result.diagnostics), notes=tuple(notes))
 
 
 def unused_across(results: Sequence[RuleResult]) -> tuple[Suppression, ...]:
