@@ -20,6 +20,8 @@ __all__ = [
     "only_used_sliced",
     "contracting_dims",
     "dot_flops",
+    "is_program_argument",
+    "free_size",
 ]
 
 # Ops that move or relabel data without changing which elements a device holds.
@@ -588,3 +590,78 @@ def mesh_axis_groups(axis_sizes: tuple[int, ...], device_ids: tuple[int, ...], a
     grid = np.asarray(device_ids, dtype=np.int64).reshape(axis_sizes)
     moved = np.moveaxis(grid, axis, -1).reshape(-1, axis_sizes[axis])
     return tuple(tuple(int(d) for d in row) for row in moved)
+
+
+# Ops through which a value keeps its identity as "this argument" (a slice of a stacked layer's weight,
+# a gathered or moved copy of it).
+_SAME_ARRAY = TRANSPARENT | frozenset({"dynamic-slice", "slice", "all-gather", "all-gather-start", "all-gather-done",
+                                       "collective-permute", "all-to-all", "copy-start", "copy-done"})
+
+
+def is_program_argument(module: HloModule | None, comp: Computation, inst: Instruction,
+                        callers_of: Mapping[str, tuple[tuple[Computation, Instruction], ...]] | None = None) -> bool:
+    """Whether `inst` is (a slice, reshape or gathered copy of) an argument of the program: a weight, as
+    opposed to a value computed from the inputs (activations, gradients).
+
+    Follows transparent ops, slices and gathers back to an entry `parameter`; through a `while` loop only
+    along a tuple element the body passes through unchanged (loop-invariant, e.g. the stacked weights a
+    `lax.scan` over layers slices per iteration), and through `call`s to the caller's operand.
+
+    Example:
+        >>> is_program_argument(module, body, body.by_name["all-gather.3"].operands[0])  # doctest: +SKIP
+        True
+    """
+    if module is None:
+        return False
+    callers_of = callers_of if callers_of is not None else callers(module)
+    cur: Instruction | None = inst if isinstance(inst, Instruction) else comp.by_name.get(getattr(inst, "name", ""))
+    index: int | None = None  # the tuple element being followed, after a get-tuple-element
+    for _ in range(96):
+        if cur is None:
+            return False
+        op = cur.opcode
+        if op in _SAME_ARRAY and cur.operand_names:
+            cur = comp.by_name.get(cur.operand_names[0])
+        elif op == "get-tuple-element" and cur.operand_names and index is None:
+            index = int(cur.attr("index") or 0)
+            cur = comp.by_name.get(cur.operand_names[0])
+        elif op == "tuple" and index is not None and index < len(cur.operand_names):
+            cur, index = comp.by_name.get(cur.operand_names[index]), None
+        elif op == "parameter":
+            if comp is module.entry:
+                return True  # (an element of a tuple argument is an argument too)
+            sites = callers_of.get(comp.name, ())
+            if len(sites) != 1:
+                return False
+            caller, call = sites[0]
+            number = cur.parameter_number or 0
+            if call.opcode == "while":
+                root = comp.root
+                if index is None or root is None or root.opcode != "tuple" or index >= len(root.operand_names):
+                    return False
+                back = comp.by_name.get(root.operand_names[index])
+                if back is None or back.opcode != "get-tuple-element" or int(back.attr("index") or 0) != index \
+                        or back.operand_names[0] != cur.name:
+                    return False  # the loop changes this element: a carry, not an argument
+                init = caller.by_name.get(call.operand_names[0]) if call.operand_names else None
+                comp, cur = caller, init
+            elif call.opcode == "call" and number < len(call.operand_names):
+                comp, cur = caller, caller.by_name.get(call.operand_names[number])
+            else:
+                return False
+        else:
+            return False
+    return False
+
+
+def free_size(dot: Instruction, operand: int) -> float:
+    """Product of an operand's dims that are neither contracting nor batch dims of `dot` (its rows or
+    columns of the output): the rows a weight meets per element, or a weight's output features."""
+    if operand >= len(dot.operands) or not dot.operands[operand].shape or not dot.operands[operand].shape.dims:
+        return 0.0
+    skip = set(contracting_dims(dot, operand)) | set(_batch_dims(dot, operand))
+    n = 1.0
+    for k, d in enumerate(dot.operands[operand].shape.dims):
+        if k not in skip:
+            n *= d
+    return n

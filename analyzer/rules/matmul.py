@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
@@ -13,17 +14,20 @@ from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import ELEMENT_BYTES, Coll
 from analyzer.rules.hlo_walk import (
+    callers,
     contracting_dims,
     dot_flops,
     dot_producer,
     dot_uses,
+    free_size,
+    is_program_argument,
     sliced_by_partition,
     users_map,
     uniform_over,
 )
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA101", "HA102", "attached_collectives"]
+__all__ = ["HA101", "HA102", "attached_collectives", "roofline_fix"]
 
 _FEEDING = ("all-gather", "all-to-all", "collective-permute")
 _REDUCING = ("all-reduce", "reduce-scatter")
@@ -114,9 +118,22 @@ def _elements(c: Coll) -> float:
 def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds dots (matmuls) whose communication (the all-gathers they wait for, and the reduce-scatter or
-    all-reduce of their partial sums) takes longer on the target than the dot's FLOPs. The message gives
-    the per-chip batch (rows each chip multiplies per element moved) against the chip's C / W_ici
-    threshold (2550 on TPU v5p, about 2200 on v5e).
+    all-reduce of their partial sums) takes longer on the target than the dot's FLOPs, and says which of
+    the chapter's rooflines it is on, from what the costliest collective moves:
+
+    - a program argument (a weight, or a scanned layer's slice of one) gathered: **FSDP**, the quantity is
+      the per-chip batch `B/X` (rows each chip multiplies per weight element gathered); a weight gradient
+      reduced (a matmul that reads no weight): FSDP's gradient reduce-scatter, the same quantity;
+    - activations gathered for a matmul with a weight, or a matmul's partial sums reduced (W_out):
+      **tensor parallelism (Megatron)**, the quantity is `F/Y` (weight columns per chip).
+
+    The quantity is compared with the chip's `C / W_ici` (2550 on TPU v5p, about 2190 on v5e) and with the
+    threshold on the slice's own links (higher on a line without wraparound). The fix is derived from the
+    roofline: the quantity falls as 1 / (axis size) with the chips fixed, so the largest size of the
+    collective's mesh axis that is compute-bound is `size x quantity / threshold` (rounded down to a
+    divisor, the freed factor moved to the mesh's other axis, whose own roofline is checked too). When no
+    size above 1 works, it says what has to change instead, with the numbers: move the axis's devices to
+    the other strategy (when that one is compute-bound), a bigger batch per chip, or wider layers.
 
     ## Why is this bad?
     A sharded matmul overlaps its communication with its FLOPs at best, so its time is
@@ -126,7 +143,7 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
     `F / Y < C / W_ici`, i.e. more than about `F / 2550`-way model sharding on v5p.
 
     ## Example
-    FSDP over 256 chips with 256k tokens per step: 1024 tokens per chip, below 2550 on v5p:
+    FSDP over 256 chips with 512k tokens per step: 2048 tokens per chip, below 2550 on v5p:
 
     ```python
     mesh = jax.make_mesh((256,), ("data",))
@@ -134,13 +151,19 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
     x = NamedSharding(mesh, P("data", None))     # In[B_data, D]
     ```
 
+    The finding (F = 16,384): per-chip batch B/X = 2,048 rows multiplied per weight element gathered over
+    'data', below C/W_ici = 2,550; fix: shrink 'data' from 256 to 128 ways and give the factor 2 to a new
+    'model' axis: per-chip batch 4,096 and F/Y = 8,192, compute-bound together
+    (2550/4096 + 2550/8192 = 0.93 <= 1).
+
     ## Use instead
     Raise the per-chip batch above the threshold: fewer FSDP shards (move devices to a tensor-parallel
     axis: FSDP+TP needs only about `2550^2 / 2F` tokens per chip), or a larger batch; for tensor
-    parallelism, shard at most `F / 2550` ways on that axis.
+    parallelism, shard at most `F / 2550` ways on that axis (attention with `H K = 2048` is comm-bound
+    even 2-way on v5e: give those devices to FSDP instead).
 
     ```python
-    mesh = jax.make_mesh((64, 4), ("data", "model"))
+    mesh = jax.make_mesh((128, 2), ("data", "model"))
     w = NamedSharding(mesh, P("data", "model"))  # W[D_data, F_model]
     ```
 
@@ -152,7 +175,13 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
     chip = facts.chip
     margin = float(ctx.option("margin"))
     min_saving = float(ctx.option("min_saving_seconds"))
-    for colls, dots in _components(attached_collectives(ctx)):
+    attached = attached_collectives(ctx)
+    uses: dict[int, list[tuple[Instruction, Any]]] = {}
+    for dot, pairs in attached.values():
+        for c, use in pairs:
+            uses.setdefault(c.row, []).append((dot, use))
+    callers_of = callers(facts.module) if facts.module is not None else {}
+    for colls, dots in _components(attached):
         colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
         if not colls:
             continue
@@ -171,46 +200,203 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         count = max(c.count for c in colls)
         if t_comm <= t_math * (1 + margin) or (t_comm - t_math) * count < min_saving:
             continue
-        moved = sum(_elements(c) for c in colls)
-        batch = flops / (2 * moved) if moved else 0.0
-        needed = batch * t_comm / t_math
         main = max(colls, key=lambda c: c.seconds)
+        # The roofline quantity of the collective that costs most: FLOPs per element it moves / 2 (the
+        # per-chip batch of FSDP, F/Y of Megatron), and its threshold on this slice's links. The others
+        # (e.g. FSDP's weight gathers next to Megatron's activation gather) are listed with their times.
+        batch = flops / (2 * _elements(main)) if _elements(main) else 0.0
+        needed = batch * main.seconds / t_math
+        roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of)
         first = min(dots, key=lambda d: d.position.line if d.position else 0)
         loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location())
         # The user's line is the matmul's; the HLO instruction is the collective that costs most.
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
-        axes = sorted({a for c in colls for a in c.axes})
-        sizes = {a: facts.axes[a].size for a in axes if a in facts.axes}
-        fewer = ", ".join(f"'{a}' {max(1, int(sizes[a] * batch / needed))}-way instead of {sizes[a]}"
-                          for a in sizes) or "fewer shards"
         what = "matmul is" if len(dots) == 1 else f"{len(dots)} matmuls sharing these collectives are"
-        if all(c.kind in _FEEDING for c in colls):
-            label = "per-chip batch"  # rows each chip multiplies against each gathered element
-        elif all(c.kind in _REDUCING for c in colls):
-            label = "per-chip contracting size"  # Problem 4, strategy 2: D / X against C / W_ici
-        else:
-            label = "FLOPs per element moved / 2"
+        quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
+        quoted = "'" + axes_text(main.axes) + "'"
+        sizes = {a: facts.axes[a].size for a in main.axes if a in facts.axes}
+        mesh = ctx.report.mesh
+        others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in main.axes] if mesh else []
+        fix = roofline_fix(roof.strategy, batch, needed, main.axes, math.prod(sizes.values()) if sizes else 1,
+                           others, roof.other, chip.ridge)
         yield ctx.diagnostic(
-            f"{what} communication-bound: collectives take {fmt_s(t_comm)} per call against "
-            f"{fmt_s(t_math)} of FLOPs ({t_comm / t_math:.1f}x); {label} {batch:,.0f} is below "
-            f"C/W_ici = {chip.ridge:,.0f} on {chip.name} (about {needed:,.0f} needed on this topology). "
-            f"Collectives: {listing}.",
+            f"{what} communication-bound on the {_STRATEGY[roof.strategy]} roofline: {quantity[0]} = {batch:,.0f} "
+            f"{quantity[1]} {quoted}, below C/W_ici = {chip.ridge:,.0f} on {chip.name}"
+            + (f" ({needed:,.0f} on this slice's links)" if abs(needed - chip.ridge) > 0.01 * chip.ridge else "")
+            + f". Its collectives take {fmt_s(t_comm)} per call against {fmt_s(t_math)} of FLOPs "
+            f"({t_comm / t_math:.1f}x): {listing}.",
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
-            alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: per-chip batch >= {needed:,.0f}",
+            alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}",
             alternative_seconds=t_math * count,
             saving_seconds=(t_comm - t_math) * count,
-            fix=f"raise the {label} {needed / batch:.1f}x: shard over mesh axis {fewer} (move the "
-                "other devices to another axis, e.g. FSDP+TP)"
-                + (", or grow the batch per chip" if label == "per-chip batch" else ""),
+            fix=fix,
             details={"per_chip_batch": batch, "threshold": chip.ridge, "threshold_topology": needed,
+                     "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "dot_notation": dot_notation,
                      "collectives": [c.instruction for c in colls]},
         )
+
+
+@dataclass(frozen=True)
+class _Roof:
+    """Which of the chapter's rooflines a comm-bound matmul is on.
+
+    Attributes:
+      strategy: "fsdp" (a weight is gathered, or a weight gradient reduced: the quantity is the per-chip
+        batch), "megatron" (activations are gathered, or partial activations reduced: the quantity is the
+        weight's output features per chip, F/Y), or "" when the data flow does not say.
+      other: the other roofline's quantity per chip today, when known: for "fsdp" the weight's output
+        features on this chip (what F/Y becomes if devices move to tensor parallelism), for "megatron" the
+        tokens each chip holds after the gather (what the per-chip batch becomes if devices move to FSDP).
+    """
+
+    strategy: str
+    other: float | None = None
+
+
+_STRATEGY = {"fsdp": "FSDP (data-parallel)", "megatron": "tensor-parallel (Megatron)", "": "chapter's"}
+# (roofline, is a gather) -> (the quantity in the chapter's letters, what it counts per element moved).
+_QUANTITY = {
+    ("fsdp", True): ("per-chip batch B/X", "rows multiplied per weight element gathered over"),
+    ("fsdp", False): ("per-chip batch B/X", "tokens contracted per weight-gradient element reduced over"),
+    ("megatron", True): ("F/Y", "weight columns per chip for each activation element gathered over"),
+    ("megatron", False): ("F/Y", "features contracted per chip for each output element reduced over"),
+    ("", True): ("FLOPs / (2 x elements moved)", "for each element gathered over"),
+    ("", False): ("FLOPs / (2 x elements moved)", "for each element reduced over"),
+}
+
+
+def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], callers_of: Any) -> _Roof:
+    """The roofline of the collective that costs most, from what it moves (sharding chapter, training chapter).
+
+    A gather of a program argument (a weight, a stacked layer's slice of one) is FSDP's: each gathered
+    element meets the per-chip batch. A gather of a computed value whose matmul partner is an argument is
+    Megatron's: each element of activations meets F/Y weight columns. A reduction of a matmul that reads a
+    weight is Megatron's (W_out's partial sums); of one that reads none, FSDP's weight-gradient reduction.
+    """
+    comp = main.comp
+    if comp is None:
+        return _Roof("")
+
+    def arg(dot: Instruction, k: int) -> bool:
+        inst = comp.by_name.get(dot.operands[k].name) if k < len(dot.operands) else None
+        return inst is not None and is_program_argument(module, comp, inst, callers_of)
+
+    for dot, use in uses:
+        if comp.by_name.get(dot.name) is not dot:
+            continue  # a dot inside a fusion: its operands are not this computation's values
+        if main.kind in _FEEDING and use is not None:
+            k = use.operand
+            if arg(dot, k):
+                return _Roof("fsdp", free_size(dot, k))
+            if arg(dot, 1 - k):
+                return _Roof("megatron", free_size(dot, k))
+            return _Roof("megatron")
+        if main.kind in _REDUCING and use is None:
+            weights = [k for k in (0, 1) if arg(dot, k)]
+            if weights:
+                return _Roof("megatron", free_size(dot, 1 - weights[0]))
+            return _Roof("fsdp")
+    return _Roof("")
+
+
+def _largest_divisor_at_most(n: int, bound: float) -> int:
+    """The largest divisor of `n` that is at most `bound` (1 when none above 1 is)."""
+    return max((d for d in range(1, n + 1) if n % d == 0 and d <= bound), default=1)
+
+
+def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
+                 others: list[tuple[str, int]], other: float | None, ridge: float) -> str:
+    """The change that makes a comm-bound matmul compute-bound, derived from its roofline.
+
+    With the chips fixed, the quantity `q` (per-chip batch for FSDP, F/Y for Megatron) grows as the
+    collective's axes shrink (`q * size / d` on `d` ways), and the freed factor `size / d` moves to the
+    mesh's other axis, where the other strategy's quantity shrinks (`other * d / size`). Both collectives
+    overlap with the same FLOPs (training chapter, FSDP + tensor parallelism), so the plan is compute-bound
+    when `needed / q_this + C/W_ici / q_other <= 1` (a strategy with one way has no collective). The fix
+    is the largest divisor `d` of `size` that passes; when none does, it says what has to change with the
+    numbers (a bigger batch per chip, wider layers), never a plan that drops the sharding.
+
+    Args:
+      strategy: "fsdp", "megatron" or "" (see `_Roof`).
+      q: the quantity today; needed: its compute-bound threshold on this slice's links.
+      axes, size: the mesh axes of the costliest collective and the product of their sizes.
+      others: the mesh's other axes (name, size).
+      other: the other strategy's quantity per chip today (see `_Roof.other`), or None when unknown.
+      ridge: C / W_ici of the chip.
+
+    Example:
+        >>> roofline_fix("fsdp", 2048, 2550, ("data",), 256, [], 16384, 2550)
+        "shrink 'data' from 256 to 128 ways and give the factor 2 to a new 'model' axis of 2: per-chip batch = 4,096, F/Y = 8,192, compute-bound together (C/W over each quantity, summed = 0.93 <= 1)"
+    """
+    quoted = "'" + axes_text(axes) + "'"
+    ratio = needed / q if q else float("inf")
+    target = others[0][0] if others else ("model" if strategy == "fsdp" else "data")
+    this_name, other_name = (("per-chip batch", "F/Y") if strategy == "fsdp" else ("F/Y", "per-chip batch"))
+
+    def load(d: int) -> float:
+        """needed / q_this + ridge / q_other on d ways of this axis (the rest moved to the other)."""
+        mine = needed / (q * size / d) if d > 1 else 0.0
+        if other is None or d == size and not others:
+            return mine
+        theirs = ridge / (other * d / size) if other and (size // d > 1 or others) else 0.0
+        return mine + theirs
+
+    def moved_to(d: int) -> str:
+        freed = size // d
+        return (f"'{target}' ({others[0][1]} -> {others[0][1] * freed})" if others
+                else f"a new '{target}' axis of {freed}")
+
+    divisors = [d for d in range(size - 1, 0, -1) if size % d == 0]
+    if strategy in ("fsdp", "megatron"):
+        fits = [d for d in divisors if load(d) <= 1.0]
+        if fits:
+            d = fits[0]
+            parts = [f"{this_name} = {q * size / d:,.0f}"] if d > 1 else []
+            if other is not None:
+                parts.append(f"{other_name} = {other * d / size:,.0f}")
+            change = (f"shrink {quoted} from {size} to {d} ways and give the factor {size // d} to {moved_to(d)}"
+                      if d > 1 else f"fold {quoted} ({size} ways) into {moved_to(d)}")
+            return (f"{change}: {', '.join(parts)}, compute-bound together (C/W over each quantity, "
+                    f"summed = {load(d):.2f} <= 1)")
+    if strategy == "fsdp":
+        bigger = f"raise the batch per chip {ratio:.1f}x (per-chip batch >= {needed:,.0f})"
+        if other is None:
+            own = [d for d in divisors if d > 1 and q * size / d >= needed]
+            return (f"shrink {quoted} from {size} to {own[0]} ways (per-chip batch {q * size / own[0]:,.0f}) and give "
+                    f"the factor {size // own[0]} to tensor parallelism, {moved_to(own[0])}; or {bigger}") if own \
+                else bigger
+        return (f"{bigger}: no split of the {size} devices of {quoted} between FSDP and tensor parallelism is "
+                f"compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)")
+    if strategy == "megatron":
+        features = q * size
+        own = [d for d in divisors if d == 1 or q * size / d >= needed]
+        d = own[0]
+        if d > 1:
+            head = (f"shrink {quoted} from {size} to {d} ways (F/Y = {features / d:,.0f}; the chapter's bound is "
+                    f"F/{needed:,.0f} = {features / needed:.1f} ways) and give the factor {size // d} to {moved_to(d)}")
+        else:
+            head = (f"F/Y = {q:,.0f} means F = {features:,.0f} output features, so even 2-way {quoted} sharding is "
+                    f"comm-bound (the chapter's bound: at most F/{needed:,.0f} = {features / needed:.1f} ways): give "
+                    f"the {size} devices of {quoted} to {moved_to(d)} (FSDP) for this layer")
+        if other is None:
+            return head
+        spare = 1.0 - (needed / (features / d) if d > 1 else 0.0)
+        want = ridge / spare if spare > 0 else float("inf")
+        have = other * d / size
+        return (f"{head}, and raise the batch per chip {want / have:.1f}x so FSDP there stays compute-bound "
+                f"(per-chip batch {have:,.0f} -> {want:,.0f})")
+    own = [d for d in divisors if d > 1 and q * size / d >= needed]
+    if own:
+        return (f"shrink {quoted} from {size} to {own[0]} ways (FLOPs per element moved / 2 = "
+                f"{q * size / own[0]:,.0f} >= {needed:,.0f}) and give the factor {size // own[0]} to {moved_to(own[0])}")
+    return (f"raise the FLOPs per element moved {ratio:.1f}x (a bigger batch per chip, or wider layers): at "
+            f"{q:,.0f} no size of {quoted} above 1 is compute-bound")
 
 
 def _components(attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]

@@ -182,13 +182,28 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _wrap_fix(ctx: RuleContext, axis: str, size: int) -> str:
+    """How to give `axis` a ring with wraparound, on this many chips if any slice allows it.
+
+    v5e/v6e wrap only on physical axes of 16 chips (v4/v5p on full 4x4x4 cubes): a program on fewer chips
+    than that cannot get one, and the fix says so instead of suggesting a slice it does not have.
+    """
     from analyzer.rules.facts import _get
 
+    chips = ctx.report.mesh.size if ctx.report.mesh else 0
     spec_rule = _get(ctx.facts.context.get("hardware"), "ici.wraparound.rule", "") if ctx.facts.context else ""
     if "cube" in str(spec_rule) or ctx.facts.chip.name.startswith(("tpu-v4", "tpu-v5p")):
+        if chips and chips < 64:
+            return (f"no slice of {chips} chips has wraparound here (it takes full 4x4x4 cubes, 64 chips): this is "
+                    f"the cost of the slice size; at 64 chips or more lay {axis!r} on an axis that is a multiple of 4 "
+                    "of a v5p:4x4x4-style topology, or give the heavy collectives to an axis that wraps")
         return (f"use a topology of full 4x4x4 cubes (e.g. v5p:4x4x4) with {axis!r} on an axis that is a "
                 "multiple of 4, or put the heavy traffic on such an axis")
-    return (f"lay {axis!r} on a physical axis of 16 chips (e.g. topology 16x{max(1, ctx.report.mesh.size // 16) if ctx.report.mesh else 1}"
+    if chips and chips < 16:
+        return (f"no slice of {chips} chips has wraparound on this hardware (it needs a physical axis of 16 chips): "
+                f"this is the cost of the slice size, not of the mesh; at 16 chips or more lay {axis!r} (or the axis "
+                "that carries the heaviest collectives) on the 16-chip axis, e.g. topology 16x"
+                f"{max(1, chips // 16)}")
+    return (f"lay {axis!r} on a physical axis of 16 chips (e.g. topology 16x{max(1, chips // 16)}"
             f" with {axis!r} of size 16), or give the heavy collectives to an axis that wraps")
 
 
