@@ -2,9 +2,13 @@
 
 It builds the template transformer's training step (analyzer.models: attention and MLP blocks scanned over
 the layers, backward pass and Adam update) sharded FSDP + tensor parallel over a mesh `data=4, model=2` of
-8 fake CPU devices, audits it for a TPU v5e 2x4 slice exactly as `@analyzer.audit` would (compile, find
+8 fake CPU devices, audits it for a TPU v5e 4x2 slice exactly as `@analyzer.audit` would (compile, find
 every collective, price it, run the rules), prints the plan, the collectives, the totals and the findings,
 and writes the HTML report.
+
+The slice is the one a user would lay this mesh on: 'data' (4) on the physical axis of 4 chips, 'model' (2)
+on the axis of 2, each mesh axis on whole physical axes (what `analyzer.topology.smallest_slice` picks for
+this mesh). On a 2x4 slice, 'data' would straddle both physical axes and 'model' share one with it.
 
 Nothing here is canned: change `--strategy`, `--hardware` or the sizes and every figure changes with them.
 """
@@ -37,7 +41,7 @@ class DemoPlan:
     strategy: str = "fsdp+tp"
     mesh: tuple[tuple[str, int], ...] = (("data", 4), ("model", 2))
     hardware: str = "tpu-v5e"
-    topology: str | None = "v5e:2x4"
+    topology: str | None = "v5e:4x2"
     target: str = "cpu"
 
     @property
@@ -71,7 +75,8 @@ def run_demo(plan: DemoPlan = DEFAULT_PLAN, model: TransformerConfig | None = No
       model: the transformer sizes (default `demo_model()`).
 
     Returns:
-      the Report, with the rules' findings.
+      the Report, with the rules' findings (duplicates merged, negligible ones dropped and counted in its
+      notes: `analyzer.rules.apply_rules`).
 
     Example:
         >>> report = run_demo()
@@ -81,11 +86,14 @@ def run_demo(plan: DemoPlan = DEFAULT_PLAN, model: TransformerConfig | None = No
     from analyzer.analysis import analyze
     from analyzer.config import Config
     from analyzer.models import build
+    from analyzer.rules import apply_rules
 
     model = model or demo_model()
     step, args = build(model, plan.strategy, plan.mesh_dict)
+    config = Config()
     report = analyze(step, *args, mesh=plan.mesh_dict, target=plan.target, hardware=plan.hardware,
-                     topology=plan.topology, config=Config())
+                     topology=plan.topology, config=config)
+    report = apply_rules(report, config)  # the same findings, plus the note on the negligible ones dropped
     name = (f"demo: transformer training step, {plan.strategy} (L={model.layers}, D={model.d_model}, "
             f"F={model.d_ff}, B={model.batch}, S={model.seq}, {model.dtype}, {model.optimizer})")
     return replace(report, name=name)

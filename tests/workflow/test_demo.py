@@ -23,6 +23,15 @@ def test_demo_prints_the_audit_and_writes_the_html_report(tmp_path, capsys):
     # FSDP+TP: weights gathered over both axes, gradients reduce-scattered; named with the user's axes.
     assert "AllGather_data" in text and "AllGather_model" in text and "ReduceScatter_" in text
     assert re.search(r"Findings \(\d+\)", text)
+    # The mesh lies on the slice whose axes match it: data on the 4-chip axis, model on the 2-chip one.
+    assert "v5e:4x2" in text and "data=4: ici on x (4)" in text and "model=2: ici on y (2)" in text
+    # No finding twice (same rule, line and collective), no un-sharding advice, negligible ones counted.
+    blocks = re.split(r"^(?=(?:info|warning|error) +HA\d{3} )", text, flags=re.M)[1:]
+    heads = [(re.match(r"\w+ +(HA\d+) \S+ +(\S+)", b).groups(), (re.search(r"collective: (.*)", b) or [None, ""])[1])
+             for b in blocks]
+    assert heads and len(heads) == len(set(heads)), heads
+    assert "1-way instead" not in text and "FLOPs per element moved / 2" not in text
+    assert re.search(r"\d+ findings? dropped as negligible \(", text)
     assert f"Wrote {out_file}" in text and "@analyzer.audit" in text and "[tool.hlo-analyzer]" in text
 
     html = out_file.read_text()
@@ -35,7 +44,7 @@ def test_plan_options():
     assert plan_from(None, None, None) == DEFAULT_PLAN
     p = plan_from("tp", "tpu-v5p", None)
     assert p.strategy == "tp" and p.hardware == "tpu-v5p" and p.topology is None  # the v5e slice is dropped
-    assert "priced on tpu-v5e v5e:2x4" in DEFAULT_PLAN.describe()
+    assert "priced on tpu-v5e v5e:4x2" in DEFAULT_PLAN.describe()
 
 
 def test_next_steps_text():
