@@ -67,6 +67,7 @@ CALL_KEYS: tuple[str, ...] = (
 )
 
 _CALL_KEY_SET = frozenset(CALL_KEYS)
+_ONE_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0"}
 _ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)", re.S)
 
@@ -703,6 +704,8 @@ _QUICK = {
     "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
     "channel_id": re.compile(r"-?\d+"),
     "index": re.compile(r"-?\d+"),
+    **{k: re.compile(r"%?[A-Za-z_][\w.\-]*") for k in ("to_apply", "calls", "body", "condition", "select", "scatter",
+                                                       "true_computation", "false_computation")},
 }
 
 
@@ -725,10 +728,11 @@ def validate(inst: Instruction) -> None:
                 raise err from None
 
 
-def _decode(inst: Instruction, key: str) -> Any:
-    a = inst.attrs.get(key)
+def _decode(inst: Instruction, key: str, a: Any = None) -> Any:
     if a is None:
-        return None
+        a = inst.attrs.get(key)
+        if a is None:
+            return None
     try:
         return DECODERS[key](a.raw)
     except ValueError as e:
@@ -791,7 +795,11 @@ def called_computations(inst: Instruction) -> tuple[str, ...]:
     for key in CALL_KEYS:
         for a in found:
             if a.key == key:
-                out.extend(_decode(inst, key))
+                raw = a.raw
+                if _ONE_NAME.fullmatch(raw):  # the common `to_apply=%add`: no decoder needed
+                    out.append(raw[1:] if raw[0] == "%" else raw)
+                else:
+                    out.extend(_decode(inst, key, a))
                 break
     return tuple(out)
 

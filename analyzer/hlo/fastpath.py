@@ -12,6 +12,7 @@ stays the definition of the language; this is only a shortcut for its commonest 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import lru_cache
 
 from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, Shape
@@ -197,14 +198,19 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
     The per-line checks are the grammar path's; checks that need the whole computation (unique names, one
     ROOT) run when the computation itself is parsed.
     """
-    if not any(f" {op}(" in text for op in opcodes):
+    finder = _finder(opcodes)
+    hits = [m.start() for m in finder.finditer(text)]
+    if not hits:
         return ()
     lines = text.split("\n")
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    wanted = sorted({bisect_right(starts, h) - 1 for h in hits})
     defs: dict[str, int] | None = None
     out = []
-    for k, line in enumerate(lines):
-        if not any(f" {op}(" in line for op in opcodes):
-            continue
+    for k in wanted:
+        line = lines[k]
         pending = _line_instruction(line, line0 + k, attr_re, transformer)
         if pending is None:
             if k == 0:
@@ -233,6 +239,11 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
         out.append(Instruction(tok[1:] if tok[0] == "%" else str(tok), opcode, shape, tuple(ops), attrs, is_root,
                                Position(tok.line, tok.column), parameter, literal))
     return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _finder(opcodes: tuple[str, ...]) -> re.Pattern:
+    return re.compile("|".join(re.escape(f" {op}(") for op in opcodes))
 
 
 _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")
