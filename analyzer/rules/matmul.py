@@ -207,9 +207,12 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         batch = flops / (2 * _elements(main)) if _elements(main) else 0.0
         needed = batch * main.seconds / t_math
         roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of)
-        first = min(dots, key=lambda d: d.position.line if d.position else 0)
+        # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
+        # not the matmul before it in the chain); the HLO instruction is the collective that costs most.
+        reducer = dot_producer(main.comp, main.inst) if main.kind in _REDUCING and main.inst is not None else None
+        first = reducer if reducer is not None and any(reducer is d for d in dots) else \
+            min(dots, key=lambda d: d.position.line if d.position else 0)
         loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location())
-        # The user's line is the matmul's; the HLO instruction is the collective that costs most.
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)

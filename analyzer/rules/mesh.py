@@ -3,7 +3,9 @@ Problem 2 and its closing note, pop quiz 2; tpus.md, ICI topology; training.md, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_b, fmt_s
@@ -161,6 +163,7 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
         if saving < min_saving or saving < min_fraction * current:
             continue
         main = max(rows, key=lambda r: (r[0].seconds - r[1]) * r[0].count)[0]
+        layout = _same_chips_layout(ctx) if _no_wrap_at_this_size(ctx) else None
         topo = facts.topology
         assumed = topo is not None and getattr(topo, "declared", True) is False
         yield ctx.diagnostic(
@@ -176,35 +179,98 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative=f"the same collectives on a ring of {link.size} with wraparound",
             alternative_seconds=better,
             saving_seconds=saving,
-            fix=_wrap_fix(ctx, name, link.size),
-            details={"axis": name, "collectives": len(rows)},
+            fix=_wrap_fix(ctx, name, link.size, layout),
+            details={"axis": name, "collectives": len(rows), "same_chips_layout": layout},
         )
 
 
-def _wrap_fix(ctx: RuleContext, axis: str, size: int) -> str:
+def _cube_rule(ctx: RuleContext) -> bool:
+    """Whether the chip gets wraparound from full 4x4x4 cubes (v4, v5p) rather than from axes of 16."""
+    from analyzer.rules.facts import _get
+
+    spec_rule = _get(ctx.facts.context.get("hardware"), "ici.wraparound.rule", "") if ctx.facts.context else ""
+    return "cube" in str(spec_rule) or ctx.facts.chip.name.startswith(("tpu-v4", "tpu-v5p"))
+
+
+def _no_wrap_at_this_size(ctx: RuleContext) -> bool:
+    """Whether no slice with this many chips has any wraparound (fewer than 64 on v4/v5p, 16 on v5e/v6e)."""
+    chips = ctx.report.mesh.size if ctx.report.mesh else 0
+    return bool(chips) and chips < (64 if _cube_rule(ctx) else 16)
+
+
+def _wrap_fix(ctx: RuleContext, axis: str, size: int,
+              layout: tuple[str, str, float, float] | None = None) -> str:
     """How to give `axis` a ring with wraparound, on this many chips if any slice allows it.
 
     v5e/v6e wrap only on physical axes of 16 chips (v4/v5p on full 4x4x4 cubes): a program on fewer chips
     than that cannot get one, and the fix says so instead of suggesting a slice it does not have.
     """
-    from analyzer.rules.facts import _get
-
     chips = ctx.report.mesh.size if ctx.report.mesh else 0
-    spec_rule = _get(ctx.facts.context.get("hardware"), "ici.wraparound.rule", "") if ctx.facts.context else ""
-    if "cube" in str(spec_rule) or ctx.facts.chip.name.startswith(("tpu-v4", "tpu-v5p")):
+    instead = (f"; on these {chips} chips the mesh laid on {layout[0]} instead ({layout[1]}) brings the step's "
+               f"communication from {fmt_s(layout[2])} to {fmt_s(layout[3])}" if layout else "")
+    if _cube_rule(ctx):
         if chips and chips < 64:
-            return (f"no slice of {chips} chips has wraparound here (it takes full 4x4x4 cubes, 64 chips): this is "
-                    f"the cost of the slice size; at 64 chips or more lay {axis!r} on an axis that is a multiple of 4 "
-                    "of a v5p:4x4x4-style topology, or give the heavy collectives to an axis that wraps")
+            return (f"no slice of {chips} chips has wraparound here (it takes full 4x4x4 cubes, 64 chips), so this "
+                    f"is the cost of the slice size{instead}; at 64 chips or more lay {axis!r} on an axis that is a "
+                    "multiple of 4 of full cubes (e.g. v5p:4x4x4), or give the heavy collectives to an axis that wraps")
         return (f"use a topology of full 4x4x4 cubes (e.g. v5p:4x4x4) with {axis!r} on an axis that is a "
                 "multiple of 4, or put the heavy traffic on such an axis")
     if chips and chips < 16:
-        return (f"no slice of {chips} chips has wraparound on this hardware (it needs a physical axis of 16 chips): "
-                f"this is the cost of the slice size, not of the mesh; at 16 chips or more lay {axis!r} (or the axis "
-                "that carries the heaviest collectives) on the 16-chip axis, e.g. topology 16x"
-                f"{max(1, chips // 16)}")
+        return (f"no slice of {chips} chips has wraparound on this hardware (it needs a physical axis of 16 chips), "
+                f"so this is the cost of the slice size{instead}; at 16 chips or more lay {axis!r} (or the axis "
+                "that carries the heaviest collectives) on a 16-chip axis")
     return (f"lay {axis!r} on a physical axis of 16 chips (e.g. topology 16x{max(1, chips // 16)}"
             f" with {axis!r} of size 16), or give the heavy collectives to an axis that wraps")
+
+
+def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None:
+    """The slice of the same chips (another torus shape, mesh axes laid in order) whose collectives cost
+    least, when it beats the analysed one by at least 1%: (slice, where the axes lie, seconds now, seconds there).
+
+    Every collective of the report is priced on both with the analysis's own cost model, so the comparison
+    is like for like (e.g. a 4-way axis on a 2x2 sub-grid of a v5e:2x4 uses both physical axes' links,
+    where on a v5e:4x2 it lies on one line of 4 without wraparound).
+    """
+    facts = ctx.facts
+    topo, mesh = facts.topology, ctx.report.mesh
+    if topo is None or mesh is None or not facts.collectives:
+        return None
+    try:
+        from itertools import product
+
+        from analyzer.cost import collective_cost
+        from analyzer.topology import Topology
+
+        sl = topo.slice
+        torus = [d for d, n in zip(sl.dims, sl.networks) if n == "ici"]
+        if len(torus) != len(sl.dims):
+            return None  # multi-slice (DCN): the layout across slices is another question (HA203)
+        n = sl.size
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
+
+        def cost(t: Any) -> float:
+            return sum(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
+                       * c.count for c in facts.collectives if c.axes)
+
+        now = cost(topo)
+        best: tuple[str, str, float, float] | None = None
+        prefix = sl.name.split(":")[0]
+        for dims in sorted(shapes):
+            name = f"{prefix}:{'x'.join(map(str, dims))}"
+            if name == sl.name:
+                continue
+            try:
+                t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
+                there = cost(t)
+            except Exception:  # noqa: BLE001 - a shape the mesh cannot be laid on in order
+                continue
+            if there < 0.99 * now and (best is None or there < best[3]):
+                where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
+                best = (name, where, now, there)
+        return best
+    except Exception:  # noqa: BLE001 - no alternative layout is better than a wrong one
+        return None
 
 
 @rule(

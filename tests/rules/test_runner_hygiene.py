@@ -175,3 +175,15 @@ def test_roofline_fix_never_unshards_and_keeps_the_chips():
         text = roofline_fix(*args)
         assert "1-way" not in text and "from 8 to 1 " not in text
         assert "raise" in text or "widen" in text or "replicate" in text
+
+
+# --------------------------------------------------------------------------------------------------- HA202's fix
+def test_missing_wraparound_on_8_chips_says_why_and_prices_the_other_layout(analysed):
+    """Pop quiz 2's gather on a v5e:4x2 (8 chips): no 8-chip v5e slice wraps (that needs an axis of 16), so the
+    fix must not send the user to a 16-chip topology; it prices the same program on the other 8-chip shapes."""
+    r = analysed("gather_on_axis('Y')")
+    d = next(d for d in r.diagnostics if d.code == "HA202")
+    assert "no slice of 8 chips has wraparound" in d.fix and "topology 16x" not in d.fix
+    name, where, now, there = d.details["same_chips_layout"]
+    assert now == pytest.approx(r.totals.comm_seconds, rel=1e-6)  # the report's own pricing, like for like
+    assert name == "v5e:2x4" and there < now and "Y on x+y" in where
