@@ -325,6 +325,20 @@ class Computation:
     def __getitem__(self, name: str) -> Instruction:
         return self.by_name[name]
 
+    def select(self, *opcodes: str) -> tuple[Instruction, ...]:
+        """The instructions whose opcode is one of `opcodes`, in order. (A lazily parsed computation reads
+        only those lines; see `analyzer.hlo.parser.LazyComputation`.)"""
+        return tuple(i for i in self.instructions if i.opcode in opcodes)
+
+    def mentions(self, *opcodes: str) -> bool:
+        """Whether any instruction has one of `opcodes`."""
+        return any(i.opcode in opcodes for i in self.instructions)
+
+    @property
+    def is_parsed(self) -> bool:
+        """Whether the instructions are parsed (always, except for a lazy computation not yet read)."""
+        return True
+
     def __iter__(self) -> Iterator[Instruction]:
         return iter(self.instructions)
 
