@@ -34,6 +34,7 @@ _LAZY: dict[str, str] = {
     "HloModule": "analyzer.hlo.ir",
     "analyze": "analyzer.analysis",
     "analyze_hlo": "analyzer.analysis",
+    "reprice": "analyzer.analysis",
     "Report": "analyzer.report",
     "Diagnostic": "analyzer.diagnostics",
     "Severity": "analyzer.diagnostics",
@@ -42,6 +43,9 @@ _LAZY: dict[str, str] = {
     "AuditWarning": "analyzer.auditing",
     "Notation": "analyzer.notation",
     "load_hardware": "analyzer.hardware",
+    "list_hardware": "analyzer.hardware",
+    "collective_cost": "analyzer.cost",
+    "Topology": "analyzer.topology",
 }
 
 __all__ = [
@@ -72,10 +76,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analyzer.analysis import analyze, analyze_hlo
+    from analyzer.analysis import analyze, analyze_hlo, reprice
     from analyzer.auditing import AuditError, AuditWarning, audit
     from analyzer.diagnostics import Diagnostic, Severity
-    from analyzer.hardware import load_hardware
+    from analyzer.cost import collective_cost
+    from analyzer.hardware import list_hardware, load_hardware
+    from analyzer.topology import Topology
     from analyzer.hlo.ir import HloModule
     from analyzer.hlo.parser import parse_hlo
     from analyzer.notation import Notation
