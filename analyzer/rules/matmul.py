@@ -22,8 +22,8 @@ from analyzer.rules.hlo_walk import (
     free_size,
     is_program_argument,
     sliced_by_partition,
-    users_map,
     uniform_over,
+    users_map,
 )
 from analyzer.rules.registry import Option, rule
 

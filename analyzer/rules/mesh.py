@@ -263,7 +263,7 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
             try:
                 t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
                 there = cost(t)
-            except Exception:  # noqa: BLE001 - a shape the mesh cannot be laid on in order
+            except Exception:  # noqa: BLE001, S112 - a shape the mesh cannot be laid on in order
                 continue
             if there < 0.99 * now and (best is None or there < best[3]):
                 where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)

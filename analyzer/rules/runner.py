@@ -145,7 +145,7 @@ def merge_duplicates(diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
         main = max(members, key=lambda m: (m.saving_seconds or 0.0, m.seconds or 0.0))
         n = len(members)
 
-        def total(attr: str) -> float | None:
+        def total(attr: str, members: list[Diagnostic] = members) -> float | None:
             values = [getattr(m, attr) for m in members]
             return None if any(v is None for v in values) else float(sum(values))
 

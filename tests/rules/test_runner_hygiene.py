@@ -11,13 +11,23 @@ from dataclasses import replace
 
 import pytest
 
-from analyzer.config import DEFAULT_MIN_SAVING_FRACTION, DEFAULT_MIN_SAVING_SECONDS, Config, config_from_table
+from analyzer.config import (
+    DEFAULT_MIN_SAVING_FRACTION,
+    DEFAULT_MIN_SAVING_SECONDS,
+    Config,
+    config_from_table,
+)
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.errors import ConfigError
 from analyzer.rules import apply_rules, check_rules
 from analyzer.rules.matmul import roofline_fix
 from analyzer.rules.registry import Rule, all_rules, get_rule
-from analyzer.rules.runner import merge_duplicates, negligible_note, saving_threshold, split_negligible
+from analyzer.rules.runner import (
+    merge_duplicates,
+    negligible_note,
+    saving_threshold,
+    split_negligible,
+)
 
 REL = 0.10
 
@@ -95,11 +105,11 @@ def test_config_keys_from_toml():
 
 # --------------------------------------------------------------------------------------------------- in the runner
 def _with_rule(monkeypatch, fake: Rule) -> None:
-    import analyzer.rules.runner as runner
+    from analyzer.rules import runner
 
     real = all_rules()
     monkeypatch.setattr(runner, "all_rules", lambda: (*real, fake))
-    import analyzer.rules.registry as registry
+    from analyzer.rules import registry
 
     monkeypatch.setattr(registry, "all_rules", lambda: (*real, fake))
 

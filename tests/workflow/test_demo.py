@@ -26,7 +26,7 @@ def test_demo_prints_the_audit_and_writes_the_html_report(tmp_path, capsys):
     # The mesh lies on the slice whose axes match it: data on the 4-chip axis, model on the 2-chip one.
     assert "v5e:4x2" in text and "data=4: ici on x (4)" in text and "model=2: ici on y (2)" in text
     # No finding twice (same rule, line and collective), no un-sharding advice, negligible ones counted.
-    blocks = re.split(r"^(?=(?:info|warning|error) +HA\d{3} )", text, flags=re.M)[1:]
+    blocks = re.split(r"^(?=(?:info|warning|error) +HA\d{3} )", text, flags=re.MULTILINE)[1:]
     heads = [(re.match(r"\w+ +(HA\d+) \S+ +(\S+)", b).groups(), (re.search(r"collective: (.*)", b) or [None, ""])[1])
              for b in blocks]
     assert heads and len(heads) == len(set(heads)), heads
