@@ -54,6 +54,15 @@ def test_identical_findings_merge_with_count_and_summed_saving():
     assert m.fingerprint() == a.fingerprint() == b.fingerprint()  # baselines keep matching
 
 
+def test_a_baseline_written_before_merging_still_accepts_the_merged_finding():
+    from analyzer.rules.baseline import Baseline
+
+    a, b = finding(inst="all-reduce.3"), finding(inst="all-reduce.7")
+    old = Baseline(counts={a.fingerprint(): 2}, path="b.json")  # two identical findings, as printed before
+    new, accepted, stale = old.split(merge_duplicates([a, b]))
+    assert not new and len(accepted) == 1 and not stale
+
+
 def test_different_line_code_or_collective_are_not_merged():
     a = finding()
     others = [finding(line=8), finding(notation="AllGather_Y: [I_Y] -> [I]"), finding(code="HA202")]
