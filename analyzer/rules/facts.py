@@ -281,6 +281,18 @@ class Facts:
     context: Mapping[str, Any] = field(default_factory=dict)
     topology: Any = None  # the analysis's `analyzer.topology.Topology`, when it priced on one
     cost_model: str = "topology"
+    # users_map of each computation, built on first use: a 32-layer unrolled step has hundreds of
+    # collectives in one entry computation, and rebuilding its map for each cost ~30 s.
+    _users: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def users(self, comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
+        """`hlo_walk.users_map(comp)`, computed once per computation of this report."""
+        found = self._users.get(comp.name)
+        if found is None:
+            from analyzer.rules.hlo_walk import users_map
+
+            found = self._users[comp.name] = users_map(comp)
+        return found
 
     def links(self, axes: Sequence[str]) -> list[AxisLink]:
         return [self.axes[a] if a in self.axes else AxisLink(a, 2, False) for a in axes]

@@ -23,7 +23,6 @@ from analyzer.rules.hlo_walk import (
     is_program_argument,
     sliced_by_partition,
     uniform_over,
-    users_map,
 )
 from analyzer.rules.registry import Option, rule
 
@@ -42,7 +41,6 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
     fusion) is used.
     """
     out: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]] = {}
-    users_cache: dict[str, Any] = {}
 
     def add(comp_name: str, dot: Instruction, c: Coll, use: Any) -> None:
         out.setdefault((comp_name, dot.name), (dot, []))[1].append((c, use))
@@ -52,7 +50,7 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
             continue
         found = False
         if c.kind in _FEEDING:
-            users = users_cache.setdefault(c.comp.name, users_map(c.comp))
+            users = ctx.facts.users(c.comp)
             dims = c.inst.dimensions
             dim = dims[0] if dims else None
             for use in dot_uses(c.comp, c.inst, dim if c.kind == "all-gather" else None, users, ctx.facts.module):

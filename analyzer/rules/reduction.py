@@ -54,7 +54,7 @@ def HA103(ctx: RuleContext) -> Iterator[Diagnostic]:
         if c.kind != "all-reduce" or c.inst is None or c.comp is None:
             continue
         marked = getattr(c.record, "only_used_sharded", None) if c.record is not None else None
-        if not (marked or only_used_sliced(c.comp, c.inst)):
+        if not (marked or only_used_sliced(c.comp, c.inst, facts.users(c.comp))):
             continue
         alt = facts.price_like(c, "reduce-scatter", c.bytes, c.axes)
         saving = (c.seconds - alt) * c.count

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_b, fmt_s, is_explicit_collective, partition_spec, sides
 from analyzer.rules.context import RuleContext
-from analyzer.rules.hlo_walk import dot_uses, only_used_sliced, users_map
+from analyzer.rules.hlo_walk import dot_uses, only_used_sliced
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["HA302", "HA303"]
@@ -16,8 +16,9 @@ __all__ = ["HA302", "HA303"]
 _RESHARD_KINDS = ("all-to-all", "collective-permute", "all-gather")
 
 
-def _rematerialized(c) -> bool:
-    return c.kind == "all-gather" and c.inst is not None and c.comp is not None and only_used_sliced(c.comp, c.inst)
+def _rematerialized(c, facts) -> bool:
+    return (c.kind == "all-gather" and c.inst is not None and c.comp is not None
+            and only_used_sliced(c.comp, c.inst, facts.users(c.comp)))
 
 
 @rule(
@@ -57,7 +58,6 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
     """
     facts = ctx.facts
     min_saving = float(ctx.option("min_saving_seconds"))
-    users_cache: dict[str, object] = {}
     for c in facts.collectives:
         if c.kind not in _RESHARD_KINDS or c.overlapped or is_explicit_collective(c.op_name):
             continue
@@ -67,10 +67,10 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue  # without the HLO a reshard cannot be told from a matmul's gather
         if c.record is not None and getattr(c.record, "dot", None) is not None:
             continue  # the analysis tied it to a matmul
-        users = users_cache.setdefault(c.comp.name, users_map(c.comp))
+        users = facts.users(c.comp)
         if dot_uses(c.comp, c.inst, None, users, facts.module):  # type: ignore[arg-type]
             continue  # feeds a matmul: contraction traffic (the matmul rules weigh it)
-        if _rematerialized(c):
+        if _rematerialized(c, facts):
             continue  # HA303 reports it, as an error
         before, after = sides(c.notation)
         spec = partition_spec(after, facts.mesh_axes) if after and after != before else ""
@@ -128,7 +128,7 @@ def HA303(ctx: RuleContext) -> Iterator[Diagnostic]:
     facts = ctx.facts
     min_saving = float(ctx.option("min_saving_seconds"))
     for c in facts.collectives:
-        if c.kind != "all-gather" or not _rematerialized(c):
+        if c.kind != "all-gather" or not _rematerialized(c, facts):
             continue
         alt = facts.price_like(c, "all-to-all", c.bytes, c.axes)
         saving = (c.seconds - alt) * c.count
