@@ -317,12 +317,10 @@ def build_report(
 
 
 def _run_rules(report: Report, config: Any) -> Report:
-    """Attach the rules' diagnostics when `analyzer.rules.run_rules` exists."""
-    try:
-        from analyzer.rules import run_rules  # type: ignore[attr-defined]
-    except ImportError:
-        return report
-    return report.with_diagnostics(run_rules(report, config))
+    """Attach the rules' findings, and the note saying how many were dropped as negligible."""
+    from analyzer.rules import apply_rules
+
+    return apply_rules(report, config)
 
 
 def _describe_topology(topo: Any) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 DESCRIPTION = """\
 Audit a built-in transformer training step (4 scanned layers of attention + MLP, backward pass, Adam),
-sharded FSDP + tensor parallel over a mesh data=4, model=2 of 8 fake CPU devices, priced for a TPU v5e 2x4
+sharded FSDP + tensor parallel over a mesh data=4, model=2 of 8 fake CPU devices, priced for a TPU v5e 4x2
 slice. Prints the plan in the notation of "How to Scale Your Model", every collective XLA inserted with its
 predicted time, the totals and the rules' findings, and writes an HTML report. No accelerator needed."""
 
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-html", action="store_true", help="print only; write no report file")
     p.add_argument("--strategy", choices=STRATEGIES, help="sharding strategy (default: fsdp+tp)")
     p.add_argument("--hardware", metavar="NAME", help="hardware to price on (default: tpu-v5e)")
-    p.add_argument("--topology", metavar="SLICE", help="physical slice, e.g. v5e:2x4 (default: v5e:2x4 for "
+    p.add_argument("--topology", metavar="SLICE", help="physical slice, e.g. v5e:2x4 (default: v5e:4x2 for "
                    "tpu-v5e, else the smallest slice of the hardware that holds 8 chips)")
     p.set_defaults(func=run)
 
