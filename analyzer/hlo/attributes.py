@@ -20,6 +20,8 @@ Replica groups come in four printed forms, all expanded here into explicit devic
 
 from __future__ import annotations
 
+import functools
+
 import re
 from collections.abc import Callable, Mapping
 from math import prod
@@ -655,9 +657,12 @@ def parse_shape_list(raw: str) -> tuple:
 
 # key -> decoder. Each decoder takes the raw text and returns the typed value or raises ValueError with a
 # message in HLO terms. Keys absent here stay raw text.
+# Device groups are decoded from the same few texts over and over (every collective of a layer repeats
+# them, and rules query them per instruction); their decoders are pure and return tuples, so a bounded
+# memo of the text is safe.
 DECODERS: Mapping[str, Callable[[str], Any]] = {
-    "replica_groups": parse_replica_groups,
-    "source_target_pairs": parse_source_target_pairs,
+    "replica_groups": functools.lru_cache(maxsize=4096)(parse_replica_groups),
+    "source_target_pairs": functools.lru_cache(maxsize=4096)(parse_source_target_pairs),
     "dimensions": parse_int_list,
     "channel_id": _parse_int,
     "index": _parse_int,

@@ -284,6 +284,8 @@ class Facts:
     # users_map of each computation, built on first use: a 32-layer unrolled step has hundreds of
     # collectives in one entry computation, and rebuilding its map for each cost ~30 s.
     _users: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # hlo_walk.uniform_over's evaluations, per set of device groups, shared by every rule of this report.
+    uniformity: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def users(self, comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
         """`hlo_walk.users_map(comp)`, computed once per computation of this report."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.hlo.ir import Computation, HloModule, Instruction
 
@@ -538,7 +539,8 @@ def _literal_ints(text: str | None) -> list[int] | None:
 
 
 def uniform_over(comp: Computation, inst: Instruction, groups: tuple[tuple[int, ...], ...],
-                 entry: bool = True, module: HloModule | None = None) -> bool:
+                 entry: bool = True, module: HloModule | None = None,
+                 cache: dict[Any, Any] | None = None) -> bool:
     """Whether every device of each group holds the same value of `inst` (it is replicated over them).
 
     Entry parameters decide by their `sharding=`; constants and iotas are uniform; partition ids are not;
@@ -553,13 +555,20 @@ def uniform_over(comp: Computation, inst: Instruction, groups: tuple[tuple[int, 
       groups: device-id groups (e.g. a collective's replica groups, or the devices along a mesh axis).
       entry: whether `comp` is the entry computation (kept for callers without the module).
       module: the module, to follow values into loops and calls.
+      cache: a dict kept by the caller across calls on one module (e.g. `Facts.uniformity`): the
+        evaluation of each value under each set of groups is then done once, not once per query.
     """
     if not groups:
         return True
     if not entry and module is None:
         if inst.opcode == "parameter":
             return False
-    u = _Uniformity(groups=tuple(groups), module=module, memo={})
+    key = (tuple(tuple(g) for g in groups), id(module))
+    u = cache.get(key) if cache is not None else None
+    if u is None:
+        u = _Uniformity(groups=tuple(groups), module=module, memo={})
+        if cache is not None:
+            cache[key] = u
     return u.value(comp, inst)
 
 

@@ -482,7 +482,7 @@ def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
                 # The other operand must be replicated over the axes (its contracting dim can then be sliced
                 # for free), possibly already sliced per device on another dim for the output's sharding.
                 whole = sliced_by_partition(comp, other) or other
-                if not uniform_over(comp, whole, groups, entry, facts.module):
+                if not uniform_over(comp, whole, groups, entry, facts.module, facts.uniformity):
                     continue
                 widen = whole.shape.byte_size / max(other.shape.byte_size, 1) if whole is not other else 1.0
                 v_out = dot.shape.byte_size * widen
@@ -495,7 +495,7 @@ def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
                 for k in (0, 1):
                     src = _operand(comp, dot, k)
                     whole = sliced_by_partition(comp, src) if src is not None else None
-                    if whole is None or not uniform_over(comp, whole, groups, entry, facts.module):
+                    if whole is None or not uniform_over(comp, whole, groups, entry, facts.module, facts.uniformity):
                         continue
                     other = _operand(comp, dot, 1 - k)
                     if other is None or not other.shape.is_array:

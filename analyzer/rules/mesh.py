@@ -77,7 +77,7 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
                 continue
             if set(link.physical) & busy_physical:
                 continue
-            if uniform_over(c.comp, operand, mesh_axis_groups(mesh.axis_sizes, logical, k), entry, facts.module):
+            if uniform_over(c.comp, operand, mesh_axis_groups(mesh.axis_sizes, logical, k), entry, facts.module, facts.uniformity):
                 idle.append(name)
         if not idle:
             continue
