@@ -121,8 +121,9 @@ class CallGraph:
         return self
 
     # ------------------------------------------------------------------ queries
-    @property
+    @cached_property
     def entry(self) -> str:
+        """The entry computation's name (found once: `HloModule.entry` scans the computations)."""
         return self.module.entry.name
 
     def computation(self, name: str) -> Computation:

@@ -41,24 +41,45 @@ def is_explicit_collective(op_name: str) -> bool:
 
 
 def dot_location(report: Any, module: HloModule | None, comp: Computation | None, dot: Instruction,
-                 fallback: Location) -> tuple[Location, str]:
-    """The user `file:line` of a dot and its notation, from the report's dots table (or the fallback)."""
+                 fallback: Location, cache: dict[Any, Any] | None = None) -> tuple[Location, str]:
+    """The user `file:line` of a dot and its notation, from the report's dots table (or the fallback).
+
+    Args:
+      cache: a dict kept by the caller across calls on one report (`Facts.dot_rows`): the dots table is then
+        indexed by instruction name once, not filtered once per call (hundreds of calls on an unrolled step).
+    """
     dots = getattr(report, "dots", None)
     notation = ""
     if dots is not None and len(dots) and "instruction" in dots:
-        rows = dots[dots["instruction"] == dot.name]
+        index = _dot_index(dots, cache)
+        rows = index.get(dot.name, [])
         if comp is not None and "computation" in dots and len(rows) > 1:
-            rows = rows[rows["computation"] == comp.name]
-        if len(rows):
-            row = rows.iloc[0]
-            notation = str(row.get("notation", "") or "")
-            source = str(row.get("source", "") or "")
+            rows = [r for r in rows if r[0] == comp.name]
+        if rows:
+            _, notation, source = rows[0]
             file, _, line = source.rpartition(":")
             if file and line.isdigit():
                 return Location(file=file, line=int(line), computation=comp.name if comp else None,
                                 instruction=dot.name, hlo_line=dot.position.line if dot.position else None), notation
     return Location(file=fallback.file, line=fallback.line, computation=comp.name if comp else None,
                     instruction=dot.name, hlo_line=dot.position.line if dot.position else None), notation
+
+
+def _dot_index(dots: Any, cache: dict[Any, Any] | None) -> dict[str, list[tuple[Any, str, str]]]:
+    """The dots table by instruction name: `(computation, notation, source)` of each row, in table order."""
+    key = ("dot_index", id(dots))
+    if cache is not None and key in cache:
+        return cache[key][1]
+    n = len(dots)
+    comps = dots["computation"].tolist() if "computation" in dots else [None] * n
+    notations = dots["notation"].tolist() if "notation" in dots else [""] * n
+    sources = dots["source"].tolist() if "source" in dots else [""] * n
+    index: dict[str, list[tuple[Any, str, str]]] = {}
+    for name, c, nt, src in zip(dots["instruction"].tolist(), comps, notations, sources):
+        index.setdefault(name, []).append((c, str(nt or ""), str(src or "")))
+    if cache is not None:
+        cache[key] = (dots, index)  # holds the frame so its id stays its own while the entry lives
+    return index
 
 
 _DIM = re.compile(r"([A-Za-z][A-Za-z0-9]*)(?:_\{?([^,\]\}]+)\}?)?")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from analyzer.diagnostics import Location
@@ -286,6 +287,13 @@ class Facts:
     _users: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # hlo_walk.uniform_over's evaluations, per set of device groups, shared by every rule of this report.
     uniformity: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    # common.dot_location's index of the report's dots table by instruction name.
+    dot_rows: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def entry(self) -> Computation | None:
+        """The module's entry computation, found once (`HloModule.entry` scans every computation)."""
+        return self.module.entry if self.module is not None else None
 
     def users(self, comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
         """`hlo_walk.users_map(comp)`, computed once per computation of this report."""

@@ -210,7 +210,7 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         reducer = dot_producer(main.comp, main.inst) if main.kind in _REDUCING and main.inst is not None else None
         first = reducer if reducer is not None and any(reducer is d for d in dots) else \
             min(dots, key=lambda d: d.position.line if d.position else 0)
-        loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location())
+        loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location(), facts.dot_rows)
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
@@ -474,7 +474,7 @@ def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
             if comp.by_name.get(dot_name) is not dot:
                 continue  # a dot inside a fusion: its operands are not this computation's values
             groups = c.inst.replica_groups or ()
-            entry = comp is (facts.module.entry if facts.module else None)
+            entry = comp is facts.entry
             if c.kind == "all-gather" and use is not None and use.contracting:
                 other = _operand(comp, dot, 1 - use.operand)
                 if other is None:
@@ -538,7 +538,8 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
     saving = (c.seconds - alt) * c.count
     if saving < min_saving or alt >= c.seconds:
         return
-    loc, dot_notation = dot_location(ctx.report, ctx.facts.module, comp, dot, c.location())
+    loc, dot_notation = dot_location(ctx.report, ctx.facts.module, comp, dot, c.location(),
+                                      ctx.facts.dot_rows)
     loc = replace(loc, computation=c.computation or loc.computation, instruction=c.instruction, hlo_line=c.hlo_line)
     axes = axes_text(c.axes)
     if gathered:

@@ -69,7 +69,7 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
         operand = c.comp.by_name.get(c.inst.operands[0].name)
         if operand is None:
             continue
-        entry = c.comp is facts.module.entry
+        entry = c.comp is facts.entry
         idle: list[str] = []
         for k, (name, size) in enumerate(zip(mesh.axis_names, mesh.axis_sizes)):
             link = facts.axes.get(name)
