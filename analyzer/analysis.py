@@ -267,7 +267,33 @@ def build_report(
     rules: bool = True,
 ) -> Report:
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
-    rules (`rules=False` leaves `diagnostics` empty)."""
+    rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
+    (`analyzer.rules.runner.gc_paused`): its full passes over the IR cost more than the analysis here."""
+    from analyzer.rules.runner import gc_paused
+
+    with gc_paused():
+        return _build_report(module, mesh=mesh, hardware=hardware, topology=topology, device_coords=device_coords,
+                             target=target, notes=notes, memory=memory, name=name, context=context, config=config,
+                             model=model, graph=graph, rules=rules)
+
+
+def _build_report(
+    module: HloModule,
+    *,
+    mesh: MeshInfo | None,
+    hardware: Any,
+    topology: Any,
+    device_coords: Sequence[Sequence[int]] | None,
+    target: str,
+    notes: list[str],
+    memory: Mapping[str, int] | None,
+    name: str,
+    context: dict[str, Any],
+    config: Any,
+    model: str,
+    graph: CallGraph | None,
+    rules: bool,
+) -> Report:
     from analyzer.collectives import extract_collectives
     from analyzer.dots import extract_dots
     from analyzer.graph import CallGraph

@@ -19,9 +19,11 @@ Two mechanisms apply to every rule alike, so no rule has to do them itself:
 
 from __future__ import annotations
 
+import gc
 import re
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -234,6 +236,23 @@ def negligible_note(result: RuleResult) -> str | None:
             f"{fmt_s(result.comm_seconds)} of communication; set them under [tool.hlo-analyzer] to see them).")
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a block, and restore its state after (nests safely).
+
+    The rules and the analysis make many small, acyclic objects over an IR of millions of objects; each
+    full collection they trigger walks the whole IR (three of them cost 0.3 s on an unrolled 32-layer
+    step). Reference counting still frees everything; the collector runs again afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def check_rules(report: Any, config: Any = None) -> RuleResult:
     """Run every enabled rule over `report` and apply the suppressions.
 
@@ -244,6 +263,11 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
     Returns:
       a `RuleResult`.
     """
+    with gc_paused():
+        return _check_rules(report, config)
+
+
+def _check_rules(report: Any, config: Any) -> RuleResult:
     from analyzer.config import Config
     from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
