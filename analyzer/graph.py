@@ -123,7 +123,7 @@ class CallGraph:
     # ------------------------------------------------------------------ queries
     @cached_property
     def entry(self) -> str:
-        """The entry computation's name (found once: `HloModule.entry` scans the computations)."""
+        """The entry computation's name."""
         return self.module.entry.name
 
     def computation(self, name: str) -> Computation:

@@ -364,7 +364,7 @@ class HloModule:
     def by_name(self) -> Mapping[str, Computation]:
         return {c.name: c for c in self.computations}
 
-    @property
+    @cached_property
     def entry(self) -> Computation:
         for c in self.computations:
             if c.is_entry:

@@ -292,7 +292,7 @@ class Facts:
 
     @cached_property
     def entry(self) -> Computation | None:
-        """The module's entry computation, found once (`HloModule.entry` scans every computation)."""
+        """The module's entry computation, or None for a report without HLO."""
         return self.module.entry if self.module is not None else None
 
     def users(self, comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
