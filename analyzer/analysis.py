@@ -51,6 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, MeshError, valid_choices
 from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, MeshInfo, Report, Totals
 
@@ -249,6 +250,7 @@ def _hw_name(hw: Any) -> str:
     return hw if isinstance(hw, str) else getattr(hw, "name", str(hw))
 
 
+@gc_paused()
 def build_report(
     module: HloModule,
     *,
@@ -268,32 +270,7 @@ def build_report(
 ) -> Report:
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
-    (`analyzer.rules.runner.gc_paused`): its full passes over the IR cost more than the analysis here."""
-    from analyzer.rules.runner import gc_paused
-
-    with gc_paused():
-        return _build_report(module, mesh=mesh, hardware=hardware, topology=topology, device_coords=device_coords,
-                             target=target, notes=notes, memory=memory, name=name, context=context, config=config,
-                             model=model, graph=graph, rules=rules)
-
-
-def _build_report(
-    module: HloModule,
-    *,
-    mesh: MeshInfo | None,
-    hardware: Any,
-    topology: Any,
-    device_coords: Sequence[Sequence[int]] | None,
-    target: str,
-    notes: list[str],
-    memory: Mapping[str, int] | None,
-    name: str,
-    context: dict[str, Any],
-    config: Any,
-    model: str,
-    graph: CallGraph | None,
-    rules: bool,
-) -> Report:
+    (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
     from analyzer.collectives import extract_collectives
     from analyzer.dots import extract_dots
     from analyzer.graph import CallGraph

@@ -15,13 +15,13 @@ line and a caret; no Lark exception escapes.
 
 from __future__ import annotations
 
-import gc
 import re
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 
@@ -241,21 +241,17 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
     split = _split(text)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the parse makes many small objects and no cycles; collection passes only cost time
     try:
-        if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
-            module = _lark().parse(text, start="module")
-            _validate_attributes(module)
-        else:
-            module = _parse_split(text, split, path, lazy)
+        with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
+            if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
+                module = _lark().parse(text, start="module")
+                _validate_attributes(module)
+            else:
+                module = _parse_split(text, split, path, lazy)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, text, path) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
         raise _translate(e, text, path) from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     if path is not None:
         object.__setattr__(module, "path", path)
     return module
@@ -508,37 +504,29 @@ class LazyComputation(Computation):
 
             start, end = self._span
             chunk = self._source[start:end]
-            gc_was_enabled = gc.isenabled()
-            gc.disable()
             try:
-                found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
-                if found is not None:
+                with gc_paused():
+                    found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
                     if found:
                         _validate_attributes(HloModule("", (Computation(self.name, found),)))
-                    return found
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
-            finally:
-                if gc_was_enabled:
-                    gc.enable()
+            if found is not None:
+                return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
     @cached_property
     def _parsed(self) -> Computation:
         start, end = self._span
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
         try:
-            return _parse_chunk(self._source, start, end, self.position.line)
+            with gc_paused():
+                return _parse_chunk(self._source, start, end, self.position.line)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
             raise _translate(e, self._source, self._path) from None
-        finally:
-            if gc_was_enabled:
-                gc.enable()
 
     @cached_property
     def instructions(self) -> tuple[Instruction, ...]:  # type: ignore[override]

@@ -19,15 +19,14 @@ Two mechanisms apply to every rule alike, so no rule has to do them itself:
 
 from __future__ import annotations
 
-import gc
 import re
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from analyzer._gc import gc_paused
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
 
@@ -234,23 +233,6 @@ def negligible_note(result: RuleResult) -> str | None:
     return (f"{n} finding{'s' if n != 1 else ''} dropped as negligible ({by_code}; savings under "
             f"{fmt_s(result.threshold)} per step: the larger of min-saving-seconds and min-saving-fraction of "
             f"{fmt_s(result.comm_seconds)} of communication; set them under [tool.hlo-analyzer] to see them).")
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for a block, and restore its state after (nests safely).
-
-    The rules and the analysis make many small, acyclic objects over an IR of millions of objects; each
-    full collection they trigger walks the whole IR (three of them cost 0.3 s on an unrolled 32-layer
-    step). Reference counting still frees everything; the collector runs again afterwards.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def check_rules(report: Any, config: Any = None) -> RuleResult:
