@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.errors import AnalyzerError, ConfigError
+from analyzer.rules.baseline import Baseline
 
 if TYPE_CHECKING:
     from analyzer.config import Config
@@ -487,14 +488,10 @@ def run_check(
                                                           "report it with the entry point"))
                 continue
             found = [relative_to_root(d, root, entry) for d in report.diagnostics]
-            new, old = [], []
-            for d in found:
-                fp = d.fingerprint()
-                if remaining.get(fp, 0) > 0:
-                    remaining[fp] -= 1
-                    old.append(d)
-                else:
-                    new.append(d)
+            # One baseline serves every entry point: what earlier entries matched is used up.
+            new, old, _ = Baseline(remaining).split(found)
+            for d in old:
+                remaining[d.fingerprint()] -= 1
             outcomes.append(EntryOutcome(entry, report=report, findings=tuple(new), baselined=tuple(old)))
     notes = []
     if baseline and not skipped and not any(o.error for o in outcomes):
