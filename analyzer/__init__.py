@@ -32,20 +32,20 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "parse_hlo": "analyzer.hlo.parser",
     "HloModule": "analyzer.hlo.ir",
-    "analyze": "analyzer.analysis",
-    "analyze_hlo": "analyzer.analysis",
-    "reprice": "analyzer.analysis",
-    "Report": "analyzer.report",
+    "analyze": "analyzer.pipeline",
+    "analyze_hlo": "analyzer.pipeline",
+    "reprice": "analyzer.pipeline",
+    "Report": "analyzer.analysis.report",
     "Diagnostic": "analyzer.diagnostics",
     "Severity": "analyzer.diagnostics",
-    "audit": "analyzer.auditing",
-    "AuditError": "analyzer.auditing",
-    "AuditWarning": "analyzer.auditing",
-    "Notation": "analyzer.notation",
-    "load_hardware": "analyzer.hardware",
-    "list_hardware": "analyzer.hardware",
-    "collective_cost": "analyzer.cost",
-    "Topology": "analyzer.topology",
+    "audit": "analyzer.workflows.auditing",
+    "AuditError": "analyzer.workflows.auditing",
+    "AuditWarning": "analyzer.workflows.auditing",
+    "Notation": "analyzer.theory.notation",
+    "load_hardware": "analyzer.theory.hardware",
+    "list_hardware": "analyzer.theory.hardware",
+    "collective_cost": "analyzer.theory.cost",
+    "Topology": "analyzer.theory.topology",
 }
 
 __all__ = [
@@ -76,13 +76,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from analyzer.analysis import analyze, analyze_hlo, reprice
-    from analyzer.auditing import AuditError, AuditWarning, audit
+    from analyzer.pipeline import analyze, analyze_hlo, reprice
+    from analyzer.workflows.auditing import AuditError, AuditWarning, audit
     from analyzer.diagnostics import Diagnostic, Severity
-    from analyzer.cost import collective_cost
-    from analyzer.hardware import list_hardware, load_hardware
-    from analyzer.topology import Topology
+    from analyzer.theory.cost import collective_cost
+    from analyzer.theory.hardware import list_hardware, load_hardware
+    from analyzer.theory.topology import Topology
     from analyzer.hlo.ir import HloModule
     from analyzer.hlo.parser import parse_hlo
-    from analyzer.notation import Notation
-    from analyzer.report import Report
+    from analyzer.theory.notation import Notation
+    from analyzer.analysis.report import Report

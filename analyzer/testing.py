@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from analyzer.report import Report
+    from analyzer.analysis.report import Report
 
 __all__ = [
     "SNAPSHOT_COLUMNS",
@@ -63,13 +63,13 @@ class CollectivesMismatch(AssertionError):
 
 def _report(fn_or_report: Any, args: tuple, kwargs: dict) -> Report:
     """A Report as given, or the analysis of `fn(*args)` with analyze's keyword options."""
-    from analyzer.report import Report
+    from analyzer.analysis.report import Report
 
     if isinstance(fn_or_report, Report):
         if args:
             raise TypeError("pass either a Report or a function and its arguments, not both")
         return fn_or_report
-    from analyzer.analysis import analyze
+    from analyzer.pipeline import analyze
 
     return analyze(fn_or_report, *args, **kwargs)
 

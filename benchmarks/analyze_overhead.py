@@ -82,7 +82,7 @@ def measure(layers: int, unrolled: bool, repeat: int) -> dict[str, float]:
     import jax
 
     import analyzer
-    from analyzer.analysis import build_report
+    from analyzer.pipeline import build_report
     from analyzer.hlo.parser import parse_hlo
     from analyzer.rules import run_rules
 
@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{m['lower+compile']:12.2f}s {m['parse']:6.2f}s "
               f"{m['analysis']:7.2f}s {m['rules']:7.2f}s {m['around']:6.2f}s {int(m['collectives']):5d}")
     print(f"target: analyze adds at most 20% to jax's compile; worst here {worst:.1%}")
-    print("lower+compile: analyzer.lower (trace, StableHLO, compile with the after-SPMD dump); "
+    print("lower+compile: analyzer.compile.lower (trace, StableHLO, compile with the after-SPMD dump); "
           "parse: analyzer.hlo.parser; analysis: call graph, collectives, mapping, pricing, Report "
-          "(analyzer.analysis); rules: analyzer.rules.run_rules; around: analyze minus its own lower+compile "
+          "(analyzer.pipeline); rules: analyzer.rules.run_rules; around: analyze minus its own lower+compile "
           "(all it adds except a slower compile, e.g. the dump's)")
     return 0
 

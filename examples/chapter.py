@@ -1,10 +1,10 @@
 """The programs of "How to Scale Your Model", chapter 3 (sharded matmuls), as hlo-analyzer entry points.
 
 Each entry point takes the mesh and returns `(fn, args)`: a jitted function and its abstract arguments
-(`jax.ShapeDtypeStruct`s with `NamedSharding`s), the convention of `analyzer.lower.lower_entry`:
+(`jax.ShapeDtypeStruct`s with `NamedSharding`s), the convention of `analyzer.compile.lower.lower_entry`:
 
     hlo-analyzer analyze examples.chapter:matmul_case2 --mesh X=2,Y=4
-    analyzer.lower.lower_entry("examples.chapter:fsdp_step", mesh={"X": 8})
+    analyzer.compile.lower.lower_entry("examples.chapter:fsdp_step", mesh={"X": 8})
 
 Axis roles: the chapter's X is the mesh's first axis and Y its second (the entry points that need a second
 axis say so with a MeshError on a one-axis mesh; further axes are left unused). The shard_map collectives
@@ -23,7 +23,7 @@ What the chapter predicts (section "Sharded matmuls", A[I, J] ·_J B[J, K] -> C[
 | matmul_case4    | A[I_X, J] · B[J, K_X] -> C[I_X, K]           | AllGather_X B: [J, K_X] -> [J, K]           |
 | reshard         | A[I_X, J] -> A[I, J_X]                       | AllToAll_X                                  |
 | psum, all_gather, psum_scatter, all_to_all, ppermute | `shard_map` over X | one of each                  |
-| fsdp_step, tp_step, fsdp_tp_step (and *_mlp_step)    | training steps, L=4 scanned layers | see analyzer.models |
+| fsdp_step, tp_step, fsdp_tp_step (and *_mlp_step)    | training steps, L=4 scanned layers | see analyzer.compile.models |
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from analyzer.errors import MeshError
-from analyzer.models import TransformerConfig, build
+from analyzer.compile.models import TransformerConfig, build
 
 __all__ = [
     "I", "J", "K", "LAYERS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analyzer.report import Report
+from analyzer.analysis.report import Report
 
 __all__ = ["add_output_options", "add_pricing_options", "emit"]
 

@@ -1,4 +1,4 @@
-"""`hlo-analyzer analyze module:function`: compile an entry point and price its collectives (analyzer.analysis)."""
+"""`hlo-analyzer analyze module:function`: compile an entry point and price its collectives (analyzer.pipeline)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from analyzer.analysis import analyze
-    from analyzer.lower import load_entry
+    from analyzer.pipeline import analyze
+    from analyzer.compile.lower import load_entry
 
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # `module:function` names modules of the current project

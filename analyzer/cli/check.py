@@ -1,4 +1,4 @@
-"""`hlo-analyzer check [PATHS]`: the pre-commit hook and CI gate (logic in analyzer/check.py)."""
+"""`hlo-analyzer check [PATHS]`: the pre-commit hook and CI gate (logic in analyzer/workflows/check.py)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _codes(text: str | None) -> list[str] | None:
 
 def _load(args: argparse.Namespace):
     """The config to use and the project root it lives in."""
-    from analyzer.config import find_config, load_config
+    from analyzer.workflows.config import find_config, load_config
 
     if args.config:
         path = Path(args.config)
@@ -93,7 +93,7 @@ def _load(args: argparse.Namespace):
     if args.target:
         overrides["target"] = args.target
     if args.mesh:
-        from analyzer.lower import parse_mesh
+        from analyzer.compile.lower import parse_mesh
 
         overrides["mesh"] = parse_mesh(args.mesh)
     config = config.override(select=_codes(args.select), ignore=_codes(args.ignore), where="command line",
@@ -102,7 +102,7 @@ def _load(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.check import mesh_size, prepare_cpu_devices, run_check
+    from analyzer.workflows.check import mesh_size, prepare_cpu_devices, run_check
     from analyzer.rules.baseline import read_baseline, write_baseline
 
     config, root = _load(args)

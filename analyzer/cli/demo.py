@@ -1,4 +1,4 @@
-"""`hlo-analyzer demo`: audit a built-in transformer training step and write an HTML report (analyzer/demo.py)."""
+"""`hlo-analyzer demo`: audit a built-in transformer training step and write an HTML report (analyzer/workflows/demo.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from analyzer.models import STRATEGIES
+    from analyzer.compile.models import STRATEGIES
 
     p = subparsers.add_parser("demo", help="audit a built-in transformer step (start here)", description=DESCRIPTION,
                               epilog=EPILOG)
@@ -39,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from analyzer.check import mesh_size, prepare_cpu_devices
-    from analyzer.demo import next_steps, plan_from, run_demo
+    from analyzer.workflows.check import mesh_size, prepare_cpu_devices
+    from analyzer.workflows.demo import next_steps, plan_from, run_demo
     from analyzer.render import terminal
 
     plan = plan_from(args.strategy, args.hardware, args.topology)

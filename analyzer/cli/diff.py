@@ -1,4 +1,4 @@
-"""`hlo-analyzer diff OLD NEW`: collectives added, removed and changed between two analyses (analyzer/diff.py)."""
+"""`hlo-analyzer diff OLD NEW`: collectives added, removed and changed between two analyses (analyzer/workflows/diff.py)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.diff import diff_sides, load_side, parse_threshold
+    from analyzer.workflows.diff import diff_sides, load_side, parse_threshold
     from analyzer.render import diff as render
 
     threshold = parse_threshold(args.max_regression) if args.max_regression else None

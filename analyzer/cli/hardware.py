@@ -51,7 +51,7 @@ def _row(hw) -> dict:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from analyzer.hardware import list_hardware, load_hardware
+    from analyzer.theory.hardware import list_hardware, load_hardware
 
     rows = [_row(load_hardware(n)) for n in list_hardware()]
     if args.json:
@@ -69,7 +69,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from analyzer.hardware import hardware_dir, load_hardware
+    from analyzer.theory.hardware import hardware_dir, load_hardware
 
     hw = load_hardware(args.name)
     if args.json:

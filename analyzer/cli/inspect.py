@@ -1,4 +1,4 @@
-"""`hlo-analyzer inspect FILE_OR_DUMP_DIR`: the collectives of an HLO dump, priced (analyzer.analysis)."""
+"""`hlo-analyzer inspect FILE_OR_DUMP_DIR`: the collectives of an HLO dump, priced (analyzer.pipeline)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.analysis import analyze_hlo
+    from analyzer.pipeline import analyze_hlo
 
     report = analyze_hlo(args.path, mesh=args.mesh, hardware=args.hardware, topology=args.topology,
                          model=args.model)

@@ -1,5 +1,5 @@
 """`hlo-analyzer price 'AllGather_Y [E_Y, F] -> [E, F]' --mesh X=8,Y=4 --dims E=2048,F=8192`: one
-collective, priced on a hardware model (analyzer.cost)."""
+collective, priced on a hardware model (analyzer.theory.cost)."""
 
 from __future__ import annotations
 
@@ -64,10 +64,10 @@ def parse_sizes(text: str, what: str) -> dict[str, int]:
 
 def price(args: argparse.Namespace) -> dict:
     """Everything `run` prints, as a dict (also the --json object)."""
-    from analyzer.cost import collective_cost
-    from analyzer.hardware import load_hardware
-    from analyzer.notation import Collective, parse_collective
-    from analyzer.topology import Topology
+    from analyzer.theory.cost import collective_cost
+    from analyzer.theory.hardware import load_hardware
+    from analyzer.theory.notation import Collective, parse_collective
+    from analyzer.theory.topology import Topology
 
     mesh = parse_sizes(args.mesh, "mesh")
     dims = parse_sizes(args.dims, "dims")

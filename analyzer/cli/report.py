@@ -71,15 +71,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analyzer.render import format_for_path, write
-    from analyzer.reportconfig import load_report_config
-    from analyzer.sweep import analyze_config
+    from analyzer.workflows.reportconfig import load_report_config
+    from analyzer.workflows.sweep import analyze_config
 
     fmt = format_for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
     config = load_report_config(args.config)
     report = analyze_config(config, hardware=args.hardware, topology=args.topology)
     whatif = None
     if args.what_if:
-        from analyzer.whatif import compare
+        from analyzer.workflows.whatif import compare
 
         whatif = compare(report, args.what_if)
     if args.output:
@@ -98,6 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seconds(value: float) -> str:
-    from analyzer.render.units import format_seconds
+    from analyzer.units import format_seconds
 
     return format_seconds(value)

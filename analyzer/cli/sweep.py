@@ -27,7 +27,7 @@ examples:
 
 def _shapes(text: str) -> list[tuple[int, ...]]:
     from analyzer.errors import ConfigError
-    from analyzer.reportconfig import parse_mesh_shape
+    from analyzer.workflows.reportconfig import parse_mesh_shape
 
     try:
         shapes = [parse_mesh_shape(t) for t in text.split(",") if t.strip()]
@@ -40,7 +40,7 @@ def _shapes(text: str) -> list[tuple[int, ...]]:
 
 def _strategies(text: str) -> list[str]:
     from analyzer.errors import valid_choices
-    from analyzer.reportconfig import STRATEGIES
+    from analyzer.workflows.reportconfig import STRATEGIES
 
     items = [t.strip() for t in text.split(",") if t.strip()]
     for s in items:
@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.errors import AnalyzerError
     from analyzer.render import format_for_path, write
     from analyzer.render.terminal import sweep_table
-    from analyzer.render.units import format_seconds
-    from analyzer.reportconfig import load_report_config
-    from analyzer.sweep import candidates, default_jobs, run_sweep
+    from analyzer.units import format_seconds
+    from analyzer.workflows.reportconfig import load_report_config
+    from analyzer.workflows.sweep import candidates, default_jobs, run_sweep
 
     if args.output:
         format_for_path(args.output)

@@ -16,7 +16,7 @@ Every form XLA's `HloSharding::ToString` prints is read here:
 
 `metadata={...}`, `shard_as N` / `shard_like N` may follow inside the braces; they are kept, never
 interpreted. The tile assignment of a tiled sharding holds *logical* device ids: with jax, id `i` is the
-device at position `i` of `mesh.devices.flat` (see `analyzer.notation` for the mapping to mesh axes).
+device at position `i` of `mesh.devices.flat` (see `analyzer.theory.notation` for the mapping to mesh axes).
 
 Source of the forms: XLA's `hlo_sharding.cc` (ToString) and `tile_assignment.h` (iota tile assignments).
 """

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from analyzer.errors import AnalyzerError, valid_choices
 
 if TYPE_CHECKING:
-    from analyzer.report import Report
-    from analyzer.sweep import SweepResult
-    from analyzer.whatif import WhatIf
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.sweep import SweepResult
+    from analyzer.workflows.whatif import WhatIf
 
 __all__ = ["FORMATS", "EXTENSIONS", "render", "format_for_path", "write"]
 
@@ -47,7 +47,7 @@ def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = Non
       report: an analysed `Report`.
       fmt: `text`, `json`, `markdown` or `html`.
       sweep: a sweep ranking to include.
-      whatif: the plan repriced on other hardware (`analyzer.whatif.compare`), to include.
+      whatif: the plan repriced on other hardware (`analyzer.workflows.whatif.compare`), to include.
 
     Returns:
       The rendered text.

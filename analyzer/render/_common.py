@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analyzer.render.units import format_bytes, format_count, format_ratio, format_seconds
+from analyzer.units import format_bytes, format_count, format_ratio, format_seconds
 
 if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
-    from analyzer.report import Report
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["argument_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -248,7 +249,7 @@ def argument_rows(report: Report) -> list[dict[str, Any]]:
     import jax
 
     from analyzer.errors import AnalyzerError
-    from analyzer.notation import Notation
+    from analyzer.theory.notation import Notation
 
     mesh = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
     rows = []
@@ -279,3 +280,18 @@ _SHORT_DTYPES = {"bfloat16": "bf16", "float32": "f32", "float16": "f16", "float6
 def _short_dtype(name: str) -> str:
     """XLA's short dtype names, as the HLO and the notation print them."""
     return _SHORT_DTYPES.get(name, name)
+
+
+def whatif_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:
+    """Formatted rows for the renderers, with each step time relative to the baseline."""
+    base = next((w for w in whatifs if w.baseline), whatifs[0] if whatifs else None)
+    rows = []
+    for w in whatifs:
+        rel = w.step_seconds / base.step_seconds if base and base.step_seconds > 0 else float("nan")
+        rows.append({
+            "hardware": w.hardware, "topology": w.topology, "comm": format_seconds(w.comm_seconds),
+            "compute": format_seconds(w.compute_seconds), "step": format_seconds(w.step_seconds),
+            "relative": "—" if rel != rel else f"{rel:.2f}x", "findings": w.findings,
+            "saving": format_seconds(w.saving_seconds) if w.saving_seconds else "—", "baseline": w.baseline,
+        })
+    return rows

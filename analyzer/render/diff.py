@@ -1,4 +1,4 @@
-"""A diff of two analyses (analyzer/diff.py) as text and as JSON.
+"""A diff of two analyses (analyzer/workflows/diff.py) as text and as JSON.
 
     step: 1 added, 1 changed, 6 unchanged; comm 1.20 ms -> 1.45 ms per step (+250 µs, +20.8%)
       + all-gather     AllGather_data: [D_data, F] -> [D, F]        4.00 MiB x24            +120 µs  model.py:42
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from analyzer.render.units import format_bytes, format_seconds
+from analyzer.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from analyzer.diff import Change, Diff, Threshold
+    from analyzer.workflows.diff import Change, Diff, Threshold
 
 __all__ = ["DIFF_SCHEMA_VERSION", "render_text", "to_dict", "render_json"]
 

@@ -16,10 +16,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Diagnostic
-from analyzer.render.units import format_seconds
+from analyzer.units import format_seconds
 
 if TYPE_CHECKING:
-    from analyzer.check import CheckResult
+    from analyzer.workflows.check import CheckResult
 
 __all__ = ["CHECK_SCHEMA_VERSION", "line", "render_text", "to_dict", "render_json"]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyzer.render._common import (
+    whatif_rows,
     argument_rows,
     collective_rows,
     dot_label,
@@ -22,13 +23,13 @@ from analyzer.render._common import (
     plan_lines,
     sorted_diagnostics,
 )
-from analyzer.render.units import format_bytes, format_flops, format_seconds
+from analyzer.units import format_bytes, format_flops, format_seconds
 
 if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
-    from analyzer.report import Report
-    from analyzer.sweep import SweepResult
-    from analyzer.whatif import WhatIf
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.sweep import SweepResult
+    from analyzer.workflows.whatif import WhatIf
 
 __all__ = ["render", "TEMPLATE"]
 
@@ -226,9 +227,8 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
 def _whatif(whatif: Sequence[WhatIf] | None) -> list[dict[str, Any]]:
     if not whatif:
         return []
-    from analyzer.whatif import as_rows
 
-    return as_rows(whatif)
+    return whatif_rows(whatif)
 
 
 def _short_topology(text: str) -> str:
@@ -249,7 +249,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     Args:
       report: the analysed report.
       sweep: a sweep ranking to show above the plan (the report is then the best candidate's).
-      whatif: the plan repriced on other hardware (`analyzer.whatif.compare`), shown as a table.
+      whatif: the plan repriced on other hardware (`analyzer.workflows.whatif.compare`), shown as a table.
 
     Returns:
       HTML text with inline CSS and SVG plots; no external resources.
@@ -261,7 +261,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
 
     from analyzer import __version__
     from analyzer.render import plots
-    from analyzer.report import REPORT_SCHEMA_VERSION
+    from analyzer.analysis.schema import REPORT_SCHEMA_VERSION
 
     def svg(text: str | None) -> Markup | None:
         return Markup(text) if text else None

@@ -1,7 +1,7 @@
 """The machine-readable report: a plain dict and its JSON text.
 
 The shape is a versioned contract, written as a JSON Schema in `docs/report-schema.json`; its
-`schema_version` is `analyzer.report.REPORT_SCHEMA_VERSION`. Add optional fields freely; renaming,
+`schema_version` is `analyzer.analysis.schema.REPORT_SCHEMA_VERSION`. Add optional fields freely; renaming,
 removing or retyping a field means bumping the version and the schema together.
 
 Every value is converted to plain JSON: numpy and pandas scalars to Python numbers, tuples to lists, NaN and
@@ -17,14 +17,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
+from analyzer.analysis.schema import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from analyzer.report import Report
-    from analyzer.sweep import SweepResult
-    from analyzer.whatif import WhatIf
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.sweep import SweepResult
+    from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["report_to_dict", "report_from_dict", "render", "to_jsonable"]
+__all__ = ["report_to_dict", "render", "to_jsonable"]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -127,7 +127,7 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
     Args:
       report: an analysed `Report`.
       sweep: the ranking of a sweep whose best candidate `report` is; stored under `"sweep"`.
-      whatif: the plan repriced on other hardware (`analyzer.whatif.compare`); stored under `"what_if"`.
+      whatif: the plan repriced on other hardware (`analyzer.workflows.whatif.compare`); stored under `"what_if"`.
 
     Returns:
       A dict with `schema_version`, `tool`, the run's identity (name, target, hardware, topology, mesh),
@@ -176,63 +176,3 @@ def render(report: Report, indent: int | None = 2, *, sweep: SweepResult | None 
       >>> text = render(report, indent=None)
     """
     return json.dumps(report_to_dict(report, sweep=sweep, whatif=whatif), indent=indent, ensure_ascii=False, allow_nan=False)
-
-
-def report_from_dict(data: Mapping[str, Any]) -> Report:
-    """A `Report` rebuilt from its JSON form (`report_to_dict`), for rendering without recompiling.
-
-    The rebuilt report has no HLO module and no live context, so it can be rendered (every format) but not
-    repriced or re-checked. Sweeps use it to bring the best candidate's report back from a worker process.
-
-    Args:
-      data: a dict following docs/report-schema.json.
-
-    Returns:
-      The `Report`.
-
-    Raises:
-      AnalyzerError: the data is not a report of this schema version.
-
-    Example:
-      >>> again = report_from_dict(report_to_dict(report))
-      >>> again.totals == report.totals
-      True
-    """
-    import pandas as pd
-
-    from analyzer.diagnostics import Diagnostic, Location, Severity
-    from analyzer.errors import AnalyzerError
-    from analyzer.report import MeshInfo, Report, Totals
-
-    version = data.get("schema_version") if isinstance(data, Mapping) else None
-    if version != REPORT_SCHEMA_VERSION:
-        raise AnalyzerError(f"not a hlo-analyzer report of schema version {REPORT_SCHEMA_VERSION} (got "
-                            f"{version!r}); see docs/report-schema.json")
-    rows = [dict(r, axes=tuple(r.get("axes") or ())) for r in data.get("collectives", [])]
-    for r in rows:
-        if isinstance(r.get("global_shape"), list):
-            r["global_shape"] = tuple(r["global_shape"])
-    t = data["totals"]
-    totals = Totals(comm_seconds=float(t["comm_seconds"]), compute_seconds=float(t["compute_seconds"]),
-                    by_kind=dict(t.get("by_kind", {})), by_axis=dict(t.get("by_axis", {})),
-                    comm_bytes=int(t.get("comm_bytes", 0)), flops=float(t.get("flops", 0.0)))
-    m = data.get("mesh")
-    mesh = None if m is None else MeshInfo(tuple(m["axis_names"]), tuple(m["axis_sizes"]), tuple(m["device_ids"]),
-                                           tuple(m.get("axis_types", ())))
-    diagnostics = []
-    for d in data.get("diagnostics", []):
-        loc = d.get("location") or {}
-        diagnostics.append(Diagnostic(
-            code=d["code"], name=d["name"], message=d["message"], severity=Severity(d["severity"]),
-            location=Location(**{k: loc.get(k) for k in ("file", "line", "computation", "instruction", "hlo_line")}),
-            notation=d.get("notation"), seconds=d.get("seconds"), alternative=d.get("alternative"),
-            alternative_seconds=d.get("alternative_seconds"), saving_seconds=d.get("saving_seconds"),
-            fix=d.get("fix"), details=dict(d.get("details") or {})))
-    return Report(
-        collectives=pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS)),
-        dots=pd.DataFrame(data.get("dots", []), columns=list(DOT_COLUMNS)), totals=totals, hlo=None, mesh=mesh,
-        hardware=data["hardware"], topology=data.get("topology", ""), target=data["target"],
-        diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])),
-        memory=None if data.get("memory") is None else dict(data["memory"]), name=data.get("name", ""),
-        context={"argument_rows": [dict(a) for a in data["arguments"]]} if data.get("arguments") else {},
-    )

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    whatif_rows,
     argument_rows,
     collective_rows,
     headline,
@@ -17,12 +18,12 @@ from analyzer.render._common import (
     plan_lines,
     sorted_diagnostics,
 )
-from analyzer.render.units import format_bytes, format_seconds
+from analyzer.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
-    from analyzer.report import Report
-    from analyzer.sweep import SweepResult
-    from analyzer.whatif import WhatIf
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.sweep import SweepResult
+    from analyzer.workflows.whatif import WhatIf
 
 __all__ = ["render", "table", "findings_section", "sweep_section", "whatif_section"]
 
@@ -107,10 +108,9 @@ def sweep_section(sweep: SweepResult) -> str:
 
 def whatif_section(whatif: Sequence[WhatIf]) -> str:
     """`## What-if`: the same plan repriced on other hardware."""
-    from analyzer.whatif import as_rows
 
     rows = [[("**" + r["hardware"] + "** (this report)") if r["baseline"] else r["hardware"], r["topology"], r["comm"],
-             r["compute"], r["step"], r["relative"], r["findings"]] for r in as_rows(whatif)]
+             r["compute"], r["step"], r["relative"], r["findings"]] for r in whatif_rows(whatif)]
     body = table(["hardware", "topology", "comm", "compute", "step", "vs this", "findings"], rows,
                  align="llrrrrr")
     return ("## What-if: the same plan on other hardware\n\nThe compiled program is unchanged; only the pricing "

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analyzer.render.units import format_seconds
+from analyzer.units import format_seconds
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from analyzer.report import Report
-    from analyzer.sweep import SweepResult
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.sweep import SweepResult
 
 __all__ = ["Block", "layer_blocks", "kind_plot", "axis_plot", "layer_plot", "sweep_plot", "KIND_COLORS"]
 

@@ -12,21 +12,22 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    whatif_rows,
     collective_rows,
     headline,
     memory_lines,
     plan_lines,
     sorted_diagnostics,
 )
-from analyzer.render.units import format_seconds
+from analyzer.units import format_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from analyzer.diagnostics import Diagnostic
-    from analyzer.report import Report
-    from analyzer.sweep import SweepResult
-    from analyzer.whatif import WhatIf
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.sweep import SweepResult
+    from analyzer.workflows.whatif import WhatIf
 
 __all__ = [
     "render",
@@ -165,7 +166,7 @@ def sweep_table(sweep: SweepResult):
     from rich import box
     from rich.table import Table
 
-    from analyzer.render.units import format_bytes
+    from analyzer.units import format_bytes
 
     table = Table(title=f"Sweep ranking on {sweep.hardware}", title_justify="left", caption=sweep.combine,
                   caption_justify="left", box=box.SIMPLE_HEAD, title_style="bold")
@@ -197,14 +198,13 @@ def whatif_table(whatif: Sequence[WhatIf]):
     from rich import box
     from rich.table import Table
 
-    from analyzer.whatif import as_rows
 
     table = Table(title="What-if: the same plan on other hardware (not recompiled)", title_justify="left",
                   box=box.SIMPLE_HEAD, title_style="bold")
     for name, justify in (("hardware", "left"), ("topology", "left"), ("comm", "right"), ("compute", "right"),
                           ("step", "right"), ("vs this", "right"), ("findings", "right")):
         table.add_column(name, justify=justify)
-    for r in as_rows(whatif):
+    for r in whatif_rows(whatif):
         table.add_row(r["hardware"] + (" (this)" if r["baseline"] else ""), _escape(r["topology"]), r["comm"],
                       r["compute"], r["step"], r["relative"], str(r["findings"]), style="bold" if r["baseline"] else "")
     return table

@@ -18,14 +18,14 @@ _EXPLICIT = ("psum", "pmean", "pmax", "pmin", "all_gather", "all_to_all", "pperm
 
 def fmt_s(seconds: float | None) -> str:
     """Seconds in the unit a person reads: `23.3 us`, `1.20 ms`."""
-    from analyzer.render.units import format_seconds
+    from analyzer.units import format_seconds
 
     return format_seconds(seconds)
 
 
 def fmt_b(n: float | None) -> str:
     """Bytes with a unit: `34.0 MB`."""
-    from analyzer.render.units import format_bytes
+    from analyzer.units import format_bytes
 
     return format_bytes(n)
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from analyzer.diagnostics import Diagnostic, Location, Severity
 
 if TYPE_CHECKING:
-    from analyzer.config import Config
-    from analyzer.report import Report
+    from analyzer.workflows.config import Config
+    from analyzer.analysis.report import Report
     from analyzer.rules.facts import Facts
     from analyzer.rules.registry import Rule
 

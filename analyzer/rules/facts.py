@@ -82,7 +82,7 @@ class Chip:
 
     @staticmethod
     def from_spec(spec: Any, name: str = "") -> Chip:
-        """Read a hardware spec object (analyzer.hardware) or its TOML mapping."""
+        """Read a hardware spec object (analyzer.theory.hardware) or its TOML mapping."""
         flops = _get(spec, "flops", {}) or {}
         if isinstance(flops, (tuple, list)):
             flops = dict(flops)
@@ -280,7 +280,7 @@ class Facts:
     collectives: tuple[Coll, ...]
     mesh_axes: tuple[str, ...] = ()
     context: Mapping[str, Any] = field(default_factory=dict)
-    topology: Any = None  # the analysis's `analyzer.topology.Topology`, when it priced on one
+    topology: Any = None  # the analysis's `analyzer.theory.topology.Topology`, when it priced on one
     cost_model: str = "topology"
     # users_map of each computation, built on first use: a 32-layer unrolled step has hundreds of
     # collectives in one entry computation, and rebuilding its map for each cost ~30 s.
@@ -311,12 +311,12 @@ class Facts:
               links: Sequence[AxisLink] | None = None) -> Price:
         """Seconds of one collective of `kind` moving V = `nbytes` over mesh `axes`.
 
-        With the analysis's topology (and no `wrap`/`links` override) this is `analyzer.cost.collective_cost`,
+        With the analysis's topology (and no `wrap`/`links` override) this is `analyzer.theory.cost.collective_cost`,
         the model that priced the report's rows; otherwise the chapter's formulas (`chapter_price`).
         """
         if self.topology is not None and wrap is None and links is None and axes:
             try:
-                from analyzer.cost import collective_cost
+                from analyzer.theory.cost import collective_cost
 
                 cost = collective_cost(kind, float(nbytes), tuple(axes), self.topology, model=self.cost_model)
                 return Price(float(cost.seconds), str(cost.regime), str(getattr(cost, "formula", "")))
@@ -351,7 +351,7 @@ class Facts:
             try:
                 from dataclasses import replace as _replace
 
-                from analyzer.cost import collective_cost
+                from analyzer.theory.cost import collective_cost
 
                 sl = topo.slice
                 wraps = list(sl.wraps)
@@ -450,9 +450,9 @@ def _with(c: Coll, **changes: Any) -> Coll:
 
 
 def _load_spec(name: str) -> Any:
-    """The hardware spec by name through analyzer.hardware, or the TOML file shipped in the package."""
+    """The hardware spec by name through analyzer.theory.hardware, or the TOML file shipped in the package."""
     try:
-        from analyzer.hardware import load_hardware
+        from analyzer.theory.hardware import load_hardware
 
         return load_hardware(name)
     except Exception:  # noqa: BLE001 - fall back to the raw spec file below

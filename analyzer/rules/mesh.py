@@ -238,8 +238,8 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
     try:
         from itertools import product
 
-        from analyzer.cost import collective_cost
-        from analyzer.topology import Topology
+        from analyzer.theory.cost import collective_cost
+        from analyzer.theory.topology import Topology
 
         sl = topo.slice
         torus = [d for d, n in zip(sl.dims, sl.networks) if n == "ici"]

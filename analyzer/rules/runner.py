@@ -174,7 +174,7 @@ def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | No
       comm_seconds: the step's predicted communication.
 
     Example:
-        >>> from analyzer.config import Config
+        >>> from analyzer.workflows.config import Config
         >>> from analyzer.rules.registry import get_rule
         >>> saving_threshold(get_rule("HA301"), Config(), 18.9e-3)   # 1% of 18.9 ms beats 10 us
         0.000189
@@ -239,8 +239,8 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
     """Run every enabled rule over `report` and apply the suppressions.
 
     Args:
-      report: an `analyzer.report.Report`.
-      config: an `analyzer.config.Config` (None: the defaults). Its `baseline` path, when set, is read.
+      report: an `analyzer.analysis.report.Report`.
+      config: an `analyzer.workflows.config.Config` (None: the defaults). Its `baseline` path, when set, is read.
 
     Returns:
       a `RuleResult`.
@@ -250,7 +250,7 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
 
 def _check_rules(report: Any, config: Any) -> RuleResult:
-    from analyzer.config import Config
+    from analyzer.workflows.config import Config
     from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
     from analyzer.rules.facts import Facts

@@ -36,7 +36,7 @@ def _mesh(key: str):
     import jax
     import numpy as np
 
-    from analyzer.lower import make_mesh
+    from analyzer.compile.lower import make_mesh
 
     if key == "xy":
         return make_mesh({"X": 4, "Y": 2})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import analyzer
-from analyzer.analysis import analyze_hlo, pick_dump_file, reprice
+from analyzer.pipeline import analyze_hlo, pick_dump_file, reprice
 from analyzer.cli import main
 from analyzer.errors import AnalyzerError, HloSyntaxError, MeshError
 

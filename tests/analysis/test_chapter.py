@@ -266,7 +266,7 @@ def collective_matmul(tpu_reason):
     from jax.sharding import PartitionSpec as P
 
     import analyzer
-    from analyzer.lower import make_mesh
+    from analyzer.compile.lower import make_mesh
 
     mesh = make_mesh({"X": 4, "Y": 2})
     layers, b, d, f = 2, 8192, 4096, 16384

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.analysis import analyze_hlo
-from analyzer.collectives import extract_collectives
+from analyzer.pipeline import analyze_hlo
+from analyzer.analysis.collectives import extract_collectives
 from analyzer.hlo.parser import parse_hlo
 
 SAMPLES = Path(__file__).resolve().parents[1] / "hlo" / "samples"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.graph import CallGraph
+from analyzer.analysis.graph import CallGraph
 from analyzer.hlo.parser import parse_hlo
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analyzer.errors import MeshError
-from analyzer.mapping import (
+from analyzer.analysis.mapping import (
     collective_notation,
     groups_to_axes,
     infer_mesh,
@@ -18,7 +18,7 @@ from analyzer.mapping import (
     parse_mesh_spec,
     pass_of,
 )
-from analyzer.report import MeshInfo
+from analyzer.theory.mesh import MeshInfo, parse_mesh_spec
 
 XY = MeshInfo(("X", "Y"), (4, 2), tuple(range(8)))
 XYZ = MeshInfo(("X", "Y", "Z"), (2, 2, 2), tuple(range(8)))

@@ -4,11 +4,11 @@ the book rounds (e.g. 1 MiB taken as 1e6 bytes, 34e6 for 2048*8192*2)."""
 
 import pytest
 
-from analyzer.cost import collective_cost
-from analyzer.hardware import load_hardware
-from analyzer.notation import Notation, parse_collective
-from analyzer.roofline import compare_gather_vs_reduce_scatter, hbm_seconds
-from analyzer.topology import Topology
+from analyzer.theory.cost import collective_cost
+from analyzer.theory.hardware import load_hardware
+from analyzer.theory.notation import Notation, parse_collective
+from analyzer.theory.roofline import compare_gather_vs_reduce_scatter, hbm_seconds
+from analyzer.theory.topology import Topology
 
 TOL = 0.05  # issue 3: each answer within 5%
 

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["analyzer.cost", "analyzer.topology", "analyzer.notation", "analyzer.hardware", "analyzer.roofline",
+MODULES = ["analyzer.theory.cost", "analyzer.theory.topology", "analyzer.theory.notation", "analyzer.theory.hardware", "analyzer.theory.roofline",
            "analyzer.hlo.sharding"]
 
 

@@ -3,9 +3,9 @@ answers are held out). Tolerances: the formulas are evaluated exactly, so 1e-9 r
 
 import pytest
 
-from analyzer.cost import collective_cost, tree_all_gather_seconds
+from analyzer.theory.cost import collective_cost, tree_all_gather_seconds
 from analyzer.errors import HardwareError
-from analyzer.topology import Topology
+from analyzer.theory.topology import Topology
 
 W_GPU = 450e9  # H100 NVLink egress per GPU (gpus.md NVLink table)
 W_NODE = 400e9  # DGX H100 node egress (8 x 400Gbps)

@@ -1,4 +1,4 @@
-"""analyzer.hardware: every packaged spec loads, cites its sources, and bad specs name file and key."""
+"""analyzer.theory.hardware: every packaged spec loads, cites its sources, and bad specs name file and key."""
 
 import re
 from importlib.resources import files
@@ -7,7 +7,7 @@ import pytest
 
 import analyzer
 from analyzer.errors import HardwareError
-from analyzer.hardware import list_hardware, load_hardware
+from analyzer.theory.hardware import list_hardware, load_hardware
 
 EXPECTED = {"tpu-v3", "tpu-v4p", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu-7x", "a100", "h100", "h200", "b200",
             "gb200-nvl72"}

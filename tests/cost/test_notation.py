@@ -1,9 +1,9 @@
-"""analyzer.notation: parse/print, PartitionSpec and HLO-sharding builders, sizes, errors."""
+"""analyzer.theory.notation: parse/print, PartitionSpec and HLO-sharding builders, sizes, errors."""
 
 import pytest
 
 from analyzer.errors import AnalyzerError, ShardingError
-from analyzer.notation import (
+from analyzer.theory.notation import (
     Notation,
     NotationSyntaxError,
     dtype_bytes,

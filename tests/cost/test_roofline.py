@@ -1,10 +1,10 @@
-"""analyzer.roofline: thresholds from the specs, the four matmul cases, Problems 4 and 9."""
+"""analyzer.theory.roofline: thresholds from the specs, the four matmul cases, Problems 4 and 9."""
 
 import pytest
 
 from analyzer.errors import HardwareError, ShardingError
-from analyzer.notation import Notation
-from analyzer.roofline import (
+from analyzer.theory.notation import Notation
+from analyzer.theory.roofline import (
     classify_matmul,
     collective_threshold,
     compare_gather_vs_reduce,
@@ -18,7 +18,7 @@ from analyzer.roofline import (
     matmul_flops,
     roofline,
 )
-from analyzer.topology import Topology
+from analyzer.theory.topology import Topology
 
 
 def test_thresholds_match_the_book():

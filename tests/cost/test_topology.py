@@ -1,9 +1,9 @@
-"""analyzer.topology: slices, default placement, mappings, device coords, group geometry."""
+"""analyzer.theory.topology: slices, default placement, mappings, device coords, group geometry."""
 
 import pytest
 
 from analyzer.errors import HardwareError, MeshError, ShardingError
-from analyzer.topology import SubAxis, Topology, parse_slice, smallest_slice
+from analyzer.theory.topology import SubAxis, Topology, parse_slice, smallest_slice
 
 
 def test_parse_slices():
@@ -132,7 +132,7 @@ def test_two_cores_per_chip_get_a_free_core_axis():
     coords = [(x, y, 0) for y in range(2) for x in range(2) for _ in range(2)]
     t = Topology.for_mesh("tpu-7x", ("X", "core"), (4, 2), device_coords=coords)
     assert t.slice.axis_labels[-1] == "core" and t.axis_info("core").network == "chip"
-    from analyzer.cost import collective_cost
+    from analyzer.theory.cost import collective_cost
 
     assert collective_cost("all-gather", 1e8, "core", t).seconds == 0
     assert collective_cost("all-gather", 1e8, "core", t, model="ideal").seconds == 0

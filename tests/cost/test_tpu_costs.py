@@ -3,7 +3,7 @@ formulas, evaluated exactly (relative tolerance 1e-9 unless stated)."""
 
 import pytest
 
-from analyzer.cost import (
+from analyzer.theory.cost import (
     Cost,
     CostModelError,
     canonical_kind,
@@ -14,7 +14,7 @@ from analyzer.cost import (
     rings_cost,
 )
 from analyzer.errors import ShardingError
-from analyzer.topology import Ring, Topology
+from analyzer.theory.topology import Ring, Topology
 
 W1 = 4.5e10  # v5e / v4p one-way link
 V = 2**28
@@ -152,7 +152,7 @@ def test_cost_to_dict():
 
 
 def test_what_if_wraparound():
-    from analyzer.cost import geometry_cost
+    from analyzer.theory.cost import geometry_cost
 
     t = v5e(("X", "Y"), (8, 4), "v5e:8x4")
     now = collective_cost("all-gather", V, "Y", t)

@@ -1,4 +1,4 @@
-"""The Examples in analyzer.lower's and analyzer.models's docstrings run and give what they say."""
+"""The Examples in analyzer.compile.lower's and analyzer.compile.models's docstrings run and give what they say."""
 
 import doctest
 import importlib
@@ -7,7 +7,7 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["analyzer.lower", "analyzer.models"])
+@pytest.mark.parametrize("name", ["analyzer.compile.lower", "analyzer.compile.models"])
 def test_docstring_examples(name, monkeypatch):
     monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])  # examples.chapter importable
     module = importlib.import_module(name)

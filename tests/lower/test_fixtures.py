@@ -56,7 +56,7 @@ def test_every_committed_fixture_has_provenance_and_parses_with_xla():
 def test_generator_reproduces_fixtures():
     """Recompile cpu fixtures (a permuted mesh, a training step) and a TPU one when libtpu is installed, and
     compare bodies."""
-    # A training step too: its stack frames carry analyzer/models.py's line numbers, so an edit there without
+    # A training step too: its stack frames carry analyzer/compile/models.py's line numbers, so an edit there without
     # regenerating the fixtures shows up here.
     cases = ["cpu/X2_Y4_perm/matmul_case2", "cpu/X8/psum_scatter", "cpu/X8/fsdp_mlp_step"]
     if importlib.util.find_spec("libtpu") is not None:

@@ -1,4 +1,4 @@
-"""analyzer.lower: in-process and child-process compiles, TPU ahead-of-time compiles, and the errors."""
+"""analyzer.compile.lower: in-process and child-process compiles, TPU ahead-of-time compiles, and the errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from analyzer.errors import AnalyzerError, HardwareError, LoweringError, MeshError, ShardingError
-from analyzer.lower import Lowered, Target, lower, lower_entry, make_mesh, mesh_info, parse_mesh, parse_target
+from analyzer.compile.lower import Lowered, Target, lower, lower_entry, make_mesh, mesh_info, parse_mesh, parse_target
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def test_in_process_cpu_compile():
     assert lowered.optimized_hlo.startswith("HloModule")
     # The user's own file and line are in the stack-frame tables, not lower.py's.
     assert __file__ in lowered.spmd_hlo
-    assert "analyzer/lower.py" not in lowered.spmd_hlo
+    assert "analyzer/compile/lower.py" not in lowered.spmd_hlo
 
 
 def test_child_process_matches_in_process():
@@ -243,7 +243,7 @@ def test_bad_entry_points(entry, message):
 
 
 def test_missing_libtpu_says_how_to_install(monkeypatch):
-    import analyzer.lower as module
+    import analyzer.compile.lower as module
 
     monkeypatch.setattr(module, "_libtpu_available", lambda: False)
     fn, args = _case3({"X": 8})
@@ -288,7 +288,7 @@ def test_tpu_mesh_of_topology_devices_keeps_the_users_order():
     import numpy as np
     from jax.experimental import topologies
 
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # as analyzer.lower does: no chip is driven
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # as analyzer.compile.lower does: no chip is driven
     devices = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices
     mesh = jax.sharding.Mesh(np.array(devices[::-1]).reshape(2, 2), ("X", "Y"),
                              axis_types=(jax.sharding.AxisType.Auto,) * 2)

@@ -1,4 +1,4 @@
-"""analyzer.models: the template transformer's configs, axis roles, shardings, and that every strategy compiles
+"""analyzer.compile.models: the template transformer's configs, axis roles, shardings, and that every strategy compiles
 to the communication its layout implies."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from analyzer.errors import ConfigError, MeshError, ShardingError
-from analyzer.lower import lower
-from analyzer.models import STRATEGIES, Roles, TransformerConfig, build, roles
+from analyzer.compile.lower import lower
+from analyzer.compile.models import STRATEGIES, Roles, TransformerConfig, build, roles
 
 SMALL = TransformerConfig(d_model=64, d_ff=128, heads=4, kv_heads=2, layers=3, seq=16, batch=8, experts=4)
 MESH = {"X": 2, "Y": 4}

@@ -23,7 +23,7 @@ from PIL import Image
 
 from analyzer.cli import main
 from analyzer.render import html, plots
-from analyzer.sweep import SweepEntry, SweepResult, rank_entries
+from analyzer.workflows.sweep import SweepEntry, SweepResult, rank_entries
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
 from analyzer.render import html, plots
-from analyzer.sweep import SweepEntry, SweepResult, rank_entries
+from analyzer.workflows.sweep import SweepEntry, SweepResult, rank_entries
 
 
 class _Collect(HTMLParser):

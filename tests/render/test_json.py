@@ -7,8 +7,8 @@ import jsonschema
 import pytest
 
 from analyzer.render.json import render, report_to_dict, to_jsonable
-from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
-from analyzer.sweep import SweepEntry, SweepResult, rank_entries
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
+from analyzer.workflows.sweep import SweepEntry, SweepResult, rank_entries
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report-schema.json"
 
@@ -87,7 +87,7 @@ def test_strict_json_and_plain_types():
 
 def test_round_trip(report, schema):
     """report_from_dict(report_to_dict(r)) renders the same JSON: sweeps rely on it to skip a recompile."""
-    from analyzer.render.json import report_from_dict
+    from analyzer.analysis.report import report_from_dict
 
     data = report_to_dict(report)
     again = report_from_dict(json.loads(json.dumps(data)))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.errors import ConfigError
-from analyzer.reportconfig import find_key_line, load_report_config, parse_mesh_shape, parse_report_config
+from analyzer.workflows.reportconfig import find_key_line, load_report_config, parse_mesh_shape, parse_report_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "configs").glob("*.toml"))
 

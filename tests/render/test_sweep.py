@@ -5,8 +5,8 @@ import math
 import pytest
 
 from analyzer.errors import ConfigError
-from analyzer.reportconfig import parse_report_config
-from analyzer.sweep import (
+from analyzer.workflows.reportconfig import parse_report_config
+from analyzer.workflows.sweep import (
     Candidate,
     SweepEntry,
     SweepResult,

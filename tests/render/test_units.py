@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from analyzer.render.units import format_bytes, format_count, format_flops, format_ratio, format_seconds
+from analyzer.units import format_bytes, format_count, format_flops, format_ratio, format_seconds
 
 
 @pytest.mark.parametrize("seconds, text", [

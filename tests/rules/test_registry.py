@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from analyzer.cli import main
-from analyzer.config import Budgets, Config, load_config
+from analyzer.workflows.config import Budgets, Config, load_config
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.errors import ConfigError
-from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, MeshInfo, Report, Totals
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals
+from analyzer.theory.mesh import MeshInfo
 from analyzer.rules import all_rules, check_rules, get_rule, is_enabled
 from analyzer.rules.baseline import read_baseline, write_baseline
 from analyzer.rules.registry import DOC_SECTIONS

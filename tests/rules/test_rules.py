@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.config import Budgets, Config
+from analyzer.workflows.config import Budgets, Config
 from analyzer.diagnostics import Severity
 from analyzer.rules import check_rules, run_rules
 
@@ -339,7 +339,7 @@ REFERENCES = {
 def test_clean_references_have_no_errors(strategy):
     """Megatron TP at 8-way (below F/2550 = 12.8), FSDP at 8192 tokens per chip (above 2550), pure DP."""
     import analyzer
-    from analyzer.models import TransformerConfig, build  # noqa: F401 - used by eval
+    from analyzer.compile.models import TransformerConfig, build  # noqa: F401 - used by eval
 
     cfg, mesh = REFERENCES[strategy]
     step, args = build(eval(cfg), strategy, eval(mesh))  # noqa: S307

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from analyzer.config import (
+from analyzer.workflows.config import (
     DEFAULT_MIN_SAVING_FRACTION,
     DEFAULT_MIN_SAVING_SECONDS,
     Config,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
-from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, MeshInfo, Report, Totals
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals
+from analyzer.theory.mesh import MeshInfo
 
 
 def _make_report(rows=(), diagnostics=(), name="step") -> Report:

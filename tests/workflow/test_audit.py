@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 import analyzer
-from analyzer.auditing import AuditError, AuditWarning, audit, signature_of
+from analyzer.workflows.auditing import AuditError, AuditWarning, audit, signature_of
 
 pytestmark = pytest.mark.slow  # compiles jax programs (about a second each)
 
@@ -35,8 +35,8 @@ def _arrays(mesh, n=64, spec_x=(None, "X"), spec_w=("X", None), dtype="float32")
 
 @pytest.fixture
 def counting(monkeypatch):
-    """Counts calls of analyzer.analysis.analyze (the real one runs)."""
-    import analyzer.analysis as analysis
+    """Counts calls of analyzer.pipeline.analyze (the real one runs)."""
+    import analyzer.pipeline as analysis
 
     calls = []
     real = analysis.analyze
@@ -223,7 +223,7 @@ def test_analyzer_audit_stays_the_decorator_whatever_was_imported_first():
     import subprocess
     import sys
 
-    code = ("from analyzer.auditing import AuditWarning\n"  # the module is analyzer.auditing, so analyzer.audit stays the decorator
+    code = ("from analyzer.workflows.auditing import AuditWarning\n"  # the module is analyzer.workflows.auditing, so analyzer.audit stays the decorator
             "import analyzer\n"
             "bare = analyzer.audit(lambda x: x)\n"
             "configured = analyzer.audit(on_violation='warn')(lambda x: x)\n"
@@ -235,7 +235,7 @@ def test_analyzer_audit_stays_the_decorator_whatever_was_imported_first():
 def test_a_failed_analysis_warns_and_runs_the_step_unless_raise(monkeypatch):
     import numpy as np
 
-    import analyzer.analysis as analysis
+    import analyzer.pipeline as analysis
     from analyzer.errors import LoweringError
 
     def broken(*args, **kwargs):

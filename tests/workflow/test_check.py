@@ -1,6 +1,6 @@
 """`hlo-analyzer check`: entry-point selection, baselines, exit codes and every output format.
 
-The analysis itself is replaced by hand-made Reports here (monkeypatching `analyzer.check.analyse_entry`), so
+The analysis itself is replaced by hand-made Reports here (monkeypatching `analyzer.workflows.check.analyse_entry`), so
 these tests pin the command's own logic; tests/workflow/test_precommit.py runs it on a real compiled model.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from analyzer import check
+from analyzer.workflows import check
 from analyzer.cli import main
-from analyzer.config import load_config
+from analyzer.workflows.config import load_config
 from analyzer.diagnostics import Severity
 from analyzer.render import findings as render_findings
 from analyzer.render import github, sarif
@@ -270,7 +270,7 @@ def test_prepare_cpu_devices_before_jax_starts():
     code = ("import os\n"
             "os.environ['XLA_FLAGS'] = '--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=4'\n"
             "os.environ.pop('JAX_PLATFORMS', None)\n"
-            "from analyzer.check import prepare_cpu_devices\n"
+            "from analyzer.workflows.check import prepare_cpu_devices\n"
             "print(prepare_cpu_devices(16), os.environ['XLA_FLAGS'], os.environ['JAX_PLATFORMS'])\n"
             "import jax\n"
             "print(len(jax.devices()), prepare_cpu_devices(32))\n")

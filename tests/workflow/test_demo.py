@@ -7,7 +7,7 @@ import re
 import pytest
 
 from analyzer.cli import main
-from analyzer.demo import DEFAULT_PLAN, demo_model, plan_from
+from analyzer.workflows.demo import DEFAULT_PLAN, demo_model, plan_from
 
 pytestmark = pytest.mark.slow  # compiles the demo's training step (about 20 s on 2 cores)
 
@@ -50,7 +50,7 @@ def test_plan_options():
 def test_next_steps_text():
     from pathlib import Path
 
-    from analyzer.demo import next_steps
+    from analyzer.workflows.demo import next_steps
 
     text = next_steps(Path("demo-report.html"))
     assert text.startswith("Wrote demo-report.html") and "[tool.hlo-analyzer]" in text

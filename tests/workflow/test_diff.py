@@ -7,7 +7,7 @@ import json
 import pytest
 
 from analyzer.cli import main
-from analyzer.diff import Diff, diff_programs, parse_threshold
+from analyzer.workflows.diff import Diff, diff_programs, parse_threshold
 from analyzer.render.diff import render_text
 
 AG = dict(kind="all-gather", axes=("data",), notation="AllGather_data: [D_data, F] -> [D, F]", dtype="bf16",
@@ -119,7 +119,7 @@ def test_cli_on_two_hlo_dumps(tmp_path, capsys):
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from analyzer.lower import lower
+    from analyzer.compile.lower import lower
 
     mesh = jax.make_mesh((8,), ("X",), axis_types=(jax.sharding.AxisType.Auto,))
     x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("X", None)))

@@ -1,7 +1,7 @@
 """Rooflines of sharded matmuls: FLOPs, HBM and communication time, the chapter's four cases, and the
 strategy comparisons of sharding.md's Problems 4 and 9.
 
-    >>> from analyzer.hardware import load_hardware
+    >>> from analyzer.theory.hardware import load_hardware
     >>> round(ici_threshold(load_hardware("tpu-v5p")))
     2550
     >>> latency_threshold_bytes(load_hardware("tpu-v5e"))
@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from analyzer.cost import Cost, collective_cost
+from analyzer.theory.cost import Cost, collective_cost
 from analyzer.errors import HardwareError, ShardingError
-from analyzer.hardware import HardwareSpec, load_hardware
-from analyzer.notation import Collective, Dim, Notation, format_collective
-from analyzer.topology import Topology
+from analyzer.theory.hardware import HardwareSpec, load_hardware
+from analyzer.theory.notation import Collective, Dim, Notation, format_collective
+from analyzer.theory.topology import Topology
 
 __all__ = [
     "matmul_flops",
@@ -398,6 +398,6 @@ def compare_gather_vs_reduce_scatter(n: int, m: int, k: int, axis: str, topology
 
 
 def _itemsize(dtype: str) -> float:
-    from analyzer.notation import dtype_bytes
+    from analyzer.theory.notation import dtype_bytes
 
     return dtype_bytes(dtype)

@@ -2,7 +2,7 @@
 
 A report config is a TOML file that says what to compile, on which mesh, for which hardware, and which
 rules to apply. The program is either the user's own entry point or the built-in transformer template
-(`analyzer.models`) with a sharding strategy:
+(`analyzer.compile.models`) with a sharding strategy:
 
     name = "8B-class model, FSDP+TP on a v5e-8"
     strategy = "fsdp+tp"                 # dp | fsdp | tp | fsdp+tp | ep  (with [model])
@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import AnalyzerError, ConfigError, valid_choices
 
 if TYPE_CHECKING:
-    from analyzer.config import Config
+    from analyzer.workflows.config import Config
 
 __all__ = [
     "ReportConfig",
@@ -181,8 +181,8 @@ class ReportConfig:
                        name="" if (mesh_shape is not None or strategy is not None) else self.name)
 
     def transformer_config(self) -> Any:
-        """The template's `analyzer.models.TransformerConfig` (only for configs with [model])."""
-        from analyzer.models import TransformerConfig
+        """The template's `analyzer.compile.models.TransformerConfig` (only for configs with [model])."""
+        from analyzer.compile.models import TransformerConfig
 
         try:
             return TransformerConfig(**self.model)
@@ -192,17 +192,17 @@ class ReportConfig:
     def build(self) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         """The function to analyse and its abstract arguments: `(fn, args, kwargs)`.
 
-        For [model] configs, `analyzer.models.build(config, strategy, mesh)`; for an entry point,
-        `analyzer.lower.load_entry(entry, mesh)` (a `path.py:function` entry is resolved against the config
+        For [model] configs, `analyzer.compile.models.build(config, strategy, mesh)`; for an entry point,
+        `analyzer.compile.lower.load_entry(entry, mesh)` (a `path.py:function` entry is resolved against the config
         file's folder when it is not found from the working directory).
         """
         if self.entry is None:
-            from analyzer.models import build
+            from analyzer.compile.models import build
 
             fn, args = build(self.transformer_config(), self.strategy, dict(self.mesh), data_axes=self.data_axes,
                              model_axis=self.model_axis)
             return fn, tuple(args), {}
-        from analyzer.lower import load_entry
+        from analyzer.compile.lower import load_entry
 
         return load_entry(self._resolved_entry(), dict(self.mesh))
 
@@ -216,8 +216,8 @@ class ReportConfig:
         return self.entry
 
     def rules_config(self) -> Config:
-        """The rule selection, options and budgets as an `analyzer.config.Config`."""
-        from analyzer.config import config_from_table
+        """The rule selection, options and budgets as an `analyzer.workflows.config.Config`."""
+        from analyzer.workflows.config import config_from_table
 
         table = dict(self.rules_table)
         try:
@@ -403,7 +403,7 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
         if key in ("name", "entry", "hardware", "topology", "model_axis"):
             kwargs[key] = value
         elif key == "target":
-            from analyzer.lower import parse_target
+            from analyzer.compile.lower import parse_target
 
             try:
                 parse_target(value)
@@ -480,7 +480,7 @@ def _model(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
 
 def _check_model(config: ReportConfig, c: _Checker) -> None:
     """Let the template check its own invariants (heads divide d_model, ...), placed at the [model] table."""
-    from analyzer.models import TransformerConfig
+    from analyzer.compile.models import TransformerConfig
 
     try:
         TransformerConfig(**config.model)
@@ -550,7 +550,7 @@ def _rules(rules: Mapping[str, Any], budgets: Mapping[str, Any], c: _Checker) ->
 
 def _check_rules(config: ReportConfig, c: _Checker) -> None:
     """Build the rules Config once so bad codes and budgets fail at load time, placed at their line."""
-    from analyzer.config import config_from_table
+    from analyzer.workflows.config import config_from_table
 
     try:
         config_from_table(dict(config.rules_table), path=config.path)

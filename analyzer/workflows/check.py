@@ -1,6 +1,6 @@
 """`hlo-analyzer check`: compile a project's entry points, run the rules, and decide the exit status.
 
-The project says what to check in `[tool.hlo-analyzer]` of its pyproject.toml (see analyzer/config.py):
+The project says what to check in `[tool.hlo-analyzer]` of its pyproject.toml (see analyzer/workflows/config.py):
 
     [tool.hlo-analyzer]
     entry-points = ["model.train:train_step"]   # module:function returning (jitted fn, abstract args)
@@ -37,8 +37,8 @@ from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.rules.baseline import Baseline
 
 if TYPE_CHECKING:
-    from analyzer.config import Config
-    from analyzer.report import Report
+    from analyzer.workflows.config import Config
+    from analyzer.analysis.report import Report
 
 __all__ = [
     "prepare_cpu_devices",
@@ -149,7 +149,7 @@ class CheckResult:
 def prepare_cpu_devices(n: int) -> bool:
     """Let this process compile for `n` fake CPU devices itself, when jax has not started yet.
 
-    `analyzer.lower` compiles in the calling process when it has enough CPU devices and otherwise starts a
+    `analyzer.compile.lower` compiles in the calling process when it has enough CPU devices and otherwise starts a
     child process per program (a fresh jax import each time). A command that is about to compile several
     programs on one mesh sets the device count once, before jax initialises: `XLA_FLAGS` gains
     `--xla_force_host_platform_device_count=n` (a larger count already there is kept) and `JAX_PLATFORMS`
@@ -397,8 +397,8 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
     Returns:
       the Report, with diagnostics.
     """
-    from analyzer.analysis import analyze
-    from analyzer.lower import load_entry
+    from analyzer.pipeline import analyze
+    from analyzer.compile.lower import load_entry
 
     mesh = mesh if mesh is not None else (dict(config.mesh) if config.mesh else None)
     if mesh is None:

@@ -130,7 +130,7 @@ class Threshold:
         return delta > self.value
 
     def __str__(self) -> str:
-        from analyzer.render.units import format_seconds
+        from analyzer.units import format_seconds
 
         return f"{self.value * 100:g}%" if self.relative else format_seconds(self.value)
 
@@ -322,9 +322,9 @@ def _repo_root(start: Path) -> Path:
 
 
 def _analyse_config_in_child(config: Path, options: Mapping[str, Any], timeout: float | None) -> dict:
-    """Run `python -m analyzer.diff` on a config file in a child process; returns name -> report dict."""
+    """Run `python -m analyzer.workflows.diff` on a config file in a child process; returns name -> report dict."""
     job = json.dumps({"config": str(config), **options})
-    proc = subprocess.run([sys.executable, "-m", "analyzer.diff"], input=job, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "analyzer.workflows.diff"], input=job, capture_output=True, text=True,
                           cwd=str(config.parent), timeout=timeout, check=False)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
@@ -347,8 +347,8 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read config: {e}", path=str(path)) from None
     if "hlo-analyzer" in data.get("tool", {}):
-        from analyzer.check import analyse_entry, resolve_entry, _on_path
-        from analyzer.config import load_config
+        from analyzer.workflows.check import analyse_entry, resolve_entry, _on_path
+        from analyzer.workflows.config import load_config
 
         config = load_config(path)
         if hardware:
@@ -362,8 +362,8 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
         return out
     from dataclasses import replace
 
-    from analyzer.analysis import analyze
-    from analyzer.reportconfig import load_report_config
+    from analyzer.pipeline import analyze
+    from analyzer.workflows.reportconfig import load_report_config
 
     rc = load_report_config(path)
     fn, args, kwargs = rc.build()
@@ -408,14 +408,14 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
         return _load_json(path)
     if path.is_file() and path.suffix == ".toml":
         return {n: _rows_of_report_dict(d, spec) for n, d in analyse_config(path, hardware=hardware).items()}
-    from analyzer.analysis import analyze_hlo
+    from analyzer.pipeline import analyze_hlo
 
     report = analyze_hlo(path, mesh=mesh, hardware=hardware or "tpu-v5e")
     return {report.name or path.stem: _rows_of_report(report)}
 
 
 def _worker_main() -> int:
-    """`python -m analyzer.diff`: analyse the config named on stdin (JSON) and print name -> report dict."""
+    """`python -m analyzer.workflows.diff`: analyse the config named on stdin (JSON) and print name -> report dict."""
     job = json.loads(sys.stdin.read())
     try:
         result = analyse_config(Path(job["config"]), hardware=job.get("hardware"))

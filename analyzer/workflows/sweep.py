@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.report import Report
-    from analyzer.reportconfig import ReportConfig
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.reportconfig import ReportConfig
 
 __all__ = [
     "COMBINE_RULE", "SweepEntry", "SweepResult", "rank_entries", "Candidate", "candidates", "evaluate",
@@ -176,7 +176,7 @@ class SweepResult:
 
     def best_report(self) -> Report | None:
         """The best candidate's report, rebuilt from its JSON form (renderable; not re-priceable)."""
-        from analyzer.render.json import report_from_dict
+        from analyzer.analysis.report import report_from_dict
 
         best = self.best
         return report_from_dict(best.report) if best is not None and best.report is not None else None
@@ -279,7 +279,7 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
     """
     from dataclasses import replace as dc_replace
 
-    from analyzer.analysis import analyze
+    from analyzer.pipeline import analyze
 
     fn, args, kwargs = config.build()
     rules = config.rules_config()
@@ -291,7 +291,7 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
 
 
 def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Report) -> SweepEntry:
-    from analyzer.hardware import load_hardware
+    from analyzer.theory.hardware import load_hardware
     from analyzer.render.json import report_to_dict
 
     hbm = int(load_hardware(report.context.get("hardware") or report.hardware).hbm_bytes) if report.hardware else None

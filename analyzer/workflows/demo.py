@@ -1,13 +1,13 @@
 """`hlo-analyzer demo`: the whole product on a built-in model, in one command and under a minute.
 
-It builds the template transformer's training step (analyzer.models: attention and MLP blocks scanned over
+It builds the template transformer's training step (analyzer.compile.models: attention and MLP blocks scanned over
 the layers, backward pass and Adam update) sharded FSDP + tensor parallel over a mesh `data=4, model=2` of
 8 fake CPU devices, audits it for a TPU v5e 4x2 slice exactly as `@analyzer.audit` would (compile, find
 every collective, price it, run the rules), prints the plan, the collectives, the totals and the findings,
 and writes the HTML report.
 
 The slice is the one a user would lay this mesh on: 'data' (4) on the physical axis of 4 chips, 'model' (2)
-on the axis of 2, each mesh axis on whole physical axes (what `analyzer.topology.smallest_slice` picks for
+on the axis of 2, each mesh axis on whole physical axes (what `analyzer.theory.topology.smallest_slice` picks for
 this mesh). On a 2x4 slice, 'data' would straddle both physical axes and 'model' share one with it.
 
 Nothing here is canned: change `--strategy`, `--hardware` or the sizes and every figure changes with them.
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analyzer.models import TransformerConfig
-    from analyzer.report import Report
+    from analyzer.compile.models import TransformerConfig
+    from analyzer.analysis.report import Report
 
 __all__ = ["DemoPlan", "DEFAULT_PLAN", "demo_model", "run_demo", "next_steps", "plan_from"]
 
@@ -31,7 +31,7 @@ class DemoPlan:
     """What the demo audits.
 
     Attributes:
-      strategy: a strategy of `analyzer.models.STRATEGIES`.
+      strategy: a strategy of `analyzer.compile.models.STRATEGIES`.
       mesh: axis name -> size (8 devices: the CPU target's fake devices).
       hardware: the hardware spec the collectives are priced on.
       topology: the physical slice the mesh is laid on.
@@ -61,7 +61,7 @@ def demo_model() -> TransformerConfig:
     """The demo's transformer: a 4-layer slice of a 1B-class model (D=2048, F=8192, 16 heads, 4 KV heads,
     1024 tokens x 32 sequences per step, bf16, Adam). Big enough that the costs are those of a real step,
     small enough to compile in seconds (compile time depends on the program, not on the sizes)."""
-    from analyzer.models import TransformerConfig
+    from analyzer.compile.models import TransformerConfig
 
     return TransformerConfig(d_model=2048, d_ff=8192, heads=16, kv_heads=4, layers=4, seq=1024, batch=32,
                              dtype="bfloat16", optimizer="adam")
@@ -83,9 +83,9 @@ def run_demo(plan: DemoPlan = DEFAULT_PLAN, model: TransformerConfig | None = No
         >>> report.totals.comm_seconds > 0
         True
     """
-    from analyzer.analysis import analyze
-    from analyzer.config import Config
-    from analyzer.models import build
+    from analyzer.pipeline import analyze
+    from analyzer.workflows.config import Config
+    from analyzer.compile.models import build
     from analyzer.rules import apply_rules
 
     model = model or demo_model()

@@ -22,7 +22,7 @@ order, and `describe()` says so.
 Each collective runs over *groups* of devices. `Topology.geometry(axes)` describes one group's shape on
 the hardware: for a TPU, one `Ring` per physical axis the group spans (its size, the physical hops between
 neighbours, wraparound, how many groups share its links); for a GPU, one `TreeLevel` per level of the
-NVLink / scale-out tree (its degree and how many groups share each uplink). `analyzer.cost` prices
+NVLink / scale-out tree (its degree and how many groups share each uplink). `analyzer.theory.cost` prices
 collectives from that description. A mesh axis of 16 laid on a 4x4 sub-grid is a group that spans two
 physical rings of 4: the cost model uses both, as the book does for a gather over several axes.
 """
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.errors import HardwareError, MeshError, ShardingError, valid_choices
-from analyzer.hardware import HardwareSpec, list_hardware, load_hardware
+from analyzer.theory.hardware import HardwareSpec, list_hardware, load_hardware
 
 __all__ = [
     "PhysicalSlice",
@@ -331,7 +331,7 @@ class GroupGeometry:
 
     def with_wraparound(self, wrap: bool = True) -> GroupGeometry:
         """The same groups as if every spanned ICI ring did (or did not) close: for what-if pricing, e.g. the
-        saving a topology with wraparound would bring (`analyzer.cost.geometry_cost` prices it).
+        saving a topology with wraparound would bring (`analyzer.theory.cost.geometry_cost` prices it).
 
         Example:
           >>> t = Topology.for_mesh("tpu-v5e", ("X", "Y"), (8, 4))

@@ -4,9 +4,9 @@
     report = analyze_hlo("dump_dir/", mesh="data=4,model=2", hardware="tpu-v5e")
     what_if = reprice(report, hardware="tpu-v5p", topology="v5p:2x2x2")
 
-Pipeline: lower (analyzer.lower) -> parse (analyzer.hlo.parser) -> call graph (analyzer.graph) ->
-collectives and dots (analyzer.collectives, analyzer.dots) -> mesh axes, notation, source
-(analyzer.mapping) -> price (analyzer.cost on an analyzer.topology.Topology) -> rules (analyzer.rules).
+Pipeline: lower (analyzer.compile.lower) -> parse (analyzer.hlo.parser) -> call graph (analyzer.analysis.graph) ->
+collectives and dots (analyzer.analysis.collectives, analyzer.analysis.dots) -> mesh axes, notation, source
+(analyzer.analysis.mapping) -> price (analyzer.theory.cost on an analyzer.theory.topology.Topology) -> rules (analyzer.rules).
 
 Which HLO is read:
   - target "cpu": the module right after SPMD partitioning (`Lowered.spmd_hlo`): the backend-neutral
@@ -16,28 +16,28 @@ Which HLO is read:
   - a dump folder: the `*after_spmd-partitioning*` / `*after_tpu-spmd-partitioning*` module if present, else
     the final `*after_optimizations.txt`; the report's notes say which file.
 
-Pricing: every collective is priced with `analyzer.cost.collective_cost` on a `Topology`. For tpu targets the
+Pricing: every collective is priced with `analyzer.theory.cost.collective_cost` on a `Topology`. For tpu targets the
 topology comes from the devices' torus coordinates; for cpu and dumps it is `topology` if given, else the
 mesh laid on the smallest slice of the hardware that holds it, axes in order (the notes say so).
 
 `Report.context` (live objects for the rules; never serialised):
   - "module": the parsed `HloModule` the collectives were read from;
-  - "graph": its `analyzer.graph.CallGraph` (call sites, trip counts, multiplicities; `graph.users(comp, name)`
+  - "graph": its `analyzer.analysis.graph.CallGraph` (call sites, trip counts, multiplicities; `graph.users(comp, name)`
     and `graph.producer(comp, name)` use a users map built once per computation and cached: walk the data
     flow with these rather than rebuilding maps per question);
   - "hardware": the `HardwareSpec`;
   - "topology": the `Topology` used for pricing;
   - "cost_model": "topology" or "ideal";
-  - "collectives": list of `analyzer.collectives.Collective`, in the order of `Report.collectives` rows:
+  - "collectives": list of `analyzer.analysis.collectives.Collective`, in the order of `Report.collectives` rows:
     each has `.instruction` / `.instructions` (the HLO), `.dot` and `.dot_relation` ("feeds" / "from"),
     `.only_used_sharded`, `.before` / `.after` (per-dimension axes), `.unreduced`, `.axes`, `.cost`
     (the `Cost` object), `.count`, `.bytes`, `.branch`;
-  - "dots": list of `analyzer.dots.Dot`, in the order of `Report.dots` rows;
+  - "dots": list of `analyzer.analysis.dots.Dot`, in the order of `Report.dots` rows;
   - "mesh": the `MeshInfo` (also `Report.mesh`);
   - "in_shardings" / "out_shardings": the argument and result shardings as given (pytrees of
     NamedSharding / PartitionSpec), or None;
   - "args": the abstract arguments (`jax.ShapeDtypeStruct`s) as given, for `analyze`;
-  - "lowered": the `analyzer.lower.Lowered` (None for dumps);
+  - "lowered": the `analyzer.compile.lower.Lowered` (None for dumps);
   - "config": the config object passed in (or None);
   - "hlo_path": the file read, for dumps.
 """
@@ -53,15 +53,16 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, MeshError, valid_choices
-from analyzer.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, MeshInfo, Report, Totals
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals
+from analyzer.theory.mesh import MeshInfo
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analyzer.collectives import Collective
-    from analyzer.dots import Dot
-    from analyzer.graph import CallGraph
-    from analyzer.hardware import HardwareSpec
+    from analyzer.analysis.collectives import Collective
+    from analyzer.analysis.dots import Dot
+    from analyzer.analysis.graph import CallGraph
+    from analyzer.theory.hardware import HardwareSpec
     from analyzer.hlo.ir import HloModule
 
 __all__ = ["analyze", "analyze_hlo", "build_report", "pick_dump_file", "reprice"]
@@ -106,7 +107,7 @@ def analyze(
         >>> r = analyze(step, params, batch, mesh=mesh, hardware="tpu-v5e")
         >>> r.collectives[["kind", "axes", "bytes", "count"]]
     """
-    from analyzer.lower import lower
+    from analyzer.compile.lower import lower
 
     lowered = lower(fn, *args, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, target=target,
                     **kwargs)
@@ -148,7 +149,7 @@ def analyze_hlo(
         does not match the module's device count.
     """
     from analyzer.hlo.parser import parse_hlo
-    from analyzer.mapping import mesh_from_any
+    from analyzer.analysis.mapping import mesh_from_any
 
     notes: list[str] = []
     path: str | None = None
@@ -271,11 +272,11 @@ def build_report(
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
     (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
-    from analyzer.collectives import extract_collectives
-    from analyzer.dots import extract_dots
-    from analyzer.graph import CallGraph
-    from analyzer.hardware import load_hardware
-    from analyzer.mapping import infer_mesh
+    from analyzer.analysis.collectives import extract_collectives
+    from analyzer.analysis.dots import extract_dots
+    from analyzer.analysis.graph import CallGraph
+    from analyzer.theory.hardware import load_hardware
+    from analyzer.analysis.mapping import infer_mesh
 
     if model not in _MODELS:
         raise AnalyzerError(f"cost model {model!r} is unknown; {valid_choices(model, _MODELS, what='models')}")
@@ -343,7 +344,7 @@ def _trim_coords(coords: Sequence[Sequence[int]], hw: HardwareSpec) -> list[tupl
 
 
 def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, target: str) -> tuple[Any, str]:
-    from analyzer.topology import Topology
+    from analyzer.theory.topology import Topology
 
     gen = target.split(":")[1] if target.startswith("tpu:") and target.count(":") >= 2 else None
     if coords is not None and gen is not None and gen != hw.topology_prefix:
@@ -364,7 +365,7 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
 # ---------------------------------------------------------------------- mapping one collective
 def _reshaping(g: CallGraph, inst: Any) -> bool:
     """Ops that only move data (reshape, transpose, bitcast, copy, or a fusion of such with one operand)."""
-    from analyzer.collectives import _is_movement_fusion
+    from analyzer.analysis.collectives import _is_movement_fusion
 
     if inst.opcode in ("reshape", "transpose", "bitcast", "copy"):
         return True
@@ -464,7 +465,7 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
     """How the operand of a collective is sharded, dimension by dimension, when it is an argument of the
     program sliced and reshaped (a scanned layer's weight): read off the argument's `sharding=`. None when
     the operand is computed, or the trail is not that simple."""
-    from analyzer.notation import Notation
+    from analyzer.theory.notation import Notation
 
     if not c.instruction.operands or c.site is not None:
         return None
@@ -537,7 +538,7 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
 
 def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Collective:
     """Axes, notation, global shape, source line and pass of one collective."""
-    from analyzer.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, user_frame
+    from analyzer.analysis.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, user_frame
 
     if c.kind == "collective-permute" and c.pairs is not None and not c.permute_steps:
         span, hops = pairs_to_axes(c.pairs, mesh)
@@ -582,9 +583,9 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
 # ---------------------------------------------------------------------- pricing
 def _price_all(rows: list[Collective], topo: Any, model: str) -> tuple[list[Collective], str]:
     try:
-        from analyzer.cost import collective_cost, group_cost
+        from analyzer.theory.cost import collective_cost, group_cost
     except ImportError:  # the cost model is a separate module; without it the rows stay unpriced
-        return [replace(c, cost=None) for c in rows], "No cost model available (analyzer.cost); seconds are 0."
+        return [replace(c, cost=None) for c in rows], "No cost model available (analyzer.theory.cost); seconds are 0."
 
     out = []
     for c in rows:
@@ -644,7 +645,7 @@ def _axis_key(c: Collective) -> str:
 def _collectives_frame(rows: list[Collective]) -> pd.DataFrame:
     import pandas as pd
 
-    from analyzer.mapping import op_label
+    from analyzer.analysis.mapping import op_label
 
     records = []
     for c in rows:
@@ -678,7 +679,7 @@ def _int_if_whole(x: float) -> int | float:
 def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec) -> pd.DataFrame:
     import pandas as pd
 
-    from analyzer.mapping import user_frame
+    from analyzer.analysis.mapping import user_frame
 
     records = []
     for d in dots:

@@ -13,7 +13,7 @@ Two models:
   latency floor T_min * sum(X_i) / 2. W_ici is the bidirectional link bandwidth; an axis over DCN uses the
   per-chip DCN bandwidth. GPUs: max(V / W_gpu, V / W_node) (gpus.md's simple form).
 
-`topology` (the default): the groups as they lie on the slice (`analyzer.topology`).
+`topology` (the default): the groups as they lie on the slice (`analyzer.theory.topology`).
   TPU, per spanned physical ring of size s: with wraparound `floor(s/2)` hops of `V/s` each way
   (= V / W_bidi for even s, sharding.md's derivation); without wraparound the data goes one way over `s-1`
   hops (sharding.md pop quiz 2: `3 * 8.4e6 / 4.5e10`); rings whose members are `stride` chips apart share
@@ -37,8 +37,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from analyzer.errors import AnalyzerError, HardwareError, valid_choices
-from analyzer.hardware import HardwareSpec
-from analyzer.topology import AxisLike, GroupGeometry, Ring, Topology, TreeLevel, _normalize_axes
+from analyzer.theory.hardware import HardwareSpec
+from analyzer.theory.topology import AxisLike, GroupGeometry, Ring, Topology, TreeLevel, _normalize_axes
 
 __all__ = [
     "Cost",
@@ -602,7 +602,7 @@ def tree_cost(kind: str, nbytes: float, levels: Sequence[TreeLevel], hardware: H
       >>> round(tree_cost("all-gather", 450e9, lv, "h100").seconds, 4)
       0.875
     """
-    from analyzer.hardware import load_hardware
+    from analyzer.theory.hardware import load_hardware
 
     hw = load_hardware(hardware)
     k = _check(kind, "topology", nbytes, hw, sharp)

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import AnalyzerError, valid_choices
 
 if TYPE_CHECKING:
-    from analyzer.config import Config
+    from analyzer.workflows.config import Config
     from analyzer.diagnostics import Diagnostic
-    from analyzer.report import Report
+    from analyzer.analysis.report import Report
 
 __all__ = ["audit", "Audited", "AuditError", "AuditWarning", "AuditOptions", "signature_of"]
 
@@ -89,7 +89,7 @@ class AuditOptions:
         if self.budgets:
             from dataclasses import fields
 
-            from analyzer.config import Budgets
+            from analyzer.workflows.config import Budgets
 
             names = [f.name.replace("_", "-") for f in fields(Budgets)]
             for key in self.budgets:
@@ -255,7 +255,7 @@ class Audited:
 
     def _analyse(self, args: tuple, kwargs: dict) -> _Outcome:
         """Compile and analyse the function for these arguments' signature, and run the rules."""
-        from analyzer.analysis import analyze
+        from analyzer.pipeline import analyze
 
         opts = self.audit_options
         fn, abstract = _abstract_call(self.__wrapped__, args, kwargs)
@@ -325,7 +325,7 @@ def _message(fn: Callable, outcome: _Outcome) -> str:
 
 def _config(opts: AuditOptions) -> Config:
     """The rules config: the project's (or the one given) with the decorator's select/ignore/budgets on top."""
-    from analyzer.config import Config, find_config, load_config
+    from analyzer.workflows.config import Config, find_config, load_config
 
     base = opts.config
     if base is None:

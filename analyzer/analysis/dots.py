@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from analyzer.graph import CallGraph
+from analyzer.analysis.graph import CallGraph
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule, Instruction

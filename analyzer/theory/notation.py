@@ -703,7 +703,7 @@ class Collective:
         return format_collective(self.kind, self.axes, self.before, self.after, scatter_dim=self.scatter_dim)
 
     def volume_bytes(self) -> int:
-        """V for the cost model (analyzer.cost): AllGather: the result per device; ReduceScatter and
+        """V for the cost model (analyzer.theory.cost): AllGather: the result per device; ReduceScatter and
         AllReduce: the unreduced operand per device; AllToAll: the operand per device times the group
         size; permute / broadcast: the operand per device. Needs mesh, shape and dtype on `before`/`after`.
         """
@@ -730,7 +730,7 @@ def format_collective(kind: str, axes: Sequence[str], before: Notation | str, af
       >>> format_collective("all-to-all", ["X"], "[I_X, J]", "[I, J_X]")
       'AllToAll_X: [I_X, J] -> [I, J_X]'
     """
-    from analyzer.cost import canonical_kind
+    from analyzer.theory.cost import canonical_kind
 
     k = canonical_kind(kind)
     b = Notation.parse(before) if isinstance(before, str) else before
@@ -763,7 +763,7 @@ def parse_collective(text: str, mesh: Any = None) -> Collective:
       NotationSyntaxError: text that does not parse. ShardingError: a transformation the collective cannot
         make (e.g. an AllGather that adds subscripts).
     """
-    from analyzer.cost import CostModelError, canonical_kind
+    from analyzer.theory.cost import CostModelError, canonical_kind
 
     m = _COLL_RE.match(text)
     if not m or "->" not in m.group("rest"):

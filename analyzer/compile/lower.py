@@ -16,7 +16,7 @@ How it works, and why this way:
    with `xla_dump_to` set so that the module after the `spmd-partitioning` pass is written out:
    - target `cpu`: on the live process's CPU client when it has enough devices, otherwise in a child
      process started with `--xla_force_host_platform_device_count=N` and `JAX_PLATFORMS=cpu`
-     (`python -m analyzer.lower`, the job passed as JSON on stdin);
+     (`python -m analyzer.compile.lower`, the job passed as JSON on stdin);
    - target `tpu:<topology>`: ahead of time on libtpu's compile-only client for that topology
      (`jax.experimental.topologies.get_topology_desc`), in the calling process; no TPU is needed and it works
      under `JAX_PLATFORMS=cpu`.
@@ -30,7 +30,7 @@ topology's devices (`jax.experimental.topologies.get_topology_desc(...).devices`
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
-    >>> from analyzer.lower import lower, make_mesh
+    >>> from analyzer.compile.lower import lower, make_mesh
     >>> mesh = make_mesh({"X": 2, "Y": 4})    # larger than the process's devices: compiled in a child process
     >>> a = jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=NamedSharding(mesh, P("X", "Y")))
     >>> b = jax.ShapeDtypeStruct((128, 64), jnp.float32, sharding=NamedSharding(mesh, P("Y", None)))
@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError, HardwareError, LoweringError, MeshError, ShardingError, valid_choices
-from analyzer.report import MeshInfo
+from analyzer.theory.mesh import AXIS_TYPES, MeshInfo, parse_mesh
 
 if TYPE_CHECKING:  # jax is imported lazily: `import analyzer` must stay cheap
     import jax
@@ -78,7 +78,6 @@ __all__ = [
 ]
 
 TPU_EXTRA_HINT = "pip install 'hlo-analyzer[tpu]'"
-AXIS_TYPES = ("auto", "explicit", "manual")
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Dump files written right after the SPMD partitioner: `...after_spmd-partitioning...` on CPU/GPU,
 # `...after_tpu-spmd-partitioning...` from libtpu.
@@ -197,33 +196,6 @@ def _axis_type(value: Any, axis: str) -> Any:
         raise MeshError(f"mesh axis {axis!r}: unknown axis type {value!r}; " + valid_choices(name, AXIS_TYPES,
                                                                                           what="axis types"))
     return getattr(AxisType, name.capitalize())
-
-
-def parse_mesh(text: str) -> dict[str, int | tuple[int, str]]:
-    """Parse a mesh written on a command line.
-
-    Args:
-      text: comma-separated `name=size`, each optionally with `:auto`/`:explicit`, e.g. "data=4,model=2" or
-        "X=2:explicit,Y=4".
-
-    Returns:
-      A dict accepted by `make_mesh`.
-
-    Example:
-        >>> parse_mesh("data=4,model=2:explicit")
-        {'data': 4, 'model': (2, 'explicit')}
-    """
-    result: dict[str, int | tuple[int, str]] = {}
-    for part in (p.strip() for p in text.split(",")):
-        m = re.fullmatch(r"([A-Za-z_][\w.-]*)\s*=\s*(\d+)(?::(\w+))?", part)
-        if not m:
-            raise MeshError(f"mesh {text!r}: cannot read {part!r}; write name=size pairs such as 'data=4,model=2' "
-                            "(optionally 'model=2:explicit')")
-        name, size, kind = m.group(1), int(m.group(2)), m.group(3)
-        if name in result:
-            raise MeshError(f"mesh {text!r}: axis {name!r} appears twice")
-        result[name] = (size, kind) if kind else size
-    return result
 
 
 def make_mesh(mesh: Any) -> jax.sharding.AbstractMesh:
@@ -641,10 +613,10 @@ def _child_env(n: int) -> dict[str, str]:
 
 
 def _compile_in_child(job: Mapping[str, Any], n: int, timeout: float | None) -> dict[str, Any]:
-    """Run `_compile_job` in `python -m analyzer.lower` with n fake CPU devices."""
+    """Run `_compile_job` in `python -m analyzer.compile.lower` with n fake CPU devices."""
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "analyzer.lower"],
+            [sys.executable, "-m", "analyzer.compile.lower"],
             input=json.dumps(job),
             capture_output=True,
             text=True,
@@ -666,7 +638,7 @@ def _compile_in_child(job: Mapping[str, Any], n: int, timeout: float | None) -> 
 
 
 def _worker_main() -> int:
-    """Entry of `python -m analyzer.lower`: a job as JSON on stdin, the result as one JSON line on stdout."""
+    """Entry of `python -m analyzer.compile.lower`: a job as JSON on stdin, the result as one JSON line on stdout."""
     job = json.loads(sys.stdin.read())
     try:
         result = _compile_job(job)

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from analyzer.graph import BranchKey, CallGraph
+from analyzer.analysis.graph import BranchKey, CallGraph
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, HloModule, Instruction, Shape
@@ -73,7 +73,7 @@ class Collective:
       original_ops: what the HLO spelled when the row was recognised from a pattern, else "".
       dot, dot_relation: the dot/convolution it feeds ("feeds") or whose result it reduces ("from").
       only_used_sharded: its result is only read through dynamic-slices by partition id.
-    Filled in by the analysis (analyzer.analysis):
+    Filled in by the analysis (analyzer.pipeline):
       axes, axis_sizes, regular, notation, before, after, source, pass_, cost, global_shape.
     """
 
@@ -623,7 +623,7 @@ class _Builder:
 
 def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective]:
     """Merge rings of dot_general collective-permutes into the logical AllGather / ReduceScatter."""
-    from analyzer.mapping import op_label
+    from analyzer.analysis.mapping import op_label
 
     candidates = [i for i, r in enumerate(rows) if r.kind == "collective-permute" and r.permute_steps == 0
                   and op_label(r.op_name) in ("dot_general", "dot", "einsum", "conv_general_dilated")

@@ -1,6 +1,6 @@
 """What-if: the same analysed plan priced on other hardware or topologies, side by side, without recompiling.
 
-`analyzer.analysis.reprice` does the repricing (one report at a time); this module runs it over a list of
+`analyzer.pipeline.reprice` does the repricing (one report at a time); this module runs it over a list of
 alternatives and keeps the figures a comparison table needs, for the `report --what-if` option and the
 report renderers.
 """
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import AnalyzerError
 
 if TYPE_CHECKING:
-    from analyzer.report import Report
+    from analyzer.analysis.report import Report
 
-__all__ = ["WhatIf", "parse_alternative", "compare", "as_rows"]
+__all__ = ["WhatIf", "parse_alternative", "compare"]
 
 
 @dataclass(frozen=True)
@@ -93,27 +93,10 @@ def compare(report: Report, alternatives: Iterable[str | tuple[str, str | None]]
       >>> rows = compare(report, ["tpu-v5p", "h100@h100:8"])
       >>> [(r.hardware, r.step_seconds) for r in rows]
     """
-    from analyzer.analysis import reprice
+    from analyzer.pipeline import reprice
 
     rows = [_row(report, baseline=True)]
     for alt in alternatives:
         hardware, topology = parse_alternative(alt) if isinstance(alt, str) else alt
         rows.append(_row(reprice(report, hardware=hardware, topology=topology), baseline=False))
     return tuple(rows)
-
-
-def as_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:
-    """Formatted rows for the renderers, with each step time relative to the baseline."""
-    from analyzer.render.units import format_seconds
-
-    base = next((w for w in whatifs if w.baseline), whatifs[0] if whatifs else None)
-    rows = []
-    for w in whatifs:
-        rel = w.step_seconds / base.step_seconds if base and base.step_seconds > 0 else float("nan")
-        rows.append({
-            "hardware": w.hardware, "topology": w.topology, "comm": format_seconds(w.comm_seconds),
-            "compute": format_seconds(w.compute_seconds), "step": format_seconds(w.step_seconds),
-            "relative": "—" if rel != rel else f"{rel:.2f}x", "findings": w.findings,
-            "saving": format_seconds(w.saving_seconds) if w.saving_seconds else "—", "baseline": w.baseline,
-        })
-    return rows

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from analyzer.errors import MeshError
-from analyzer.report import MeshInfo
+from analyzer.theory.mesh import MeshInfo, mesh_from_any, parse_mesh_spec
 
 __all__ = [
     "AxisSpan",
@@ -261,81 +261,9 @@ def infer_mesh(groups: Iterable[Sequence[Sequence[int]]], num_devices: int) -> M
     return MeshInfo(names, sizes, tuple(range(n)))
 
 
-_MESH_ITEM = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*[=:]\s*(\d+)\s*$")
-
-
-def parse_mesh_spec(text: str) -> MeshInfo:
-    """`"data=4,model=2"` -> `MeshInfo` with device ids 0..N-1.
-
-    Raises:
-      MeshError: the text is not `name=size` pairs separated by commas.
-    """
-    items = [p for p in text.split(",") if p.strip()]
-    names, sizes = [], []
-    for p in items:
-        m = _MESH_ITEM.match(p)
-        if not m:
-            raise MeshError(f"mesh {text!r}: cannot read {p.strip()!r}; write axis=size pairs separated by commas, "
-                            "e.g. 'data=4,model=2'")
-        if m.group(1) in names:
-            raise MeshError(f"mesh {text!r}: axis {m.group(1)!r} appears twice")
-        size = int(m.group(2))
-        if size < 1:
-            raise MeshError(f"mesh {text!r}: axis {m.group(1)!r} has size {size}; sizes are positive integers")
-        names.append(m.group(1))
-        sizes.append(size)
-    if not names:
-        raise MeshError(f"mesh {text!r} names no axes; write e.g. 'data=4,model=2'")
-    n = 1
-    for s in sizes:
-        n *= s
-    return MeshInfo(tuple(names), tuple(sizes), tuple(range(n)))
-
-
-def mesh_from_any(mesh: object) -> MeshInfo | None:
-    """A `MeshInfo` from a MeshInfo, a `jax.sharding.Mesh`/`AbstractMesh`, a dict `{"data": 4}` or a string
-    `"data=4,model=2"`; None stays None.
-
-    Raises:
-      MeshError: anything else, with what would be valid.
-    """
-    if mesh is None or isinstance(mesh, MeshInfo):
-        return mesh
-    if isinstance(mesh, str):
-        return parse_mesh_spec(mesh)
-    if isinstance(mesh, Mapping):
-        names, sizes = [], []
-        for k, v in mesh.items():
-            size = v[0] if isinstance(v, tuple) else v
-            if not isinstance(size, int) or size < 1:
-                raise MeshError(f"mesh {dict(mesh)!r}: axis {k!r} has size {v!r}; sizes are positive integers")
-            names.append(str(k))
-            sizes.append(size)
-        n = 1
-        for s in sizes:
-            n *= s
-        return MeshInfo(tuple(names), tuple(sizes), tuple(range(n)))
-    shape = getattr(mesh, "shape", None)
-    names = getattr(mesh, "axis_names", None)
-    if shape is not None and names is not None:
-        sizes = tuple(int(shape[a]) for a in names)
-        devices = getattr(mesh, "devices", None)
-        try:
-            ids = tuple(int(d.id) for d in devices.flat)  # type: ignore[union-attr]
-        except AttributeError:
-            n = 1
-            for s in sizes:
-                n *= s
-            ids = tuple(range(n))
-        types = tuple(str(t).split(".")[-1].lower() for t in getattr(mesh, "axis_types", ()) or ())
-        return MeshInfo(tuple(str(a) for a in names), sizes, ids, types)
-    raise MeshError(f"mesh {mesh!r} is not a mesh; give a jax.sharding.Mesh, a dict like "
-                    "{'data': 4, 'model': 2}, or a string 'data=4,model=2'")
-
-
 # ---------------------------------------------------------------------- source and pass
 _INTERNAL = re.compile(r"(site-packages|dist-packages)/(jax|jaxlib|flax|optax|equinox)/|/jax/_src/|/jaxlib/"
-                       r"|/analyzer/(lower|analysis|audit)\.py$|^<frozen |^<string>")
+                       r"|/analyzer/(compile/lower|pipeline|workflows/auditing)\.py$|^<frozen |^<string>")
 
 
 def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,

@@ -5,7 +5,7 @@ One TOML file per system ships in the package (`analyzer/_data/hardware/`, a lin
 A user can load their own file by path. Loading checks the schema: an unknown or missing key, or a
 value of the wrong type, is a `HardwareError` that names the file, the key and the valid keys.
 
-    >>> from analyzer.hardware import load_hardware
+    >>> from analyzer.theory.hardware import load_hardware
     >>> hw = load_hardware("tpu-v5e")
     >>> hw.ici.link_bandwidth_bidi, hw.flops_per_second("bf16")
     (90000000000.0, 197000000000000.0)

@@ -2,7 +2,7 @@
 
 `build(config, strategy, mesh)` returns `(step, args)`: a jitted training step (forward, backward and the
 optimizer update of a stack of transformer blocks, the layers in a `lax.scan`) and its abstract arguments,
-`jax.ShapeDtypeStruct`s with `NamedSharding`s on the mesh. It feeds `analyzer.lower` / `analyzer.analyze`, the
+`jax.ShapeDtypeStruct`s with `NamedSharding`s on the mesh. It feeds `analyzer.compile.lower` / `analyzer.analyze`, the
 demo, report configs and sweeps.
 
 A block is a pre-norm transformer layer: parameter-free RMSNorm (optional), grouped-query causal attention
@@ -31,9 +31,9 @@ traced on a mesh with Explicit axes (e.g. `lower(..., mesh={"X": (2, "explicit")
 backward pass run under `jax.sharding.auto_axes`, so both give the same program.
 
 Example:
-    >>> from analyzer.models import TransformerConfig, build
+    >>> from analyzer.compile.models import TransformerConfig, build
     >>> step, args = build(TransformerConfig(layers=2, attention=False), "fsdp", {"data": 8})
-    >>> from analyzer.lower import lower
+    >>> from analyzer.compile.lower import lower
     >>> lowered = lower(step, *args, mesh={"data": 8})
     >>> "all-gather(" in lowered.spmd_hlo     # FSDP gathers W_in[D_data, F] before using it
     True
@@ -415,7 +415,7 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     import jax.numpy as jnp
     from jax.sharding import AbstractMesh, AxisType, NamedSharding
 
-    from analyzer.lower import make_mesh
+    from analyzer.compile.lower import make_mesh
 
     user_mesh = make_mesh(mesh)
     abstract = AbstractMesh(tuple(user_mesh.axis_sizes), tuple(user_mesh.axis_names),

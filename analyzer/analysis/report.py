@@ -1,0 +1,162 @@
+"""The result of an analysis: what `analyzer.analyze` and `analyzer.analyze_hlo` return.
+
+A `Report` is data. Analysis code builds it (analyzer.pipeline), rules add diagnostics to it
+(analyzer.rules), renderers turn it into text, JSON, Markdown, HTML and SARIF (analyzer.render). It never
+analyses anything itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from analyzer.analysis.schema import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
+from analyzer.theory.mesh import MeshInfo
+
+if TYPE_CHECKING:  # pandas and the IR are heavy or circular to import here
+    import pandas as pd
+
+    from analyzer.diagnostics import Diagnostic
+    from analyzer.hlo.ir import HloModule
+
+__all__ = ["report_from_dict", "COLLECTIVE_COLUMNS", "DOT_COLUMNS", "Totals", "Report", "REPORT_SCHEMA_VERSION"]
+
+@dataclass(frozen=True)
+class Totals:
+    """Per-step totals. Seconds are predicted on the report's hardware and topology."""
+
+    comm_seconds: float
+    compute_seconds: float
+    by_kind: Mapping[str, float] = field(default_factory=dict)
+    by_axis: Mapping[str, float] = field(default_factory=dict)
+    comm_bytes: int = 0
+    flops: float = 0.0
+
+    @property
+    def comm_compute_ratio(self) -> float:
+        return self.comm_seconds / self.compute_seconds if self.compute_seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Report:
+    """One analysed program.
+
+    Attributes:
+      collectives: pandas DataFrame, one row per logical collective, columns `COLLECTIVE_COLUMNS`.
+      dots: pandas DataFrame, one row per dot, columns `DOT_COLUMNS`.
+      totals: `Totals`.
+      hlo: the parsed `HloModule` the collectives were read from.
+      mesh: `MeshInfo`, or None for a dump read without a mesh.
+      hardware: name of the hardware spec used (e.g. "tpu-v5e").
+      topology: how the mesh was laid on the hardware, in words (e.g. "v5e:4x2, X->x (ring 4, no wrap)").
+      target: "cpu", "tpu:v5e:2x4", or "dump".
+      diagnostics: findings of the rules (empty until rules ran).
+      notes: sentences the reader needs (assumptions, e.g. the topology chosen for the cpu target).
+      memory: per-device bytes from `compiled.memory_analysis()` when known.
+      context: the live objects rules need; not serialised, not compared. Keys (see analyzer.pipeline):
+        "module", "graph", "hardware", "topology", "cost_model", "collectives" (records in row order, with
+        their HLO instructions, dot, only_used_sharded, before/after), "dots", "mesh", "in_shardings",
+        "out_shardings", "args", "lowered", "config", and "hlo_path" for dumps.
+    """
+
+    collectives: pd.DataFrame
+    dots: pd.DataFrame
+    totals: Totals
+    hlo: HloModule | None
+    mesh: MeshInfo | None
+    hardware: str
+    topology: str
+    target: str
+    diagnostics: Sequence[Diagnostic] = ()
+    notes: Sequence[str] = ()
+    memory: Mapping[str, int] | None = None
+    name: str = ""
+    context: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def with_diagnostics(self, diagnostics: Sequence[Diagnostic]) -> Report:
+        return replace(self, diagnostics=tuple(diagnostics))
+
+    def to_dict(self) -> dict[str, Any]:
+        from analyzer.render import json as render_json
+
+        return render_json.report_to_dict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        from analyzer.render import json as render_json
+
+        return render_json.render(self, indent=indent)
+
+    def to_markdown(self) -> str:
+        from analyzer.render import markdown
+
+        return markdown.render(self)
+
+    def to_html(self) -> str:
+        from analyzer.render import html
+
+        return html.render(self)
+
+    def to_text(self) -> str:
+        from analyzer.render import terminal
+
+        return terminal.render(self)
+
+
+def report_from_dict(data: Mapping[str, Any]) -> Report:
+    """A `Report` rebuilt from its JSON form (`report_to_dict`), for rendering without recompiling.
+
+    The rebuilt report has no HLO module and no live context, so it can be rendered (every format) but not
+    repriced or re-checked. Sweeps use it to bring the best candidate's report back from a worker process.
+
+    Args:
+      data: a dict following docs/report-schema.json.
+
+    Returns:
+      The `Report`.
+
+    Raises:
+      AnalyzerError: the data is not a report of this schema version.
+
+    Example:
+      >>> again = report_from_dict(report.to_dict())
+      >>> again.totals == report.totals
+      True
+    """
+    import pandas as pd
+
+    from analyzer.diagnostics import Diagnostic, Location, Severity
+    from analyzer.errors import AnalyzerError
+
+    version = data.get("schema_version") if isinstance(data, Mapping) else None
+    if version != REPORT_SCHEMA_VERSION:
+        raise AnalyzerError(f"not a hlo-analyzer report of schema version {REPORT_SCHEMA_VERSION} (got "
+                            f"{version!r}); see docs/report-schema.json")
+    rows = [dict(r, axes=tuple(r.get("axes") or ())) for r in data.get("collectives", [])]
+    for r in rows:
+        if isinstance(r.get("global_shape"), list):
+            r["global_shape"] = tuple(r["global_shape"])
+    t = data["totals"]
+    totals = Totals(comm_seconds=float(t["comm_seconds"]), compute_seconds=float(t["compute_seconds"]),
+                    by_kind=dict(t.get("by_kind", {})), by_axis=dict(t.get("by_axis", {})),
+                    comm_bytes=int(t.get("comm_bytes", 0)), flops=float(t.get("flops", 0.0)))
+    m = data.get("mesh")
+    mesh = None if m is None else MeshInfo(tuple(m["axis_names"]), tuple(m["axis_sizes"]), tuple(m["device_ids"]),
+                                           tuple(m.get("axis_types", ())))
+    diagnostics = []
+    for d in data.get("diagnostics", []):
+        loc = d.get("location") or {}
+        diagnostics.append(Diagnostic(
+            code=d["code"], name=d["name"], message=d["message"], severity=Severity(d["severity"]),
+            location=Location(**{k: loc.get(k) for k in ("file", "line", "computation", "instruction", "hlo_line")}),
+            notation=d.get("notation"), seconds=d.get("seconds"), alternative=d.get("alternative"),
+            alternative_seconds=d.get("alternative_seconds"), saving_seconds=d.get("saving_seconds"),
+            fix=d.get("fix"), details=dict(d.get("details") or {})))
+    return Report(
+        collectives=pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS)),
+        dots=pd.DataFrame(data.get("dots", []), columns=list(DOT_COLUMNS)), totals=totals, hlo=None, mesh=mesh,
+        hardware=data["hardware"], topology=data.get("topology", ""), target=data["target"],
+        diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])),
+        memory=None if data.get("memory") is None else dict(data["memory"]), name=data.get("name", ""),
+        context={"argument_rows": [dict(a) for a in data["arguments"]]} if data.get("arguments") else {},
+    )
