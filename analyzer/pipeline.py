@@ -273,6 +273,7 @@ def build_report(
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
     (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
     from analyzer.analysis.collectives import extract_collectives
+    from analyzer.analysis.devices import device_count
     from analyzer.analysis.dots import extract_dots
     from analyzer.analysis.graph import CallGraph
     from analyzer.theory.hardware import load_hardware
@@ -282,9 +283,12 @@ def build_report(
         raise AnalyzerError(f"cost model {model!r} is unknown; {valid_choices(model, _MODELS, what='models')}")
     hw = load_hardware(hardware)
     g = graph or CallGraph.build(module)
-    raw = extract_collectives(module, g)
-    n_devices = module.num_partitions if module.replica_count <= 1 else module.num_partitions * module.replica_count
+    devices = device_count(module)
+    n_devices = devices.devices
+    raw = extract_collectives(module, g, n_devices)
     notes = list(notes)
+    if devices.note:
+        notes.append(devices.note)
     if mesh is None:
         mesh = infer_mesh([c.groups for c in raw if c.kind != "collective-permute"], n_devices)
         notes.append(f"No mesh was given: axes named from the collectives' device groups as {mesh} (major to "

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.analysis.devices import device_count
 from analyzer.analysis.graph import BranchKey, CallGraph
 
 if TYPE_CHECKING:
@@ -905,17 +906,20 @@ def _fold_nested(g: CallGraph, rows: list[Collective]) -> list[Collective]:
     return [r for i, r in enumerate(out) if i not in drop]
 
 
-def extract_collectives(module: HloModule, graph: CallGraph | None = None) -> list[Collective]:
+def extract_collectives(module: HloModule, graph: CallGraph | None = None,
+                        num_devices: int | None = None) -> list[Collective]:
     """Every logical collective of `module`, in the order the computations run (callers first).
 
     Args:
       module: a parsed module.
       graph: its `CallGraph` (built when None).
+      num_devices: devices the module runs on (default: `analyzer.analysis.devices.device_count`).
     Returns:
       `Collective` records, not yet mapped to mesh axes or priced.
     """
     g = graph or CallGraph.build(module)
-    num_devices = module.num_partitions * module.replica_count if module.replica_count > 1 else module.num_partitions
+    if num_devices is None:
+        num_devices = device_count(module).devices
     b = _Builder(g, max(1, num_devices))
     inside: set[str] = set()
     for comp in module.computations:
