@@ -20,26 +20,10 @@ Pricing: every collective is priced with `analyzer.theory.cost.collective_cost` 
 topology comes from the devices' torus coordinates; for cpu and dumps it is `topology` if given, else the
 mesh laid on the smallest slice of the hardware that holds it, axes in order (the notes say so).
 
-`Report.context` (live objects for the rules; never serialised):
-  - "module": the parsed `HloModule` the collectives were read from;
-  - "graph": its `analyzer.analysis.graph.CallGraph` (call sites, trip counts, multiplicities; `graph.users(comp, name)`
-    and `graph.producer(comp, name)` use a users map built once per computation and cached: walk the data
-    flow with these rather than rebuilding maps per question);
-  - "hardware": the `HardwareSpec`;
-  - "topology": the `Topology` used for pricing;
-  - "cost_model": "topology" or "ideal";
-  - "collectives": list of `analyzer.analysis.collectives.Collective`, in the order of `Report.collectives` rows:
-    each has `.instruction` / `.instructions` (the HLO), `.dot` and `.dot_relation` ("feeds" / "from"),
-    `.only_used_sharded`, `.before` / `.after` (per-dimension axes), `.unreduced`, `.axes`, `.cost`
-    (the `Cost` object), `.count`, `.bytes`, `.branch`;
-  - "dots": list of `analyzer.analysis.dots.Dot`, in the order of `Report.dots` rows;
-  - "mesh": the `MeshInfo` (also `Report.mesh`);
-  - "in_shardings" / "out_shardings": the argument and result shardings as given (pytrees of
-    NamedSharding / PartitionSpec), or None;
-  - "args": the abstract arguments (`jax.ShapeDtypeStruct`s) as given, for `analyze`;
-  - "lowered": the `analyzer.compile.lower.Lowered` (None for dumps);
-  - "config": the config object passed in (or None);
-  - "hlo_path": the file read, for dumps.
+`Report.analysis` (an `analyzer.analysis.context.AnalysisContext`: the live objects for the rules, `reprice`
+and the renderers; typed, frozen, never serialised): the parsed module, its call graph, the `HardwareSpec`,
+the `Topology` used for pricing, the cost model, the `Collective` and `Dot` records in row order, the
+`Lowered` (None for dumps), the shardings and abstract arguments as given, the rules config, the dump path.
 """
 
 from __future__ import annotations
@@ -184,7 +168,7 @@ def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology
     """The same collectives priced on other hardware, topology or cost model, without recompiling.
 
     Args:
-      report: a report from `analyze` or `analyze_hlo` (it carries its module in `report.context`).
+      report: a report from `analyze` or `analyze_hlo` (it carries its module in `report.analysis`).
       hardware: new hardware (default: the report's).
       topology: new slice (default: the smallest slice of the new hardware that holds the mesh).
       model: "topology" or "ideal" (default: the report's).
@@ -195,21 +179,22 @@ def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology
         >>> v5p = reprice(report, hardware="tpu-v5p")
         >>> v5p.totals.comm_seconds < report.totals.comm_seconds
     """
-    module = report.context.get("module") if report.context else None
+    ctx = report.analysis
+    module = ctx.module
     if module is None:
-        raise AnalyzerError("this report carries no HLO module in report.context (was it loaded from JSON?); "
-                            "reprice needs a report from analyze() or analyze_hlo()")
-    hw = hardware if hardware is not None else report.context.get("hardware", report.hardware)
-    mdl = model or report.context.get("cost_model", "topology")
-    lowered = report.context.get("lowered")
+        raise AnalyzerError("this report carries no HLO module (was it rebuilt from JSON?); reprice needs a report "
+                            "from analyze() or analyze_hlo()")
+    hw = hardware if hardware is not None else (ctx.hardware or report.hardware)
+    mdl = model or ctx.cost_model
+    lowered = ctx.lowered
     same_hw = hardware is None or _hw_name(hw) == report.hardware
     coords = lowered.device_coords if (lowered is not None and same_hw and topology is None) else None
     notes = [n for n in report.notes if not n.startswith("Priced ")]
-    context = {k: v for k, v in report.context.items() if k in ("lowered", "in_shardings", "out_shardings", "args",
-                                                                "config", "hlo_path")}
+    context = {"lowered": ctx.lowered, "in_shardings": ctx.in_shardings, "out_shardings": ctx.out_shardings,
+               "args": ctx.args, "config": ctx.config, "hlo_path": ctx.hlo_path}
     return build_report(module, mesh=report.mesh, hardware=hw, topology=topology, device_coords=coords,
                         target=report.target, notes=notes, memory=report.memory, name=report.name, context=context,
-                        config=report.context.get("config"), model=mdl, graph=report.context.get("graph"))
+                        config=ctx.config, model=mdl, graph=ctx.graph)
 
 
 # ---------------------------------------------------------------------- dump folders
@@ -263,7 +248,7 @@ def build_report(
     notes: list[str],
     memory: Mapping[str, int] | None,
     name: str,
-    context: dict[str, Any],
+    context: Mapping[str, Any],
     config: Any = None,
     model: str = "topology",
     graph: CallGraph | None = None,
@@ -273,6 +258,7 @@ def build_report(
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
     (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
     from analyzer.analysis.collectives import extract_collectives
+    from analyzer.analysis.context import AnalysisContext
     from analyzer.analysis.devices import device_count
     from analyzer.analysis.dots import extract_dots
     from analyzer.analysis.graph import CallGraph
@@ -313,13 +299,12 @@ def build_report(
     totals = _totals(rows, dots, hw)
     collectives_df = _collectives_frame(rows)
     dots_df = _dots_frame(dots, module, hw)
-    ctx = dict(context)
-    ctx.update({"module": module, "graph": g, "hardware": hw, "topology": topo, "cost_model": model,
-                "collectives": rows, "dots": dots, "mesh": mesh})
+    analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
+                               collectives=tuple(rows), dots=tuple(dots), **context)
     report = Report(
         collectives=collectives_df, dots=dots_df, totals=totals, hlo=module, mesh=mesh, hardware=hw.name,
         topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
-        context=ctx,
+        analysis=analysis,
     )
     return _run_rules(report, config) if rules else report
 
@@ -683,7 +668,7 @@ def _int_if_whole(x: float) -> int | float:
 def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec) -> pd.DataFrame:
     import pandas as pd
 
-    from analyzer.analysis.mapping import user_frame
+    from analyzer.analysis.mapping import pass_of, user_frame
 
     records = []
     for d in dots:
@@ -699,7 +684,7 @@ def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec) -> pd.Data
             "lhs_shape": str(shapes[0]) if shapes and shapes[0] is not None else "",
             "rhs_shape": str(shapes[1]) if len(shapes) > 1 and shapes[1] is not None else "",
             "out_shape": str(d.instruction.shape), "contracting": tuple(d.contracting), "notation": "",
-            "dtype": d.dtype,
+            "dtype": d.dtype, "pass_": pass_of(md.op_name if md else None),
         })
     cols = list(DOT_COLUMNS)
     return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)

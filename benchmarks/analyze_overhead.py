@@ -102,7 +102,7 @@ def measure(layers: int, unrolled: bool, repeat: int) -> dict[str, float]:
         report = analyzer.analyze(fn, *args, mesh=mesh)
         elapsed = time.perf_counter() - t
         keep("analyze", elapsed)
-        lowered = report.context["lowered"]
+        lowered = report.analysis.lowered
         keep("lower+compile", lowered.lower_seconds + lowered.compile_seconds)
         # What the same analyze call spent outside jax's tracing and XLA's compile (StableHLO text, reading the
         # dump, memory stats, parse, analysis, rules): the part the compile's run-to-run noise does not blur.

@@ -4,8 +4,9 @@ The compute side of the roofline: `Report.dots` has one row per dot with its FLO
 many times it runs per step (loop trip counts multiplied in, like the collectives' `count`).
 
 FLOPs of a dot: 2 x (elements of the result) x (product of the contracting dims). A convolution (the TPU
-compiler writes many dots as convolutions): 2 x (elements of the result) x (kernel elements / output
-features) / feature_group_count / batch_group_count.
+compiler writes many dots as convolutions, batch dims as spatial dims dilated so that each output position
+reads one input position): 2 x (output batch x features) x (kernel input features) x (window taps that
+land on real input), from dim_labels and window. `dot_flops` is the one FLOPs count of the analyzer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from analyzer.analysis.graph import CallGraph
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule, Instruction
 
-__all__ = ["Dot", "dot_flops", "extract_dots"]
+__all__ = ["Dot", "dot_flops", "extract_dots", "contracting_dims", "batch_dims", "DOT_OPCODES"]
+
+# The opcodes that multiply matrices: the TPU compiler spells many dots as convolutions.
+DOT_OPCODES = frozenset({"dot", "convolution", "ragged-dot"})
 
 
 @dataclass(frozen=True)
@@ -44,39 +48,144 @@ def _ints(raw: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in raw.strip("{} ").split(",") if p.strip())
 
 
+def contracting_dims(dot: Instruction, operand: int = 0) -> tuple[int, ...]:
+    """The contracting dims of a dot's operand (0 = lhs, 1 = rhs), from its dimension numbers.
+
+    For a convolution (the TPU compiler's spelling of a dot): the input-feature dim (`f` of the lhs, `i` of
+    the kernel) and the spatial dims the window covers whole (one output position).
+    """
+    if dot.opcode == "convolution":
+        return _convolution_dims(dot, operand)[0]
+    return _ints(dot.attr("lhs_contracting_dims" if operand == 0 else "rhs_contracting_dims"))
+
+
+def batch_dims(dot: Instruction, operand: int = 0) -> tuple[int, ...]:
+    """The batch dims of a dot's operand (0 = lhs, 1 = rhs), from its dimension numbers.
+
+    For a convolution: the spatial dims that are not contracted (the TPU compiler's batch dims of a dot).
+    """
+    if dot.opcode == "convolution":
+        return _convolution_dims(dot, operand)[1]
+    return _ints(dot.attr("lhs_batch_dims" if operand == 0 else "rhs_batch_dims"))
+
+
+def _labels(inst: Instruction) -> tuple[str, str, str] | None:
+    """The lhs, kernel and output labels of a convolution's dim_labels (`0bf_0io->0bf`), or None."""
+    raw = inst.attr("dim_labels") or ""
+    try:
+        lhs_l, rest = raw.split("_", 1)
+        rhs_l, out_l = rest.split("->", 1)
+    except ValueError:
+        return None
+    return lhs_l, rhs_l, out_l
+
+
+def _convolution_dims(inst: Instruction, operand: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(contracting, batch) dims of a convolution's operand, from dim_labels and the shapes."""
+    labels = _labels(inst)
+    if labels is None or operand > 1 or len(inst.operands) < 2 or inst.operands[0].shape is None:
+        return (), ()
+    lhs_l, rhs_l, out_l = labels
+    mine = lhs_l if operand == 0 else rhs_l
+    lhs, out = inst.operands[0].shape, inst.shape
+    if len(lhs_l) != lhs.rank or not out.is_array or len(out_l) != out.rank:
+        return (), ()
+    contracting = [mine.index("f" if operand == 0 else "i")] if ("f" if operand == 0 else "i") in mine else []
+    batch = []
+    for c in (c for c in mine if c.isdigit()):
+        whole = out.dims[out_l.index(c)] == 1 and lhs.dims[lhs_l.index(c)] > 1
+        (contracting if whole else batch).append(mine.index(c))
+    return tuple(sorted(contracting)), tuple(sorted(batch))
+
+
+def _valid_taps(n: int, k: int, m: int, stride: int, pad_lo: int, lhs_dilate: int, rhs_dilate: int) -> int:
+    """How many (output position, window position) pairs of one spatial dimension read a real input element.
+
+    The input of `n` elements is dilated by `lhs_dilate` (holes between elements) and padded by `pad_lo`
+    in front; output position o with window position j reads index `o*stride + j*rhs_dilate - pad_lo` of
+    the dilated input: a real element when it lies in `[0, (n-1)*lhs_dilate]` and is a multiple of
+    `lhs_dilate`. The TPU compiler writes a dot's batch dims this way (window = batch, lhs_dilate = batch,
+    so exactly one tap per output position); an ordinary convolution has every tap inside the input.
+    """
+    last = (n - 1) * lhs_dilate
+    total = 0
+    for j in range(k):
+        base = j * rhs_dilate - pad_lo
+        if lhs_dilate == 1:
+            # o*stride + base in [0, last]: o in [ceil(-base/stride), floor((last-base)/stride)] within [0, m)
+            lo = max(0, -(base // stride) if base < 0 else 0)
+            while lo * stride + base < 0:
+                lo += 1
+            hi = min(m - 1, (last - base) // stride) if last - base >= 0 else -1
+            total += max(0, hi - lo + 1)
+        else:
+            total += sum(1 for o in range(m) if 0 <= o * stride + base <= last and (o * stride + base) % lhs_dilate == 0)
+    return total
+
+
+def _convolution_flops(inst: Instruction) -> float:
+    """2 x (multiply-adds that touch real data) of a convolution, from its dim_labels and window.
+
+    Per output (batch, feature) pair, a convolution sums the kernel's input features (`i`, already divided
+    by feature_group_count in the kernel's shape) over the window taps that land on real input elements.
+    """
+    shapes = [o.shape for o in inst.operands]
+    out = inst.shape
+    if len(shapes) < 2 or shapes[0] is None or shapes[1] is None or not out.is_array:
+        return 0.0
+    lhs, rhs = shapes[0], shapes[1]
+    labels = _labels(inst)
+    if labels is None:
+        return 0.0
+    lhs_l, rhs_l, out_l = labels
+    if len(lhs_l) != lhs.rank or len(rhs_l) != rhs.rank or len(out_l) != out.rank:
+        return 0.0
+    window = {}
+    if inst.attr("window"):
+        from analyzer.hlo.attributes import parse_window
+
+        window = parse_window(inst.attr("window") or "")
+    spatial = sorted(c for c in out_l if c.isdigit())
+    taps = 1
+    for w, c in enumerate(spatial):
+        n = lhs.dims[lhs_l.index(c)]
+        k = rhs.dims[rhs_l.index(c)]
+        m = out.dims[out_l.index(c)]
+        stride = window.get("stride", (1,) * len(spatial))[w]
+        pad_lo = window.get("pad", ((0, 0),) * len(spatial))[w][0]
+        lhs_dilate = window.get("lhs_dilate", (1,) * len(spatial))[w]
+        rhs_dilate = window.get("rhs_dilate", (1,) * len(spatial))[w]
+        taps *= _valid_taps(n, k, m, stride, pad_lo, lhs_dilate, rhs_dilate)
+    batch = out.dims[out_l.index("b")]
+    features = out.dims[out_l.index("f")]
+    per_feature = rhs.dims[rhs_l.index("i")]
+    return 2.0 * batch * features * per_feature * taps
+
+
 def dot_flops(inst: Instruction) -> tuple[float, tuple[int, ...]]:
-    """FLOPs of one execution of a dot/convolution and its lhs contracting dims.
+    """FLOPs of one execution of a dot/convolution on one device, and its lhs contracting dims.
+
+    A dot: 2 x (elements of the result) x (product of the lhs contracting dims). A convolution (the TPU
+    compiler's spelling of many dots, batch dims as dilated spatial dims): 2 x (output batch x output
+    features) x (kernel input features) x (window taps on real input), from its dim_labels and window.
+    This is the one FLOPs count of the analyzer: the totals, the dots table and the rules use it.
 
     Example:
         f32[8,64] dot(f32[8,128], f32[128,64]), lhs_contracting_dims={1} -> (2*8*64*128, (1,))
     """
     out = inst.shape
-    out_elems = sum(s.num_elements for s in out.leaves() if s.is_array)
-    shapes = [o.shape for o in inst.operands]
     if inst.opcode in ("dot", "ragged-dot"):
-        lhs = shapes[0] if shapes else None
-        dims = _ints(inst.attr("lhs_contracting_dims"))
+        out_elems = sum(s.num_elements for s in out.leaves() if s.is_array)
+        lhs = inst.operands[0].shape if inst.operands else None
+        dims = contracting_dims(inst, 0)
         k = 1
         if lhs is not None:
             for d in dims:
                 if d < lhs.rank:
                     k *= lhs.dims[d]
         return 2.0 * out_elems * k, dims
-    if inst.opcode == "convolution" and len(shapes) >= 2 and shapes[1] is not None:
-        kernel = shapes[1]
-        labels = (inst.attr("dim_labels") or "").split("->")[0]
-        parts = labels.split("_")
-        kernel_labels = parts[1] if len(parts) > 1 else ""
-        o_size = 1
-        if len(kernel_labels) == kernel.rank and "o" in kernel_labels:
-            o_size = kernel.dims[kernel_labels.index("o")]
-        groups = 1
-        for key in ("feature_group_count", "batch_group_count"):
-            raw = inst.attr(key)
-            if raw and raw.isdigit():
-                groups *= int(raw)
-        per_out = kernel.num_elements / max(1, o_size) / max(1, groups)
-        return 2.0 * out_elems * per_out, ()
+    if inst.opcode == "convolution":
+        return _convolution_flops(inst), contracting_dims(inst, 0)
     return 0.0, ()
 
 
@@ -89,7 +198,7 @@ def extract_dots(module: HloModule, graph: CallGraph | None = None) -> list[Dot]
             if count <= 0:
                 continue
             for inst in module.by_name[name].instructions:
-                if inst.opcode in ("dot", "convolution", "ragged-dot"):
+                if inst.opcode in DOT_OPCODES:
                     flops, contracting = dot_flops(inst)
                     out.append(Dot(inst, name, flops, count, contracting, branch))
     return out

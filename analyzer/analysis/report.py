@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.analysis.context import AnalysisContext
 from analyzer.analysis.schema import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
 from analyzer.theory.mesh import MeshInfo
 
@@ -54,10 +55,8 @@ class Report:
       diagnostics: findings of the rules (empty until rules ran).
       notes: sentences the reader needs (assumptions, e.g. the topology chosen for the cpu target).
       memory: per-device bytes from `compiled.memory_analysis()` when known.
-      context: the live objects rules need; not serialised, not compared. Keys (see analyzer.pipeline):
-        "module", "graph", "hardware", "topology", "cost_model", "collectives" (records in row order, with
-        their HLO instructions, dot, only_used_sharded, before/after), "dots", "mesh", "in_shardings",
-        "out_shardings", "args", "lowered", "config", and "hlo_path" for dumps.
+      analysis: the live objects the rules, `reprice` and the renderers need (`AnalysisContext`: module,
+        call graph, hardware spec, topology, collective and dot records, ...); not serialised, not compared.
     """
 
     collectives: pd.DataFrame
@@ -72,7 +71,7 @@ class Report:
     notes: Sequence[str] = ()
     memory: Mapping[str, int] | None = None
     name: str = ""
-    context: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    analysis: AnalysisContext = field(default_factory=AnalysisContext, repr=False, compare=False)
 
     def with_diagnostics(self, diagnostics: Sequence[Diagnostic]) -> Report:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -106,8 +105,9 @@ class Report:
 def report_from_dict(data: Mapping[str, Any]) -> Report:
     """A `Report` rebuilt from its JSON form (`report_to_dict`), for rendering without recompiling.
 
-    The rebuilt report has no HLO module and no live context, so it can be rendered (every format) but not
-    repriced or re-checked. Sweeps use it to bring the best candidate's report back from a worker process.
+    The rebuilt report has no HLO module and no topology (its `analysis` holds only the argument table), so it
+    can be rendered (every format) but not repriced or re-checked: `reprice` and the rules that price
+    alternatives raise an `AnalyzerError` that says so. Sweeps use it to bring the best candidate's report back from a worker process.
 
     Args:
       data: a dict following docs/report-schema.json.
@@ -158,5 +158,6 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         hardware=data["hardware"], topology=data.get("topology", ""), target=data["target"],
         diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])),
         memory=None if data.get("memory") is None else dict(data["memory"]), name=data.get("name", ""),
-        context={"argument_rows": [dict(a) for a in data["arguments"]]} if data.get("arguments") else {},
+        analysis=AnalysisContext(argument_rows=tuple(dict(a) for a in data["arguments"]) if data.get("arguments")
+                                 else None),
     )

@@ -46,4 +46,5 @@ COLLECTIVE_COLUMNS: tuple[str, ...] = (
 DOT_COLUMNS: tuple[str, ...] = (
     "instruction", "computation", "op_name", "source", "flops", "count", "seconds",
     "lhs_shape", "rhs_shape", "out_shape", "contracting", "notation", "dtype",
+    "pass_",           # "forward" / "backward" / "" from the op_name (analyzer.analysis.mapping.pass_of)
 )

@@ -232,18 +232,17 @@ def _path_name(path: Any) -> str:
 def argument_rows(report: Report) -> list[dict[str, Any]]:
     """The program's arguments and their shardings in the chapter's notation: the plan as the user wrote it.
 
-    Read from `report.context["args"]` (the abstract arguments `analyze` was given) or, for a report rebuilt
-    from JSON, `report.context["argument_rows"]`. Dimension letters are I, J, K, ... in order.
+    Read from `report.analysis.args` (the abstract arguments `analyze` was given) or, for a report rebuilt
+    from JSON, `report.analysis.argument_rows`. Dimension letters are I, J, K, ... in order.
 
     Returns:
       One dict per array argument: `name`, `shape` (e.g. `bf16[16,2048,5632]`), `notation`
       (e.g. `[I, J_data, K_model]`, "" when the sharding is unknown) and `bytes_per_device` (None when unknown).
       Empty when the report carries no arguments (HLO dumps).
     """
-    context = report.context or {}
-    if "argument_rows" in context:
-        return [dict(r) for r in context["argument_rows"]]
-    args = context.get("args")
+    if report.analysis.argument_rows is not None:
+        return [dict(r) for r in report.analysis.argument_rows]
+    args = report.analysis.args
     if not args or report.mesh is None:
         return []
     import jax

@@ -215,7 +215,8 @@ def layer_blocks(report: Report) -> list[Block]:
         for rec in _records(frame):
             count = max(int(_num(rec.get("count"), 1)), 1)
             seconds = _num(rec.get("seconds"))
-            pass_ = str(rec.get("pass_") or "") if kind == "comm" else _pass_of(str(rec.get("op_name") or ""))
+            pass_ = rec.get("pass_")  # the analysis's answer (mapping.pass_of), the same for collectives and dots
+            pass_ = pass_ if isinstance(pass_, str) else ""
             if count == 1:
                 pass_ = ""  # what runs once (embedding, loss, optimizer) is one block whatever its pass
             slot = groups.setdefault((pass_, count), [0.0, 0.0])
@@ -229,15 +230,6 @@ def layer_blocks(report: Report) -> list[Block]:
             label = f"{pass_ or 'other'}, per layer (x{count})"
         blocks.append(Block(label=label, comm_seconds=comm, compute_seconds=compute, executions=count))
     return blocks
-
-
-def _pass_of(op_name: str) -> str:
-    """forward / backward from a jax op_name (`transpose(jvp(...))` marks the backward pass)."""
-    if "transpose(" in op_name:
-        return "backward"
-    if op_name:
-        return "forward"
-    return ""
 
 
 def layer_plot(report: Report) -> str | None:

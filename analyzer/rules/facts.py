@@ -1,221 +1,45 @@
 """What the rules need to know about an analysed program, gathered once per report.
 
 `Facts.from_report(report)` reads the report's collectives and dots, the HLO module, and the hardware and
-topology the analysis priced them on (from `report.context`), and offers:
+topology the analysis priced them on (from `report.analysis`, an `AnalysisContext`), and offers:
   - `collectives`: one `Coll` per row of `report.collectives`, joined to its HLO instruction;
-  - `chip`: the chip's numbers (FLOPs/s, ICI bandwidths, hop latency, HBM);
-  - `axes`: per mesh axis, the ring it lies on (size, wraparound, network);
-  - `price(kind, nbytes, axes, ...)`: the chapter's cost of a collective, for pricing alternatives.
+  - `hardware`: the `HardwareSpec` the report was priced on (FLOPs/s, links, HBM);
+  - `axes`: per mesh axis, the topology's `AxisInfo` (size, wraparound, network, physical axes);
+  - `price(kind, nbytes, axes)`: `analyzer.theory.cost.collective_cost` on the report's `Topology`, the one
+    model that priced the rows, for pricing alternatives.
 
-When the analysis priced a collective, its row's `seconds` is the truth; `price` is used for alternatives.
-To keep the two consistent, a rule compares an alternative with `price` of the current collective on the
-same model (`price_like`), which scales the alternative by the row's own seconds.
+There is one price: a report without its topology (rebuilt from JSON) cannot price alternatives, and
+`price` says so with an `AnalyzerError` instead of guessing another model.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Location
+from analyzer.errors import AnalyzerError
 from analyzer.hlo.ir import Computation, HloModule, Instruction
 
-__all__ = ["Chip", "AxisLink", "Coll", "Price", "Facts", "chapter_price", "ELEMENT_BYTES"]
+if TYPE_CHECKING:
+    from analyzer.theory.hardware import HardwareSpec
+    from analyzer.theory.topology import AxisInfo, Topology
 
-ELEMENT_BYTES: Mapping[str, float] = {
-    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "s8": 1, "u8": 1, "s32": 4, "u32": 4, "s64": 8, "pred": 1,
-    "f8e4m3fn": 1, "f8e5m2": 1, "s4": 0.5, "u4": 0.5, "c64": 8, "c128": 16, "s16": 2, "u16": 2,
-}
-
-
-def _get(obj: Any, path: str, default: Any = None) -> Any:
-    """`a.b.c` from nested attributes or mapping keys; `default` when any step is missing."""
-    cur = obj
-    for part in path.split("."):
-        if cur is None:
-            return default
-        if isinstance(cur, Mapping):
-            cur = cur.get(part)
-        else:
-            cur = getattr(cur, part, None)
-    return default if cur is None else cur
-
-
-@dataclass(frozen=True)
-class Chip:
-    """The numbers of one chip that the rules use (from the hardware spec; units: bytes, seconds)."""
-
-    name: str
-    flops: Mapping[str, float]
-    ici_bidi: float
-    ici_oneway: float
-    hop_latency: float
-    hbm_bytes: float
-    hbm_bandwidth: float
-    dcn_bandwidth: float | None = None
-    kind: str = "tpu"
-    domain_size: int | None = None  # GPUs per NVLink domain
-    scale_out_bandwidth: float | None = None  # GPU node egress per GPU
-
-    def flops_for(self, dtype: str) -> float:
-        """FLOPs/s for a dot in `dtype` (bf16 rate for float types the spec does not list)."""
-        if dtype in self.flops:
-            return float(self.flops[dtype])
-        if dtype in ("s8", "u8") and "int8" in self.flops:
-            return float(self.flops["int8"])
-        if dtype.startswith("f8") and "fp8" in self.flops:
-            return float(self.flops["fp8"])
-        return float(self.flops.get("bf16") or max(self.flops.values(), default=1.0))
-
-    @property
-    def ridge(self) -> float:
-        """C / W_ici in bf16: the per-chip batch above which an FSDP matmul is compute-bound (2550 on v5p)."""
-        return self.flops_for("bf16") / self.ici_bidi
-
-    @property
-    def latency_bytes(self) -> float:
-        """Per-hop chunk under which a transfer is latency-bound: one-way bandwidth x hop latency."""
-        return self.ici_oneway * self.hop_latency
-
-    @staticmethod
-    def from_spec(spec: Any, name: str = "") -> Chip:
-        """Read a hardware spec object (analyzer.theory.hardware) or its TOML mapping."""
-        flops = _get(spec, "flops", {}) or {}
-        if isinstance(flops, (tuple, list)):
-            flops = dict(flops)
-        elif not isinstance(flops, Mapping):
-            flops = {k: getattr(flops, k) for k in dir(flops) if not k.startswith("_")
-                     and isinstance(getattr(flops, k), (int, float))}
-        kind = str(_get(spec, "kind", "tpu"))
-        if kind == "gpu":
-            bidi = float(_get(spec, "nvlink.gpu_egress", 0) or _get(spec, "nvlink.bandwidth_per_gpu", 0) or 0)
-            oneway = bidi
-            latency = float(_get(spec, "nvlink.hop_latency", 0) or 1e-6)
-        else:
-            bidi = float(_get(spec, "ici.link_bandwidth_bidi", 0) or 0)
-            oneway = float(_get(spec, "ici.link_bandwidth_one_way", 0) or bidi / 2)
-            latency = float(_get(spec, "ici.hop_latency", 1e-6))
-        return Chip(
-            name=str(_get(spec, "name", name) or name),
-            flops={str(k): float(v) for k, v in dict(flops).items()},
-            ici_bidi=bidi or 1.0,
-            ici_oneway=oneway or 1.0,
-            hop_latency=latency,
-            hbm_bytes=float(_get(spec, "hbm_bytes", 0) or _get(spec, "hbm.bytes", 0) or 0),
-            hbm_bandwidth=float(_get(spec, "hbm_bandwidth", 0) or _get(spec, "hbm.bandwidth", 0) or 0),
-            dcn_bandwidth=_get(spec, "dcn_bandwidth_per_chip") or _get(spec, "dcn.bandwidth_per_chip"),
-            kind=kind,
-            domain_size=_get(spec, "nvlink.domain_size"),
-            scale_out_bandwidth=_scale_out_per_gpu(spec),
-        )
-
-
-def _scale_out_per_gpu(spec: Any) -> float | None:
-    """Scale-out bytes/s per GPU: node egress shared by the GPUs of a node (gpus.md)."""
-    egress = _get(spec, "scale_out.node_egress")
-    node = _get(spec, "nvlink.domain_size")
-    if egress and node:
-        return float(egress) / float(node)
-    return None
-
-
-@dataclass(frozen=True)
-class AxisLink:
-    """How one mesh axis lies on the hardware.
-
-    Attributes:
-      name: the mesh axis name.
-      size: devices along it.
-      wrap: whether its ring has a wraparound link (bidirectional full ring).
-      network: "ici", "dcn", "nvlink" or "scale-out".
-      physical: the physical axis (or axes) it is laid on, for telling axes that share links apart.
-      bandwidth: bytes/s a device can push along it in both directions together (W of the formulas).
-    """
-
-    name: str
-    size: int
-    wrap: bool
-    network: str = "ici"
-    physical: tuple[Any, ...] = ()
-    bandwidth: float | None = None
+__all__ = ["Coll", "Price", "Facts"]
 
 
 @dataclass(frozen=True)
 class Price:
-    """A predicted collective time."""
+    """A predicted collective time: `seconds` (the max of the bandwidth and latency terms), which `regime`
+    won, the `formula` with its numbers, and the bandwidth term alone."""
 
     seconds: float
     regime: str
     formula: str = ""
-
-
-def chapter_price(
-    kind: str, nbytes: float, links: Sequence[AxisLink], chip: Chip, *, wrap: bool | None = None
-) -> Price:
-    """The chapter's cost of one collective over `links` (sharding.md; numbers file section 2.1).
-
-    Bandwidth: AllGather/ReduceScatter `V / (W_ici * N_axes)`, AllReduce twice that, AllToAll
-    `V * max(axis) / (4 * N * W_ici)`, a ring without wraparound sends one way over X-1 hops
-    (`(X-1) * (V/X) / W_one_way` per axis, pop quiz 2). Latency floor: `T_min * hops` on the longest path
-    (`X/2` hops with wraparound, `X-1` without). The answer is the larger.
-
-    Args:
-      kind: collective kind (all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute).
-      nbytes: V, the bytes of the full (gathered or unreduced) array.
-      links: the mesh axes it runs over.
-      chip: the chip.
-      wrap: force wraparound on (True) or off (False) for every axis; None uses each axis's own.
-
-    Example:
-        >>> v5e = Chip("v5e", {"bf16": 1.97e14}, 9e10, 4.5e10, 1e-6, 16e9, 8.2e11)
-        >>> round(chapter_price("all-gather", 34e6, [AxisLink("Y", 4, wrap=True)], v5e).seconds * 1e6)
-        378
-    """
-    if not links or nbytes <= 0:
-        return Price(0.0, "bandwidth", "nothing moves")
-    n_axes = len(links)
-    hops = 0.0
-    band = 0.0
-    for link in links:
-        w_bidi = link.bandwidth or _network_bandwidth(link.network, chip)
-        has_wrap = link.wrap if wrap is None else wrap
-        if has_wrap or link.size <= 2:
-            band = max(band, nbytes / (w_bidi * n_axes))
-            hops += link.size / 2 if has_wrap else link.size - 1
-        else:
-            band = max(band, (link.size - 1) / link.size * nbytes / (w_bidi / 2) / n_axes)
-            hops += link.size - 1
-    kind = kind.replace("_", "-")
-    if kind == "all-reduce":
-        band, hops, label = 2 * band, 2 * hops, "2 x V / W"
-    elif kind == "all-to-all":
-        n = math.prod(link.size for link in links)
-        biggest = max(link.size for link in links)
-        band = band * n_axes * biggest / (4 * n)
-        label = "V * max(axis) / (4 N W)"
-    elif kind == "collective-permute":
-        n = math.prod(link.size for link in links)
-        band = band * n_axes / n  # each device sends its shard one hop
-        hops = 1
-        label = "V / (N W)"
-    else:
-        label = "V / (W N_axes)"
-    latency = hops * chip.hop_latency
-    if latency > band:
-        return Price(latency, "latency", f"T_min x {hops:g} hops")
-    return Price(band, "bandwidth", label)
-
-
-def _network_bandwidth(network: str, chip: Chip) -> float:
-    """W of the formulas for a network: ICI bidirectional, DCN per chip, NVLink egress, scale-out per GPU."""
-    if network == "dcn" and chip.dcn_bandwidth:
-        return float(chip.dcn_bandwidth)
-    if network == "scale-out" and chip.scale_out_bandwidth:
-        return float(chip.scale_out_bandwidth)
-    return chip.ici_bidi
+    bandwidth_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -272,20 +96,29 @@ def _num(v: Any, default: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class Facts:
-    """Everything the rules read, computed once per report."""
+    """Everything the rules read, computed once per report.
+
+    Attributes:
+      module: the parsed HLO module (None for a report rebuilt from JSON).
+      hardware: the `HardwareSpec` the report was priced on.
+      axes: per mesh axis, the topology's `AxisInfo` (empty without a topology).
+      collectives: one `Coll` per row of the report's collectives table.
+      mesh_axes: the mesh's axis names.
+      topology: the `Topology` the rows were priced on, or None (a report rebuilt from JSON).
+      cost_model: "topology" or "ideal", as for the report.
+    """
 
     module: HloModule | None
-    chip: Chip
-    axes: Mapping[str, AxisLink]
+    hardware: HardwareSpec
+    axes: Mapping[str, AxisInfo]
     collectives: tuple[Coll, ...]
     mesh_axes: tuple[str, ...] = ()
-    context: Mapping[str, Any] = field(default_factory=dict)
-    topology: Any = None  # the analysis's `analyzer.theory.topology.Topology`, when it priced on one
+    topology: Topology | None = None
     cost_model: str = "topology"
     # users_map of each computation, built on first use: a 32-layer unrolled step has hundreds of
     # collectives in one entry computation, and rebuilding its map for each cost ~30 s.
     _users: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # hlo_walk.uniform_over's evaluations, per set of device groups, shared by every rule of this report.
+    # dataflow.uniform_over's evaluations, per set of device groups, shared by every rule of this report.
     uniformity: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     # common.dot_location's index of the report's dots table by instruction name.
     dot_rows: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -295,44 +128,55 @@ class Facts:
         """The module's entry computation, or None for a report without HLO."""
         return self.module.entry if self.module is not None else None
 
+    @property
+    def ridge(self) -> float:
+        """`C / W_ici` in bf16 (`analyzer.theory.roofline.ici_threshold`): the per-chip batch above which an
+        FSDP matmul is compute-bound (2550 on v5p, about 2190 on v5e)."""
+        from analyzer.theory.roofline import ici_threshold
+
+        return ici_threshold(self.hardware)
+
+    def flops_per_second(self, dtype: str) -> float:
+        """The chip's peak FLOPs/s for a dot in `dtype` (`HardwareSpec.flops_per_second`)."""
+        return self.hardware.flops_per_second(dtype)
+
     def users(self, comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
-        """`hlo_walk.users_map(comp)`, computed once per computation of this report."""
+        """`dataflow.users_map(comp)`, computed once per computation of this report."""
         found = self._users.get(comp.name)
         if found is None:
-            from analyzer.rules.hlo_walk import users_map
+            from analyzer.analysis.dataflow import users_map
 
             found = self._users[comp.name] = users_map(comp)
         return found
 
-    def links(self, axes: Sequence[str]) -> list[AxisLink]:
-        return [self.axes[a] if a in self.axes else AxisLink(a, 2, False) for a in axes]
+    def _topology(self) -> Topology:
+        if self.topology is None:
+            raise AnalyzerError("this report carries no topology (was it rebuilt from JSON?): alternatives cannot "
+                                "be priced; run the rules on a report from analyze() or analyze_hlo()")
+        return self.topology
 
-    def price(self, kind: str, nbytes: float, axes: Sequence[str], *, wrap: bool | None = None,
-              links: Sequence[AxisLink] | None = None) -> Price:
-        """Seconds of one collective of `kind` moving V = `nbytes` over mesh `axes`.
+    def price(self, kind: str, nbytes: float, axes: Sequence[str]) -> Price:
+        """Seconds of one collective of `kind` moving V = `nbytes` over mesh `axes`: `collective_cost` on the
+        report's topology with the report's cost model (the model that priced its rows).
 
-        With the analysis's topology (and no `wrap`/`links` override) this is `analyzer.theory.cost.collective_cost`,
-        the model that priced the report's rows; otherwise the chapter's formulas (`chapter_price`).
+        Raises:
+          AnalyzerError: the report has no topology (rebuilt from JSON), or the cost model rejects the input.
         """
-        if self.topology is not None and wrap is None and links is None and axes:
-            try:
-                from analyzer.theory.cost import collective_cost
+        from analyzer.theory.cost import collective_cost
 
-                cost = collective_cost(kind, float(nbytes), tuple(axes), self.topology, model=self.cost_model)
-                return Price(float(cost.seconds), str(cost.regime), str(getattr(cost, "formula", "")))
-            except Exception:  # noqa: BLE001 - an axis form the cost model does not take: use the chapter's
-                pass
-        return chapter_price(kind, nbytes, list(links) if links is not None else self.links(axes), self.chip,
-                             wrap=wrap)
+        if not axes or nbytes <= 0:
+            return Price(0.0, "bandwidth", "nothing moves")
+        cost = collective_cost(kind, float(nbytes), tuple(axes), self._topology(), model=self.cost_model)
+        return Price(float(cost.seconds), str(cost.regime), str(cost.formula), float(cost.bandwidth_seconds))
 
-    def price_like(self, coll: Coll, kind: str, nbytes: float, axes: Sequence[str], *,
-                   wrap: bool | None = None, links: Sequence[AxisLink] | None = None) -> float:
+    def price_like(self, coll: Coll, kind: str, nbytes: float, axes: Sequence[str]) -> float:
         """An alternative's seconds on the same footing as `coll`'s own row.
 
-        Both are priced with the chapter's formulas here; the alternative is scaled by the ratio of the row's
-        seconds to that price, so a saving never comes from two cost models disagreeing.
+        Both are priced with `price`; the alternative is scaled by the ratio of the row's seconds to that
+        price (1 unless the row was priced from its own device pairs, e.g. a collective-permute), so a saving
+        never comes from the two prices being taken differently.
         """
-        alt = self.price(kind, nbytes, axes, wrap=wrap, links=links).seconds
+        alt = self.price(kind, nbytes, axes).seconds
         mine = self.price(coll.kind, coll.bytes, coll.axes).seconds
         if mine <= 0 or coll.seconds <= 0:
             return alt
@@ -343,65 +187,63 @@ class Facts:
         wraparound (`wrap_axes`), or moved onto the fast network (`fast_axes`: ICI on TPUs, NVLink on GPUs).
 
         The analysis's own topology is copied with those changes and priced with the same cost model, so the
-        difference is only the change. Without a topology, the chapter's formulas price both sides and the
-        alternative is scaled by the row's seconds.
+        difference is only the change.
         """
-        topo = self.topology
-        if topo is not None and coll.axes:
-            try:
-                from dataclasses import replace as _replace
+        from dataclasses import replace as _replace
 
-                from analyzer.theory.cost import collective_cost
+        from analyzer.theory.cost import collective_cost, geometry_cost
+        from analyzer.theory.topology import TreeLevel
 
-                sl = topo.slice
-                wraps = list(sl.wraps)
-                networks = list(sl.networks)
-                fast = "nvlink" if self.chip.kind == "gpu" else "ici"
-                for axes, change in ((wrap_axes, "wrap"), (fast_axes, "fast")):
-                    for a in axes:
-                        for label in topo.axis_info(a).physical_axes:
-                            k = sl.axis_labels.index(label)
-                            if change == "wrap":
-                                wraps[k] = True
-                            else:
-                                networks[k] = fast
-                                wraps[k] = wraps[k] if fast == "nvlink" else sl.dims[k] > 2
-                new = _replace(topo, slice=_replace(sl, wraps=tuple(wraps), networks=tuple(networks)))
-                cost = collective_cost(coll.kind, float(coll.bytes), tuple(coll.axes), new, model=self.cost_model)
-                return float(cost.seconds)
-            except Exception:  # noqa: BLE001 - fall back to the chapter's formulas below
-                pass
-        links = [replace(lk, wrap=True) if lk.name in wrap_axes else lk for lk in self.links(coll.axes)]
-        links = [replace(lk, network="ici" if self.chip.kind == "tpu" else "nvlink", bandwidth=None)
-                 if lk.name in fast_axes else lk for lk in links]
-        alt = chapter_price(coll.kind, coll.bytes, links, self.chip).seconds
-        mine = chapter_price(coll.kind, coll.bytes, self.links(coll.axes), self.chip).seconds
-        return alt * coll.seconds / mine if mine > 0 and coll.seconds > 0 else alt
+        topo = self._topology()
+        if not coll.axes:
+            return coll.seconds
+        if self.hardware.kind == "gpu":
+            if not fast_axes:
+                return coll.seconds  # GPU networks are switched: no wraparound to add
+            # The same group inside one NVLink domain: one level, each GPU's own NVLink egress.
+            geo = topo.geometry(tuple(coll.axes))
+            assert self.hardware.nvlink is not None
+            level = TreeLevel("nvlink", geo.group_size, self.hardware.nvlink.gpu_egress, 1, "nvlink")
+            inside = _replace(geo, levels=(level,))
+            return float(geometry_cost(coll.kind, float(coll.bytes), inside, topo, model=self.cost_model).seconds)
+        sl = topo.slice
+        wraps = list(sl.wraps)
+        networks = list(sl.networks)
+        fast = "nvlink" if self.hardware.kind == "gpu" else "ici"
+        for axes, change in ((wrap_axes, "wrap"), (fast_axes, "fast")):
+            for a in axes:
+                for label in topo.axis_info(a).physical_axes:
+                    k = sl.axis_labels.index(label)
+                    if change == "wrap":
+                        wraps[k] = True
+                    else:
+                        networks[k] = fast
+                        wraps[k] = wraps[k] if fast == "nvlink" else sl.dims[k] > 2
+        new = _replace(topo, slice=_replace(sl, wraps=tuple(wraps), networks=tuple(networks)))
+        cost = collective_cost(coll.kind, float(coll.bytes), tuple(coll.axes), new, model=self.cost_model)
+        return float(cost.seconds)
 
     def instruction(self, computation: str, name: str) -> tuple[Computation | None, Instruction | None]:
-        if self.module is None:
-            return None, None
-        comp = self.module.by_name.get(computation)
-        comps = [comp] if comp is not None else list(self.module.computations)
-        for c in comps:
-            inst = c.by_name.get(name)
-            if inst is not None:
-                return c, inst
-        return None, None
+        return _find_instruction(self.module, computation, name)
 
     @staticmethod
     def from_report(report: Any) -> Facts:
-        ctx = dict(getattr(report, "context", {}) or {})
-        module = getattr(report, "hlo", None) or ctx.get("module") or ctx.get("hlo")
-        spec = ctx.get("hardware") or ctx.get("hardware_spec") or ctx.get("spec")
-        if spec is None or isinstance(spec, str):
-            spec = _load_spec(getattr(report, "hardware", "") or "tpu-v5e")
-        chip = Chip.from_spec(spec, getattr(report, "hardware", ""))
-        mesh = getattr(report, "mesh", None)
+        """The facts of a report: its analysis context's module, hardware, topology and collective records.
+
+        Raises:
+          HardwareError: the report names hardware that is not known (a report rebuilt from JSON).
+        """
+        from analyzer.theory.hardware import load_hardware
+
+        ctx = report.analysis
+        module = report.hlo if report.hlo is not None else ctx.module
+        hardware = ctx.hardware if ctx.hardware is not None else load_hardware(report.hardware)
+        mesh = report.mesh
+        topology = ctx.topology if ctx.topology is not None else _rebuilt_topology(report, hardware)
         mesh_axes = tuple(mesh.axis_names) if mesh is not None else ()
-        axes = _axis_links(ctx.get("topology"), mesh, spec, chip)
-        records = ctx.get("collectives") or ctx.get("collective_records") or ()
-        frame = getattr(report, "collectives", None)
+        axes = {a: topology.axis_info(a) for a in mesh_axes} if topology is not None else {}
+        records = ctx.collectives
+        frame = report.collectives
         colls: list[Coll] = []
         if frame is not None and len(frame):
             fr = frame.reset_index(drop=True)
@@ -413,7 +255,8 @@ class Facts:
                 if isinstance(axes_v, str):
                     axes_v = tuple(a for a in axes_v.replace("(", "").replace(")", "").replace("'", "")
                                    .split(",") if a.strip())
-                c = Coll(
+                comp, inst = _find_instruction(module, comp_name, first) if first else (None, None)
+                colls.append(Coll(
                     row=int(i),
                     kind=str(row.get("kind", "")),
                     axes=tuple(str(a).strip() for a in (axes_v or ())),
@@ -431,103 +274,41 @@ class Facts:
                     instruction=first,
                     hlo_line=int(_num(row.get("hlo_line"))) or None,
                     overlapped=bool(row.get("overlapped", False) is True),
+                    inst=inst,
+                    comp=comp,
                     record=records[i] if i < len(records) else None,
-                )
-                if module is not None and first:
-                    comp, inst = Facts(module, chip, axes, ()).instruction(comp_name, first)
-                    c = _with(c, inst=inst, comp=comp)
-                colls.append(c)
-        topology = ctx.get("topology")
-        return Facts(module=module, chip=chip, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
-                     context=ctx, topology=topology if not isinstance(topology, str) else None,
-                     cost_model=str(ctx.get("cost_model") or "topology"))
+                ))
+        return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
+                     topology=topology, cost_model=ctx.cost_model)
 
 
-def _with(c: Coll, **changes: Any) -> Coll:
-    from dataclasses import replace
+def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
+    """The topology of a report that lost its live one (rebuilt from JSON, or made by hand), when its
+    description says how to rebuild it: a mesh laid in order on a named slice (or, with no description, on
+    the smallest slice that holds the mesh, as the cpu target does). A mesh placed by TPU device coordinates
+    cannot be rebuilt from text: None, and pricing says so."""
+    import re
 
-    return replace(c, **changes)
+    from analyzer.theory.topology import Topology
 
-
-def _load_spec(name: str) -> Any:
-    """The hardware spec by name through analyzer.theory.hardware, or the TOML file shipped in the package."""
-    try:
-        from analyzer.theory.hardware import load_hardware
-
-        return load_hardware(name)
-    except Exception:  # noqa: BLE001 - fall back to the raw spec file below
-        pass
-    import tomllib
-    from importlib import resources
-
-    try:
-        text = resources.files("analyzer").joinpath(f"_data/hardware/{name}.toml").read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
-        text = resources.files("analyzer").joinpath("_data/hardware/tpu-v5e.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
-
-
-def _axis_links(topology: Any, mesh: Any, spec: Any, chip: Chip) -> dict[str, AxisLink]:
-    """Per mesh axis, the ring it lies on: from the analysis's topology, else the spec's wraparound rule."""
-    out: dict[str, AxisLink] = {}
+    mesh = report.mesh
     if mesh is None:
-        return out
-    for name, size in zip(mesh.axis_names, mesh.axis_sizes):
-        info = _topology_axis(topology, name)
-        if info is not None:
-            out[name] = AxisLink(
-                name=name,
-                size=int(_get(info, "size", size) or size),
-                wrap=bool(_get(info, "wraparound", False)),
-                network=str(_get(info, "network", "ici") or "ici").lower(),
-                physical=tuple(_as_tuple(_get(info, "physical_axes", None) or _get(info, "physical", None)
-                                         or (name,))),
-                bandwidth=_get(info, "bandwidth", None),
-            )
-        else:
-            out[name] = AxisLink(name=name, size=int(size), wrap=_default_wrap(spec, int(size)),
-                                 physical=(name,))
-    return out
-
-
-def _as_tuple(v: Any) -> tuple[Any, ...]:
-    if isinstance(v, (list, tuple)):
-        return tuple(v)
-    return (v,)
-
-
-def _topology_axis(topology: Any, name: str) -> Any:
-    """The topology's description of mesh axis `name`, whatever container it uses."""
-    if topology is None:
         return None
-    for attr in ("axes", "mesh_axes", "axis_links", "links"):
-        container = _get(topology, attr, None)
-        if container is None:
-            continue
-        if isinstance(container, Mapping):
-            if name in container:
-                return container[name]
-        elif isinstance(container, (list, tuple)):
-            for item in container:
-                if _get(item, "name", None) == name or _get(item, "mesh_axis", None) == name:
-                    return item
-    for method in ("axis_info", "axis"):
-        fn = getattr(topology, method, None)
-        if callable(fn):
-            try:
-                return fn(name)
-            except Exception:  # noqa: BLE001 - a topology that does not know the axis
-                return None
-    return None
+    text = str(report.topology or "")
+    if "device coords" in text or "devices' physical coords" in text or "given mapping" in text:
+        return None
+    m = re.search(r"slice (\S+?):", text)
+    return Topology.for_mesh(hardware, mesh.axis_names, mesh.axis_sizes, topology=m.group(1) if m else None)
 
 
-def _default_wrap(spec: Any, size: int) -> bool:
-    """The spec's wraparound rule for a ring of `size` (v5e/v6e: only axes of 16; v4/v5p: multiples of 4)."""
-    rule = _get(spec, "ici.wraparound", None)
-    kind = str(_get(rule, "rule", "") or "")
-    n = int(_get(rule, "size", 0) or 0)
-    if kind == "full-axis":
-        return n > 0 and size == n
-    if kind in ("cube", "full-cube", "multiple"):
-        return n > 0 and size % n == 0
-    return False
+def _find_instruction(module: HloModule | None, computation: str, name: str
+                      ) -> tuple[Computation | None, Instruction | None]:
+    if module is None:
+        return None, None
+    comp = module.by_name.get(computation)
+    comps = [comp] if comp is not None else list(module.computations)
+    for c in comps:
+        inst = c.by_name.get(name)
+        if inst is not None:
+            return c, inst
+    return None, None

@@ -10,6 +10,7 @@ from analyzer.rules.common import axes_text, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
 from analyzer.rules.registry import Option, rule
+from analyzer.theory.roofline import latency_threshold_bytes
 
 __all__ = ["HA301"]
 
@@ -53,8 +54,8 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
     chapter, appendix C (latency-bound collectives).
     """
     facts = ctx.facts
-    chip = facts.chip
-    threshold = chip.latency_bytes
+    chip = facts.hardware
+    threshold = latency_threshold_bytes(chip)
     min_group = int(ctx.option("min_group"))
     min_count = int(ctx.option("min_count"))
     min_saving = float(ctx.option("min_saving_seconds"))
@@ -101,8 +102,7 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
                 if m.count < min_count:
                     continue
                 # What the same bytes cost at full bandwidth, with no hop latency (the chapter's V / W forms).
-                factor = {"all-reduce": 2.0, "all-to-all": 0.25}.get(kind, 1.0)
-                bandwidth_only = factor * m.bytes / (chip.ici_bidi * len(axes))
+                bandwidth_only = facts.price(kind, m.bytes, axes).bandwidth_seconds
                 overhead = max(0.0, m.seconds - bandwidth_only)
                 if overhead * m.count < min_saving:
                     continue

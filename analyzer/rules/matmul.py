@@ -10,13 +10,15 @@ from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.hlo.ir import Computation, Instruction
+from analyzer.analysis.dots import DOT_OPCODES, contracting_dims, dot_flops
 from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
-from analyzer.rules.facts import ELEMENT_BYTES, Coll
-from analyzer.rules.hlo_walk import (
+from analyzer.rules.facts import Coll
+from analyzer.theory.notation import dtype_bytes
+from analyzer.analysis.dataflow import (
+    ELEMENTWISE,
+    TRANSPARENT,
     callers,
-    contracting_dims,
-    dot_flops,
     dot_producer,
     dot_uses,
     free_size,
@@ -62,7 +64,7 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
                 add(c.comp.name, dot, c, None)
                 found = True
         record_dot = getattr(c.record, "dot", None) if c.record is not None else None
-        if not found and record_dot is not None and getattr(record_dot, "opcode", "") in ("dot", "convolution"):
+        if not found and record_dot is not None and getattr(record_dot, "opcode", "") in DOT_OPCODES:
             add(f"{c.comp.name}>", record_dot, c, None)
     # A reduction after a chain of two matmuls with no collective between them (Megatron's W_in then W_out,
     # all-reduced once) is weighed against both, as the chapter's tensor-parallel roofline does.
@@ -78,8 +80,6 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
 
 def _upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
     """A dot feeding `dot`'s operands through element-wise and transparent ops only (no collective between)."""
-    from analyzer.rules.hlo_walk import ELEMENTWISE, TRANSPARENT
-
     stack = [(comp.by_name.get(n), 0) for n in dot.operand_names]
     seen: set[str] = set()
     while stack:
@@ -87,7 +87,7 @@ def _upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
         if cur is None or cur.name in seen or depth > 12:
             continue
         seen.add(cur.name)
-        if cur.opcode in ("dot", "convolution"):
+        if cur.opcode in DOT_OPCODES:
             return cur
         if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
             stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
@@ -100,7 +100,7 @@ _TRAFFIC = {"all-reduce": 2.0, "all-to-all": 0.25}
 
 def _elements(c: Coll) -> float:
     """Elements the collective effectively moves: V / bytes per element, x2 for an AllReduce (RS + AG)."""
-    return _TRAFFIC.get(c.kind, 1.0) * c.bytes / ELEMENT_BYTES.get(c.dtype, 2)
+    return _TRAFFIC.get(c.kind, 1.0) * c.bytes / dtype_bytes(c.dtype or "bf16")
 
 
 @rule(
@@ -170,7 +170,8 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
     FSDP and tensor-parallel rooflines.
     """
     facts = ctx.facts
-    chip = facts.chip
+    ridge = facts.ridge
+    hw_name = facts.hardware.name
     margin = float(ctx.option("margin"))
     min_saving = float(ctx.option("min_saving_seconds"))
     attached = attached_collectives(ctx)
@@ -188,10 +189,10 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         flops = 0.0
         t_math = 0.0
         for dot in dots:
-            f = dot_flops(dot)
+            f = dot_flops(dot)[0]
             dtype = dot.operands[0].shape.element_type if dot.operands and dot.operands[0].shape else "bf16"
             flops += f
-            t_math += f / chip.flops_for(dtype)
+            t_math += f / facts.flops_per_second(dtype)
         if t_math <= 0:
             continue
         t_comm = sum(c.seconds for c in colls)
@@ -221,11 +222,11 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         mesh = ctx.report.mesh
         others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in main.axes] if mesh else []
         fix = roofline_fix(roof.strategy, batch, needed, main.axes, math.prod(sizes.values()) if sizes else 1,
-                           others, roof.other, chip.ridge)
+                           others, roof.other, ridge)
         yield ctx.diagnostic(
             f"{what} communication-bound on the {_STRATEGY[roof.strategy]} roofline: {quantity[0]} = {batch:,.0f} "
-            f"{quantity[1]} {quoted}, below C/W_ici = {chip.ridge:,.0f} on {chip.name}"
-            + (f" ({needed:,.0f} on this slice's links)" if abs(needed - chip.ridge) > 0.01 * chip.ridge else "")
+            f"{quantity[1]} {quoted}, below C/W_ici = {ridge:,.0f} on {hw_name}"
+            + (f" ({needed:,.0f} on this slice's links)" if abs(needed - ridge) > 0.01 * ridge else "")
             + f". Its collectives take {fmt_s(t_comm)} per call against {fmt_s(t_math)} of FLOPs "
             f"({t_comm / t_math:.1f}x): {listing}.",
             location=loc,
@@ -235,7 +236,7 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative_seconds=t_math * count,
             saving_seconds=(t_comm - t_math) * count,
             fix=fix,
-            details={"per_chip_batch": batch, "threshold": chip.ridge, "threshold_topology": needed,
+            details={"per_chip_batch": batch, "threshold": ridge, "threshold_topology": needed,
                      "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "dot_notation": dot_notation,

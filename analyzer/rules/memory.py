@@ -96,7 +96,7 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
     "How to Scale Your Model", sharding chapter, memory pop quiz and Problem 1; training chapter,
     parameter and optimizer memory.
     """
-    chip = ctx.facts.chip
+    chip = ctx.facts.hardware
     used = per_device_bytes(ctx.report.memory)
     if used is None or chip.hbm_bytes <= 0:
         return
@@ -169,7 +169,7 @@ def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
     ## References
     "How to Scale Your Model", sharding chapter, Problem 1 (replicated sharding); training chapter, FSDP.
     """
-    chip = ctx.facts.chip
+    chip = ctx.facts.hardware
     if chip.hbm_bytes <= 0:
         return
     threshold = float(ctx.option("min_fraction")) * chip.hbm_bytes

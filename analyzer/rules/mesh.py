@@ -11,7 +11,7 @@ from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.rules.hlo_walk import mesh_axis_groups, uniform_over
+from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["HA201", "HA202", "HA203"]
@@ -65,7 +65,7 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
         if c.kind != "all-gather" or c.inst is None or c.comp is None or not c.axes or not c.inst.operands:
             continue
         used = set(c.axes)
-        busy_physical = {p for a in c.axes if a in facts.axes for p in facts.axes[a].physical}
+        busy_physical = {p for a in c.axes if a in facts.axes for p in facts.axes[a].physical_axes}
         operand = c.comp.by_name.get(c.inst.operands[0].name)
         if operand is None:
             continue
@@ -75,7 +75,7 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
             link = facts.axes.get(name)
             if name in used or size < 2 or link is None or link.network != "ici":
                 continue
-            if set(link.physical) & busy_physical:
+            if set(link.physical_axes) & busy_physical:
                 continue
             if uniform_over(c.comp, operand, mesh_axis_groups(mesh.axis_sizes, logical, k), entry, facts.module, facts.uniformity):
                 idle.append(name)
@@ -143,10 +143,10 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
     facts = ctx.facts
     min_fraction = float(ctx.option("min_fraction"))
     min_saving = float(ctx.option("min_saving_seconds"))
-    if facts.chip.kind != "tpu":
+    if facts.hardware.kind != "tpu":
         return
     for name, link in facts.axes.items():
-        if link.wrap or link.size <= 2 or link.network != "ici":
+        if link.wraparound or link.size <= 2 or link.network != "ici":
             continue
         rows: list[tuple[Coll, float]] = []
         for c in facts.collectives:
@@ -186,10 +186,8 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 def _cube_rule(ctx: RuleContext) -> bool:
     """Whether the chip gets wraparound from full 4x4x4 cubes (v4, v5p) rather than from axes of 16."""
-    from analyzer.rules.facts import _get
-
-    spec_rule = _get(ctx.facts.context.get("hardware"), "ici.wraparound.rule", "") if ctx.facts.context else ""
-    return "cube" in str(spec_rule) or ctx.facts.chip.name.startswith(("tpu-v4", "tpu-v5p"))
+    ici = ctx.facts.hardware.ici
+    return ici is not None and "cube" in ici.wraparound.rule
 
 
 def _no_wrap_at_this_size(ctx: RuleContext) -> bool:
@@ -327,7 +325,7 @@ def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
         if saving <= 0:
             continue
         net = "DCN" if facts.axes[slow[0]].network == "dcn" else "the scale-out network"
-        inside = "inside a slice (ICI)" if facts.chip.kind == "tpu" else "inside the NVLink domain"
+        inside = "inside a slice (ICI)" if facts.hardware.kind == "tpu" else "inside the NVLink domain"
         yield ctx.diagnostic(
             f"{c.kind} of {fmt_b(c.bytes)} over {axes_text(slow)} crosses {net}: {fmt_s(c.seconds)} per call "
             f"against {fmt_s(alt)} {inside} (x{c.count:g} per step).",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_s
 from analyzer.rules.context import RuleContext
-from analyzer.rules.hlo_walk import only_used_sliced
+from analyzer.analysis.dataflow import only_used_sliced
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["HA103"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_b, fmt_s, is_explicit_collective, partition_spec, sides
 from analyzer.rules.context import RuleContext
-from analyzer.rules.hlo_walk import dot_uses, only_used_sliced
+from analyzer.analysis.dataflow import dot_uses, only_used_sliced
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["HA302", "HA303"]

@@ -548,8 +548,9 @@ def _default_pairs(groups: np.ndarray) -> list[tuple[int, int]]:
 
 def geometry_cost(kind: str, nbytes: float, geometry: GroupGeometry, topology: Topology, *,
                   pairs: Sequence[tuple[int, int]] | None = None, sharp: bool = False,
-                  top_k: int | None = None) -> Cost:
-    """The topology-model cost of a collective over groups of the given geometry (the lower-level form).
+                  top_k: int | None = None, model: str = "topology") -> Cost:
+    """The cost of a collective over groups of the given geometry (the lower-level form), e.g. a what-if
+    geometry (`GroupGeometry.with_wraparound`, a group moved inside one NVLink domain).
 
     Args:
       kind: the collective (see `KINDS`).
@@ -559,9 +560,15 @@ def geometry_cost(kind: str, nbytes: float, geometry: GroupGeometry, topology: T
       pairs: collective-permute source-target pairs (logical ids); required for permutes here.
       sharp: GPU AllReduce with in-network reduction.
       top_k: ragged AllToAll routing fan-out, when known.
+      model: "topology" (default) or "ideal" (the chapter's summary formulas over the same geometry).
     """
     hw = topology.hardware
-    k = _check(kind, "topology", nbytes, hw, sharp)
+    k = _check(kind, model, nbytes, hw, sharp)
+    if model == "ideal":
+        sizes = [r.size for r in geometry.rings] or [lv.degree for lv in geometry.levels if lv.degree > 1] \
+            or [geometry.group_size]
+        hops = sum(r.hops for r in geometry.rings) if geometry.rings else 1
+        return _ideal_cost(k, nbytes, topology, [geometry], sizes, sharp, top_k, hops)
     if k == "collective-permute" and pairs is None:
         raise CostModelError("a collective-permute needs its source-target pairs")
     if hw.kind == "tpu":

@@ -294,7 +294,7 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
     from analyzer.theory.hardware import load_hardware
     from analyzer.render.json import report_to_dict
 
-    hbm = int(load_hardware(report.context.get("hardware") or report.hardware).hbm_bytes) if report.hardware else None
+    hbm = int((report.analysis.hardware or load_hardware(report.hardware)).hbm_bytes) if report.hardware else None
     diags = list(report.diagnostics)
     return SweepEntry(
         strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text, note=plan_note(config),

@@ -83,7 +83,7 @@ def compare(report: Report, alternatives: Iterable[str | tuple[str, str | None]]
     """The report's plan on its own hardware and on each alternative, repriced without recompiling.
 
     Args:
-      report: a report from `analyze` (it carries its HLO module in `report.context`).
+      report: a report from `analyze` (it carries its HLO module in `report.analysis`).
       alternatives: `HARDWARE`, `HARDWARE@TOPOLOGY` strings or (hardware, topology) pairs.
 
     Returns:

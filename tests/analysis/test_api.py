@@ -1,4 +1,4 @@
-"""The public entry points around the analysis: analyze_hlo's inputs, errors, reprice, Report.context, CLI."""
+"""The public entry points around the analysis: analyze_hlo's inputs, errors, reprice, Report.analysis, CLI."""
 
 from __future__ import annotations
 
@@ -80,23 +80,31 @@ def test_reprice_changes_seconds_not_bytes(report):
     assert list(v5p.collectives["count"]) == list(report.collectives["count"])
     assert v5p.totals.comm_seconds < report.totals.comm_seconds  # twice the ICI bandwidth of v5e
     ideal = reprice(report, model="ideal")
-    assert ideal.context["cost_model"] == "ideal"
+    assert ideal.analysis.cost_model == "ideal"
     assert ideal.totals.comm_seconds <= report.totals.comm_seconds  # no missing wraparound, no hops
     declared = reprice(report, topology="v5e:4x2")
     assert "v5e:4x2" in declared.topology
 
 
-def test_context_carries_what_rules_need(report):
-    ctx = report.context
-    for key in ("module", "graph", "hardware", "topology", "cost_model", "collectives", "dots", "mesh",
-                "in_shardings", "out_shardings", "lowered", "config"):
-        assert key in ctx, key
-    assert len(ctx["collectives"]) == len(report.collectives)
-    rs = [c for c in ctx["collectives"] if c.kind == "reduce-scatter"]
+def test_analysis_context_carries_what_rules_need(report):
+    import dataclasses
+
+    from analyzer.analysis.context import AnalysisContext
+
+    ctx = report.analysis
+    assert isinstance(ctx, AnalysisContext)
+    for key in ("module", "graph", "hardware", "topology", "hlo_path"):  # a dump: no lowered, no args
+        assert getattr(ctx, key) is not None, key
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.module = None  # type: ignore[misc]
+    assert len(ctx.collectives) == len(report.collectives)
+    assert len(ctx.dots) == len(report.dots)
+    rs = [c for c in ctx.collectives if c.kind == "reduce-scatter"]
     assert rs and all(c.only_used_sharded and c.dot is not None and c.dot_relation == "from" for c in rs)
-    ag = [c for c in ctx["collectives"] if c.kind == "all-gather"]
+    ag = [c for c in ctx.collectives if c.kind == "all-gather"]
     assert all(c.dot is not None and c.dot_relation == "feeds" for c in ag)
-    assert all(c.cost is not None and c.cost.seconds > 0 for c in ctx["collectives"])
+    assert all(c.cost is not None and c.cost.seconds > 0 for c in ctx.collectives)
+    assert "analysis" not in report.to_dict()  # live objects never reach the JSON
 
 
 def test_json_round_trip(report):

@@ -152,6 +152,8 @@ def make_report(*, with_findings: bool = True, name: str = "fsdp+tp step (hand-b
             "contracting": "D",
             "notation": notation,
             "dtype": "bf16",
+            # like this report's collectives (hand-set passes: its op_names carry no jvp())
+            "pass_": "backward" if "transpose(" in op_name else "forward",
         }
 
     mlp_flops = 2 * 8 * 1024 * 4096 * 8192 / 8

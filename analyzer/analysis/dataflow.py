@@ -1,5 +1,7 @@
-"""Data-flow questions the rules ask of the HLO IR: who uses a value, which dot it feeds, whether only a
-slice of it is ever read. Pure functions over `analyzer.hlo.ir` objects; rules never parse text.
+"""Data-flow questions about the HLO IR: who uses a value, which dot it feeds or reduces, whether only a
+slice of it is ever read, whether it depends on the partition id, whether it is a program argument.
+Pure functions over `analyzer.hlo.ir` objects; the rules ask these questions here and never walk the HLO
+themselves (FLOPs and dimension numbers of dots: `analyzer.analysis.dots`).
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from analyzer.analysis.dots import DOT_OPCODES, batch_dims, contracting_dims
 from analyzer.hlo.ir import Computation, HloModule, Instruction
 
 __all__ = [
@@ -20,8 +23,7 @@ __all__ = [
     "partition_dependent",
     "only_used_sliced",
     "contracting_dims",
-    "dot_flops",
-    "is_program_argument",
+        "is_program_argument",
     "free_size",
 ]
 
@@ -35,7 +37,6 @@ ELEMENTWISE = frozenset({
     "clamp", "convert", "exponential-minus-one", "log-plus-one", "floor", "ceil", "round-nearest-afz",
     "round-nearest-even", "cosine", "sine", "erf", "cbrt", "is-finite", "remainder", "atan2", "tan",
 })
-_DOTS = frozenset({"dot", "convolution"})
 
 
 @dataclass(frozen=True)
@@ -62,23 +63,6 @@ def users_map(comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], 
         for k, name in enumerate(inst.operand_names):
             out.setdefault(name, []).append((inst, k))
     return {k: tuple(v) for k, v in out.items()}
-
-
-def contracting_dims(dot: Instruction, operand: int) -> tuple[int, ...]:
-    """The contracting dims of a dot's operand (0 = lhs, 1 = rhs), from its attributes."""
-    raw = dot.attr("lhs_contracting_dims" if operand == 0 else "rhs_contracting_dims")
-    return _int_list(raw)
-
-
-def _batch_dims(dot: Instruction, operand: int) -> tuple[int, ...]:
-    return _int_list(dot.attr("lhs_batch_dims" if operand == 0 else "rhs_batch_dims"))
-
-
-def _int_list(raw: str | None) -> tuple[int, ...]:
-    if not raw:
-        return ()
-    body = raw.strip().strip("{}").strip()
-    return tuple(int(x) for x in body.split(",") if x.strip())
 
 
 def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
@@ -151,7 +135,7 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
             continue
         seen.add(name)
         for user, k in users.get(name, ()):
-            if user.opcode in _DOTS and k < 2:
+            if user.opcode in DOT_OPCODES and k < 2:
                 contracting = None if d is None else d in contracting_dims(user, k)
                 found.append(DotUse(user, k, d, contracting))
             elif user.opcode in TRANSPARENT and k == 0:
@@ -182,7 +166,7 @@ def dot_producer(comp: Computation, inst: Instruction) -> Instruction | None:
         prev = by_name.get(cur.operands[0].name)
         if prev is None:
             return None
-        if prev.opcode in _DOTS:
+        if prev.opcode in DOT_OPCODES:
             return prev
         if prev.opcode not in TRANSPARENT:
             return None
@@ -258,18 +242,6 @@ def _dims_of(comp: Computation, name: str) -> tuple[int, ...] | None:
 def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:
     shape = comp.by_name[name].shape
     return shape.dims if shape.is_array else ()
-
-
-def dot_flops(dot: Instruction) -> float:
-    """FLOPs of one execution of a dot on one device: 2 x output elements x contracted size."""
-    if dot.opcode != "dot" or len(dot.operands) < 2 or dot.operands[0].shape is None:
-        return 0.0
-    lhs = dot.operands[0].shape
-    contracted = 1
-    for d in contracting_dims(dot, 0):
-        contracted *= lhs.dims[d]
-    out = dot.shape.num_elements if dot.shape.is_array else 0
-    return 2.0 * out * contracted
 
 
 def tile_coords(sharding: object, device: int) -> tuple[int, ...] | None:
@@ -668,7 +640,7 @@ def free_size(dot: Instruction, operand: int) -> float:
     columns of the output): the rows a weight meets per element, or a weight's output features."""
     if operand >= len(dot.operands) or not dot.operands[operand].shape or not dot.operands[operand].shape.dims:
         return 0.0
-    skip = set(contracting_dims(dot, operand)) | set(_batch_dims(dot, operand))
+    skip = set(contracting_dims(dot, operand)) | set(batch_dims(dot, operand))
     n = 1.0
     for k, d in enumerate(dot.operands[operand].shape.dims):
         if k not in skip:

@@ -1,0 +1,60 @@
+"""What an analysis keeps beside its report for the rules, `reprice` and the renderers: the live objects.
+
+`Report.analysis` is an `AnalysisContext`: typed and frozen, not compared and never serialised. A report
+rebuilt from JSON (`report_from_dict`) has an empty one, apart from `argument_rows`: it renders, but it cannot
+be repriced or re-checked, and `reprice` and the rules that price alternatives say so with an
+`AnalyzerError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzer.analysis.collectives import Collective
+    from analyzer.analysis.dots import Dot
+    from analyzer.analysis.graph import CallGraph
+    from analyzer.hlo.ir import HloModule
+    from analyzer.theory.hardware import HardwareSpec
+    from analyzer.theory.topology import Topology
+
+__all__ = ["AnalysisContext"]
+
+
+@dataclass(frozen=True)
+class AnalysisContext:
+    """The live objects of one analysis (see analyzer.pipeline).
+
+    Attributes:
+      module: the parsed `HloModule` the collectives were read from.
+      graph: its `CallGraph` (call sites, trip counts; `graph.users` / `graph.producer`).
+      hardware: the `HardwareSpec` the report was priced on.
+      topology: the `Topology` (mesh laid on the hardware) every collective was priced on.
+      cost_model: "topology" or "ideal".
+      collectives: the `Collective` records, in the order of `Report.collectives` rows (HLO instructions,
+        `.dot`, `.only_used_sharded`, `.before` / `.after`, `.cost`, ...).
+      dots: the `Dot` records, in the order of `Report.dots` rows.
+      lowered: the `analyzer.compile.lower.Lowered` (None for dumps).
+      in_shardings, out_shardings: the shardings `analyze` was given (pytrees), or None.
+      args: the abstract arguments `analyze` was given, or None.
+      config: the rules configuration the report was checked with, or None.
+      hlo_path: the dump file read, for `analyze_hlo` on a path.
+      argument_rows: the report's argument table rebuilt from JSON (`report_from_dict`), in place of `args`.
+    """
+
+    module: HloModule | None = None
+    graph: CallGraph | None = None
+    hardware: HardwareSpec | None = None
+    topology: Topology | None = None
+    cost_model: str = "topology"
+    collectives: tuple[Collective, ...] = ()
+    dots: tuple[Dot, ...] = ()
+    lowered: Any = None
+    in_shardings: Any = None
+    out_shardings: Any = None
+    args: Any = None
+    config: Any = None
+    hlo_path: str | None = None
+    argument_rows: tuple[Mapping[str, Any], ...] | None = None
