@@ -25,16 +25,18 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from math import prod
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError
 from analyzer.hlo.iota import expand_iota
-from analyzer.hlo.ir import Metadata
+from analyzer.hlo.shapes import decode_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from analyzer.hlo.ir import HloModule, Instruction
 
 __all__ = [
+    "Metadata",
     "DECODERS",
     "CALL_KEYS",
     "unquote",
@@ -61,6 +63,19 @@ __all__ = [
     "sharding",
     "validate",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """The `metadata={...}` of an instruction."""
+
+    op_type: str | None = None
+    op_name: str | None = None
+    source_file: str | None = None
+    source_line: int | None = None
+    source_end_line: int | None = None
+    stack_frame_id: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
 
 # Attributes whose value names called computations, in the order XLA prints them.
 CALL_KEYS: tuple[str, ...] = (
@@ -649,8 +664,6 @@ def parse_shape_list(raw: str) -> tuple:
       >>> [str(s) for s in parse_shape_list("{f32[2]{0}, s32[]}")]
       ['f32[2]', 's32[]']
     """
-    from analyzer.hlo.fastpath import decode_shape
-
     body = _braced(raw, "a list of shapes like `{f32[2]{0}, s32[]}`")
     return tuple(decode_shape(x) for x in split_top(body)) if body else ()
 

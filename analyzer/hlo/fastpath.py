@@ -15,9 +15,12 @@ import re
 from bisect import bisect_right
 from functools import lru_cache
 
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, Shape
-from analyzer.hlo.transformer import HloTransformer, build_computation, decode_array_shape
+from analyzer.hlo.attributes import unquote
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position
+from analyzer.hlo.shapes import decode_shape
+from analyzer.hlo.transformer import HloTransformer, build_computation
 
+# decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
 __all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
@@ -48,36 +51,6 @@ class FastToken(str):
         t.column = column
         return t
 _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false")
-_COMMENT = re.compile(r"/\*.*?\*/")
-
-
-@lru_cache(maxsize=8192)
-def decode_shape(text: str) -> Shape:
-    """Decode an array or (nested) tuple shape as printed, e.g. `(f32[2]{0}, /*index=1*/s32[])`.
-
-    Raises:
-      ValueError: when the text is not a shape (the caller then falls back to the grammar).
-    """
-    if not text.startswith("("):
-        return decode_array_shape(text)
-    body = _COMMENT.sub("", text[1:-1]).strip()
-    if not body:
-        return Shape("tuple")
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for i, c in enumerate(body):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[start:i].strip())
-            start = i + 1
-    parts.append(body[start:].strip())
-    if any(not p for p in parts):
-        raise ValueError(f"not a tuple shape: {text[:40]}")
-    return Shape("tuple", tuple_shapes=tuple(decode_shape(p) for p in parts))
 
 
 Token = FastToken  # noqa: F811
@@ -257,8 +230,6 @@ _BRACED_ROW = re.compile(r"[ \t]*(\d+)[ \t]+(\{[^{}\n]*\})[ \t]*$")
 def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
     """The stack-frame tables (`FileNames` ... `StackFrames`) as the grammar's callbacks build them, or None
     when a line is not a plain table row (then the grammar reads the header)."""
-    from analyzer.hlo.attributes import unquote
-
     tables: dict[str, list] = {}
     current = None
     for k, line in enumerate(text.split("\n")):

@@ -23,7 +23,10 @@ from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
+from analyzer.hlo.fastpath import _line_instruction, parse_head_fast, parse_tables_fast, select_fast
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
+from analyzer.hlo.transformer import HloTransformer, build_computation, frames
+from analyzer.hlo.verifier import check_computations, verify_attributes
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -71,8 +74,6 @@ _BRACED = r"\{[^{}]*\}"
 def _lark() -> Lark:
     """The compiled LALR parser with the transformer inlined (built once per process)."""
     from lark import Lark
-
-    from analyzer.hlo.transformer import HloTransformer
 
     grammar = resources.files("analyzer").joinpath("_data/grammars/hlo.lark").read_text(encoding="utf-8")
     def terminal(pattern: str) -> str:
@@ -245,7 +246,7 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
                 module = _lark().parse(text, start="module")
-                _validate_attributes(module)
+                verify_attributes(module)
             else:
                 module = _parse_split(text, split, path, lazy)
     except (HloSyntaxError, HloSemanticError) as e:
@@ -268,19 +269,6 @@ def _translate(e: Exception, text: str, path: str | None, line_offset: int = 0) 
     if isinstance(e, RecursionError):
         return HloSyntaxError("the text nests too deeply to parse", path=path)
     return HloSyntaxError(f"cannot parse this HLO ({type(e).__name__}: {e})", path=path)
-
-
-def _validate_attributes(module: HloModule) -> None:
-    from analyzer.hlo import attributes
-
-    for _, inst in module.instructions():
-        try:
-            attributes.validate(inst)
-        except ValueError as e:
-            a = e.attribute  # type: ignore[attr-defined]
-            pos = a.position or inst.position
-            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", line=pos.line if pos else None,
-                                 column=pos.column if pos else None) from None
 
 
 def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
@@ -358,8 +346,6 @@ _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool) -> HloModule:
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
-    from analyzer.hlo.transformer import check_computations
-
     header_text, spans = split
     header = _parse_header(header_text)
     comps = [LazyComputation(text, start, end, line, column, name, is_entry, path)
@@ -379,23 +365,18 @@ _TABLE_START = re.compile(r"^[ \t]*(?:FileNames|FunctionNames|FileLocations|Stac
 def _parse_header(header_text: str) -> HloModule:
     """The `HloModule` line by the grammar; the stack-frame tables by the fast path when they are plain rows
     (they can be thousands of lines), else by the grammar too."""
-    from analyzer.hlo.fastpath import parse_tables_fast
-    from analyzer.hlo.transformer import _frames
-
     t = _TABLE_START.search(header_text)
     if t is not None and t.start() > 0 and header_text[: t.start()].strip():
         tables = parse_tables_fast(header_text[t.start():], header_text.count("\n", 0, t.start()) + 1)
         if tables is not None:
             head = _lark().parse(header_text[: t.start()], start="header")
-            return HloModule(head.name, (), head.attributes, _frames(tables))
+            return HloModule(head.name, (), head.attributes, frames(tables))
     return _lark().parse(header_text, start="header")
 
 
 def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
     """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
     when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
-    from analyzer.hlo.fastpath import parse_head_fast
-
     chunk = source[start:end]
     newline = chunk.find("\n")
     head_line = chunk[:newline] if newline >= 0 else chunk
@@ -403,7 +384,7 @@ def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
     comp = _parse_lines(chunk, line, head) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(chunk, "computation", line)
-    _validate_attributes(HloModule("", (comp,)))
+    verify_attributes(HloModule("", (comp,)))
     return comp
 
 
@@ -416,9 +397,6 @@ def _parse_lines(chunk: str, line0: int, head) -> Computation | None:
     (6,700 lines) has a few `constant({0, 128, ...})` lines and took 0.5 s by the grammar.
     """
     from lark.exceptions import LarkError
-
-    from analyzer.hlo.fastpath import _line_instruction
-    from analyzer.hlo.transformer import build_computation
 
     lines = chunk.split("\n")
     if len(lines) < 3 or lines[-1].strip() != "}":
@@ -454,8 +432,6 @@ def _attr_regex() -> re.Pattern:
 
 @lru_cache(maxsize=1)
 def _transformer():
-    from analyzer.hlo.transformer import HloTransformer
-
     return HloTransformer()
 
 
@@ -500,15 +476,13 @@ class LazyComputation(Computation):
         Example: `fusion_comp.select("dot", "all-gather")`.
         """
         if not self.is_parsed:
-            from analyzer.hlo.fastpath import select_fast
-
             start, end = self._span
             chunk = self._source[start:end]
             try:
                 with gc_paused():
                     found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
                     if found:
-                        _validate_attributes(HloModule("", (Computation(self.name, found),)))
+                        verify_attributes(HloModule("", (Computation(self.name, found),)))
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:

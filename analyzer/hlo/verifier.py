@@ -1,0 +1,500 @@
+"""What XLA accepts beyond the grammar: the semantic checks of a parsed HLO module.
+
+XLA keeps its HloVerifier apart from its parser; so does this package. `analyzer.hlo.transformer` builds
+the IR and calls these checks where the pieces they need are at hand (an instruction's opcode token and
+attributes, a computation once built, the module once all computations are read); the checks themselves
+only read tokens (anything with `.line` and `.column`) and IR values, so they import no parser.
+
+Every failure is an `HloSyntaxError` (the text cannot mean anything) or an `HloSemanticError` (it parses,
+but XLA's parser or verifier rejects it) with the line and column of the offending token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from difflib import get_close_matches
+from typing import Any
+
+from analyzer.errors import HloSemanticError, HloSyntaxError
+from analyzer.hlo import attributes
+from analyzer.hlo.ir import Attribute, Computation, HloModule, Instruction, Position
+from analyzer.hlo.opcodes import OPCODES, REQUIRED_ATTRIBUTES, base_opcode, fixed_arity, is_known_opcode
+from analyzer.hlo.shapes import ELEMENT_BITS, Shape, decode_array_shape
+
+__all__ = [
+    "check_opcode",
+    "check_instruction",
+    "check_constant",
+    "verify_computation",
+    "verify_attributes",
+    "check_computations",
+    "check_module_attribute",
+    "compatible",
+]
+
+
+def _syntax(msg: str, tok: Any, offset: int = 0) -> HloSyntaxError:
+    return HloSyntaxError(msg, line=tok.line, column=tok.column + offset)
+
+
+def _at(pos: Position | None) -> dict[str, int | None]:
+    return {"line": pos.line if pos else None, "column": pos.column if pos else None}
+
+
+# ---------------------------------------------------------------------------------------------- instructions
+
+def check_opcode(opcode: Any) -> None:
+    """`opcode` (a token) is one XLA's parser knows.
+
+    Raises:
+      HloSyntaxError: at the opcode, with the closest known spellings.
+    """
+    if not is_known_opcode(opcode):
+        raise _syntax(_unknown_opcode(str(opcode)), opcode)
+
+
+def check_instruction(opcode: Any, n_operands: int, parameter: int | None, attrs: Sequence[Attribute]) -> None:
+    """The operand count, the parameter number and the required attributes of one instruction.
+
+    Args:
+      opcode: the opcode token (errors point at it).
+      n_operands: how many operands were written.
+      parameter: N of `parameter(N)`, else None.
+      attrs: the instruction's attributes in order.
+    """
+    if opcode == "parameter" and parameter is None:
+        raise _syntax("expected a parameter number: `parameter(0)`", opcode, len(opcode) + 1)
+    arity = fixed_arity(opcode)
+    if arity is not None and n_operands != arity:
+        raise _syntax(f"`{opcode}` expects {arity} operand{'s' if arity != 1 else ''}, but has {n_operands}",
+                      opcode, len(opcode))
+    _check_required(str(opcode), attrs, opcode)
+
+
+def check_constant(name: Any, shape: Shape, literal: tuple, opened: Any) -> None:
+    """A constant's layout is a permutation of its dimensions and its literal fits its shape."""
+    for leaf in shape.leaves():
+        if leaf.layout is not None and sorted(leaf.layout.minor_to_major) != list(range(leaf.rank)):
+            raise _syntax(f"the layout of constant {leaf} is not a permutation of its dimensions", name)
+    _check_literal(literal, shape, opened)
+
+
+# ---------------------------------------------------------------------------------------------- computations
+
+def verify_computation(comp: Computation, *, signed: bool) -> None:
+    """Checks on one built computation: one ROOT, parameter numbers 0..N-1, control predecessors defined
+    before their user, conditional selectors, parameter replication, custom-call layout constraints and,
+    when a signature was written (`signed`), that its result fits the root.
+
+    Raises:
+      HloSemanticError / HloSyntaxError: at the offending instruction or attribute.
+    """
+    name = comp.name
+    root = None
+    params: dict[int, Instruction] = {}
+    index: dict[str, int] = {}
+    for k, inst in enumerate(comp.instructions):
+        index[inst.name] = k
+        pos = inst.position
+        if inst.is_root:
+            if root is not None:
+                raise HloSemanticError(f"computation {name!r} has two ROOT instructions (the first is at "
+                                       f"line {root.position.line if root.position else '?'})", **_at(pos))
+            root = inst
+        p = inst.parameter_number
+        if p is not None:
+            if p in params:
+                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(pos))
+            if p < 0:
+                raise HloSemanticError(f"parameter number {p} is negative", **_at(pos))
+            params[p] = inst
+        if not inst.attributes:
+            continue
+        op = inst.opcode
+        if op == "custom-call":
+            _check_layout_constraints(inst.name, inst.operands, inst.attributes)
+        elif op == "conditional" and inst.operands:
+            _check_conditional(inst.name, pos, inst.operands, inst.attributes)
+        elif op == "parameter":
+            _check_parameter_replication(inst.name, inst.shape, inst.attributes)
+        a = inst.attrs.get("control-predecessors")
+        if a is not None:
+            apos = a.position or pos
+            try:
+                preds = attributes.parse_name_list(a.raw)
+            except ValueError as e:
+                raise HloSyntaxError(f"bad control-predecessors on {inst.name!r}: {e}", **_at(apos)) from None
+            for q in preds:
+                if index.get(q, k) >= k:
+                    raise HloSemanticError(f"control predecessor {q!r} of {inst.name!r} is not defined before it in "
+                                           f"computation {name!r}", **_at(apos))
+    if params and sorted(params) != list(range(len(params))):
+        missing = next(i for i in range(len(params)) if i not in params)
+        raise HloSemanticError(f"computation {name!r} has parameters {sorted(params)}, but parameter({missing}) is "
+                               "missing: numbers must run 0..N-1", **_at(comp.position))
+    if signed and comp.result_shape is not None:
+        # XLA reads the signature's parameters for their names only; it checks just the result shape.
+        root = root or comp.instructions[-1]
+        if not compatible(comp.result_shape, root.shape):
+            raise HloSemanticError(f"shape of computation {name!r}, {comp.result_shape}, is not compatible with that "
+                                   f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
+
+
+def verify_attributes(module: HloModule) -> None:
+    """Decode every known attribute value once, so a malformed one is reported where it is written."""
+    for _, inst in module.instructions():
+        try:
+            attributes.validate(inst)
+        except ValueError as e:
+            a = e.attribute  # type: ignore[attr-defined]
+            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
+
+
+_INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
+
+
+def _unknown_opcode(opcode: str) -> str:
+    if opcode.startswith("%"):
+        return f"expected an opcode like `add` after the shape, got the name `{opcode}`"
+    close = get_close_matches(opcode, OPCODES, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else \
+        " (XLA opcodes are like add, dot, fusion, all-gather, custom-call)"
+    return f"unknown opcode `{opcode}`{hint}"
+
+
+def _check_required(opcode: str, attrs: list[Attribute], tok: Any) -> None:
+    """The attributes XLA requires of `opcode` are present (conditional: either branch form)."""
+    keys = {a.key for a in attrs}
+    need = REQUIRED_ATTRIBUTES.get(opcode)
+    if need is None and opcode.endswith("-start"):
+        need = REQUIRED_ATTRIBUTES.get(base_opcode(opcode)) if base_opcode(opcode) == "custom-call" else None
+    for key in need or ():
+        if key not in keys:
+            raise _syntax(f"`{opcode}` needs the attribute `{key}=`", tok)
+    if opcode == "conditional" and "branch_computations" not in keys and not (
+            "true_computation" in keys and "false_computation" in keys):
+        raise _syntax("`conditional` needs `branch_computations={...}` or `true_computation=` and "
+                      "`false_computation=`", tok)
+    if "use_global_device_ids" in keys and "channel_id" not in keys:
+        for a in attrs:
+            if a.key == "use_global_device_ids" and a.raw == "true":
+                raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
+    """XLA: the selector is a scalar; s32 with branch_computations, pred with true/false_computation."""
+    sel = ops[0].shape
+    keys = {a.key for a in attrs}
+    want = "s32" if "branch_computations" in keys else "pred"
+    if sel is not None and (sel.is_tuple or sel.dims or sel.element_type != want):
+        raise HloSemanticError(f"the first operand of conditional {iname!r} must be a {want}[] scalar "
+                               f"({'branch_computations' if want == 's32' else 'true/false_computation'}), "
+                               f"got {sel}", line=tok.line, column=tok.column)
+
+
+def _check_parameter_replication(iname: str, shape: Shape, attrs: tuple) -> None:
+    """parameter_replication={...} has one entry per leaf buffer of the parameter."""
+    a = next((x for x in attrs if x.key == "parameter_replication"), None)
+    if a is None:
+        return
+    body = a.raw.strip()[1:-1].strip()
+    n = len([x for x in body.split(",") if x.strip()]) if body else 0
+    leaves = sum(1 for _ in shape.leaves())
+    if n != leaves:
+        raise HloSemanticError(f"parameter {iname!r} has {leaves} leaf buffers, but parameter_replication has {n} "
+                               "elements", line=a.position.line if a.position else None,
+                               column=a.position.column if a.position else None)
+
+
+def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:
+    """A custom-call's operand_layout_constraints: one shape per operand, each compatible with it."""
+    a = next((x for x in attrs if x.key == "operand_layout_constraints"), None)
+    if a is None:
+        return
+    try:
+        shapes = attributes.parse_shape_list(a.raw)
+    except ValueError as e:
+        raise HloSyntaxError(f"bad operand_layout_constraints on {iname!r}: {e}", line=a.position.line if a.position
+                             else None, column=a.position.column if a.position else None) from None
+    where = dict(line=a.position.line, column=a.position.column) if a.position else {}
+    if len(shapes) != len(ops):
+        raise HloSemanticError(f"{iname!r} has {len(ops)} operands but operand_layout_constraints gives "
+                               f"{len(shapes)} shapes", **where)
+    for k, (want, op) in enumerate(zip(shapes, ops)):
+        if op.shape is not None and not compatible(want, op.shape):
+            raise HloSemanticError(f"operand_layout_constraints of {iname!r}: {want} is not compatible with operand "
+                                   f"{k} ({op.name!r}, {op.shape})", **where)
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """XLA's `ShapeUtil::Compatible`: same element types and dims (tuples element-wise), layouts ignored."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    return a.element_type == b.element_type and a.dims == b.dims
+
+
+def _check_literal(lit: tuple, shape: Shape, tok: Any) -> None:
+    """Check that a literal's nesting, element counts and scalar kinds fit its shape, as XLA does.
+
+    Raises:
+      HloSyntaxError: at the literal, saying what the shape needs.
+    """
+    text, kind, items = lit
+    if kind == "e" or (kind == "a" and len(items) == 1 and items[0][1] == "e"):
+        return  # `{...}`: elided by the printer, XLA fills it in
+    if kind == "t":
+        shape_tok, inner = items
+        try:
+            declared = decode_array_shape(str(shape_tok))
+        except ValueError as e:
+            raise _syntax(str(e), shape_tok) from None
+        if str(declared) != str(shape):
+            raise _syntax(f"the literal's shape {declared} differs from the instruction's shape {shape}", shape_tok)
+        _check_literal(inner, shape, tok)
+        return
+    if shape.is_tuple:
+        if kind != "p" or len(items) != len(shape.tuple_shapes):
+            raise _syntax(f"expected a tuple literal `( ... )` with {len(shape.tuple_shapes)} elements for shape "
+                          f"{shape}", tok, len(tok))
+        for item, sub in zip(items, shape.tuple_shapes):
+            _check_literal(item, sub, tok)
+        return
+    if shape.is_token:
+        raise _syntax("a token has no literal", tok, len(tok))
+    _check_array_literal(lit, shape, 0, tok)
+
+
+def _check_array_literal(lit: tuple, shape: Shape, level: int, tok: Any) -> None:
+    text, kind, items = lit
+    dims = shape.dims
+    if level < len(dims):
+        if kind != "a":
+            raise _syntax(f"expected {{...}} for dimension {level} of shape {shape}, got `{text[:30]}`", tok, len(tok))
+        if len(items) == 1 and items[0][1] == "e":
+            return
+        if len(items) != dims[level] and not shape.dynamic:
+            raise _syntax(f"expected {dims[level]} elements in dimension {level} of shape {shape}, got {len(items)}",
+                          tok, len(tok))
+        for item in items:
+            _check_array_literal(item, shape, level + 1, tok)
+        return
+    _check_scalar(lit, shape.element_type, tok)
+
+
+# Largest finite value and the width of the last step below infinity (values at or past the midpoint
+# round to infinity, which XLA's parser rejects as out of range), and the mantissa bits that bound a NaN
+# payload (None: the type has no NaN payloads).
+_FLOAT_LIMITS: dict[str, tuple[float, float, int | None]] = {
+    "f16": (65504.0, 32.0, 10),
+    "bf16": ((2 - 2**-7) * 2.0**127, 2.0**120, 7),
+    "f32": ((2 - 2**-23) * 2.0**127, 2.0**104, 23),
+    "f64": (1.7976931348623157e308, 0.0, 52),
+}
+_NO_NAN_PAYLOAD = frozenset({"f8e4m3fn", "f8e4m3b11fnuz", "f8e4m3fnuz", "f8e5m2fnuz", "f8e8m0fnu", "f4e2m1fn"})
+_NAN_RE = re.compile(r"-?nan(?:\(0x([0-9a-fA-F]+)\))?$")
+
+
+def _check_scalar(lit: tuple, etype: str, tok: Any) -> None:
+    text, kind, value = lit
+    if etype in ("c64", "c128"):
+        part = "f32" if etype == "c64" else "f64"
+        if kind == "p" and len(value) == 2 and all(v[1] == "s" for v in value):
+            for v in value:
+                _check_scalar(v, part, tok)
+            return
+        if kind == "s":
+            _check_scalar(lit, part, tok)
+            return
+        raise _syntax(f"expected a complex value like `(1, 2)`, got `{text[:30]}`", tok, len(tok))
+    if kind != "s":
+        raise _syntax(f"expected a scalar {etype} value, got `{text[:30]}`", tok, len(tok))
+    if etype == "pred":  # XLA takes true, false or an integer (non-zero is true)
+        if text not in ("true", "false") and not re.fullmatch(r"-?\d+", text):
+            raise _syntax(f"expected a pred value (true, false or an integer), got `{text}`", value)
+        return
+    if text in ("true", "false"):
+        raise _syntax(f"expected a number for {etype}, got `{text}`", value)
+    if etype in _INT_TYPES:
+        if not re.fullmatch(r"-?\d+", text):
+            raise _syntax(f"expected an integer for {etype}, got `{text}`", value)
+        bits = ELEMENT_BITS[etype]
+        v = int(text)
+        if etype[0] == "s":
+            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        elif etype == "u64":  # XLA reads u64 through int64 and reinterprets: -1 is accepted
+            lo, hi = -(1 << 63), (1 << 64) - 1
+        else:
+            lo, hi = 0, (1 << bits) - 1
+        if not lo <= v <= hi:
+            raise _syntax(f"{text} is out of range for {etype} [{lo}, {hi}]", value)
+        return
+    nan = _NAN_RE.match(text)
+    if nan:
+        if nan.group(1) is not None:
+            payload = int(nan.group(1), 16)
+            bits = _FLOAT_LIMITS.get(etype, (0, 0, None))[2]
+            if etype in _NO_NAN_PAYLOAD or (bits is not None and payload >= (1 << bits)) or payload == 0:
+                raise _syntax(f"NaN payload 0x{nan.group(1)} does not fit {etype}", value)
+        return
+    if text.lstrip("-") == "inf":
+        return
+    limits = _FLOAT_LIMITS.get(etype)
+    if limits is not None:
+        top, step, _ = limits
+        v = abs(float(text))
+        if v == float("inf") or (step and v >= top + step / 2) or (not step and v > top):
+            raise _syntax(f"{text} is out of range for {etype} (largest finite value {top:g})", value)
+
+
+
+# ---------------------------------------------------------------------------------------------- module
+
+def check_computations(comps: list[Computation]) -> Computation | None:
+    """Module-level checks: unique computation names, at most one ENTRY, every called computation defined.
+
+    Returns:
+      The ENTRY computation, or None when none is marked.
+
+    Raises:
+      HloSemanticError: at the offending computation or attribute.
+    """
+    seen: dict[str, Computation] = {}
+    entry = None
+    for c in comps:
+        if c.name in seen:
+            raise HloSemanticError(f"computation name {c.name!r} is already defined at line {seen[c.name].position}",
+                                   line=c.position.line, column=c.position.column)
+        if c.is_entry:
+            if entry is not None:
+                raise HloSemanticError(f"two ENTRY computations: {entry.name!r} and {c.name!r}",
+                                       line=c.position.line, column=c.position.column)
+            entry = c
+        for inst in c.instructions:
+            for callee in attributes.called_computations(inst):
+                if callee not in seen:  # XLA resolves calls as it reads: the callee must come first
+                    where = ("defined after its caller; XLA needs it before" if any(x.name == callee for x in comps)
+                             else "not defined")
+                    a = _call_attr(inst, callee)
+                    raise HloSemanticError(f"{inst.name!r} calls computation {callee!r}, which is {where}",
+                                           line=a.line, column=a.column)
+        seen[c.name] = c
+    return entry
+
+_LAYOUT_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
+
+
+_SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
+_ALIAS_ITEM = re.compile(r"\s*" + _SHAPE_INDEX + r"\s*:\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX
+                         + r"\s*(?:,\s*(?:must-alias|may-alias)\s*)?\)\s*")
+_DONOR_ITEM = re.compile(r"\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*\)\s*")
+
+
+def _check_items(a: Attribute, item: re.Pattern, example: str) -> None:
+    body = a.raw.strip()
+    ok = body.startswith("{") and body.endswith("}")
+    if ok:
+        inner = body[1:-1].strip()
+        if inner:
+            from analyzer.hlo.attributes import split_top
+
+            try:
+                ok = all(item.fullmatch(x) for x in split_top(inner))
+            except ValueError:
+                ok = False
+    if not ok:
+        raise HloSyntaxError(f"expected {a.key} like {example}", line=a.position.line if a.position else None,
+                             column=a.position.column if a.position else None)
+
+
+def check_module_attribute(a: Attribute) -> None:
+    """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
+    if a.key == "input_output_alias":
+        _check_items(a, _ALIAS_ITEM, "`{ {0}: (0, {}, may-alias), {1}: (1, {0}) }`")
+        return
+    if a.key == "buffer_donor":
+        _check_items(a, _DONOR_ITEM, "`{ (0, {0}), (1, {}) }`")
+        return
+    if a.key != "entry_computation_layout":
+        return
+    body = a.raw.strip()
+    if not (body.startswith("{") and body.endswith("}") and "->" in body):
+        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+                             line=a.position.line if a.position else None,
+                             column=a.position.column if a.position else None)
+    for m in _LAYOUT_SHAPE.finditer(body):
+        try:
+            decode_array_shape(m.group())
+        except ValueError as e:
+            raise HloSyntaxError(f"entry_computation_layout: {e}", line=a.position.line if a.position else None,
+                                 column=(a.position.column + m.start()) if a.position else None) from None
+    bad = _program_layout_error(body)
+    if bad is not None:
+        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+                             line=a.position.line if a.position else None,
+                             column=(a.position.column + bad) if a.position else None)
+
+
+# The tokens of `{(f32[2]{0}, (s32[], f32[])) -> f32[2]{0}}`: spaces and comments between any two.
+_LAYOUT_TOKEN = re.compile(r"\s+|/\*(?:[^*]|\*(?!/))*\*/|(->|[(){},]|[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?)")
+
+
+def _program_layout_error(body: str) -> int | None:
+    """Where (0-based offset) `body` stops being `{(shape, ...)->shape}`, or None when it is one."""
+    toks: list[tuple[str, int]] = []
+    pos = 0
+    while pos < len(body):
+        m = _LAYOUT_TOKEN.match(body, pos)
+        if m is None:
+            return pos
+        if m.group(1):
+            toks.append((m.group(1), pos))
+        pos = m.end()
+    toks.append(("", len(body)))
+    k = 0
+
+    def expect(t: str) -> None:
+        nonlocal k
+        if toks[k][0] != t:
+            raise IndexError(toks[k][1])
+        k += 1
+
+    def shape() -> None:
+        nonlocal k
+        t = toks[k][0]
+        if t == "(":
+            k += 1
+            if toks[k][0] == ")":
+                k += 1
+                return
+            shape()
+            while toks[k][0] == ",":
+                k += 1
+                shape()
+            expect(")")
+        elif t[:1].isalpha():
+            k += 1
+        else:
+            raise IndexError(toks[k][1])
+
+    try:
+        expect("{")
+        if toks[k][0] != "(":
+            raise IndexError(toks[k][1])
+        shape()
+        expect("->")
+        shape()
+        expect("}")
+        expect("")
+    except IndexError as e:
+        return e.args[0]
+    return None
+
+
+def _call_attr(inst: Instruction, callee: str) -> Position:
+    for a in inst.attributes:
+        if callee in a.raw and a.position is not None:
+            return a.position
+    return inst.position or Position(1, 1)
+
