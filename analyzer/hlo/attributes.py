@@ -155,7 +155,7 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 
 
 def _strip_comments(text: str) -> str:
-    return re.sub(r"/\*.*?\*/", "", text, flags=re.S) if "/*" in text else text
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S) if "/*" in text else text
 
 
 def _braced(text: str, what: str) -> str:
@@ -490,7 +490,8 @@ def _parse_sharding(raw: str) -> Any:
         from analyzer.hlo.sharding import parse_hlo_sharding
     except ImportError:  # the sharding module is another helper's; keep the text until it lands
         return raw
-    return parse_hlo_sharding(raw)
+    # XLA prints `/*index=N*/` before every fifth element of a tuple sharding; its lexer skips comments.
+    return parse_hlo_sharding(_strip_comments(raw) if "/*" in raw else raw)
 
 
 def _parse_backend_config(raw: str) -> Any:

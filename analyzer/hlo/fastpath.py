@@ -26,7 +26,7 @@ __all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_s
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
 _NAME = r"%?[A-Za-z_][\w.\-]*"
-_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?"
+_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+)*)?(?::[^{}\n]*)?\})?"  # the grammar's
 _TUPLE = r"\((?:[^()\n]|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\))*\)"
 
 # head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list

@@ -289,7 +289,9 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
 _COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
-_COMP_END = re.compile(r"^\}[^\n]*$", re.M)
+# A computation's closing line: `}` (XLA prints it unindented; its parser takes it indented too), maybe
+# followed by attributes (`}, execution_thread="main_thread"`).
+_COMP_END = re.compile(r"^[ \t]*\}[^\n]*$", re.M)
 
 
 def _split(text: str) -> tuple[str, list[tuple]] | None:
@@ -312,7 +314,7 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
         m = _COMP_START.match(text, pos)
         if m is None:
             return None  # something between computations that the scanner does not know
-        end = _COMP_END.search(text, m.end())
+        end = _comp_end(text, m.end())
         if end is None:
             return None
         name = m.group(2).lstrip("%")
@@ -330,6 +332,20 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+
+
+def _comp_end(text: str, pos: int) -> re.Match | None:
+    """The closing line of the computation whose body starts at `pos`: the first `}` line followed by the end
+    of the text or by the next computation's header (an indented `}` can also close a multi-line value)."""
+    for end in _COMP_END.finditer(text, pos):
+        if end.group().lstrip()[:1] != "}":
+            continue
+        nxt = _WS.match(text, end.end()).end()
+        if nxt == len(text) or _COMP_START.match(text, nxt):
+            return end
+        if text[end.start()] == "}":  # XLA's own layout: a `}` at column 1 always closes
+            return end
+    return None
 
 
 def _has_multiline_comment(text: str) -> bool:

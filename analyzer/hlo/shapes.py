@@ -65,12 +65,17 @@ class Shape:
         return self.element_type == "tuple"
 
     @property
+    def is_buffer(self) -> bool:
+        """A buffer shape `b(f32[4])`: one array held by reference; `tuple_shapes[0]` is the array."""
+        return self.element_type == "buffer"
+
+    @property
     def is_token(self) -> bool:
         return self.element_type == "token"
 
     @property
     def is_array(self) -> bool:
-        return not self.is_tuple and not self.is_token
+        return not self.is_tuple and not self.is_token and not self.is_buffer
 
     @property
     def rank(self) -> int:
@@ -86,7 +91,7 @@ class Shape:
     @property
     def byte_size(self) -> int:
         """Bytes of the data (tuples: the sum of their leaves; sub-byte types rounded up per array)."""
-        if self.is_tuple:
+        if self.is_tuple or self.is_buffer:
             return sum(s.byte_size for s in self.tuple_shapes)
         bits = ELEMENT_BITS.get(self.element_type)
         if bits is None:
@@ -105,6 +110,8 @@ class Shape:
         """The HLO spelling without the layout: `bf16[1024,<=8]`, `(f32[], s32[2])`, `token[]`."""
         if self.is_tuple:
             return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        if self.is_buffer:
+            return f"b({self.tuple_shapes[0]})"
         dims = ",".join(
             (f"<={d}" if dyn else str(d)) for d, dyn in zip(self.dims, self.dynamic or (False,) * len(self.dims))
         )
@@ -156,8 +163,8 @@ def decode_array_shape(text: str) -> Shape:
     if etype == "token" and dims:
         raise ValueError("a token shape has no dimensions: `token[]`")
     layout = None
-    if close + 1 < len(text):
-        layout = _decode_layout(text[close + 2:-1], len(dims))
+    if close + 1 < len(text):  # `{...}`, right after `]` or (XLA's lexer skips it) after a space
+        layout = _decode_layout(text[text.index("{", close) + 1:-1], len(dims))
         if layout.minor_to_major or dims:
             if len(layout.minor_to_major) != len(dims):
                 raise ValueError(f"the layout lists {len(layout.minor_to_major)} dimensions but the shape has "
@@ -220,6 +227,10 @@ def decode_shape(text: str) -> Shape:
     Raises:
       ValueError: when the text is not a shape (the caller then falls back to the grammar).
     """
+    if text.startswith("b("):  # a buffer: `b(f32[4]{0})`
+        if not text.endswith(")"):
+            raise ValueError(f"not a buffer shape: {text[:40]}")
+        return Shape("buffer", tuple_shapes=(decode_shape(text[2:-1].strip()),))
     if not text.startswith("("):
         return decode_array_shape(text)
     body = _COMMENT.sub("", text[1:-1]).strip()

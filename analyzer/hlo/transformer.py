@@ -48,6 +48,9 @@ class HloTransformer(Transformer):
         except ValueError as e:
             raise _syntax(str(e), tok) from None
 
+    def buffer_shape(self, children):
+        return Shape("buffer", tuple_shapes=(children[1],))
+
     def tuple_shape(self, children):
         if children == [None]:
             return Shape("tuple")
@@ -344,6 +347,8 @@ def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape
         return shapes[1]
     if opcode in ("real", "imag") and shapes and shapes[0].element_type in ("c64", "c128"):
         return Shape("f32" if shapes[0].element_type == "c64" else "f64", shapes[0].dims, shapes[0].dynamic)
+    if opcode == "after-all":
+        return Shape("token")
     if opcode == "tuple":
         return Shape("tuple", tuple_shapes=tuple(shapes))
     if opcode == "get-tuple-element" and shapes and shapes[0].is_tuple:
