@@ -192,6 +192,8 @@ class Computation:
     position: Position | None = field(default=None, compare=False)
     # Attributes printed after the closing brace, e.g. `}, execution_thread="main_thread"`.
     attributes: tuple[Attribute, ...] = ()
+    # What a lenient parse kept as written (an opcode or attribute this XLA does not know), `line:column: ...`.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @cached_property
     def by_name(self) -> Mapping[str, Instruction]:
@@ -241,6 +243,13 @@ class HloModule:
     attributes: Mapping[str, str] = field(default_factory=dict)
     frames: Mapping[int, Frame] = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What `parse_hlo(..., lenient=True)` kept as written instead of rejecting: opcodes or attributes this
+        XLA version does not know, each as `line:column: message`. Empty for a strict parse. (A lazily parsed
+        computation adds its notes once it is parsed.)"""
+        return tuple(n for c in self.computations if c.is_parsed for n in c.notes)
 
     @cached_property
     def by_name(self) -> Mapping[str, Computation]:

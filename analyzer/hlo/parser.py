@@ -26,7 +26,7 @@ from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.fastpath import _line_instruction, parse_head_fast, parse_tables_fast, select_fast
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 from analyzer.hlo.transformer import HloTransformer, build_computation, frames
-from analyzer.hlo.verifier import check_computations, verify_attributes
+from analyzer.hlo.verifier import check_computations, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -218,7 +218,7 @@ def _end_position(text: str) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- full
 
 
-def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloModule:
+def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient: bool = False) -> HloModule:
     """Parse HLO text as XLA prints it (`compiled.as_text()`, `--xla_dump_to` files) into an `HloModule`.
 
     Args:
@@ -226,6 +226,8 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
       path: where the text came from, for error messages and `HloModule.path`.
       lazy: split computations with a fast scanner and parse each only when its instructions are first
         used (see the module docstring); errors inside a computation then surface on that access.
+      lenient: for dumps from another XLA version: keep opcodes and attributes this XLA does not know (or
+        does not allow on that opcode) as written, and list each in `HloModule.notes` instead of raising.
 
     Returns:
       The module, with 1-based positions on computations, instructions and attributes.
@@ -242,13 +244,15 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
     split = _split(text)
+    check_ints = _LONG_INT.search(text) is not None  # numbers that may not fit an int64: checked per attribute
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
                 module = _lark().parse(text, start="module")
-                verify_attributes(module)
+                for c in module.computations:
+                    _verify(c, lenient, text, check_ints)
             else:
-                module = _parse_split(text, split, path, lazy)
+                module = _parse_split(text, split, path, lazy, lenient, check_ints)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, text, path) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
@@ -271,7 +275,16 @@ def _translate(e: Exception, text: str, path: str | None, line_offset: int = 0) 
     return HloSyntaxError(f"cannot parse this HLO ({type(e).__name__}: {e})", path=path)
 
 
-def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
+_LONG_INT = re.compile(r"\d{19}")
+
+
+def _verify(comp: Computation, lenient: bool, source: str, check_ints: bool) -> None:
+    notes = verify_instructions(comp, lenient=lenient, source=source, check_ints=check_ints)
+    if notes:
+        object.__setattr__(comp, "notes", notes)
+
+
+def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = False) -> HloModule:
     """Read and parse one HLO text file (`.hlo`, `.txt`, an `--xla_dump_to` dump).
 
     Raises:
@@ -282,7 +295,7 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise HloSyntaxError(f"cannot read HLO file: {e}", path=str(p)) from None
-    return parse_hlo(text, path=str(p), lazy=lazy)
+    return parse_hlo(text, path=str(p), lazy=lazy, lenient=lenient)
 
 
 # ---------------------------------------------------------------------------------------------- lazy
@@ -360,11 +373,12 @@ def _has_multiline_comment(text: str) -> bool:
 _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 
-def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool) -> HloModule:
+def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool, lenient: bool = False,
+                 check_ints: bool = True) -> HloModule:
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
     header_text, spans = split
     header = _parse_header(header_text)
-    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path)
+    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints)
              for start, end, line, column, name, is_entry in spans]
     name = header.name
     if not _HAS_HEADER.search(header_text):  # XLA names a header-less module after its entry
@@ -390,7 +404,8 @@ def _parse_header(header_text: str) -> HloModule:
     return _lark().parse(header_text, start="header")
 
 
-def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
+def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = False,
+                 check_ints: bool = True) -> Computation:
     """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
     when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
     chunk = source[start:end]
@@ -400,7 +415,7 @@ def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
     comp = _parse_lines(chunk, line, head) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(chunk, "computation", line)
-    verify_attributes(HloModule("", (comp,)))
+    _verify(comp, lenient, source, check_ints)
     return comp
 
 
@@ -455,7 +470,8 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
-                 path: str | None) -> None:
+                 path: str | None, lenient: bool = False, check_ints: bool = True) -> None:
+        object.__setattr__(self, "_checks", (lenient, check_ints))
         object.__setattr__(self, "_source", source)
         object.__setattr__(self, "_span", (start, end))
         object.__setattr__(self, "_path", path)
@@ -498,7 +514,8 @@ class LazyComputation(Computation):
                 with gc_paused():
                     found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
                     if found:
-                        verify_attributes(HloModule("", (Computation(self.name, found),)))
+                        verify_instructions(Computation(self.name, found), lenient=self._checks[0],
+                                            source=self._source, check_ints=self._checks[1])
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
@@ -512,7 +529,7 @@ class LazyComputation(Computation):
         start, end = self._span
         try:
             with gc_paused():
-                return _parse_chunk(self._source, start, end, self.position.line)
+                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
@@ -533,6 +550,10 @@ class LazyComputation(Computation):
     @cached_property
     def attributes(self):  # type: ignore[override]
         return self._parsed.attributes
+
+    @property
+    def notes(self):  # type: ignore[override]
+        return self._parsed.notes if self.is_parsed else ()
 
     def __repr__(self) -> str:
         state = "parsed" if self.is_parsed else "unparsed"

@@ -158,6 +158,8 @@ def decode_array_shape(text: str) -> Shape:
                 continue
             if not item.isdigit():
                 raise ValueError(f"expected a dimension size like `8`, `<=8` or `?`, got {item!r}")
+            if len(item) > 18 and int(item) >= 1 << 63:
+                raise ValueError(f"dimension size {item} is out of range for an int64")
             dims.append(int(item))
             dynamic.append(dyn)
     if etype == "token" and dims:

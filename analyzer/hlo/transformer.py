@@ -118,7 +118,8 @@ class HloTransformer(Transformer):
         else:  # no shape written: inferred from the operands when the computation is built
             name, shape, opcode = children[i], None, children[i + 1]
             i -= 1
-        verifier.check_opcode(opcode)
+        if opcode[:1] == "%":  # a name where the opcode goes: say so now (the verifier checks the spelling)
+            verifier.check_opcode(opcode)
         operands = []
         attrs = []
         parameter = None

@@ -19,7 +19,8 @@ from typing import Any
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes
 from analyzer.hlo.ir import Attribute, Computation, HloModule, Instruction, Position
-from analyzer.hlo.opcodes import OPCODES, REQUIRED_ATTRIBUTES, base_opcode, fixed_arity, is_known_opcode
+from analyzer.hlo.opcodes import (ALLOWED_ATTRIBUTES, COMMON_ATTRIBUTES, OPCODES, REQUIRED_ATTRIBUTES, allowed_attributes,
+                                  base_opcode, fixed_arity, is_known_opcode)
 from analyzer.hlo.shapes import ELEMENT_BITS, Shape, decode_array_shape
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "check_constant",
     "verify_computation",
     "verify_attributes",
+    "verify_instructions",
     "check_computations",
     "check_module_attribute",
     "compatible",
@@ -108,6 +110,8 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
                 raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(pos))
             if p < 0:
                 raise HloSemanticError(f"parameter number {p} is negative", **_at(pos))
+            if p > _INT64_MAX:
+                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(pos))
             params[p] = inst
         if not inst.attributes:
             continue
@@ -143,15 +147,124 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
 
 def verify_attributes(module: HloModule) -> None:
     """Decode every known attribute value once, so a malformed one is reported where it is written."""
-    for _, inst in module.instructions():
+    for c in module.computations:
+        verify_instructions(c)
+
+
+_INT64_MAX = (1 << 63) - 1
+_INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
+_LONG_INT = re.compile(r"-?\d{19,}")
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def verify_instructions(comp: Computation, *, lenient: bool = False, source: str | None = None,
+                        check_ints: bool = True) -> tuple[str, ...]:
+    """Per instruction: a known opcode, each attribute allowed on it (XLA's per-opcode tables), none twice,
+    integers within int64, and every known attribute value decodes.
+
+    Args:
+      comp: a built computation.
+      lenient: keep unknown opcodes and attributes (a dump from another XLA version) and return a note
+        for each instead of raising.
+      source: the text the positions refer to, to point errors at the opcode rather than the name.
+      check_ints: False when the caller knows the text has no 19-digit number (the common case).
+
+    Returns:
+      The notes (empty unless `lenient`), each starting with `line:column:`.
+
+    Raises:
+      HloSyntaxError: at the opcode or the attribute.
+    """
+    notes: list[str] = []
+    for inst in comp.instructions:
+        opcode = inst.opcode
+        if not is_known_opcode(opcode):
+            col = _opcode_column(inst, source)
+            msg = _unknown_opcode(opcode)
+            if not lenient:
+                raise HloSyntaxError(msg, line=inst.position.line if inst.position else None, column=col)
+            notes.append(f"{inst.position.line if inst.position else '?'}:{col}: {msg}; kept as written")
+        attrs = inst.attributes
+        if not attrs:
+            continue
+        allowed = allowed_attributes(opcode)
+        if len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
+            seen: set[str] = set()
+            for a in attrs:
+                if a.key in seen:
+                    raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
+                                         **_key_at(a, inst))
+                seen.add(a.key)
+        for a in attrs:
+            key = a.key
+            if allowed is not None and key not in allowed:
+                msg = _unexpected_attribute(key, opcode, allowed)
+                if not lenient:
+                    raise HloSyntaxError(msg, **_key_at(a, inst))
+                where = _key_at(a, inst)
+                notes.append(f"{where['line']}:{where['column']}: {msg}; kept as written")
+                continue
+            if check_ints and key != "backend_config":
+                _check_int64(a, inst)
         try:
             attributes.validate(inst)
         except ValueError as e:
             a = e.attribute  # type: ignore[attr-defined]
             raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
+    return tuple(notes)
 
 
-_INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
+def _key_at(a: Attribute, inst: Instruction) -> dict[str, int | None]:
+    """Where attribute `a`'s key starts (its value's position less `key=`)."""
+    if a.position is not None:
+        return {"line": a.position.line, "column": max(1, a.position.column - len(a.key) - 1)}
+    return _at(inst.position)
+
+
+def _check_int64(a: Attribute, inst: Instruction) -> None:
+    raw = a.raw
+    m = _LONG_INT.search(raw)
+    if m is None:
+        return
+    text = _QUOTED.sub(lambda q: " " * len(q.group()), raw) if '"' in raw else raw
+    for m in _LONG_INT.finditer(text):
+        v = int(m.group())
+        if not -_INT64_MAX - 1 <= v <= _INT64_MAX:
+            pos = a.position
+            raise HloSyntaxError(f"{m.group()} in {a.key}= of {inst.name!r} is out of range for an int64",
+                                 line=pos.line if pos else None, column=(pos.column + m.start()) if pos else None)
+
+
+def _opcode_column(inst: Instruction, source: str | None) -> int | None:
+    """The column of `inst`'s opcode in `source` (the name's column when it cannot be found)."""
+    pos = inst.position
+    if pos is None:
+        return None
+    if source is not None:
+        start = 0
+        for _ in range(pos.line - 1):
+            start = source.find("\n", start) + 1
+            if start == 0:
+                return pos.column
+        end = source.find("\n", start)
+        line = source[start:] if end < 0 else source[start:end]
+        k = line.find(f" {inst.opcode}(", pos.column - 1)
+        if k >= 0:
+            return k + 2
+    return pos.column
+
+
+def _unexpected_attribute(key: str, opcode: str, allowed: frozenset[str]) -> str:
+    own = sorted(allowed - COMMON_ATTRIBUTES)
+    if key in _ALL_KEYS:
+        valid = f"`{opcode}` takes {', '.join(own)}" if own else f"`{opcode}` takes none of its own"
+        return f"unexpected attribute {key} for `{opcode}` ({valid}, besides metadata, sharding, backend_config...)"
+    close = get_close_matches(key, _ALL_KEYS, n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"unknown attribute {key} on `{opcode}`{hint}"
+
+
+_ALL_KEYS = sorted(COMMON_ATTRIBUTES.union(*ALLOWED_ATTRIBUTES.values()))
 
 
 def _unknown_opcode(opcode: str) -> str:

@@ -132,9 +132,39 @@ def test_duplicate_computation_and_two_entries():
     assert "two ENTRY" in _err("HloModule m\n" + comp + comp.replace(" e ", " f ")).message
 
 
-def test_unknown_attributes_are_kept_raw():
-    m = parse_hlo("HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), some_future_attr={a=[1,2] b=\"x\"}, x2=y\n}\n")
+_FUTURE = "HloModule m\nENTRY e {\n  ROOT p = f32[2] parameter(0), some_future_attr={a=[1,2] b=\"x\"}, x2=y\n}\n"
+
+
+def test_unknown_attributes_are_errors_like_xla():
+    # XLA's parser: "unexpected attribute some_future_attr"; issue 13 asks for the same verdict by default.
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(_FUTURE)
+    assert (e.value.line, e.value.column) == (3, 33) and "some_future_attr" in str(e.value)
+
+
+def test_unknown_attributes_are_kept_raw_when_lenient():
+    m = parse_hlo(_FUTURE, lenient=True)
     assert m.entry.root.attr("some_future_attr") == '{a=[1,2] b="x"}' and m.entry.root.attr("x2") == "y"
+    assert len(m.notes) == 2 and m.notes[0].startswith("3:33:") and "some_future_attr" in m.notes[0]
+    assert parse_hlo(_FUTURE, lenient=True, lazy=True).entry.root.attr("x2") == "y"
+
+
+def test_unknown_opcodes_are_errors_unless_lenient():
+    text = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT q = f32[4] all-reduce-update(p)\n}\n"
+    with pytest.raises(HloSyntaxError) as e:  # XLA: "Unknown opcode: all-reduce-update"
+        parse_hlo(text)
+    assert (e.value.line, e.value.column) == (4, 19)
+    m = parse_hlo(text, lenient=True)
+    assert m.entry.root.opcode == "all-reduce-update" and m.notes and m.notes[0].startswith("4:19:")
+
+
+@pytest.mark.parametrize("attr", ["channel_id=99999999999999999999", "dimensions={0}, dimensions={0}",
+                                  "dimensions={0}"])
+def test_attributes_xla_rejects(attr):
+    # Each is rejected by XLA's parser: integer beyond int64, a duplicated attribute, an attribute `copy` lacks.
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(f"HloModule m\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT q = f32[4] copy(p), {attr}\n}}\n")
+    assert e.value.line == 4 and e.value.column is not None
 
 
 @pytest.mark.parametrize("text", ["", "HloModule", "HloModule m\n", "garbage %$#", "\x00", "HloModule m\nENTRY e {",
