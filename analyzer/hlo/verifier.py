@@ -475,6 +475,7 @@ def check_computations(comps: list[Computation]) -> Computation | None:
     """
     seen: dict[str, Computation] = {}
     entry = None
+    async_calls: dict[str, Instruction] = {}  # wrapped computation -> its async-start
     for c in comps:
         if c.name in seen:
             raise HloSemanticError(f"computation name {c.name!r} is already defined at line {seen[c.name].position}",
@@ -484,7 +485,12 @@ def check_computations(comps: list[Computation]) -> Computation | None:
                 raise HloSemanticError(f"two ENTRY computations: {entry.name!r} and {c.name!r}",
                                        line=c.position.line, column=c.position.column)
             entry = c
+        chains: dict[str, tuple[str, str | None, str]] | None = None
         for inst in c.instructions:
+            op = inst.opcode
+            if op not in OPCODES or op in _ASYNC_GENERIC:
+                chains = {} if chains is None else chains
+                _check_async(inst, c, seen, chains, async_calls)
             for callee in attributes.called_computations(inst):
                 if callee not in seen:  # XLA resolves calls as it reads: the callee must come first
                     where = ("defined after its caller; XLA needs it before" if any(x.name == callee for x in comps)
@@ -603,6 +609,74 @@ def _program_layout_error(body: str) -> int | None:
     except IndexError as e:
         return e.args[0]
     return None
+
+
+_ASYNC_GENERIC = frozenset({"async-start", "async-update", "async-done"})
+
+
+def _async_shape(shape: Shape | None) -> bool:
+    """XLA's form of an async op's shape: `((operands...), outputs, state...)`."""
+    return (shape is not None and shape.is_tuple and len(shape.tuple_shapes) >= 2
+            and shape.tuple_shapes[0].is_tuple)
+
+
+def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computation],
+                 chains: dict[str, tuple[str, str | None, str]], async_calls: dict[str, Instruction]) -> None:
+    """The structure XLA's parser requires of async ops (`async-start/-update/-done` and the `<op>-start` sugar):
+    start and update shaped `((operands), outputs, state)`; update and done take one operand, the previous op
+    of the chain; the wrapped opcode, the wrapped computation and the execution thread stay those of the start;
+    a computation is wrapped by one async-start only.
+
+    `chains` maps each async op of `comp` to (wrapped opcode, wrapped computation or None, execution thread).
+    """
+    op = inst.opcode
+    if op in _ASYNC_GENERIC:
+        phase, wrapped = op[6:], None
+    else:
+        if not is_known_opcode(op):
+            return  # an opcode this XLA does not know (kept by a lenient parse)
+        base = base_opcode(op)
+        phase, wrapped = op[len(base) + 1:], base
+    where = _at(inst.position)
+    thread_attr = inst.attr("async_execution_thread")
+    thread = attributes.unquote(thread_attr) if thread_attr is not None else None
+    calls = inst.attr("calls")
+    calls = calls.lstrip("%") if calls is not None else None
+    if phase in ("update", "done"):
+        if len(inst.operands) != 1 or not _async_shape(inst.operands[0].shape):
+            raise HloSemanticError(f"`{op}` {inst.name!r} needs a single operand shaped ((async-operands), "
+                                   "async-outputs, state): the async-start or async-update before it", **where)
+    if phase in ("start", "update") and not _async_shape(inst.shape):
+        raise HloSemanticError(f"`{op}` {inst.name!r} must have a shape like ((async-operands), async-outputs, "
+                               f"state), got {inst.shape}", **where)
+    if phase == "update" and not compatible(inst.shape, inst.operands[0].shape):
+        raise HloSemanticError(f"`{op}` {inst.name!r} must have its operand's shape {inst.operands[0].shape}, got "
+                               f"{inst.shape}", **where)
+    if phase == "start":
+        if wrapped is None:
+            callee = comps.get(calls) if calls is not None else None
+            wrapped = callee.root.opcode if callee is not None else "?"
+            if calls is not None:
+                first = async_calls.get(calls)
+                if first is not None:
+                    raise HloSemanticError(f"computation {calls!r} is already wrapped by async-start {first.name!r}",
+                                           **where)
+                async_calls[calls] = inst
+        chains[inst.name] = (wrapped, calls, thread or "main")
+        return
+    prev = chains.get(inst.operands[0].name)
+    if prev is None:
+        raise HloSemanticError(f"the operand of `{op}` {inst.name!r} must be the previous async op of its chain "
+                               f"(an async-start or async-update), got {inst.operands[0].name!r}", **where)
+    p_wrapped, p_calls, p_thread = prev
+    if wrapped is not None and wrapped != p_wrapped:
+        raise HloSemanticError(f"`{op}` {inst.name!r} continues an async `{p_wrapped}`, not `{wrapped}`", **where)
+    if thread is not None and thread != p_thread:
+        raise HloSemanticError(f"async_execution_thread of {inst.name!r} is {thread!r}, but its async-start runs on "
+                               f"{p_thread!r}", **where)
+    if calls is not None and calls != p_calls:
+        raise HloSemanticError(f"{inst.name!r} calls {calls!r}, but its async-start wraps {p_calls!r}", **where)
+    chains[inst.name] = prev
 
 
 def _call_attr(inst: Instruction, callee: str) -> Position:
