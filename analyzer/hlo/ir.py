@@ -243,13 +243,15 @@ class HloModule:
     attributes: Mapping[str, str] = field(default_factory=dict)
     frames: Mapping[int, Frame] = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
+    # What a lenient parse kept of the header (see `notes`).
+    header_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def notes(self) -> tuple[str, ...]:
         """What `parse_hlo(..., lenient=True)` kept as written instead of rejecting: opcodes or attributes this
         XLA version does not know, each as `line:column: message`. Empty for a strict parse. (A lazily parsed
         computation adds its notes once it is parsed.)"""
-        return tuple(n for c in self.computations if c.is_parsed for n in c.notes)
+        return self.header_notes + tuple(n for c in self.computations if c.is_parsed for n in c.notes)
 
     @cached_property
     def by_name(self) -> Mapping[str, Computation]:

@@ -26,7 +26,7 @@ from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.fastpath import _line_instruction, parse_head_fast, parse_tables_fast, select_fast
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 from analyzer.hlo.transformer import HloTransformer, build_computation, frames
-from analyzer.hlo.verifier import check_computations, verify_instructions
+from analyzer.hlo.verifier import check_computations, verify_header, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -253,6 +253,11 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                     _verify(c, lenient, text, check_ints)
             else:
                 module = _parse_split(text, split, path, lazy, lenient, check_ints)
+            if module.attributes:
+                header_end = split[1][0][0] if split is not None else len(text)
+                notes = verify_header(module, text[:header_end], lenient=lenient)
+                if notes:
+                    object.__setattr__(module, "header_notes", notes)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, text, path) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw

@@ -390,6 +390,10 @@ def build_module(children: list) -> HloModule:
             name_tok = c[1]
             for a in c[2]:
                 verifier.check_module_attribute(a)
+                if a.key in attrs:
+                    raise HloSyntaxError(f"attribute {a.key} appears twice in the module header; XLA takes each once",
+                                         line=a.position.line if a.position else None,
+                                         column=max(1, a.position.column - len(a.key) - 1) if a.position else None)
                 attrs[a.key] = a.raw
         elif type(c) is tuple:
             tables.setdefault(c[0], []).extend(c[1])
@@ -411,10 +415,10 @@ def frames(tables: dict[str, list]) -> dict[int, Frame]:
     funcs = {i: s for i, s, _ in tables.get("FunctionNames", ())}
     locs: dict[int, dict[str, int]] = {}
     for i, text, tok in tables.get("FileLocations", ()):
-        locs[i] = _int_fields(text, tok)
+        locs[i] = _int_fields(text, tok, verifier.FILE_LOCATION_FIELDS)
     frames: dict[int, Frame] = {}
     for i, text, tok in tables["StackFrames"]:
-        f = _int_fields(text, tok)
+        f = _int_fields(text, tok, verifier.STACK_FRAME_FIELDS)
         # XLA accepts a frame whose location is missing from the table; it resolves to an unknown place.
         loc = locs.get(f.get("file_location_id", -1), {})
         parent = f.get("parent_frame_id", 0)
@@ -435,9 +439,12 @@ def frames(tables: dict[str, list]) -> dict[int, Frame]:
 _KV = re.compile(r"([A-Za-z_]\w*)=(-?\d+)")
 
 
-def _int_fields(text: str, tok: Token) -> dict[str, int]:
+def _int_fields(text: str, tok: Token, allowed: frozenset[str]) -> dict[str, int]:
     body = text[1:-1].strip()
-    out = {k: int(v) for k, v in _KV.findall(body)}
+    pairs = _KV.findall(body)
+    out = {k: int(v) for k, v in pairs}
+    if len(out) != len(pairs) or not allowed.issuperset(out):
+        verifier.check_fields(pairs, allowed, text, tok)
     if _KV.sub("", body).strip():
         raise HloSyntaxError(f"expected `key=number` pairs inside {text}", line=tok.line, column=tok.column)
     return out

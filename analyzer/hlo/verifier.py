@@ -30,6 +30,7 @@ __all__ = [
     "verify_computation",
     "verify_attributes",
     "verify_instructions",
+    "verify_header",
     "check_computations",
     "check_module_attribute",
     "compatible",
@@ -151,7 +152,23 @@ def verify_attributes(module: HloModule) -> None:
         verify_instructions(c)
 
 
+# Keys XLA's parser takes in the module header, in `metadata={...}`, after a computation's `}`, and in the
+# rows of the FileLocations and StackFrames tables (from the "Allowed attributes: ..." of its errors, jax 0.10).
+MODULE_ATTRIBUTES = frozenset({
+    "alias_passthrough_params", "allow_spmd_sharding_propagation_to_output",
+    "allow_spmd_sharding_propagation_to_parameters", "buffer_donor", "entry_computation_layout",
+    "frontend_attributes", "input_output_alias", "is_scheduled", "num_partitions", "origin_recovery_table",
+    "replica_count"})
+METADATA_FIELDS = frozenset({
+    "deduplicated_name", "metadata_payload", "op_name", "op_type", "profile_type", "scheduling_name",
+    "source_column", "source_end_column", "source_end_line", "source_file", "source_line", "stack_frame_id"})
+COMPUTATION_ATTRIBUTES = frozenset({"execution_thread"})
+FILE_LOCATION_FIELDS = frozenset({"column", "end_column", "end_line", "file_name_id", "function_name_id", "line"})
+STACK_FRAME_FIELDS = frozenset({"file_location_id", "parent_frame_id"})
+
 _INT64_MAX = (1 << 63) - 1
+_METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"(?:[^"\\]|\\.)*"|[^\s"{},]+)\s*,?)*\s*\}')
+_METADATA_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([A-Za-z_][\w.\-]*)\s*=')
 _INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
 _LONG_INT = re.compile(r"-?\d{19,}")
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -176,6 +193,12 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
       HloSyntaxError: at the opcode or the attribute.
     """
     notes: list[str] = []
+    for a in comp.attributes:
+        if a.key not in COMPUTATION_ATTRIBUTES:
+            msg = f"unknown attribute {a.key} after computation {comp.name!r}; XLA takes execution_thread"
+            if not lenient:
+                raise HloSyntaxError(msg, **_key_at(a, None))
+            notes.append(f"{_key_at(a, None)['line']}:{_key_at(a, None)['column']}: {msg}; kept as written")
     for inst in comp.instructions:
         opcode = inst.opcode
         if not is_known_opcode(opcode):
@@ -206,6 +229,10 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
                 continue
             if check_ints and key != "backend_config":
                 _check_int64(a, inst)
+            if key == "metadata" and not _METADATA_OK.fullmatch(a.raw):
+                note = _check_metadata(a, inst, lenient)
+                if note:
+                    notes.append(note)
         try:
             attributes.validate(inst)
         except ValueError as e:
@@ -214,11 +241,64 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
     return tuple(notes)
 
 
-def _key_at(a: Attribute, inst: Instruction) -> dict[str, int | None]:
+def _key_at(a: Attribute, inst: Instruction | None) -> dict[str, int | None]:
     """Where attribute `a`'s key starts (its value's position less `key=`)."""
     if a.position is not None:
         return {"line": a.position.line, "column": max(1, a.position.column - len(a.key) - 1)}
-    return _at(inst.position)
+    return _at(inst.position if inst is not None else None)
+
+
+def _check_metadata(a: Attribute, inst: Instruction, lenient: bool) -> str | None:
+    """The fields of `metadata={...}` are XLA's, each once (the value syntax is the decoder's business)."""
+    seen: set[str] = set()
+    for m in _METADATA_KEY.finditer(a.raw):
+        key = m.group(1)
+        if key is None:
+            continue
+        where = {"line": a.position.line if a.position else None,
+                 "column": (a.position.column + m.start(1)) if a.position else None}
+        if key in seen:
+            raise HloSyntaxError(f"metadata field {key} appears twice on {inst.name!r}", **where)
+        seen.add(key)
+        if key not in METADATA_FIELDS:
+            close = get_close_matches(key, METADATA_FIELDS, n=1)
+            msg = f"unknown metadata field {key} on {inst.name!r}" + (f"; did you mean {close[0]}?" if close else "")
+            if not lenient:
+                raise HloSyntaxError(msg, **where)
+            return f"{where['line']}:{where['column']}: {msg}; kept as written"
+    return None
+
+
+def verify_header(module: HloModule, source: str, *, lenient: bool = False) -> tuple[str, ...]:
+    """The module header's keys are XLA's (`MODULE_ATTRIBUTES`); when `lenient`, notes instead of errors."""
+    notes = []
+    for key in module.attributes:
+        if key in MODULE_ATTRIBUTES:
+            continue
+        m = re.search(r"[,\s]" + re.escape(key) + r"\s*=", source)
+        line = source.count("\n", 0, m.start()) + 1 if m else None
+        column = m.start() + 2 - (source.rfind("\n", 0, m.start()) + 1) if m else None
+        close = get_close_matches(key, MODULE_ATTRIBUTES, n=1)
+        msg = f"unknown module attribute {key}" + (f"; did you mean {close[0]}?" if close else "")
+        if not lenient:
+            raise HloSyntaxError(msg, line=line, column=column)
+        notes.append(f"{line}:{column}: {msg}; kept as written")
+    return tuple(notes)
+
+
+def check_fields(pairs: list[tuple[str, str]], allowed: frozenset[str], text: str, tok: Any) -> None:
+    """A FileLocations / StackFrames row names each of its allowed fields at most once.
+
+    Raises:
+      HloSyntaxError: at the row.
+    """
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _syntax(f"field {key} appears twice in {text}", tok)
+        if key not in allowed:
+            raise _syntax(f"unknown field {key} in {text}; XLA takes {', '.join(sorted(allowed))}", tok)
+        seen.add(key)
 
 
 def _check_int64(a: Attribute, inst: Instruction) -> None:
@@ -529,6 +609,8 @@ def _check_items(a: Attribute, item: re.Pattern, example: str) -> None:
 
 def check_module_attribute(a: Attribute) -> None:
     """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
+    if a.key not in MODULE_ATTRIBUTES:
+        return  # an unknown key: the parser reports it (or, when lenient, notes it) once the module is built
     if a.key == "input_output_alias":
         _check_items(a, _ALIAS_ITEM, "`{ {0}: (0, {}, may-alias), {1}: (1, {0}) }`")
         return

@@ -34,10 +34,8 @@ KNOWN_REJECTED_VALID = {
     # A stray comma after an operand's shape prefix (`f32[...] ,%x`), which XLA's parser tolerates.
     "ReduceWindow.m0.valid.hlo",
 }
-# Invalid modules we accept: XLA rejects header attribute keys it does not know (instruction keys are checked
-# against XLA's per-opcode tables, see analyzer/hlo/opcodes.py); enum values of attributes are not checked.
+# Invalid modules we accept: enum values of attributes are not checked.
 KNOWN_ACCEPTED_INVALID = {
-    "BF16.m0.invalid.hlo", "Call.m0.invalid.hlo", "CopyStartAndCopyDone.m1.invalid.hlo",  # header key typos
     "DotWithAlgorithm.m4.invalid.hlo",  # algorithm enum value
     "HloComputationWithParallelThreadName.m4.invalid.hlo",  # async-update shape vs async-start
 }

@@ -12,7 +12,7 @@ import pytest
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo.parser import _lark, parse_hlo
-from analyzer.hlo.verifier import verify_attributes
+from analyzer.hlo.verifier import verify_attributes, verify_header
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -25,6 +25,7 @@ FILES = (sorted((ROOT / "fixtures").rglob("*.hlo")) + sorted((HERE / "samples").
 def _grammar_only(text):
     m = _lark().parse(text, start="module")
     verify_attributes(m)
+    verify_header(m, text)
     return m
 
 
