@@ -472,6 +472,21 @@ def parse_computation_list(raw: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_bool_list(raw: str) -> tuple[bool, ...]:
+    """`{true,false}` -> (True, False) (`parameter_replication`, the header's sharding-propagation flags).
+
+    Example:
+      >>> parse_bool_list("{true, false}")
+      (True, False)
+    """
+    body = _braced(raw, "a list of booleans like `{true,false}`")
+    items = [x.strip() for x in body.split(",")] if body.strip() else []
+    for x in items:
+        if x not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {x!r}")
+    return tuple(x == "true" for x in items)
+
+
 def _parse_bool(raw: str) -> bool:
     if raw not in ("true", "false"):
         raise ValueError(f"expected true or false, got {raw[:20]!r}")
@@ -708,6 +723,7 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "control-predecessors": parse_name_list,
     "api_version": parse_api_version,
     "operand_layout_constraints": parse_shape_list,
+    "parameter_replication": parse_bool_list,
     "sharding": _parse_sharding,
     **{k: parse_computation_list for k in CALL_KEYS},
 }

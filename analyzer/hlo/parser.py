@@ -40,9 +40,9 @@ _MAX_NESTING = 24
 def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = True) -> str:
     """The regex of one attribute value: plain characters, quoted strings and bracket-balanced groups.
 
-    Python's `re` has no recursion, so balanced groups are unrolled to `depth` levels; possessive
-    quantifiers keep matching linear. Bracket kinds are counted together (XLA never prints `{]`); the
-    typed decoders check the inner syntax of the values they know.
+    Python's `re` has no recursion, so balanced groups are unrolled to `depth` levels (brackets and
+    parentheses to 4); possessive quantifiers keep matching linear. The typed decoders check the inner
+    syntax of the values they know.
 
     Example:
       >>> import re
@@ -50,11 +50,17 @@ def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = T
       True
     """
     string = r'"(?:[^"\\]|\\.)*+"' + "|" + r"'(?:[^'\\]|\\.)*+'"
-    inner = r"""[^{}\[\]()"']++""" + "|" + string
-    group = ""
+    # Inside braces XLA's lexer balances braces only, and skips double-quoted strings (a JSON backend_config
+    # with a `]` dropped or a stray `'` is still one value to it); `[...]` and `(...)` groups (`[4,2]<=[8]`, `device_ids=(...)`) balance every kind.
+    brace = ""
     for _ in range(depth):
+        brace = r'\{(?:[^{}"]++|"(?:[^"\\]|\\.)*+"' + (("|" + brace) if brace else "") + r")*+\}"
+    inner = r"""[^{}\[\]()"']++""" + "|" + string + "|" + brace
+    group = ""
+    for _ in range(min(depth, 4)):
         alts = inner + (("|" + group) if group else "")
-        group = r"[{\[(](?:" + alts + r")*+[}\])]"
+        group = r"[\[(](?:" + alts + r")*+[\])]"
+    group = brace + "|" + group
     plain = r"""[^\s,{}\[\]()"'/]++|/(?!/)"""
     value = r"(?:" + plain + "|" + string + "|" + group + r")++"
     if not continuation:
@@ -101,6 +107,7 @@ _TERMINALS: dict[str, str] = {
     "NAME": "a name like `%x`",
     "PARAM_NAME": "a parameter like `p0: f32[2]`",
     "ARRAY_SHAPE": "a shape like `f32[2,3]`",
+    "BUFFER_OPEN": "a buffer shape like `b(f32[2])`",
     "OPCODE": "an opcode like `add`",
     "CONSTANT_OPEN": "`constant(`",
     "INT": "a number",
@@ -323,6 +330,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     if first is None or _has_multiline_comment(text):
         return None
     header_text = text[: first.start()]
+    if _STRAY_IN_HEADER.search(header_text):
+        return None  # a computation the scanner did not see (e.g. `name {` with an instruction on that line)
     spans: list[tuple] = []
     pos = first.start()
     line = header_text.count("\n") + 1
@@ -350,6 +359,9 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+# A header line that is neither `HloModule ...`, a table name nor a table row.
+_STRAY_IN_HEADER = re.compile(r"^[ \t]*(?!HloModule\b|FileNames\b|FunctionNames\b|FileLocations\b|StackFrames\b)"
+                              r"(?:ENTRY\b|%?[A-Za-z_][\w.\-]*[ \t]*[({])", re.M)
 
 
 def _comp_end(text: str, pos: int) -> re.Match | None:

@@ -194,7 +194,9 @@ def _decode_layout(body: str, rank: int) -> Layout:
             if c == "T":
                 i += 1
                 while i < n and rest[i] == "(":
-                    j = rest.index(")", i)
+                    j = rest.find(")", i)
+                    if j < 0:  # XLA's layout lexer takes an unterminated tile to the end
+                        j = n
                     inner = rest[i + 1:j]
                     try:
                         tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in inner.split(",")) if inner else ())
@@ -202,7 +204,9 @@ def _decode_layout(body: str, rank: int) -> Layout:
                         raise ValueError(f"expected a tile like `T(8,128)`, got `T({inner})`") from None
                     i = j + 1
             elif c == "S" and i + 1 < n and rest[i + 1] == "(":
-                j = rest.index(")", i)
+                j = rest.find(")", i)
+                if j < 0 or not rest[i + 2:j].strip().isdigit():
+                    raise ValueError(f"expected a memory space like `S(1)` in the layout, got `{rest[i:i + 12]}`")
                 memory_space = int(rest[i + 2:j])
                 extra.append(rest[i:j + 1])  # kept in place too: XLA wants layout items in its order
                 i = j + 1

@@ -157,7 +157,7 @@ class HloTransformer(Transformer):
     # ------------------------------------------------------------------ computations
     def param(self, children):
         tok, shape = children
-        return (tok[:-1].lstrip("%"), shape)
+        return ((tok[:-1] if tok.type == "PARAM_NAME" else str(tok)).lstrip("%"), shape)
 
     def signature(self, children):
         *params, result = children
@@ -238,12 +238,19 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         computation, and whatever `verifier.verify_computation` rejects.
     """
     name = _name(name_tok)
+    if name_tok[0] != "%":
+        verifier.check_name(name_tok, "a computation")
     if any(len(o) > 2 for p in pending for o in p[4]):
         pending = _flatten_nested(pending)
     shapes: dict[str, Shape] = {}
     insts: list[Instruction] = []
     for is_root, tok, shape, opcode, operands, attrs, parameter, literal in pending:
-        iname = tok[1:] if tok[0] == "%" else str(tok)
+        if tok[0] == "%":
+            iname = tok[1:]
+        else:
+            iname = str(tok)
+            if iname in verifier.RESERVED_NAMES:
+                verifier.check_name(tok, "an instruction")
         if iname in shapes:
             raise HloSemanticError(f"instruction name {iname!r} is already defined in computation {name!r}",
                                    line=tok.line, column=tok.column)
@@ -341,6 +348,8 @@ def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape
     if any(s is None for s in shapes):
         raise fail()
     if opcode in _SAME_SHAPE_OPS and shapes:
+        if any(s.dims != shapes[0].dims or s.is_tuple != shapes[0].is_tuple for s in shapes[1:]):
+            raise fail(": its operands' shapes differ")
         return shapes[0]
     if opcode in ("compare", "is-finite") and shapes:
         return Shape("pred", shapes[0].dims, shapes[0].dynamic)
@@ -364,6 +373,10 @@ def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape
         lhs, rhs = shapes[0], shapes[1]
         lb, lc, rb, rc = dims("lhs_batch_dims"), dims("lhs_contracting_dims"), dims("rhs_batch_dims"), \
             dims("rhs_contracting_dims")
+        if (len(lb) != len(rb) or len(lc) != len(rc) or any(not 0 <= d < lhs.rank for d in lb + lc)
+                or any(not 0 <= d < rhs.rank for d in rb + rc)
+                or any(lhs.dims[x] != rhs.dims[y] for x, y in zip(lb + lc, rb + rc))):
+            raise fail(": its dimension numbers do not fit the operands")
         try:
             out = [lhs.dims[d] for d in lb]
             out += [n for d, n in enumerate(lhs.dims) if d not in lb and d not in lc]

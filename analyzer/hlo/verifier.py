@@ -34,6 +34,7 @@ __all__ = [
     "check_computations",
     "check_module_attribute",
     "compatible",
+    "check_name",
 ]
 
 
@@ -117,7 +118,9 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         if not inst.attributes:
             continue
         op = inst.opcode
-        if op == "custom-call":
+        if op == "get-tuple-element":
+            _check_index(inst)
+        elif op == "custom-call":
             _check_layout_constraints(inst.name, inst.operands, inst.attributes)
         elif op == "conditional" and inst.operands:
             _check_conditional(inst.name, pos, inst.operands, inst.attributes)
@@ -165,6 +168,23 @@ METADATA_FIELDS = frozenset({
 COMPUTATION_ATTRIBUTES = frozenset({"execution_thread"})
 FILE_LOCATION_FIELDS = frozenset({"column", "end_column", "end_line", "file_name_id", "function_name_id", "line"})
 STACK_FRAME_FIELDS = frozenset({"file_location_id", "parent_frame_id"})
+
+# Words XLA's lexer reads as keywords, so they cannot name an instruction or a computation (unless written
+# with `%`); measured by naming an instruction with each.
+RESERVED_NAMES = frozenset(ELEMENT_BITS) | {
+    "true", "false", "inf", "nan", "maximal", "replicated", "manual", "unknown", "last_tile_dim_replicate",
+    "HloModule", "ENTRY", "ROOT", "FileNames", "FunctionNames", "FileLocations", "StackFrames"}
+
+
+def check_name(tok: Any, what: str) -> None:
+    """`tok` (a name token) is not one of XLA's keywords.
+
+    Raises:
+      HloSyntaxError: at the name.
+    """
+    if tok in RESERVED_NAMES:
+        raise _syntax(f"`{tok}` is a keyword of HLO and cannot name {what}; write `%{tok}` or rename it", tok)
+
 
 _INT64_MAX = (1 << 63) - 1
 _METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"(?:[^"\\]|\\.)*"|[^\s"{},]+)\s*,?)*\s*\}')
@@ -373,6 +393,19 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Any) -> None:
         for a in attrs:
             if a.key == "use_global_device_ids" and a.raw == "true":
                 raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+def _check_index(inst: Instruction) -> None:
+    """get-tuple-element's index names an element of its tuple operand (XLA aborts otherwise)."""
+    raw = inst.attr("index")
+    if raw is None or not inst.operands or not raw.lstrip("-").isdigit():
+        return
+    shape = inst.operands[0].shape
+    n = len(shape.tuple_shapes) if shape is not None and shape.is_tuple else 0
+    if not 0 <= int(raw) < n:
+        a = inst.attrs["index"]
+        raise HloSemanticError(f"index={raw} of {inst.name!r} is outside its operand's {n} tuple elements "
+                               f"({shape})", **_at(a.position or inst.position))
 
 
 def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
@@ -611,6 +644,12 @@ def check_module_attribute(a: Attribute) -> None:
     """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
     if a.key not in MODULE_ATTRIBUTES:
         return  # an unknown key: the parser reports it (or, when lenient, notes it) once the module is built
+    if a.key in ("allow_spmd_sharding_propagation_to_output", "allow_spmd_sharding_propagation_to_parameters"):
+        try:
+            attributes.parse_bool_list(a.raw)
+        except ValueError as e:
+            raise HloSyntaxError(f"bad {a.key}=: {e}", **_at(a.position)) from None
+        return
     if a.key == "input_output_alias":
         _check_items(a, _ALIAS_ITEM, "`{ {0}: (0, {}, may-alias), {1}: (1, {0}) }`")
         return

@@ -99,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mutants", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("-v", action="store_true", help="print every disagreement")
+    ap.add_argument("--show", type=int, help="print mutant number N and the line that changed, and stop")
     args = ap.parse_args(argv)
     seeds = [p for p in sorted((HERE / "corpus").glob("*.hlo")) if not p.name.endswith(".invalid.hlo")]
     seeds += [p for p in sorted((HERE / "samples").glob("*.hlo")) if p.stat().st_size < 200_000]
@@ -116,6 +117,13 @@ def main(argv=None) -> int:
         k = rng.randrange(len(texts))
         src = texts[k]
         text = _mutations(src, rng)
+        if args.show is not None:
+            if n == args.show:
+                print(text)
+                line = _first_changed_line(src, text)
+                print(f"--- {seeds[k].name}, first changed line {line}: {src.split(chr(10))[line - 1][:300]}")
+                return 0
+            continue
         xla_ok, xla_msg = judge(text)
         t0 = time.perf_counter()
         try:
