@@ -12,6 +12,7 @@ stays the definition of the language; this is only a shortcut for its commonest 
 from __future__ import annotations
 
 import re
+import sys
 from bisect import bisect_right
 from functools import lru_cache
 
@@ -27,14 +28,16 @@ Token = None  # replaced below by FastToken (kept as a name so the builders read
 
 _NAME = r"%?[A-Za-z_][\w.\-]*"
 _ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+)*)?(?::[^{}\n]*)?\})?"  # the grammar's
-_TUPLE = r"\((?:[^()\n]|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\))*\)"
+# Possessive quantifiers throughout: a plain `(?:...)*` makes `re` keep a backtracking entry per repetition,
+# which on one 200,000-element tuple line cost ~100 bytes per character of the line.
+_TUPLE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
 
 # head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
-    r"((?:(?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*(?:, (?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*)*)|[\w.+\-]+)?\)"
+    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++)?\)"
 )
-_OPERAND = re.compile(r"%[A-Za-z_][\w.\-]*")
+_OPERAND = re.compile(r"%([A-Za-z_][\w.\-]*)")
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
                    + r")[ \t]*\{[ \t]*$")
@@ -112,8 +115,8 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if ops:
             if ops[0] == "%" or ops[0] == "/":
                 base = m.start(5) + 1
-                for o in _OPERAND.finditer(ops):
-                    children.append((Token("NAME", o.group(), lineno, base + o.start()), None))
+                for o in _OPERAND.finditer(ops):  # (name, no shape, line, column): no token object per operand
+                    children.append((o.group(1), None, lineno, base + o.start()))
             elif opcode == "parameter" and ops.isdigit():
                 children.append(Token("INT", ops, lineno, m.start(5) + 1))
             else:
@@ -125,6 +128,7 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if a is None:
             return None
         key, raw = a.group(2), a.group(3)
+        key = sys.intern(key)  # one string per key, not one per attribute
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
             children.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
@@ -199,8 +203,8 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
                 if d is not None:
                     defs.setdefault(d.group(1), j)
         ops = []
-        for otok, _ in operands:
-            oname = otok[1:] if otok[0] == "%" else str(otok)
+        for o in operands:
+            oname = o[0] if len(o) == 4 else (o[0][1:] if o[0][0] == "%" else str(o[0]))
             j = defs.get(oname)
             d = _DEF.match(lines[j]) if j is not None and j < k else None
             if d is None:

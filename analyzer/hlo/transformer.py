@@ -11,6 +11,7 @@ where the pieces it checks are at hand (like XLA's HloVerifier, kept apart from 
 from __future__ import annotations
 
 import re
+import sys
 
 from lark import Token, Transformer
 
@@ -100,6 +101,7 @@ class HloTransformer(Transformer):
     def attribute(self, children):
         tok = children[0]
         key, _, raw = tok.partition("=")
+        key = sys.intern(key)
         stripped = raw.lstrip()
         if len(stripped) != len(raw):  # `key= value`: XLA skips the space; keep the value's own column
             return Attribute(key, stripped, None)
@@ -240,9 +242,10 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     name = _name(name_tok)
     if name_tok[0] != "%":
         verifier.check_name(name_tok, "a computation")
-    if any(len(o) > 2 for p in pending for o in p[4]):
+    if any(len(o) == 3 for p in pending for o in p[4]):
         pending = _flatten_nested(pending)
-    shapes: dict[str, Shape] = {}
+    # Each defined name's Operand, shared by all its users (a large module has millions of operand slots).
+    defined: dict[str, Operand] = {}
     insts: list[Instruction] = []
     for is_root, tok, shape, opcode, operands, attrs, parameter, literal in pending:
         if tok[0] == "%":
@@ -251,23 +254,29 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
             iname = str(tok)
             if iname in verifier.RESERVED_NAMES:
                 verifier.check_name(tok, "an instruction")
-        if iname in shapes:
+        if iname in defined:
             raise HloSemanticError(f"instruction name {iname!r} is already defined in computation {name!r}",
                                    line=tok.line, column=tok.column)
         ops = []
-        for otok, oshape in operands:
-            oname = otok[1:] if otok[0] == "%" else str(otok)
-            known = shapes.get(oname)
-            if known is None:
-                raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
-                                       f"{name!r}", line=otok.line, column=otok.column)
-            if oshape is not None and not verifier.compatible(oshape, known):
+        for o in operands:
+            # (token, shape prefix or None) from the grammar; (name, None, line, column) from the fast path
+            if len(o) == 4:
+                oname, oshape = o[0], None
+            else:
+                otok, oshape = o
+                oname = otok[1:] if otok[0] == "%" else str(otok)
+            ref = defined.get(oname)
+            if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
+                line, column = (o[2], o[3]) if len(o) == 4 else (o[0].line, o[0].column)
+                if ref is None:
+                    raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
+                                           f"{name!r}", line=line, column=column)
                 raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
-                                       f"has shape {known}", line=otok.line, column=otok.column)
-            ops.append(Operand(oname, known))
+                                       f"has shape {ref.shape}", line=line, column=column)
+            ops.append(ref)
         if shape is None:
             shape = _infer_shape(iname, tok, opcode, ops, attrs)
-        shapes[iname] = shape
+        defined[iname] = Operand(iname, shape)
         insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
                                  parameter, literal))
     if not insts:
@@ -317,7 +326,7 @@ def _flatten_nested(pending: list) -> list:
     def expand(operands: list) -> list:
         resolved = []
         for o in operands:
-            if len(o) == 2:
+            if len(o) != 3:
                 resolved.append(o)
                 continue
             kind, children, op_tok = o
@@ -333,7 +342,7 @@ def _flatten_nested(pending: list) -> list:
         return resolved
 
     for p in pending:
-        operands = expand(p[4]) if any(len(o) > 2 for o in p[4]) else p[4]
+        operands = expand(p[4]) if any(len(o) == 3 for o in p[4]) else p[4]
         out.append(p[:4] + (operands,) + p[5:])
     return out
 

@@ -126,7 +126,8 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             _check_conditional(inst.name, pos, inst.operands, inst.attributes)
         elif op == "parameter":
             _check_parameter_replication(inst.name, inst.shape, inst.attributes)
-        a = inst.attrs.get("control-predecessors")
+        # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
+        a = next((x for x in inst.attributes if x.key == "control-predecessors"), None)
         if a is not None:
             apos = a.position or pos
             try:
@@ -397,13 +398,13 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Any) -> None:
 
 def _check_index(inst: Instruction) -> None:
     """get-tuple-element's index names an element of its tuple operand (XLA aborts otherwise)."""
-    raw = inst.attr("index")
+    a = next((x for x in inst.attributes if x.key == "index"), None)
+    raw = a.raw if a is not None else None
     if raw is None or not inst.operands or not raw.lstrip("-").isdigit():
         return
     shape = inst.operands[0].shape
     n = len(shape.tuple_shapes) if shape is not None and shape.is_tuple else 0
     if not 0 <= int(raw) < n:
-        a = inst.attrs["index"]
         raise HloSemanticError(f"index={raw} of {inst.name!r} is outside its operand's {n} tuple elements "
                                f"({shape})", **_at(a.position or inst.position))
 
