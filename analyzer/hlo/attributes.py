@@ -487,6 +487,48 @@ def parse_bool_list(raw: str) -> tuple[bool, ...]:
     return tuple(x == "true" for x in items)
 
 
+_ACCURACY = re.compile(r"\{\s*(?:mode=\s*([A-Za-z_]+)|tolerance=\s*\{([^{}]*)\})\s*\}")
+_TOLERANCE_ITEM = re.compile(r"\s*(atol|rtol|ulps)=\s*(-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?))\s*")
+
+
+def parse_result_accuracy(raw: str) -> dict[str, Any]:
+    """`{mode=highest}` or `{tolerance={atol=1e-5,rtol=0,ulps=1}}` -> {"mode": "highest"} / {"atol": 1e-05, ...}.
+
+    What XLA's parser takes (measured against it): a mode `highest` or `default` (any case), or tolerances
+    `atol`, `rtol`, `ulps`, each a finite or infinite number that is not negative and not NaN (XLA aborts on
+    those), integers within int64; `key=` without a space before `=`.
+
+    Example:
+      >>> parse_result_accuracy("{tolerance={atol=1e-5,ulps=1}}")
+      {'atol': 1e-05, 'ulps': 1.0}
+    """
+    m = _ACCURACY.fullmatch(raw.strip())
+    if m is None:
+        raise ValueError("expected `{mode=highest}` or `{tolerance={atol=..., rtol=..., ulps=...}}`, "
+                         f"got {raw[:60]!r}")
+    if m.group(1) is not None:
+        mode = m.group(1).lower()
+        if mode not in ("highest", "default"):
+            raise ValueError(f"unknown accuracy mode {m.group(1)!r}; expected highest or default")
+        return {"mode": mode}
+    out: dict[str, Any] = {}
+    body = m.group(2)
+    for item in (body.split(",") if body.strip() else []):
+        t = _TOLERANCE_ITEM.fullmatch(item)
+        if t is None:
+            raise ValueError(f"expected `atol=`, `rtol=` or `ulps=` and a number, got {item.strip()!r}")
+        key, text = t.groups()
+        value = float(text)
+        if text.lstrip("-").isdigit() and not -(1 << 63) <= int(text) < (1 << 63):
+            raise ValueError(f"{text} is out of range for an int64")
+        if value != value or value < 0:
+            raise ValueError(f"{key}={text}: a tolerance is a number >= 0")
+        if value == float("inf") and "inf" not in text:
+            raise ValueError(f"{key}={text} is out of range for a double")
+        out[key] = value
+    return out
+
+
 def _parse_bool(raw: str) -> bool:
     if raw not in ("true", "false"):
         raise ValueError(f"expected true or false, got {raw[:20]!r}")
@@ -724,6 +766,7 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "api_version": parse_api_version,
     "operand_layout_constraints": parse_shape_list,
     "parameter_replication": parse_bool_list,
+    "result_accuracy": parse_result_accuracy,
     "sharding": _parse_sharding,
     **{k: parse_computation_list for k in CALL_KEYS},
 }

@@ -115,9 +115,11 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             if p > _INT64_MAX:
                 raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(pos))
             params[p] = inst
+        op = inst.opcode
+        if op in _SHAPE_RULES:
+            _SHAPE_RULES[op](inst)
         if not inst.attributes:
             continue
-        op = inst.opcode
         if op == "get-tuple-element":
             _check_index(inst)
         elif op == "custom-call":
@@ -394,6 +396,23 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Any) -> None:
         for a in attrs:
             if a.key == "use_global_device_ids" and a.raw == "true":
                 raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+def _dynamic_reshape(inst: Instruction) -> None:
+    if len(inst.operands) != 1 + inst.shape.rank:
+        raise HloSemanticError(f"dynamic-reshape {inst.name!r} takes the operand and one size per dimension of "
+                               f"{inst.shape}: {1 + inst.shape.rank} operands, not {len(inst.operands)}",
+                               **_at(inst.position))
+
+
+def _tuple_result(inst: Instruction) -> None:
+    if not inst.shape.is_tuple or not inst.shape.tuple_shapes:
+        raise HloSemanticError(f"{inst.opcode} {inst.name!r} must have a non-empty tuple shape like (f32[4], token[]), "
+                               f"got {inst.shape}", **_at(inst.position))
+
+
+# Shape rules XLA's parser applies to single opcodes (measured: it rejects or aborts otherwise).
+_SHAPE_RULES = {"dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result}
 
 
 def _check_index(inst: Instruction) -> None:

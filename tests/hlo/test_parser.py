@@ -273,3 +273,38 @@ def test_agrees_with_xla_on_edge_cases(name):
     else:
         e = _err(text)
         assert e.line is not None and e.column is not None
+
+
+# XLA's parser's verdicts (jax 0.10), measured by parsing each with xla_client.hlo.hlo_module_from_text in a
+# child process (an abort counts as a rejection).
+@pytest.mark.parametrize("value, xla_accepts", [
+    ("{mode=highest}", True), ("{mode=Default}", True), ("{tolerance={atol=1e-5,rtol=0,ulps=1}}", True),
+    ("{tolerance={}}", True), ("{tolerance={atol=inf}}", True), ("{tolerance={ulps=1.5}}", True),
+    ("{mode=fast}", False), ("{}", False), ("{ mode = highest }", False), ("{mode=highest,tolerance={atol=1}}", False),
+    ("{tolerance={atol=-1,rtol=0,ulps=1}}", False), ("{tolerance={atol=nan}}", False),
+    ("{tolerance={atol=1 rtol=2}}", False), ("{tolerance={atol=1e400}}", False), ("{tolerance={atol=1,foo=2}}", False),
+])
+def test_result_accuracy_like_xla(value, xla_accepts):
+    text = f"HloModule m\nENTRY e {{\n  p = f32[4] parameter(0)\n  ROOT q = f32[4] exponential(p), result_accuracy={value}\n}}\n"
+    if xla_accepts:
+        parse_hlo(text)
+    else:
+        with pytest.raises(HloSyntaxError) as e:
+            parse_hlo(text)
+        assert e.value.line == 4 and e.value.column is not None
+
+
+@pytest.mark.parametrize("line, xla_accepts", [
+    ("ROOT q = f32[4] dynamic-reshape()", False), ("ROOT q = f32[4] dynamic-reshape(p)", False),
+    ("ROOT q = f32[<=4] dynamic-reshape(p, s)", True), ("ROOT q = f32[4] infeed(t)", False),
+    ("ROOT q = (f32[4], token[]) infeed(t)", True), ("ROOT q = f32[4] recv(t), channel_id=1", False),
+])
+def test_opcode_shape_rules_like_xla(line, xla_accepts):
+    text = ("HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  t = token[] after-all()\n  s = s32[] parameter(1)\n"
+            f"  {line}\n}}\n")
+    if xla_accepts:
+        parse_hlo(text)
+    else:
+        with pytest.raises(HloSemanticError) as e:
+            parse_hlo(text)
+        assert e.value.line == 6 and e.value.column is not None
