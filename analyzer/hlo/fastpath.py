@@ -19,6 +19,7 @@ from functools import lru_cache
 from analyzer.hlo.attributes import unquote
 from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position
 from analyzer.hlo.shapes import decode_shape
+from analyzer.hlo import verifier
 from analyzer.hlo.transformer import HloTransformer, build_computation
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
@@ -99,28 +100,23 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         shape = decode_shape(shape_text)
     except ValueError:
         return None
-    children: list = []
-    if root:
-        children.append(Token("ROOT", "ROOT", lineno, m.start(1) + 1))
-    children.append(Token("NAME", name, lineno, m.start(2) + 1))
-    children.append(shape)
+    name_tok = Token("NAME", name, lineno, m.start(2) + 1)
+    operands: list = []
+    parameter = None
     is_constant = opcode == "constant"
     if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
         if not ops or not _SCALAR.fullmatch(ops):
             return None
-        children.append(Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1))
-        children.append((ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1)))
-    else:
-        children.append(Token("NAME", opcode, lineno, m.start(4) + 1))
-        if ops:
-            if ops[0] == "%" or ops[0] == "/":
-                base = m.start(5) + 1
-                for o in _OPERAND.finditer(ops):  # (name, no shape, line, column): no token object per operand
-                    children.append((o.group(1), None, lineno, base + o.start()))
-            elif opcode == "parameter" and ops.isdigit():
-                children.append(Token("INT", ops, lineno, m.start(5) + 1))
-            else:
-                return None
+    elif ops:
+        if ops[0] == "%" or ops[0] == "/":
+            base = m.start(5) + 1
+            for o in _OPERAND.finditer(ops):  # (name, no shape, line, column): no token object per operand
+                operands.append((o.group(1), None, lineno, base + o.start()))
+        elif opcode == "parameter" and ops.isdigit():
+            parameter = int(ops)
+        else:
+            return None
+    attrs: list = []
     pos = m.end()
     end = len(line.rstrip())
     while pos < end:
@@ -128,13 +124,24 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if a is None:
             return None
         key, raw = a.group(2), a.group(3)
+        if key == "device_ids":
+            return None  # `replica_groups=mesh[...], device_ids=(...)`: the grammar callback joins the two
         key = sys.intern(key)  # one string per key, not one per attribute
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
-            children.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
+            attrs.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
-            children.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
+            attrs.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
         pos = a.end()
-    return transformer.constant_instruction(children) if is_constant else transformer.instruction(children)
+    if is_constant:
+        children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
+            name_tok, shape, Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1),
+            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
+        return transformer.constant_instruction(children)
+    # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
+    opcode_tok = Token("NAME", opcode, lineno, m.start(4) + 1)
+    attrs_t = tuple(attrs)
+    verifier.check_instruction(opcode_tok, len(operands), parameter, attrs_t)
+    return (root is not None, name_tok, shape, opcode, operands, attrs_t, parameter, None)
 
 
 def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, transformer: HloTransformer,

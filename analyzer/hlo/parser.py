@@ -15,6 +15,7 @@ line and a caret; no Lark exception escapes.
 
 from __future__ import annotations
 
+import gc
 import re
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -251,7 +252,7 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
     split = _split(text)
-    check_ints = _LONG_INT.search(text) is not None  # numbers that may not fit an int64: checked per attribute
+    check_ints = _has_long_int(text)  # numbers that may not fit an int64: checked per attribute
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
@@ -287,7 +288,13 @@ def _translate(e: Exception, text: str, path: str | None, line_offset: int = 0) 
     return HloSyntaxError(f"cannot parse this HLO ({type(e).__name__}: {e})", path=path)
 
 
-_LONG_INT = re.compile(r"\d{19}")
+_DIGIT_MASK = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+
+
+def _has_long_int(text: str) -> bool:
+    r"""Whether `text` has a run of 19 digits (an integer that may not fit an int64). A byte translation and a
+    substring test: 10x faster than `re.search(r"\d{19}")`, which tries 19 digits at every digit."""
+    return b"0" * 19 in text.encode("utf-8", "surrogatepass").translate(_DIGIT_MASK)
 
 
 def _verify(comp: Computation, lenient: bool, source: str, check_ints: bool) -> None:
@@ -316,7 +323,8 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = Fals
 _COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
 # A computation's closing line: `}` (XLA prints it unindented; its parser takes it indented too), maybe
 # followed by attributes (`}, execution_thread="main_thread"`).
-_COMP_END = re.compile(r"^[ \t]*\}[^\n]*$", re.M)
+# (Led by the newline: `re` then finds candidates with a fast literal scan; `^[ \t]*\}` was 8x slower.)
+_COMP_END = re.compile(r"\n([ \t]*\}[^\n]*)$", re.M)
 
 
 def _split(text: str) -> tuple[str, list[tuple]] | None:
@@ -367,13 +375,11 @@ _STRAY_IN_HEADER = re.compile(r"^[ \t]*(?!HloModule\b|FileNames\b|FunctionNames\
 def _comp_end(text: str, pos: int) -> re.Match | None:
     """The closing line of the computation whose body starts at `pos`: the first `}` line followed by the end
     of the text or by the next computation's header (an indented `}` can also close a multi-line value)."""
-    for end in _COMP_END.finditer(text, pos):
-        if end.group().lstrip()[:1] != "}":
-            continue
+    for end in _COMP_END.finditer(text, pos - 1):
+        if text[end.start(1)] == "}":  # XLA's own layout: a `}` at column 1 always closes
+            return end
         nxt = _WS.match(text, end.end()).end()
         if nxt == len(text) or _COMP_START.match(text, nxt):
-            return end
-        if text[end.start()] == "}":  # XLA's own layout: a `}` at column 1 always closes
             return end
     return None
 
@@ -545,6 +551,8 @@ class LazyComputation(Computation):
     def _parsed(self) -> Computation:
         start, end = self._span
         try:
+            if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
+                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
             with gc_paused():
                 return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
         except (HloSyntaxError, HloSemanticError) as e:
