@@ -761,6 +761,21 @@ def _async_shape(shape: Shape | None) -> bool:
             and shape.tuple_shapes[0].is_tuple)
 
 
+def _same_layout_shape(a: Shape, b: Shape) -> bool:
+    """XLA's `ShapeUtil::Equal`: `compatible` and the same layouts (a shape written without one has the default,
+    minor-to-major descending)."""
+    if a.is_tuple or b.is_tuple or a.is_buffer or b.is_buffer:
+        return (a.element_type == b.element_type and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(_same_layout_shape(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    if not compatible(a, b):
+        return False
+    default = tuple(reversed(range(a.rank)))
+    la, lb = a.layout, b.layout
+    return ((la.minor_to_major if la else default) == (lb.minor_to_major if lb else default)
+            and (la.tiles if la else ()) == (lb.tiles if lb else ())
+            and (la.memory_space if la else None) == (lb.memory_space if lb else None))
+
+
 def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computation],
                  chains: dict[str, tuple[str, str | None, str]], async_calls: dict[str, Instruction]) -> None:
     """The structure XLA's parser requires of async ops (`async-start/-update/-done` and the `<op>-start` sugar):
@@ -790,7 +805,7 @@ def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computat
     if phase in ("start", "update") and not _async_shape(inst.shape):
         raise HloSemanticError(f"`{op}` {inst.name!r} must have a shape like ((async-operands), async-outputs, "
                                f"state), got {inst.shape}", **where)
-    if phase == "update" and not compatible(inst.shape, inst.operands[0].shape):
+    if phase == "update" and not _same_layout_shape(inst.shape, inst.operands[0].shape):
         raise HloSemanticError(f"`{op}` {inst.name!r} must have its operand's shape {inst.operands[0].shape}, got "
                                f"{inst.shape}", **where)
     if phase == "start":

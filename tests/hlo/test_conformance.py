@@ -37,7 +37,6 @@ KNOWN_REJECTED_VALID = {
 # Invalid modules we accept: enum values of attributes are not checked.
 KNOWN_ACCEPTED_INVALID = {
     "DotWithAlgorithm.m4.invalid.hlo",  # algorithm enum value
-    "HloComputationWithParallelThreadName.m4.invalid.hlo",  # async-update shape vs async-start
 }
 
 
