@@ -25,16 +25,18 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from math import prod
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError
 from analyzer.hlo.iota import expand_iota
-from analyzer.hlo.ir import Metadata
+from analyzer.hlo.shapes import decode_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from analyzer.hlo.ir import HloModule, Instruction
 
 __all__ = [
+    "Metadata",
     "DECODERS",
     "CALL_KEYS",
     "unquote",
@@ -61,6 +63,19 @@ __all__ = [
     "sharding",
     "validate",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """The `metadata={...}` of an instruction."""
+
+    op_type: str | None = None
+    op_name: str | None = None
+    source_file: str | None = None
+    source_line: int | None = None
+    source_end_line: int | None = None
+    stack_frame_id: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
 
 # Attributes whose value names called computations, in the order XLA prints them.
 CALL_KEYS: tuple[str, ...] = (
@@ -140,7 +155,7 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 
 
 def _strip_comments(text: str) -> str:
-    return re.sub(r"/\*.*?\*/", "", text, flags=re.S) if "/*" in text else text
+    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S) if "/*" in text else text
 
 
 def _braced(text: str, what: str) -> str:
@@ -457,6 +472,63 @@ def parse_computation_list(raw: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_bool_list(raw: str) -> tuple[bool, ...]:
+    """`{true,false}` -> (True, False) (`parameter_replication`, the header's sharding-propagation flags).
+
+    Example:
+      >>> parse_bool_list("{true, false}")
+      (True, False)
+    """
+    body = _braced(raw, "a list of booleans like `{true,false}`")
+    items = [x.strip() for x in body.split(",")] if body.strip() else []
+    for x in items:
+        if x not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {x!r}")
+    return tuple(x == "true" for x in items)
+
+
+_ACCURACY = re.compile(r"\{\s*(?:mode=\s*([A-Za-z_]+)|tolerance=\s*\{([^{}]*)\})\s*\}")
+_TOLERANCE_ITEM = re.compile(r"\s*(atol|rtol|ulps)=\s*(-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?))\s*")
+
+
+def parse_result_accuracy(raw: str) -> dict[str, Any]:
+    """`{mode=highest}` or `{tolerance={atol=1e-5,rtol=0,ulps=1}}` -> {"mode": "highest"} / {"atol": 1e-05, ...}.
+
+    What XLA's parser takes (measured against it): a mode `highest` or `default` (any case), or tolerances
+    `atol`, `rtol`, `ulps`, each a finite or infinite number that is not negative and not NaN (XLA aborts on
+    those), integers within int64; `key=` without a space before `=`.
+
+    Example:
+      >>> parse_result_accuracy("{tolerance={atol=1e-5,ulps=1}}")
+      {'atol': 1e-05, 'ulps': 1.0}
+    """
+    m = _ACCURACY.fullmatch(raw.strip())
+    if m is None:
+        raise ValueError("expected `{mode=highest}` or `{tolerance={atol=..., rtol=..., ulps=...}}`, "
+                         f"got {raw[:60]!r}")
+    if m.group(1) is not None:
+        mode = m.group(1).lower()
+        if mode not in ("highest", "default"):
+            raise ValueError(f"unknown accuracy mode {m.group(1)!r}; expected highest or default")
+        return {"mode": mode}
+    out: dict[str, Any] = {}
+    body = m.group(2)
+    for item in (body.split(",") if body.strip() else []):
+        t = _TOLERANCE_ITEM.fullmatch(item)
+        if t is None:
+            raise ValueError(f"expected `atol=`, `rtol=` or `ulps=` and a number, got {item.strip()!r}")
+        key, text = t.groups()
+        value = float(text)
+        if text.lstrip("-").isdigit() and not -(1 << 63) <= int(text) < (1 << 63):
+            raise ValueError(f"{text} is out of range for an int64")
+        if value != value or value < 0:
+            raise ValueError(f"{key}={text}: a tolerance is a number >= 0")
+        if value == float("inf") and "inf" not in text:
+            raise ValueError(f"{key}={text} is out of range for a double")
+        out[key] = value
+    return out
+
+
 def _parse_bool(raw: str) -> bool:
     if raw not in ("true", "false"):
         raise ValueError(f"expected true or false, got {raw[:20]!r}")
@@ -475,7 +547,8 @@ def _parse_sharding(raw: str) -> Any:
         from analyzer.hlo.sharding import parse_hlo_sharding
     except ImportError:  # the sharding module is another helper's; keep the text until it lands
         return raw
-    return parse_hlo_sharding(raw)
+    # XLA prints `/*index=N*/` before every fifth element of a tuple sharding; its lexer skips comments.
+    return parse_hlo_sharding(_strip_comments(raw) if "/*" in raw else raw)
 
 
 def _parse_backend_config(raw: str) -> Any:
@@ -649,8 +722,6 @@ def parse_shape_list(raw: str) -> tuple:
       >>> [str(s) for s in parse_shape_list("{f32[2]{0}, s32[]}")]
       ['f32[2]', 's32[]']
     """
-    from analyzer.hlo.fastpath import decode_shape
-
     body = _braced(raw, "a list of shapes like `{f32[2]{0}, s32[]}`")
     return tuple(decode_shape(x) for x in split_top(body)) if body else ()
 
@@ -694,6 +765,8 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "control-predecessors": parse_name_list,
     "api_version": parse_api_version,
     "operand_layout_constraints": parse_shape_list,
+    "parameter_replication": parse_bool_list,
+    "result_accuracy": parse_result_accuracy,
     "sharding": _parse_sharding,
     **{k: parse_computation_list for k in CALL_KEYS},
 }

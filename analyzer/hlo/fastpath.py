@@ -12,26 +12,33 @@ stays the definition of the language; this is only a shortcut for its commonest 
 from __future__ import annotations
 
 import re
+import sys
 from bisect import bisect_right
 from functools import lru_cache
 
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, Shape
-from analyzer.hlo.transformer import HloTransformer, build_computation, decode_array_shape
+from analyzer.hlo.attributes import unquote
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position
+from analyzer.hlo.shapes import decode_shape
+from analyzer.hlo import verifier
+from analyzer.hlo.transformer import HloTransformer, build_computation
 
+# decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
 __all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
 _NAME = r"%?[A-Za-z_][\w.\-]*"
-_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?"
-_TUPLE = r"\((?:[^()\n]|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\))*\)"
+_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+)*)?(?::[^{}\n]*)?\})?"  # the grammar's
+# Possessive quantifiers throughout: a plain `(?:...)*` makes `re` keep a backtracking entry per repetition,
+# which on one 200,000-element tuple line cost ~100 bytes per character of the line.
+_TUPLE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
 
 # head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
-    r"((?:(?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*(?:, (?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*)*)|[\w.+\-]+)?\)"
+    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++)?\)"
 )
-_OPERAND = re.compile(r"%[A-Za-z_][\w.\-]*")
+_OPERAND = re.compile(r"%([A-Za-z_][\w.\-]*)")
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
                    + r")[ \t]*\{[ \t]*$")
@@ -48,36 +55,6 @@ class FastToken(str):
         t.column = column
         return t
 _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false")
-_COMMENT = re.compile(r"/\*.*?\*/")
-
-
-@lru_cache(maxsize=8192)
-def decode_shape(text: str) -> Shape:
-    """Decode an array or (nested) tuple shape as printed, e.g. `(f32[2]{0}, /*index=1*/s32[])`.
-
-    Raises:
-      ValueError: when the text is not a shape (the caller then falls back to the grammar).
-    """
-    if not text.startswith("("):
-        return decode_array_shape(text)
-    body = _COMMENT.sub("", text[1:-1]).strip()
-    if not body:
-        return Shape("tuple")
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for i, c in enumerate(body):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[start:i].strip())
-            start = i + 1
-    parts.append(body[start:].strip())
-    if any(not p for p in parts):
-        raise ValueError(f"not a tuple shape: {text[:40]}")
-    return Shape("tuple", tuple_shapes=tuple(decode_shape(p) for p in parts))
 
 
 Token = FastToken  # noqa: F811
@@ -123,28 +100,23 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         shape = decode_shape(shape_text)
     except ValueError:
         return None
-    children: list = []
-    if root:
-        children.append(Token("ROOT", "ROOT", lineno, m.start(1) + 1))
-    children.append(Token("NAME", name, lineno, m.start(2) + 1))
-    children.append(shape)
+    name_tok = Token("NAME", name, lineno, m.start(2) + 1)
+    operands: list = []
+    parameter = None
     is_constant = opcode == "constant"
     if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
         if not ops or not _SCALAR.fullmatch(ops):
             return None
-        children.append(Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1))
-        children.append((ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1)))
-    else:
-        children.append(Token("NAME", opcode, lineno, m.start(4) + 1))
-        if ops:
-            if ops[0] == "%" or ops[0] == "/":
-                base = m.start(5) + 1
-                for o in _OPERAND.finditer(ops):
-                    children.append((Token("NAME", o.group(), lineno, base + o.start()), None))
-            elif opcode == "parameter" and ops.isdigit():
-                children.append(Token("INT", ops, lineno, m.start(5) + 1))
-            else:
-                return None
+    elif ops:
+        if ops[0] == "%" or ops[0] == "/":
+            base = m.start(5) + 1
+            for o in _OPERAND.finditer(ops):  # (name, no shape, line, column): no token object per operand
+                operands.append((o.group(1), None, lineno, base + o.start()))
+        elif opcode == "parameter" and ops.isdigit():
+            parameter = int(ops)
+        else:
+            return None
+    attrs: list = []
     pos = m.end()
     end = len(line.rstrip())
     while pos < end:
@@ -152,12 +124,24 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if a is None:
             return None
         key, raw = a.group(2), a.group(3)
+        if key == "device_ids":
+            return None  # `replica_groups=mesh[...], device_ids=(...)`: the grammar callback joins the two
+        key = sys.intern(key)  # one string per key, not one per attribute
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
-            children.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
+            attrs.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
-            children.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
+            attrs.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
         pos = a.end()
-    return transformer.constant_instruction(children) if is_constant else transformer.instruction(children)
+    if is_constant:
+        children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
+            name_tok, shape, Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1),
+            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
+        return transformer.constant_instruction(children)
+    # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
+    opcode_tok = Token("NAME", opcode, lineno, m.start(4) + 1)
+    attrs_t = tuple(attrs)
+    verifier.check_instruction(opcode_tok, len(operands), parameter, attrs_t)
+    return (root is not None, name_tok, shape, opcode, operands, attrs_t, parameter, None)
 
 
 def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, transformer: HloTransformer,
@@ -226,8 +210,8 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
                 if d is not None:
                     defs.setdefault(d.group(1), j)
         ops = []
-        for otok, _ in operands:
-            oname = otok[1:] if otok[0] == "%" else str(otok)
+        for o in operands:
+            oname = o[0] if len(o) == 4 else (o[0][1:] if o[0][0] == "%" else str(o[0]))
             j = defs.get(oname)
             d = _DEF.match(lines[j]) if j is not None and j < k else None
             if d is None:
@@ -257,8 +241,6 @@ _BRACED_ROW = re.compile(r"[ \t]*(\d+)[ \t]+(\{[^{}\n]*\})[ \t]*$")
 def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
     """The stack-frame tables (`FileNames` ... `StackFrames`) as the grammar's callbacks build them, or None
     when a line is not a plain table row (then the grammar reads the header)."""
-    from analyzer.hlo.attributes import unquote
-
     tables: dict[str, list] = {}
     current = None
     for k, line in enumerate(text.split("\n")):

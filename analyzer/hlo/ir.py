@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from analyzer.hlo import attributes
+from analyzer.hlo.attributes import Metadata
+from analyzer.hlo.shapes import ELEMENT_BITS, Layout, Shape
+
 __all__ = [
     "Position",
     "Layout",
@@ -32,19 +36,6 @@ __all__ = [
     "ELEMENT_BITS",
 ]
 
-# Bits per element of every XLA primitive type (xla_data.proto). Sub-byte types pack.
-ELEMENT_BITS: Mapping[str, int] = {
-    "pred": 8,
-    "s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
-    "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
-    "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
-    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8,
-    "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
-    "c64": 64, "c128": 128,
-    "token": 0, "opaque": 0,
-}
-
-
 @dataclass(frozen=True, slots=True)
 class Position:
     """A 1-based place in the parsed text."""
@@ -54,88 +45,6 @@ class Position:
 
     def __str__(self) -> str:
         return f"{self.line}:{self.column}"
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """An array layout: `{1,0:T(8,128)(2,1)S(1)}`.
-
-    `minor_to_major` is the dimension order; `tiles` the `T(...)` tiles in order; `memory_space` the `S(n)`
-    value. Every item after the colon other than the tiles (`E(4)`, `D(...)`, `S(1)`, `SC(...)`, `M(...)`,
-    `#(...)`...) is also kept verbatim, in order, in `extra`, so printing gives back what was read (XLA's parser
-    wants the items in its own order).
-    """
-
-    minor_to_major: tuple[int, ...]
-    tiles: tuple[tuple[int, ...], ...] = ()
-    memory_space: int | None = None
-    extra: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """An array, tuple or token shape.
-
-    Arrays: `element_type` is the lower-case XLA type (`f32`, `bf16`, `pred`...), `dims` the sizes (the bound
-    for dynamic dims), `dynamic` which dims are dynamic (`<=8` or `?`). Tuples: `element_type == "tuple"` and
-    `tuple_shapes` holds the elements. Tokens: `element_type == "token"`.
-    """
-
-    element_type: str
-    dims: tuple[int, ...] = ()
-    dynamic: tuple[bool, ...] = ()
-    layout: Layout | None = None
-    tuple_shapes: tuple[Shape, ...] = ()
-
-    @property
-    def is_tuple(self) -> bool:
-        return self.element_type == "tuple"
-
-    @property
-    def is_token(self) -> bool:
-        return self.element_type == "token"
-
-    @property
-    def is_array(self) -> bool:
-        return not self.is_tuple and not self.is_token
-
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
-    @property
-    def num_elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
-
-    @property
-    def byte_size(self) -> int:
-        """Bytes of the data (tuples: the sum of their leaves; sub-byte types rounded up per array)."""
-        if self.is_tuple:
-            return sum(s.byte_size for s in self.tuple_shapes)
-        bits = ELEMENT_BITS.get(self.element_type)
-        if bits is None:
-            raise ValueError(f"unknown element type {self.element_type!r}")
-        return (self.num_elements * bits + 7) // 8
-
-    def leaves(self) -> Iterator[Shape]:
-        """The array and token shapes inside, depth first (the shape itself when it is not a tuple)."""
-        if self.is_tuple:
-            for s in self.tuple_shapes:
-                yield from s.leaves()
-        else:
-            yield self
-
-    def __str__(self) -> str:
-        """The HLO spelling without the layout: `bf16[1024,<=8]`, `(f32[], s32[2])`, `token[]`."""
-        if self.is_tuple:
-            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-        dims = ",".join(
-            (f"<={d}" if dyn else str(d)) for d, dyn in zip(self.dims, self.dynamic or (False,) * len(self.dims))
-        )
-        return f"{self.element_type}[{dims}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,19 +62,6 @@ class Attribute:
     key: str
     raw: str
     position: Position | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    """The `metadata={...}` of an instruction."""
-
-    op_type: str | None = None
-    op_name: str | None = None
-    source_file: str | None = None
-    source_line: int | None = None
-    source_end_line: int | None = None
-    stack_frame_id: int | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,14 +124,10 @@ class Instruction:
     @property
     def replica_groups(self) -> tuple[tuple[int, ...], ...] | None:
         """Device-id groups, expanded from any of the four printed forms; None when absent."""
-        from analyzer.hlo import attributes
-
         return attributes.replica_groups(self)
 
     @property
     def source_target_pairs(self) -> tuple[tuple[int, int], ...] | None:
-        from analyzer.hlo import attributes
-
         return attributes.source_target_pairs(self)
 
     @property
@@ -249,34 +141,24 @@ class Instruction:
 
     @property
     def dimensions(self) -> tuple[int, ...] | None:
-        from analyzer.hlo import attributes
-
         return attributes.int_list(self, "dimensions")
 
     @property
     def called_computations(self) -> tuple[str, ...]:
         """Names of every computation this instruction calls (calls, to_apply, body, condition, branches...)."""
-        from analyzer.hlo import attributes
-
         return attributes.called_computations(self)
 
     @property
     def metadata(self) -> Metadata | None:
-        from analyzer.hlo import attributes
-
         return attributes.metadata(self)
 
     @property
     def sharding(self) -> Any:
         """The `sharding=` attribute as an `analyzer.hlo.sharding.HloSharding`, or None."""
-        from analyzer.hlo import attributes
-
         return attributes.sharding(self)
 
     @property
     def frontend_attributes(self) -> Mapping[str, str]:
-        from analyzer.hlo import attributes
-
         return attributes.frontend_attributes(self)
 
     @property
@@ -310,6 +192,8 @@ class Computation:
     position: Position | None = field(default=None, compare=False)
     # Attributes printed after the closing brace, e.g. `}, execution_thread="main_thread"`.
     attributes: tuple[Attribute, ...] = ()
+    # What a lenient parse kept as written (an opcode or attribute this XLA does not know), `line:column: ...`.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @cached_property
     def by_name(self) -> Mapping[str, Instruction]:
@@ -359,6 +243,15 @@ class HloModule:
     attributes: Mapping[str, str] = field(default_factory=dict)
     frames: Mapping[int, Frame] = field(default_factory=dict)
     path: str | None = field(default=None, compare=False)
+    # What a lenient parse kept of the header (see `notes`).
+    header_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What `parse_hlo(..., lenient=True)` kept as written instead of rejecting: opcodes or attributes this
+        XLA version does not know, each as `line:column: message`. Empty for a strict parse. (A lazily parsed
+        computation adds its notes once it is parsed.)"""
+        return self.header_notes + tuple(n for c in self.computations if c.is_parsed for n in c.notes)
 
     @cached_property
     def by_name(self) -> Mapping[str, Computation]:

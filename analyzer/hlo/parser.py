@@ -15,6 +15,7 @@ line and a caret; no Lark exception escapes.
 
 from __future__ import annotations
 
+import gc
 import re
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -23,7 +24,10 @@ from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
+from analyzer.hlo.fastpath import _line_instruction, parse_head_fast, parse_tables_fast, select_fast
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
+from analyzer.hlo.transformer import HloTransformer, build_computation, frames
+from analyzer.hlo.verifier import check_computations, verify_header, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -37,9 +41,9 @@ _MAX_NESTING = 24
 def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = True) -> str:
     """The regex of one attribute value: plain characters, quoted strings and bracket-balanced groups.
 
-    Python's `re` has no recursion, so balanced groups are unrolled to `depth` levels; possessive
-    quantifiers keep matching linear. Bracket kinds are counted together (XLA never prints `{]`); the
-    typed decoders check the inner syntax of the values they know.
+    Python's `re` has no recursion, so balanced groups are unrolled to `depth` levels (brackets and
+    parentheses to 4); possessive quantifiers keep matching linear. The typed decoders check the inner
+    syntax of the values they know.
 
     Example:
       >>> import re
@@ -47,11 +51,17 @@ def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = T
       True
     """
     string = r'"(?:[^"\\]|\\.)*+"' + "|" + r"'(?:[^'\\]|\\.)*+'"
-    inner = r"""[^{}\[\]()"']++""" + "|" + string
-    group = ""
+    # Inside braces XLA's lexer balances braces only, and skips double-quoted strings (a JSON backend_config
+    # with a `]` dropped or a stray `'` is still one value to it); `[...]` and `(...)` groups (`[4,2]<=[8]`, `device_ids=(...)`) balance every kind.
+    brace = ""
     for _ in range(depth):
+        brace = r'\{(?:[^{}"]++|"(?:[^"\\]|\\.)*+"' + (("|" + brace) if brace else "") + r")*+\}"
+    inner = r"""[^{}\[\]()"']++""" + "|" + string + "|" + brace
+    group = ""
+    for _ in range(min(depth, 4)):
         alts = inner + (("|" + group) if group else "")
-        group = r"[{\[(](?:" + alts + r")*+[}\])]"
+        group = r"[\[(](?:" + alts + r")*+[\])]"
+    group = brace + "|" + group
     plain = r"""[^\s,{}\[\]()"'/]++|/(?!/)"""
     value = r"(?:" + plain + "|" + string + "|" + group + r")++"
     if not continuation:
@@ -71,8 +81,6 @@ _BRACED = r"\{[^{}]*\}"
 def _lark() -> Lark:
     """The compiled LALR parser with the transformer inlined (built once per process)."""
     from lark import Lark
-
-    from analyzer.hlo.transformer import HloTransformer
 
     grammar = resources.files("analyzer").joinpath("_data/grammars/hlo.lark").read_text(encoding="utf-8")
     def terminal(pattern: str) -> str:
@@ -100,6 +108,7 @@ _TERMINALS: dict[str, str] = {
     "NAME": "a name like `%x`",
     "PARAM_NAME": "a parameter like `p0: f32[2]`",
     "ARRAY_SHAPE": "a shape like `f32[2,3]`",
+    "BUFFER_OPEN": "a buffer shape like `b(f32[2])`",
     "OPCODE": "an opcode like `add`",
     "CONSTANT_OPEN": "`constant(`",
     "INT": "a number",
@@ -217,7 +226,7 @@ def _end_position(text: str) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- full
 
 
-def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloModule:
+def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient: bool = False) -> HloModule:
     """Parse HLO text as XLA prints it (`compiled.as_text()`, `--xla_dump_to` files) into an `HloModule`.
 
     Args:
@@ -225,6 +234,8 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
       path: where the text came from, for error messages and `HloModule.path`.
       lazy: split computations with a fast scanner and parse each only when its instructions are first
         used (see the module docstring); errors inside a computation then surface on that access.
+      lenient: for dumps from another XLA version: keep opcodes and attributes this XLA does not know (or
+        does not allow on that opcode) as written, and list each in `HloModule.notes` instead of raising.
 
     Returns:
       The module, with 1-based positions on computations, instructions and attributes.
@@ -241,13 +252,20 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False) -> HloM
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
     split = _split(text)
+    check_ints = _has_long_int(text)  # numbers that may not fit an int64: checked per attribute
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
                 module = _lark().parse(text, start="module")
-                _validate_attributes(module)
+                for c in module.computations:
+                    _verify(c, lenient, text, check_ints)
             else:
-                module = _parse_split(text, split, path, lazy)
+                module = _parse_split(text, split, path, lazy, lenient, check_ints)
+            if module.attributes:
+                header_end = split[1][0][0] if split is not None else len(text)
+                notes = verify_header(module, text[:header_end], lenient=lenient)
+                if notes:
+                    object.__setattr__(module, "header_notes", notes)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, text, path) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
@@ -270,20 +288,22 @@ def _translate(e: Exception, text: str, path: str | None, line_offset: int = 0) 
     return HloSyntaxError(f"cannot parse this HLO ({type(e).__name__}: {e})", path=path)
 
 
-def _validate_attributes(module: HloModule) -> None:
-    from analyzer.hlo import attributes
-
-    for _, inst in module.instructions():
-        try:
-            attributes.validate(inst)
-        except ValueError as e:
-            a = e.attribute  # type: ignore[attr-defined]
-            pos = a.position or inst.position
-            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", line=pos.line if pos else None,
-                                 column=pos.column if pos else None) from None
+_DIGIT_MASK = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
 
 
-def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
+def _has_long_int(text: str) -> bool:
+    r"""Whether `text` has a run of 19 digits (an integer that may not fit an int64). A byte translation and a
+    substring test: 10x faster than `re.search(r"\d{19}")`, which tries 19 digits at every digit."""
+    return b"0" * 19 in text.encode("utf-8", "surrogatepass").translate(_DIGIT_MASK)
+
+
+def _verify(comp: Computation, lenient: bool, source: str, check_ints: bool) -> None:
+    notes = verify_instructions(comp, lenient=lenient, source=source, check_ints=check_ints)
+    if notes:
+        object.__setattr__(comp, "notes", notes)
+
+
+def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = False) -> HloModule:
     """Read and parse one HLO text file (`.hlo`, `.txt`, an `--xla_dump_to` dump).
 
     Raises:
@@ -294,14 +314,17 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False) -> HloModule:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise HloSyntaxError(f"cannot read HLO file: {e}", path=str(p)) from None
-    return parse_hlo(text, path=str(p), lazy=lazy)
+    return parse_hlo(text, path=str(p), lazy=lazy, lenient=lenient)
 
 
 # ---------------------------------------------------------------------------------------------- lazy
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
 _COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
-_COMP_END = re.compile(r"^\}[^\n]*$", re.M)
+# A computation's closing line: `}` (XLA prints it unindented; its parser takes it indented too), maybe
+# followed by attributes (`}, execution_thread="main_thread"`).
+# (Led by the newline: `re` then finds candidates with a fast literal scan; `^[ \t]*\}` was 8x slower.)
+_COMP_END = re.compile(r"\n([ \t]*\}[^\n]*)$", re.M)
 
 
 def _split(text: str) -> tuple[str, list[tuple]] | None:
@@ -315,6 +338,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     if first is None or _has_multiline_comment(text):
         return None
     header_text = text[: first.start()]
+    if _STRAY_IN_HEADER.search(header_text):
+        return None  # a computation the scanner did not see (e.g. `name {` with an instruction on that line)
     spans: list[tuple] = []
     pos = first.start()
     line = header_text.count("\n") + 1
@@ -324,7 +349,7 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
         m = _COMP_START.match(text, pos)
         if m is None:
             return None  # something between computations that the scanner does not know
-        end = _COMP_END.search(text, m.end())
+        end = _comp_end(text, m.end())
         if end is None:
             return None
         name = m.group(2).lstrip("%")
@@ -342,6 +367,21 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+# A header line that is neither `HloModule ...`, a table name nor a table row.
+_STRAY_IN_HEADER = re.compile(r"^[ \t]*(?!HloModule\b|FileNames\b|FunctionNames\b|FileLocations\b|StackFrames\b)"
+                              r"(?:ENTRY\b|%?[A-Za-z_][\w.\-]*[ \t]*[({])", re.M)
+
+
+def _comp_end(text: str, pos: int) -> re.Match | None:
+    """The closing line of the computation whose body starts at `pos`: the first `}` line followed by the end
+    of the text or by the next computation's header (an indented `}` can also close a multi-line value)."""
+    for end in _COMP_END.finditer(text, pos - 1):
+        if text[end.start(1)] == "}":  # XLA's own layout: a `}` at column 1 always closes
+            return end
+        nxt = _WS.match(text, end.end()).end()
+        if nxt == len(text) or _COMP_START.match(text, nxt):
+            return end
+    return None
 
 
 def _has_multiline_comment(text: str) -> bool:
@@ -356,13 +396,12 @@ def _has_multiline_comment(text: str) -> bool:
 _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 
-def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool) -> HloModule:
+def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool, lenient: bool = False,
+                 check_ints: bool = True) -> HloModule:
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
-    from analyzer.hlo.transformer import check_computations
-
     header_text, spans = split
     header = _parse_header(header_text)
-    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path)
+    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints)
              for start, end, line, column, name, is_entry in spans]
     name = header.name
     if not _HAS_HEADER.search(header_text):  # XLA names a header-less module after its entry
@@ -379,23 +418,19 @@ _TABLE_START = re.compile(r"^[ \t]*(?:FileNames|FunctionNames|FileLocations|Stac
 def _parse_header(header_text: str) -> HloModule:
     """The `HloModule` line by the grammar; the stack-frame tables by the fast path when they are plain rows
     (they can be thousands of lines), else by the grammar too."""
-    from analyzer.hlo.fastpath import parse_tables_fast
-    from analyzer.hlo.transformer import _frames
-
     t = _TABLE_START.search(header_text)
     if t is not None and t.start() > 0 and header_text[: t.start()].strip():
         tables = parse_tables_fast(header_text[t.start():], header_text.count("\n", 0, t.start()) + 1)
         if tables is not None:
             head = _lark().parse(header_text[: t.start()], start="header")
-            return HloModule(head.name, (), head.attributes, _frames(tables))
+            return HloModule(head.name, (), head.attributes, frames(tables))
     return _lark().parse(header_text, start="header")
 
 
-def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
+def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = False,
+                 check_ints: bool = True) -> Computation:
     """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
     when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
-    from analyzer.hlo.fastpath import parse_head_fast
-
     chunk = source[start:end]
     newline = chunk.find("\n")
     head_line = chunk[:newline] if newline >= 0 else chunk
@@ -403,7 +438,7 @@ def _parse_chunk(source: str, start: int, end: int, line: int) -> Computation:
     comp = _parse_lines(chunk, line, head) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(chunk, "computation", line)
-    _validate_attributes(HloModule("", (comp,)))
+    _verify(comp, lenient, source, check_ints)
     return comp
 
 
@@ -416,9 +451,6 @@ def _parse_lines(chunk: str, line0: int, head) -> Computation | None:
     (6,700 lines) has a few `constant({0, 128, ...})` lines and took 0.5 s by the grammar.
     """
     from lark.exceptions import LarkError
-
-    from analyzer.hlo.fastpath import _line_instruction
-    from analyzer.hlo.transformer import build_computation
 
     lines = chunk.split("\n")
     if len(lines) < 3 or lines[-1].strip() != "}":
@@ -454,8 +486,6 @@ def _attr_regex() -> re.Pattern:
 
 @lru_cache(maxsize=1)
 def _transformer():
-    from analyzer.hlo.transformer import HloTransformer
-
     return HloTransformer()
 
 
@@ -463,7 +493,8 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
-                 path: str | None) -> None:
+                 path: str | None, lenient: bool = False, check_ints: bool = True) -> None:
+        object.__setattr__(self, "_checks", (lenient, check_ints))
         object.__setattr__(self, "_source", source)
         object.__setattr__(self, "_span", (start, end))
         object.__setattr__(self, "_path", path)
@@ -500,15 +531,14 @@ class LazyComputation(Computation):
         Example: `fusion_comp.select("dot", "all-gather")`.
         """
         if not self.is_parsed:
-            from analyzer.hlo.fastpath import select_fast
-
             start, end = self._span
             chunk = self._source[start:end]
             try:
                 with gc_paused():
                     found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
                     if found:
-                        _validate_attributes(HloModule("", (Computation(self.name, found),)))
+                        verify_instructions(Computation(self.name, found), lenient=self._checks[0],
+                                            source=self._source, check_ints=self._checks[1])
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
@@ -521,8 +551,10 @@ class LazyComputation(Computation):
     def _parsed(self) -> Computation:
         start, end = self._span
         try:
+            if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
+                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
             with gc_paused():
-                return _parse_chunk(self._source, start, end, self.position.line)
+                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
@@ -543,6 +575,10 @@ class LazyComputation(Computation):
     @cached_property
     def attributes(self):  # type: ignore[override]
         return self._parsed.attributes
+
+    @property
+    def notes(self):  # type: ignore[override]
+        return self._parsed.notes if self.is_parsed else ()
 
     def __repr__(self) -> str:
         state = "parsed" if self.is_parsed else "unparsed"

@@ -43,6 +43,8 @@ def format_shape(shape: Shape) -> str:
     """
     if shape.is_tuple:
         return "(" + ", ".join(format_shape(s) for s in shape.tuple_shapes) + ")"
+    if shape.is_buffer:
+        return f"b({format_shape(shape.tuple_shapes[0])})"
     dynamic = shape.dynamic or (False,) * len(shape.dims)
     dims = ",".join("?" if d < 0 else (f"<={d}" if dyn else str(d)) for d, dyn in zip(shape.dims, dynamic))
     text = f"{shape.element_type}[{dims}]"

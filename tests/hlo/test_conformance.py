@@ -34,13 +34,9 @@ KNOWN_REJECTED_VALID = {
     # A stray comma after an operand's shape prefix (`f32[...] ,%x`), which XLA's parser tolerates.
     "ReduceWindow.m0.valid.hlo",
 }
-# Invalid modules we accept: XLA rejects attribute keys it does not know, but an unknown key is kept raw here
-# by design (a newer XLA's attribute must never break parsing); and enum values of attributes are not checked.
+# Invalid modules we accept: enum values of attributes are not checked.
 KNOWN_ACCEPTED_INVALID = {
-    "BF16.m0.invalid.hlo", "Call.m0.invalid.hlo", "CopyStartAndCopyDone.m1.invalid.hlo",  # header key typos
-    "OriginalValueRecoveryTable.m0.invalid.hlo",  # instruction key typo `use_globa_device_ids`
     "DotWithAlgorithm.m4.invalid.hlo",  # algorithm enum value
-    "HloComputationWithParallelThreadName.m4.invalid.hlo",  # async-update shape vs async-start
 }
 
 

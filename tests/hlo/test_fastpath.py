@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
-from analyzer.hlo.parser import _lark, _validate_attributes, parse_hlo
+from analyzer.hlo.parser import _lark, parse_hlo
+from analyzer.hlo.verifier import verify_attributes, verify_header
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -23,7 +24,8 @@ FILES = (sorted((ROOT / "fixtures").rglob("*.hlo")) + sorted((HERE / "samples").
 
 def _grammar_only(text):
     m = _lark().parse(text, start="module")
-    _validate_attributes(m)
+    verify_attributes(m)
+    verify_header(m, text)
     return m
 
 

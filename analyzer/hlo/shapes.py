@@ -1,0 +1,261 @@
+"""Shapes and layouts, and their text form: `bf16[8,<=16]{1,0:T(8,128)S(1)}`, `(f32[], s32[2])`, `token[]`.
+
+The value types (`Shape`, `Layout`, `ELEMENT_BITS`) and the decoders of a shape's printed spelling. It
+imports nothing else of the package, so every other module (the attribute decoders, the IR, the parser)
+can build on it; `analyzer.hlo.ir` re-exports the types.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["ELEMENT_BITS", "Layout", "Shape", "decode_array_shape", "decode_shape"]
+
+_DIMS_SPLIT = re.compile(r"\s*,\s*")
+
+# Bits per element of every XLA primitive type (xla_data.proto). Sub-byte types pack.
+ELEMENT_BITS: Mapping[str, int] = {
+    "pred": 8,
+    "s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
+    "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
+    "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
+    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8,
+    "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8,
+    "c64": 64, "c128": 128,
+    "token": 0, "opaque": 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """An array layout: `{1,0:T(8,128)(2,1)S(1)}`.
+
+    `minor_to_major` is the dimension order; `tiles` the `T(...)` tiles in order; `memory_space` the `S(n)`
+    value. Every item after the colon other than the tiles (`E(4)`, `D(...)`, `S(1)`, `SC(...)`, `M(...)`,
+    `#(...)`...) is also kept verbatim, in order, in `extra`, so printing gives back what was read (XLA's parser
+    wants the items in its own order).
+    """
+
+    minor_to_major: tuple[int, ...]
+    tiles: tuple[tuple[int, ...], ...] = ()
+    memory_space: int | None = None
+    extra: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """An array, tuple or token shape.
+
+    Arrays: `element_type` is the lower-case XLA type (`f32`, `bf16`, `pred`...), `dims` the sizes (the bound
+    for dynamic dims), `dynamic` which dims are dynamic (`<=8` or `?`). Tuples: `element_type == "tuple"` and
+    `tuple_shapes` holds the elements. Tokens: `element_type == "token"`.
+    """
+
+    element_type: str
+    dims: tuple[int, ...] = ()
+    dynamic: tuple[bool, ...] = ()
+    layout: Layout | None = None
+    tuple_shapes: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type == "tuple"
+
+    @property
+    def is_buffer(self) -> bool:
+        """A buffer shape `b(f32[4])`: one array held by reference; `tuple_shapes[0]` is the array."""
+        return self.element_type == "buffer"
+
+    @property
+    def is_token(self) -> bool:
+        return self.element_type == "token"
+
+    @property
+    def is_array(self) -> bool:
+        return not self.is_tuple and not self.is_token and not self.is_buffer
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @property
+    def byte_size(self) -> int:
+        """Bytes of the data (tuples: the sum of their leaves; sub-byte types rounded up per array)."""
+        if self.is_tuple or self.is_buffer:
+            return sum(s.byte_size for s in self.tuple_shapes)
+        bits = ELEMENT_BITS.get(self.element_type)
+        if bits is None:
+            raise ValueError(f"unknown element type {self.element_type!r}")
+        return (self.num_elements * bits + 7) // 8
+
+    def leaves(self) -> Iterator[Shape]:
+        """The array and token shapes inside, depth first (the shape itself when it is not a tuple)."""
+        if self.is_tuple:
+            for s in self.tuple_shapes:
+                yield from s.leaves()
+        else:
+            yield self
+
+    def __str__(self) -> str:
+        """The HLO spelling without the layout: `bf16[1024,<=8]`, `(f32[], s32[2])`, `token[]`."""
+        if self.is_tuple:
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        if self.is_buffer:
+            return f"b({self.tuple_shapes[0]})"
+        dims = ",".join(
+            (f"<={d}" if dyn else str(d)) for d, dyn in zip(self.dims, self.dynamic or (False,) * len(self.dims))
+        )
+        return f"{self.element_type}[{dims}]"
+
+
+@lru_cache(maxsize=8192)
+def decode_array_shape(text: str) -> Shape:
+    """Decode one array-shape terminal: `bf16[8,<=16]{1,0:T(8,128)S(1)}`, `f32[]`, `token[]`, `s32[?]`.
+
+    Memoised: a module repeats a few hundred distinct shapes thousands of times, and `Shape` is immutable.
+
+    Args:
+      text: the terminal's text.
+
+    Returns:
+      The `Shape`.
+
+    Raises:
+      ValueError: with a message in HLO terms; the caller adds the position.
+
+    Example:
+      >>> decode_array_shape("f32[2,<=4]{1,0}").dynamic
+      (False, True)
+    """
+    open_ = text.index("[")
+    close = text.index("]", open_)
+    etype = text[:open_]
+    if etype not in ELEMENT_BITS:
+        raise ValueError(f"unknown element type {etype!r}; expected one of pred, s8..s64, u8..u64, f16, bf16, "
+                         "f32, f64, c64, c128, f8 types, token, opaque")
+    body = text[open_ + 1:close].strip()
+    dims: list[int] = []
+    dynamic: list[bool] = []
+    if body:
+        for item in _DIMS_SPLIT.split(body):
+            dyn = False
+            if item.startswith("<="):
+                item = item[2:].strip()
+                dyn = True
+            if item == "?":
+                dims.append(-1)
+                dynamic.append(True)
+                continue
+            if not item.isdigit():
+                raise ValueError(f"expected a dimension size like `8`, `<=8` or `?`, got {item!r}")
+            if len(item) > 18 and int(item) >= 1 << 63:
+                raise ValueError(f"dimension size {item} is out of range for an int64")
+            dims.append(int(item))
+            dynamic.append(dyn)
+    if etype == "token" and dims:
+        raise ValueError("a token shape has no dimensions: `token[]`")
+    layout = None
+    if close + 1 < len(text):  # `{...}`, right after `]` or (XLA's lexer skips it) after a space
+        layout = _decode_layout(text[text.index("{", close) + 1:-1], len(dims))
+        if layout.minor_to_major or dims:
+            if len(layout.minor_to_major) != len(dims):
+                raise ValueError(f"the layout lists {len(layout.minor_to_major)} dimensions but the shape has "
+                                 f"{len(dims)}: expected a minor-to-major order like "
+                                 f"{{{','.join(str(d) for d in reversed(range(len(dims))))}}}")
+    return Shape(etype, tuple(dims), tuple(dynamic) if any(dynamic) else (), layout)
+
+
+def _decode_layout(body: str, rank: int) -> Layout:
+    """`1,0:T(8,128)(2,1)S(1)` -> Layout. The part after ':' keeps unknown items verbatim in `extra`."""
+    m2m_text, _, rest = body.partition(":")
+    m2m_text = m2m_text.strip()
+    try:
+        m2m = tuple(int(x) for x in m2m_text.split(",")) if m2m_text else ()
+    except ValueError:
+        raise ValueError(f"expected a layout like `{{1,0}}` (minor-to-major dims), got `{{{body}}}`") from None
+    tiles: list[tuple[int, ...]] = []
+    memory_space = None
+    extra: list[str] = []
+    if rest:
+        i = 0
+        n = len(rest)
+        while i < n:
+            c = rest[i]
+            if c == "T":
+                i += 1
+                while i < n and rest[i] == "(":
+                    j = rest.find(")", i)
+                    if j < 0:  # XLA's layout lexer takes an unterminated tile to the end
+                        j = n
+                    inner = rest[i + 1:j]
+                    try:
+                        tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in inner.split(",")) if inner else ())
+                    except ValueError:
+                        raise ValueError(f"expected a tile like `T(8,128)`, got `T({inner})`") from None
+                    i = j + 1
+            elif c == "S" and i + 1 < n and rest[i + 1] == "(":
+                j = rest.find(")", i)
+                if j < 0 or not rest[i + 2:j].strip().isdigit():
+                    raise ValueError(f"expected a memory space like `S(1)` in the layout, got `{rest[i:i + 12]}`")
+                memory_space = int(rest[i + 2:j])
+                extra.append(rest[i:j + 1])  # kept in place too: XLA wants layout items in its order
+                i = j + 1
+            elif c.isspace():
+                i += 1
+            else:
+                j = rest.find(")", i)
+                if j < 0:
+                    extra.append(rest[i:])
+                    break
+                extra.append(rest[i:j + 1])
+                i = j + 1
+    return Layout(m2m, tuple(tiles), memory_space, "".join(extra))
+
+
+
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+@lru_cache(maxsize=8192)
+def decode_shape(text: str) -> Shape:
+    """Decode an array or (nested) tuple shape as printed, e.g. `(f32[2]{0}, /*index=1*/s32[])`.
+
+    Raises:
+      ValueError: when the text is not a shape (the caller then falls back to the grammar).
+    """
+    if text.startswith("b("):  # a buffer: `b(f32[4]{0})`
+        if not text.endswith(")"):
+            raise ValueError(f"not a buffer shape: {text[:40]}")
+        return Shape("buffer", tuple_shapes=(decode_shape(text[2:-1].strip()),))
+    if not text.startswith("("):
+        return decode_array_shape(text)
+    body = _COMMENT.sub("", text[1:-1]).strip()
+    if not body:
+        return Shape("tuple")
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, c in enumerate(body):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(body[start:i].strip())
+            start = i + 1
+    parts.append(body[start:].strip())
+    if any(not p for p in parts):
+        raise ValueError(f"not a tuple shape: {text[:40]}")
+    return Shape("tuple", tuple_shapes=tuple(decode_shape(p) for p in parts))
+
+

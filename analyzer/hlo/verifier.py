@@ -1,0 +1,843 @@
+"""What XLA accepts beyond the grammar: the semantic checks of a parsed HLO module.
+
+XLA keeps its HloVerifier apart from its parser; so does this package. `analyzer.hlo.transformer` builds
+the IR and calls these checks where the pieces they need are at hand (an instruction's opcode token and
+attributes, a computation once built, the module once all computations are read); the checks themselves
+only read tokens (anything with `.line` and `.column`) and IR values, so they import no parser.
+
+Every failure is an `HloSyntaxError` (the text cannot mean anything) or an `HloSemanticError` (it parses,
+but XLA's parser or verifier rejects it) with the line and column of the offending token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from difflib import get_close_matches
+from typing import Any
+
+from analyzer.errors import HloSemanticError, HloSyntaxError
+from analyzer.hlo import attributes
+from analyzer.hlo.ir import Attribute, Computation, HloModule, Instruction, Position
+from analyzer.hlo.opcodes import (ALLOWED_ATTRIBUTES, COMMON_ATTRIBUTES, OPCODES, REQUIRED_ATTRIBUTES, allowed_attributes,
+                                  base_opcode, fixed_arity, is_known_opcode)
+from analyzer.hlo.shapes import ELEMENT_BITS, Shape, decode_array_shape
+
+__all__ = [
+    "check_opcode",
+    "check_instruction",
+    "check_constant",
+    "verify_computation",
+    "verify_attributes",
+    "verify_instructions",
+    "verify_header",
+    "check_computations",
+    "check_module_attribute",
+    "compatible",
+    "check_name",
+]
+
+
+def _syntax(msg: str, tok: Any, offset: int = 0) -> HloSyntaxError:
+    return HloSyntaxError(msg, line=tok.line, column=tok.column + offset)
+
+
+def _at(pos: Position | None) -> dict[str, int | None]:
+    return {"line": pos.line if pos else None, "column": pos.column if pos else None}
+
+
+# ---------------------------------------------------------------------------------------------- instructions
+
+def check_opcode(opcode: Any) -> None:
+    """`opcode` (a token) is one XLA's parser knows.
+
+    Raises:
+      HloSyntaxError: at the opcode, with the closest known spellings.
+    """
+    if not is_known_opcode(opcode):
+        raise _syntax(_unknown_opcode(str(opcode)), opcode)
+
+
+def check_instruction(opcode: Any, n_operands: int, parameter: int | None, attrs: Sequence[Attribute]) -> None:
+    """The operand count, the parameter number and the required attributes of one instruction.
+
+    Args:
+      opcode: the opcode token (errors point at it).
+      n_operands: how many operands were written.
+      parameter: N of `parameter(N)`, else None.
+      attrs: the instruction's attributes in order.
+    """
+    if opcode == "parameter" and parameter is None:
+        raise _syntax("expected a parameter number: `parameter(0)`", opcode, len(opcode) + 1)
+    arity = fixed_arity(opcode)
+    if arity is not None and n_operands != arity:
+        raise _syntax(f"`{opcode}` expects {arity} operand{'s' if arity != 1 else ''}, but has {n_operands}",
+                      opcode, len(opcode))
+    _check_required(str(opcode), attrs, opcode)
+
+
+def check_constant(name: Any, shape: Shape, literal: tuple, opened: Any) -> None:
+    """A constant's layout is a permutation of its dimensions and its literal fits its shape."""
+    for leaf in shape.leaves():
+        if leaf.layout is not None and sorted(leaf.layout.minor_to_major) != list(range(leaf.rank)):
+            raise _syntax(f"the layout of constant {leaf} is not a permutation of its dimensions", name)
+    _check_literal(literal, shape, opened)
+
+
+# ---------------------------------------------------------------------------------------------- computations
+
+def verify_computation(comp: Computation, *, signed: bool) -> None:
+    """Checks on one built computation: one ROOT, parameter numbers 0..N-1, control predecessors defined
+    before their user, conditional selectors, parameter replication, custom-call layout constraints and,
+    when a signature was written (`signed`), that its result fits the root.
+
+    Raises:
+      HloSemanticError / HloSyntaxError: at the offending instruction or attribute.
+    """
+    name = comp.name
+    root = None
+    params: dict[int, Instruction] = {}
+    index: dict[str, int] = {}
+    for k, inst in enumerate(comp.instructions):
+        index[inst.name] = k
+        pos = inst.position
+        if inst.is_root:
+            if root is not None:
+                raise HloSemanticError(f"computation {name!r} has two ROOT instructions (the first is at "
+                                       f"line {root.position.line if root.position else '?'})", **_at(pos))
+            root = inst
+        p = inst.parameter_number
+        if p is not None:
+            if p in params:
+                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(pos))
+            if p < 0:
+                raise HloSemanticError(f"parameter number {p} is negative", **_at(pos))
+            if p > _INT64_MAX:
+                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(pos))
+            params[p] = inst
+        op = inst.opcode
+        if op in _SHAPE_RULES:
+            _SHAPE_RULES[op](inst)
+        if not inst.attributes:
+            continue
+        if op == "get-tuple-element":
+            _check_index(inst)
+        elif op == "custom-call":
+            _check_layout_constraints(inst.name, inst.operands, inst.attributes)
+        elif op == "conditional" and inst.operands:
+            _check_conditional(inst.name, pos, inst.operands, inst.attributes)
+        elif op == "parameter":
+            _check_parameter_replication(inst.name, inst.shape, inst.attributes)
+        # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
+        a = next((x for x in inst.attributes if x.key == "control-predecessors"), None)
+        if a is not None:
+            apos = a.position or pos
+            try:
+                preds = attributes.parse_name_list(a.raw)
+            except ValueError as e:
+                raise HloSyntaxError(f"bad control-predecessors on {inst.name!r}: {e}", **_at(apos)) from None
+            for q in preds:
+                if index.get(q, k) >= k:
+                    raise HloSemanticError(f"control predecessor {q!r} of {inst.name!r} is not defined before it in "
+                                           f"computation {name!r}", **_at(apos))
+    if params and sorted(params) != list(range(len(params))):
+        missing = next(i for i in range(len(params)) if i not in params)
+        raise HloSemanticError(f"computation {name!r} has parameters {sorted(params)}, but parameter({missing}) is "
+                               "missing: numbers must run 0..N-1", **_at(comp.position))
+    if signed and comp.result_shape is not None:
+        # XLA reads the signature's parameters for their names only; it checks just the result shape.
+        root = root or comp.instructions[-1]
+        if not compatible(comp.result_shape, root.shape):
+            raise HloSemanticError(f"shape of computation {name!r}, {comp.result_shape}, is not compatible with that "
+                                   f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
+
+
+def verify_attributes(module: HloModule) -> None:
+    """Decode every known attribute value once, so a malformed one is reported where it is written."""
+    for c in module.computations:
+        verify_instructions(c)
+
+
+# Keys XLA's parser takes in the module header, in `metadata={...}`, after a computation's `}`, and in the
+# rows of the FileLocations and StackFrames tables (from the "Allowed attributes: ..." of its errors, jax 0.10).
+MODULE_ATTRIBUTES = frozenset({
+    "alias_passthrough_params", "allow_spmd_sharding_propagation_to_output",
+    "allow_spmd_sharding_propagation_to_parameters", "buffer_donor", "entry_computation_layout",
+    "frontend_attributes", "input_output_alias", "is_scheduled", "num_partitions", "origin_recovery_table",
+    "replica_count"})
+METADATA_FIELDS = frozenset({
+    "deduplicated_name", "metadata_payload", "op_name", "op_type", "profile_type", "scheduling_name",
+    "source_column", "source_end_column", "source_end_line", "source_file", "source_line", "stack_frame_id"})
+COMPUTATION_ATTRIBUTES = frozenset({"execution_thread"})
+FILE_LOCATION_FIELDS = frozenset({"column", "end_column", "end_line", "file_name_id", "function_name_id", "line"})
+STACK_FRAME_FIELDS = frozenset({"file_location_id", "parent_frame_id"})
+
+# Words XLA's lexer reads as keywords, so they cannot name an instruction or a computation (unless written
+# with `%`); measured by naming an instruction with each.
+RESERVED_NAMES = frozenset(ELEMENT_BITS) | {
+    "true", "false", "inf", "nan", "maximal", "replicated", "manual", "unknown", "last_tile_dim_replicate",
+    "HloModule", "ENTRY", "ROOT", "FileNames", "FunctionNames", "FileLocations", "StackFrames"}
+
+
+def check_name(tok: Any, what: str) -> None:
+    """`tok` (a name token) is not one of XLA's keywords.
+
+    Raises:
+      HloSyntaxError: at the name.
+    """
+    if tok in RESERVED_NAMES:
+        raise _syntax(f"`{tok}` is a keyword of HLO and cannot name {what}; write `%{tok}` or rename it", tok)
+
+
+_INT64_MAX = (1 << 63) - 1
+_METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"(?:[^"\\]|\\.)*"|[^\s"{},]+)\s*,?)*\s*\}')
+_METADATA_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([A-Za-z_][\w.\-]*)\s*=')
+_INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
+_LONG_INT = re.compile(r"-?\d{19,}")
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def verify_instructions(comp: Computation, *, lenient: bool = False, source: str | None = None,
+                        check_ints: bool = True) -> tuple[str, ...]:
+    """Per instruction: a known opcode, each attribute allowed on it (XLA's per-opcode tables), none twice,
+    integers within int64, and every known attribute value decodes.
+
+    Args:
+      comp: a built computation.
+      lenient: keep unknown opcodes and attributes (a dump from another XLA version) and return a note
+        for each instead of raising.
+      source: the text the positions refer to, to point errors at the opcode rather than the name.
+      check_ints: False when the caller knows the text has no 19-digit number (the common case).
+
+    Returns:
+      The notes (empty unless `lenient`), each starting with `line:column:`.
+
+    Raises:
+      HloSyntaxError: at the opcode or the attribute.
+    """
+    notes: list[str] = []
+    for a in comp.attributes:
+        if a.key not in COMPUTATION_ATTRIBUTES:
+            msg = f"unknown attribute {a.key} after computation {comp.name!r}; XLA takes execution_thread"
+            if not lenient:
+                raise HloSyntaxError(msg, **_key_at(a, None))
+            notes.append(f"{_key_at(a, None)['line']}:{_key_at(a, None)['column']}: {msg}; kept as written")
+    for inst in comp.instructions:
+        opcode = inst.opcode
+        if not is_known_opcode(opcode):
+            col = _opcode_column(inst, source)
+            msg = _unknown_opcode(opcode)
+            if not lenient:
+                raise HloSyntaxError(msg, line=inst.position.line if inst.position else None, column=col)
+            notes.append(f"{inst.position.line if inst.position else '?'}:{col}: {msg}; kept as written")
+        attrs = inst.attributes
+        if not attrs:
+            continue
+        allowed = allowed_attributes(opcode)
+        if len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
+            seen: set[str] = set()
+            for a in attrs:
+                if a.key in seen:
+                    raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
+                                         **_key_at(a, inst))
+                seen.add(a.key)
+        for a in attrs:
+            key = a.key
+            if allowed is not None and key not in allowed:
+                msg = _unexpected_attribute(key, opcode, allowed)
+                if not lenient:
+                    raise HloSyntaxError(msg, **_key_at(a, inst))
+                where = _key_at(a, inst)
+                notes.append(f"{where['line']}:{where['column']}: {msg}; kept as written")
+                continue
+            if check_ints and key != "backend_config":
+                _check_int64(a, inst)
+            if key == "metadata" and not _METADATA_OK.fullmatch(a.raw):
+                note = _check_metadata(a, inst, lenient)
+                if note:
+                    notes.append(note)
+        try:
+            attributes.validate(inst)
+        except ValueError as e:
+            a = e.attribute  # type: ignore[attr-defined]
+            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
+    return tuple(notes)
+
+
+def _key_at(a: Attribute, inst: Instruction | None) -> dict[str, int | None]:
+    """Where attribute `a`'s key starts (its value's position less `key=`)."""
+    if a.position is not None:
+        return {"line": a.position.line, "column": max(1, a.position.column - len(a.key) - 1)}
+    return _at(inst.position if inst is not None else None)
+
+
+def _check_metadata(a: Attribute, inst: Instruction, lenient: bool) -> str | None:
+    """The fields of `metadata={...}` are XLA's, each once (the value syntax is the decoder's business)."""
+    seen: set[str] = set()
+    for m in _METADATA_KEY.finditer(a.raw):
+        key = m.group(1)
+        if key is None:
+            continue
+        where = {"line": a.position.line if a.position else None,
+                 "column": (a.position.column + m.start(1)) if a.position else None}
+        if key in seen:
+            raise HloSyntaxError(f"metadata field {key} appears twice on {inst.name!r}", **where)
+        seen.add(key)
+        if key not in METADATA_FIELDS:
+            close = get_close_matches(key, METADATA_FIELDS, n=1)
+            msg = f"unknown metadata field {key} on {inst.name!r}" + (f"; did you mean {close[0]}?" if close else "")
+            if not lenient:
+                raise HloSyntaxError(msg, **where)
+            return f"{where['line']}:{where['column']}: {msg}; kept as written"
+    return None
+
+
+def verify_header(module: HloModule, source: str, *, lenient: bool = False) -> tuple[str, ...]:
+    """The module header's keys are XLA's (`MODULE_ATTRIBUTES`); when `lenient`, notes instead of errors."""
+    notes = []
+    for key in module.attributes:
+        if key in MODULE_ATTRIBUTES:
+            continue
+        m = re.search(r"[,\s]" + re.escape(key) + r"\s*=", source)
+        line = source.count("\n", 0, m.start()) + 1 if m else None
+        column = m.start() + 2 - (source.rfind("\n", 0, m.start()) + 1) if m else None
+        close = get_close_matches(key, MODULE_ATTRIBUTES, n=1)
+        msg = f"unknown module attribute {key}" + (f"; did you mean {close[0]}?" if close else "")
+        if not lenient:
+            raise HloSyntaxError(msg, line=line, column=column)
+        notes.append(f"{line}:{column}: {msg}; kept as written")
+    return tuple(notes)
+
+
+def check_fields(pairs: list[tuple[str, str]], allowed: frozenset[str], text: str, tok: Any) -> None:
+    """A FileLocations / StackFrames row names each of its allowed fields at most once.
+
+    Raises:
+      HloSyntaxError: at the row.
+    """
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _syntax(f"field {key} appears twice in {text}", tok)
+        if key not in allowed:
+            raise _syntax(f"unknown field {key} in {text}; XLA takes {', '.join(sorted(allowed))}", tok)
+        seen.add(key)
+
+
+def _check_int64(a: Attribute, inst: Instruction) -> None:
+    raw = a.raw
+    m = _LONG_INT.search(raw)
+    if m is None:
+        return
+    text = _QUOTED.sub(lambda q: " " * len(q.group()), raw) if '"' in raw else raw
+    for m in _LONG_INT.finditer(text):
+        v = int(m.group())
+        if not -_INT64_MAX - 1 <= v <= _INT64_MAX:
+            pos = a.position
+            raise HloSyntaxError(f"{m.group()} in {a.key}= of {inst.name!r} is out of range for an int64",
+                                 line=pos.line if pos else None, column=(pos.column + m.start()) if pos else None)
+
+
+def _opcode_column(inst: Instruction, source: str | None) -> int | None:
+    """The column of `inst`'s opcode in `source` (the name's column when it cannot be found)."""
+    pos = inst.position
+    if pos is None:
+        return None
+    if source is not None:
+        start = 0
+        for _ in range(pos.line - 1):
+            start = source.find("\n", start) + 1
+            if start == 0:
+                return pos.column
+        end = source.find("\n", start)
+        line = source[start:] if end < 0 else source[start:end]
+        k = line.find(f" {inst.opcode}(", pos.column - 1)
+        if k >= 0:
+            return k + 2
+    return pos.column
+
+
+def _unexpected_attribute(key: str, opcode: str, allowed: frozenset[str]) -> str:
+    own = sorted(allowed - COMMON_ATTRIBUTES)
+    if key in _ALL_KEYS:
+        valid = f"`{opcode}` takes {', '.join(own)}" if own else f"`{opcode}` takes none of its own"
+        return f"unexpected attribute {key} for `{opcode}` ({valid}, besides metadata, sharding, backend_config...)"
+    close = get_close_matches(key, _ALL_KEYS, n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"unknown attribute {key} on `{opcode}`{hint}"
+
+
+_ALL_KEYS = sorted(COMMON_ATTRIBUTES.union(*ALLOWED_ATTRIBUTES.values()))
+
+
+def _unknown_opcode(opcode: str) -> str:
+    if opcode.startswith("%"):
+        return f"expected an opcode like `add` after the shape, got the name `{opcode}`"
+    close = get_close_matches(opcode, OPCODES, n=3)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else \
+        " (XLA opcodes are like add, dot, fusion, all-gather, custom-call)"
+    return f"unknown opcode `{opcode}`{hint}"
+
+
+def _check_required(opcode: str, attrs: list[Attribute], tok: Any) -> None:
+    """The attributes XLA requires of `opcode` are present (conditional: either branch form)."""
+    keys = {a.key for a in attrs}
+    need = REQUIRED_ATTRIBUTES.get(opcode)
+    if need is None and opcode.endswith("-start"):
+        need = REQUIRED_ATTRIBUTES.get(base_opcode(opcode)) if base_opcode(opcode) == "custom-call" else None
+    for key in need or ():
+        if key not in keys:
+            raise _syntax(f"`{opcode}` needs the attribute `{key}=`", tok)
+    if opcode == "conditional" and "branch_computations" not in keys and not (
+            "true_computation" in keys and "false_computation" in keys):
+        raise _syntax("`conditional` needs `branch_computations={...}` or `true_computation=` and "
+                      "`false_computation=`", tok)
+    if "use_global_device_ids" in keys and "channel_id" not in keys:
+        for a in attrs:
+            if a.key == "use_global_device_ids" and a.raw == "true":
+                raise _syntax("use_global_device_ids=true needs a channel_id", tok)
+
+
+def _dynamic_reshape(inst: Instruction) -> None:
+    if len(inst.operands) != 1 + inst.shape.rank:
+        raise HloSemanticError(f"dynamic-reshape {inst.name!r} takes the operand and one size per dimension of "
+                               f"{inst.shape}: {1 + inst.shape.rank} operands, not {len(inst.operands)}",
+                               **_at(inst.position))
+
+
+def _tuple_result(inst: Instruction) -> None:
+    if not inst.shape.is_tuple or not inst.shape.tuple_shapes:
+        raise HloSemanticError(f"{inst.opcode} {inst.name!r} must have a non-empty tuple shape like (f32[4], token[]), "
+                               f"got {inst.shape}", **_at(inst.position))
+
+
+# Shape rules XLA's parser applies to single opcodes (measured: it rejects or aborts otherwise).
+_SHAPE_RULES = {"dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result}
+
+
+def _check_index(inst: Instruction) -> None:
+    """get-tuple-element's index names an element of its tuple operand (XLA aborts otherwise)."""
+    a = next((x for x in inst.attributes if x.key == "index"), None)
+    raw = a.raw if a is not None else None
+    if raw is None or not inst.operands or not raw.lstrip("-").isdigit():
+        return
+    shape = inst.operands[0].shape
+    n = len(shape.tuple_shapes) if shape is not None and shape.is_tuple else 0
+    if not 0 <= int(raw) < n:
+        raise HloSemanticError(f"index={raw} of {inst.name!r} is outside its operand's {n} tuple elements "
+                               f"({shape})", **_at(a.position or inst.position))
+
+
+def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
+    """XLA: the selector is a scalar; s32 with branch_computations, pred with true/false_computation."""
+    sel = ops[0].shape
+    keys = {a.key for a in attrs}
+    want = "s32" if "branch_computations" in keys else "pred"
+    if sel is not None and (sel.is_tuple or sel.dims or sel.element_type != want):
+        raise HloSemanticError(f"the first operand of conditional {iname!r} must be a {want}[] scalar "
+                               f"({'branch_computations' if want == 's32' else 'true/false_computation'}), "
+                               f"got {sel}", line=tok.line, column=tok.column)
+
+
+def _check_parameter_replication(iname: str, shape: Shape, attrs: tuple) -> None:
+    """parameter_replication={...} has one entry per leaf buffer of the parameter."""
+    a = next((x for x in attrs if x.key == "parameter_replication"), None)
+    if a is None:
+        return
+    body = a.raw.strip()[1:-1].strip()
+    n = len([x for x in body.split(",") if x.strip()]) if body else 0
+    leaves = sum(1 for _ in shape.leaves())
+    if n != leaves:
+        raise HloSemanticError(f"parameter {iname!r} has {leaves} leaf buffers, but parameter_replication has {n} "
+                               "elements", line=a.position.line if a.position else None,
+                               column=a.position.column if a.position else None)
+
+
+def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:
+    """A custom-call's operand_layout_constraints: one shape per operand, each compatible with it."""
+    a = next((x for x in attrs if x.key == "operand_layout_constraints"), None)
+    if a is None:
+        return
+    try:
+        shapes = attributes.parse_shape_list(a.raw)
+    except ValueError as e:
+        raise HloSyntaxError(f"bad operand_layout_constraints on {iname!r}: {e}", line=a.position.line if a.position
+                             else None, column=a.position.column if a.position else None) from None
+    where = dict(line=a.position.line, column=a.position.column) if a.position else {}
+    if len(shapes) != len(ops):
+        raise HloSemanticError(f"{iname!r} has {len(ops)} operands but operand_layout_constraints gives "
+                               f"{len(shapes)} shapes", **where)
+    for k, (want, op) in enumerate(zip(shapes, ops)):
+        if op.shape is not None and not compatible(want, op.shape):
+            raise HloSemanticError(f"operand_layout_constraints of {iname!r}: {want} is not compatible with operand "
+                                   f"{k} ({op.name!r}, {op.shape})", **where)
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """XLA's `ShapeUtil::Compatible`: same element types and dims (tuples element-wise), layouts ignored."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    return a.element_type == b.element_type and a.dims == b.dims
+
+
+def _check_literal(lit: tuple, shape: Shape, tok: Any) -> None:
+    """Check that a literal's nesting, element counts and scalar kinds fit its shape, as XLA does.
+
+    Raises:
+      HloSyntaxError: at the literal, saying what the shape needs.
+    """
+    text, kind, items = lit
+    if kind == "e" or (kind == "a" and len(items) == 1 and items[0][1] == "e"):
+        return  # `{...}`: elided by the printer, XLA fills it in
+    if kind == "t":
+        shape_tok, inner = items
+        try:
+            declared = decode_array_shape(str(shape_tok))
+        except ValueError as e:
+            raise _syntax(str(e), shape_tok) from None
+        if str(declared) != str(shape):
+            raise _syntax(f"the literal's shape {declared} differs from the instruction's shape {shape}", shape_tok)
+        _check_literal(inner, shape, tok)
+        return
+    if shape.is_tuple:
+        if kind != "p" or len(items) != len(shape.tuple_shapes):
+            raise _syntax(f"expected a tuple literal `( ... )` with {len(shape.tuple_shapes)} elements for shape "
+                          f"{shape}", tok, len(tok))
+        for item, sub in zip(items, shape.tuple_shapes):
+            _check_literal(item, sub, tok)
+        return
+    if shape.is_token:
+        raise _syntax("a token has no literal", tok, len(tok))
+    _check_array_literal(lit, shape, 0, tok)
+
+
+def _check_array_literal(lit: tuple, shape: Shape, level: int, tok: Any) -> None:
+    text, kind, items = lit
+    dims = shape.dims
+    if level < len(dims):
+        if kind != "a":
+            raise _syntax(f"expected {{...}} for dimension {level} of shape {shape}, got `{text[:30]}`", tok, len(tok))
+        if len(items) == 1 and items[0][1] == "e":
+            return
+        if len(items) != dims[level] and not shape.dynamic:
+            raise _syntax(f"expected {dims[level]} elements in dimension {level} of shape {shape}, got {len(items)}",
+                          tok, len(tok))
+        for item in items:
+            _check_array_literal(item, shape, level + 1, tok)
+        return
+    _check_scalar(lit, shape.element_type, tok)
+
+
+# Largest finite value and the width of the last step below infinity (values at or past the midpoint
+# round to infinity, which XLA's parser rejects as out of range), and the mantissa bits that bound a NaN
+# payload (None: the type has no NaN payloads).
+_FLOAT_LIMITS: dict[str, tuple[float, float, int | None]] = {
+    "f16": (65504.0, 32.0, 10),
+    "bf16": ((2 - 2**-7) * 2.0**127, 2.0**120, 7),
+    "f32": ((2 - 2**-23) * 2.0**127, 2.0**104, 23),
+    "f64": (1.7976931348623157e308, 0.0, 52),
+}
+_NO_NAN_PAYLOAD = frozenset({"f8e4m3fn", "f8e4m3b11fnuz", "f8e4m3fnuz", "f8e5m2fnuz", "f8e8m0fnu", "f4e2m1fn"})
+_NAN_RE = re.compile(r"-?nan(?:\(0x([0-9a-fA-F]+)\))?$")
+
+
+def _check_scalar(lit: tuple, etype: str, tok: Any) -> None:
+    text, kind, value = lit
+    if etype in ("c64", "c128"):
+        part = "f32" if etype == "c64" else "f64"
+        if kind == "p" and len(value) == 2 and all(v[1] == "s" for v in value):
+            for v in value:
+                _check_scalar(v, part, tok)
+            return
+        if kind == "s":
+            _check_scalar(lit, part, tok)
+            return
+        raise _syntax(f"expected a complex value like `(1, 2)`, got `{text[:30]}`", tok, len(tok))
+    if kind != "s":
+        raise _syntax(f"expected a scalar {etype} value, got `{text[:30]}`", tok, len(tok))
+    if etype == "pred":  # XLA takes true, false or an integer (non-zero is true)
+        if text not in ("true", "false") and not re.fullmatch(r"-?\d+", text):
+            raise _syntax(f"expected a pred value (true, false or an integer), got `{text}`", value)
+        return
+    if text in ("true", "false"):
+        raise _syntax(f"expected a number for {etype}, got `{text}`", value)
+    if etype in _INT_TYPES:
+        if not re.fullmatch(r"-?\d+", text):
+            raise _syntax(f"expected an integer for {etype}, got `{text}`", value)
+        bits = ELEMENT_BITS[etype]
+        v = int(text)
+        if etype[0] == "s":
+            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        elif etype == "u64":  # XLA reads u64 through int64 and reinterprets: -1 is accepted
+            lo, hi = -(1 << 63), (1 << 64) - 1
+        else:
+            lo, hi = 0, (1 << bits) - 1
+        if not lo <= v <= hi:
+            raise _syntax(f"{text} is out of range for {etype} [{lo}, {hi}]", value)
+        return
+    nan = _NAN_RE.match(text)
+    if nan:
+        if nan.group(1) is not None:
+            payload = int(nan.group(1), 16)
+            bits = _FLOAT_LIMITS.get(etype, (0, 0, None))[2]
+            if etype in _NO_NAN_PAYLOAD or (bits is not None and payload >= (1 << bits)) or payload == 0:
+                raise _syntax(f"NaN payload 0x{nan.group(1)} does not fit {etype}", value)
+        return
+    if text.lstrip("-") == "inf":
+        return
+    limits = _FLOAT_LIMITS.get(etype)
+    if limits is not None:
+        top, step, _ = limits
+        v = abs(float(text))
+        if v == float("inf") or (step and v >= top + step / 2) or (not step and v > top):
+            raise _syntax(f"{text} is out of range for {etype} (largest finite value {top:g})", value)
+
+
+
+# ---------------------------------------------------------------------------------------------- module
+
+def check_computations(comps: list[Computation]) -> Computation | None:
+    """Module-level checks: unique computation names, at most one ENTRY, every called computation defined.
+
+    Returns:
+      The ENTRY computation, or None when none is marked.
+
+    Raises:
+      HloSemanticError: at the offending computation or attribute.
+    """
+    seen: dict[str, Computation] = {}
+    entry = None
+    async_calls: dict[str, Instruction] = {}  # wrapped computation -> its async-start
+    for c in comps:
+        if c.name in seen:
+            raise HloSemanticError(f"computation name {c.name!r} is already defined at line {seen[c.name].position}",
+                                   line=c.position.line, column=c.position.column)
+        if c.is_entry:
+            if entry is not None:
+                raise HloSemanticError(f"two ENTRY computations: {entry.name!r} and {c.name!r}",
+                                       line=c.position.line, column=c.position.column)
+            entry = c
+        chains: dict[str, tuple[str, str | None, str]] | None = None
+        for inst in c.instructions:
+            op = inst.opcode
+            if op not in OPCODES or op in _ASYNC_GENERIC:
+                chains = {} if chains is None else chains
+                _check_async(inst, c, seen, chains, async_calls)
+            for callee in attributes.called_computations(inst):
+                if callee not in seen:  # XLA resolves calls as it reads: the callee must come first
+                    where = ("defined after its caller; XLA needs it before" if any(x.name == callee for x in comps)
+                             else "not defined")
+                    a = _call_attr(inst, callee)
+                    raise HloSemanticError(f"{inst.name!r} calls computation {callee!r}, which is {where}",
+                                           line=a.line, column=a.column)
+        seen[c.name] = c
+    return entry
+
+_LAYOUT_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
+
+
+_SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
+_ALIAS_ITEM = re.compile(r"\s*" + _SHAPE_INDEX + r"\s*:\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX
+                         + r"\s*(?:,\s*(?:must-alias|may-alias)\s*)?\)\s*")
+_DONOR_ITEM = re.compile(r"\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*\)\s*")
+
+
+def _check_items(a: Attribute, item: re.Pattern, example: str) -> None:
+    body = a.raw.strip()
+    ok = body.startswith("{") and body.endswith("}")
+    if ok:
+        inner = body[1:-1].strip()
+        if inner:
+            from analyzer.hlo.attributes import split_top
+
+            try:
+                ok = all(item.fullmatch(x) for x in split_top(inner))
+            except ValueError:
+                ok = False
+    if not ok:
+        raise HloSyntaxError(f"expected {a.key} like {example}", line=a.position.line if a.position else None,
+                             column=a.position.column if a.position else None)
+
+
+def check_module_attribute(a: Attribute) -> None:
+    """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
+    if a.key not in MODULE_ATTRIBUTES:
+        return  # an unknown key: the parser reports it (or, when lenient, notes it) once the module is built
+    if a.key in ("allow_spmd_sharding_propagation_to_output", "allow_spmd_sharding_propagation_to_parameters"):
+        try:
+            attributes.parse_bool_list(a.raw)
+        except ValueError as e:
+            raise HloSyntaxError(f"bad {a.key}=: {e}", **_at(a.position)) from None
+        return
+    if a.key == "input_output_alias":
+        _check_items(a, _ALIAS_ITEM, "`{ {0}: (0, {}, may-alias), {1}: (1, {0}) }`")
+        return
+    if a.key == "buffer_donor":
+        _check_items(a, _DONOR_ITEM, "`{ (0, {0}), (1, {}) }`")
+        return
+    if a.key != "entry_computation_layout":
+        return
+    body = a.raw.strip()
+    if not (body.startswith("{") and body.endswith("}") and "->" in body):
+        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+                             line=a.position.line if a.position else None,
+                             column=a.position.column if a.position else None)
+    for m in _LAYOUT_SHAPE.finditer(body):
+        try:
+            decode_array_shape(m.group())
+        except ValueError as e:
+            raise HloSyntaxError(f"entry_computation_layout: {e}", line=a.position.line if a.position else None,
+                                 column=(a.position.column + m.start()) if a.position else None) from None
+    bad = _program_layout_error(body)
+    if bad is not None:
+        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+                             line=a.position.line if a.position else None,
+                             column=(a.position.column + bad) if a.position else None)
+
+
+# The tokens of `{(f32[2]{0}, (s32[], f32[])) -> f32[2]{0}}`: spaces and comments between any two.
+_LAYOUT_TOKEN = re.compile(r"\s+|/\*(?:[^*]|\*(?!/))*\*/|(->|[(){},]|[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?)")
+
+
+def _program_layout_error(body: str) -> int | None:
+    """Where (0-based offset) `body` stops being `{(shape, ...)->shape}`, or None when it is one."""
+    toks: list[tuple[str, int]] = []
+    pos = 0
+    while pos < len(body):
+        m = _LAYOUT_TOKEN.match(body, pos)
+        if m is None:
+            return pos
+        if m.group(1):
+            toks.append((m.group(1), pos))
+        pos = m.end()
+    toks.append(("", len(body)))
+    k = 0
+
+    def expect(t: str) -> None:
+        nonlocal k
+        if toks[k][0] != t:
+            raise IndexError(toks[k][1])
+        k += 1
+
+    def shape() -> None:
+        nonlocal k
+        t = toks[k][0]
+        if t == "(":
+            k += 1
+            if toks[k][0] == ")":
+                k += 1
+                return
+            shape()
+            while toks[k][0] == ",":
+                k += 1
+                shape()
+            expect(")")
+        elif t[:1].isalpha():
+            k += 1
+        else:
+            raise IndexError(toks[k][1])
+
+    try:
+        expect("{")
+        if toks[k][0] != "(":
+            raise IndexError(toks[k][1])
+        shape()
+        expect("->")
+        shape()
+        expect("}")
+        expect("")
+    except IndexError as e:
+        return e.args[0]
+    return None
+
+
+_ASYNC_GENERIC = frozenset({"async-start", "async-update", "async-done"})
+
+
+def _async_shape(shape: Shape | None) -> bool:
+    """XLA's form of an async op's shape: `((operands...), outputs, state...)`."""
+    return (shape is not None and shape.is_tuple and len(shape.tuple_shapes) >= 2
+            and shape.tuple_shapes[0].is_tuple)
+
+
+def _same_layout_shape(a: Shape, b: Shape) -> bool:
+    """XLA's `ShapeUtil::Equal`: `compatible` and the same layouts (a shape written without one has the default,
+    minor-to-major descending)."""
+    if a.is_tuple or b.is_tuple or a.is_buffer or b.is_buffer:
+        return (a.element_type == b.element_type and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(_same_layout_shape(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
+    if not compatible(a, b):
+        return False
+    default = tuple(reversed(range(a.rank)))
+    la, lb = a.layout, b.layout
+    return ((la.minor_to_major if la else default) == (lb.minor_to_major if lb else default)
+            and (la.tiles if la else ()) == (lb.tiles if lb else ())
+            and (la.memory_space if la else None) == (lb.memory_space if lb else None))
+
+
+def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computation],
+                 chains: dict[str, tuple[str, str | None, str]], async_calls: dict[str, Instruction]) -> None:
+    """The structure XLA's parser requires of async ops (`async-start/-update/-done` and the `<op>-start` sugar):
+    start and update shaped `((operands), outputs, state)`; update and done take one operand, the previous op
+    of the chain; the wrapped opcode, the wrapped computation and the execution thread stay those of the start;
+    a computation is wrapped by one async-start only.
+
+    `chains` maps each async op of `comp` to (wrapped opcode, wrapped computation or None, execution thread).
+    """
+    op = inst.opcode
+    if op in _ASYNC_GENERIC:
+        phase, wrapped = op[6:], None
+    else:
+        if not is_known_opcode(op):
+            return  # an opcode this XLA does not know (kept by a lenient parse)
+        base = base_opcode(op)
+        phase, wrapped = op[len(base) + 1:], base
+    where = _at(inst.position)
+    thread_attr = inst.attr("async_execution_thread")
+    thread = attributes.unquote(thread_attr) if thread_attr is not None else None
+    calls = inst.attr("calls")
+    calls = calls.lstrip("%") if calls is not None else None
+    if phase in ("update", "done"):
+        if len(inst.operands) != 1 or not _async_shape(inst.operands[0].shape):
+            raise HloSemanticError(f"`{op}` {inst.name!r} needs a single operand shaped ((async-operands), "
+                                   "async-outputs, state): the async-start or async-update before it", **where)
+    if phase in ("start", "update") and not _async_shape(inst.shape):
+        raise HloSemanticError(f"`{op}` {inst.name!r} must have a shape like ((async-operands), async-outputs, "
+                               f"state), got {inst.shape}", **where)
+    if phase == "update" and not _same_layout_shape(inst.shape, inst.operands[0].shape):
+        raise HloSemanticError(f"`{op}` {inst.name!r} must have its operand's shape {inst.operands[0].shape}, got "
+                               f"{inst.shape}", **where)
+    if phase == "start":
+        if wrapped is None:
+            callee = comps.get(calls) if calls is not None else None
+            wrapped = callee.root.opcode if callee is not None else "?"
+            if calls is not None:
+                first = async_calls.get(calls)
+                if first is not None:
+                    raise HloSemanticError(f"computation {calls!r} is already wrapped by async-start {first.name!r}",
+                                           **where)
+                async_calls[calls] = inst
+        chains[inst.name] = (wrapped, calls, thread or "main")
+        return
+    prev = chains.get(inst.operands[0].name)
+    if prev is None:
+        raise HloSemanticError(f"the operand of `{op}` {inst.name!r} must be the previous async op of its chain "
+                               f"(an async-start or async-update), got {inst.operands[0].name!r}", **where)
+    p_wrapped, p_calls, p_thread = prev
+    if wrapped is not None and wrapped != p_wrapped:
+        raise HloSemanticError(f"`{op}` {inst.name!r} continues an async `{p_wrapped}`, not `{wrapped}`", **where)
+    if thread is not None and thread != p_thread:
+        raise HloSemanticError(f"async_execution_thread of {inst.name!r} is {thread!r}, but its async-start runs on "
+                               f"{p_thread!r}", **where)
+    if calls is not None and calls != p_calls:
+        raise HloSemanticError(f"{inst.name!r} calls {calls!r}, but its async-start wraps {p_calls!r}", **where)
+    chains[inst.name] = prev
+
+
+def _call_attr(inst: Instruction, callee: str) -> Position:
+    for a in inst.attributes:
+        if callee in a.raw and a.position is not None:
+            return a.position
+    return inst.position or Position(1, 1)
+
