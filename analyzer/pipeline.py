@@ -154,13 +154,26 @@ def analyze_hlo(
         path = str(p)
     else:
         text = str(text_or_path)
-    module = parse_hlo(text, path=path)
+    # Dumps may come from another XLA version: opcodes and attributes this one does not know are kept raw
+    # (lenient parse) and listed in the notes, rather than refusing the whole dump.
+    module = parse_hlo(text, path=path, lenient=True)
+    notes.extend(_lenient_notes(module))
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
                "hlo_path": path}
     return build_report(module, mesh=info, hardware=hardware, topology=topology, device_coords=None,
                         target="dump", notes=notes, memory=None, name=module.name, context=context, config=config,
                         model=model)
+
+
+def _lenient_notes(module: HloModule, shown: int = 5) -> list[str]:
+    """One note for what a lenient parse kept raw (unknown opcodes or attributes), naming the first few."""
+    kept = list(dict.fromkeys(module.notes))
+    if not kept:
+        return []
+    more = f" and {len(kept) - shown} more" if len(kept) > shown else ""
+    return [f"Read with the lenient parser: {len(kept)} construct(s) this XLA version does not know were kept "
+            f"raw and not analysed ({'; '.join(kept[:shown])}{more})."]
 
 
 def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology: str | None = None,

@@ -54,3 +54,15 @@ def test_count_from_source_target_pairs(pairs, expected):
     module = parse_hlo("HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n"
                        f"  ROOT c = f32[4] collective-permute(p), channel_id=1, source_target_pairs={pairs}\n}}\n")
     assert device_count(module).devices == expected
+
+
+def test_dump_from_another_xla_version_is_read_leniently():
+    """An attribute this XLA does not know is an error for parse_hlo, but a dump is read with a note."""
+    from analyzer.errors import HloSyntaxError
+
+    text = FIXTURE.read_text().replace("channel_id=1,", "channel_id=1, frobnicate=3,", 1)
+    with pytest.raises(HloSyntaxError):
+        parse_hlo(text)
+    report = analyze_hlo(text, mesh="data=4,model=2")
+    notes = [n for n in report.notes if n.startswith("Read with the lenient parser")]
+    assert len(notes) == 1 and "1 construct(s)" in notes[0] and "frobnicate" in notes[0]
