@@ -1,27 +1,34 @@
-"""`hlo-analyzer sweep CONFIG.toml`: compile candidate plans (mesh shape x strategy) and rank them."""
+"""`hlo-analyzer sweep CONFIG.toml`: compile candidate plans (mesh shape x strategy x template sizes) and rank
+them, on this machine's processes or as Ray tasks."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 DESCRIPTION = """\
 Compile the config's training step for every combination of mesh shape and strategy, predict each one's
 step time and per-device memory on the hardware, and rank them: plans that fit in HBM first, then by
 predicted step time = compute + communication (no overlap assumed; the perfect-overlap time
 max(compute, communication) is shown too). Candidates compile in parallel worker processes, one per core
-while memory allows.
+while memory allows, or with --executor ray as Ray tasks (one compile per task) on a Ray cluster.
 
 Mesh shapes give one size per axis of the config's [mesh], in order, and must all use the same number of
-devices. Defaults come from the config's [sweep] table, else its own mesh and strategy.
+devices. For the built-in template, batch sizes, remat policies and microbatches are further dimensions of
+the search. Defaults come from the config's [sweep] table, else its own mesh, strategy and sizes.
+The ranking does not depend on where the plans compiled.
 
-exit status: 0 ranking written, 2 bad usage, a bad config, or no candidate could be analysed."""
+exit status: 0 ranking written, 2 bad usage, a bad config, Ray missing for --executor ray, or no candidate
+could be analysed."""
 
 EPILOG = """\
 examples:
   hlo-analyzer sweep examples/configs/fsdp-tp-v5e-8.toml --mesh-shapes 8x1,4x2,2x4 --strategies fsdp,tp,fsdp+tp
   hlo-analyzer sweep examples/configs/fsdp-tp-v5e-8.toml -o ranking.html      # uses the config's [sweep]
   hlo-analyzer sweep examples/configs/fsdp-v5e-8.toml --strategies dp,fsdp --hardware tpu-v5p --jobs 1
+  hlo-analyzer sweep examples/configs/fsdp-tp-v5e-8.toml --strategies fsdp --remat none,full --microbatches 1,2
+  hlo-analyzer sweep examples/configs/fsdp-tp-v5e-8.toml --executor ray:ray://head:10001 --ray-memory 8GiB
 """
 
 
@@ -62,6 +69,62 @@ def _jobs(text: str) -> int:
     return n
 
 
+def _positive_ints(text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        values = [int(t) for t in items]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"give positive integers separated by commas, e.g. 16,32; got {text!r}")
+    return values
+
+
+def _remat(text: str) -> list[str]:
+    from analyzer.compile.models import REMAT_POLICIES
+    from analyzer.errors import valid_choices
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    for s in items:
+        if s not in REMAT_POLICIES:
+            raise argparse.ArgumentTypeError(f"unknown remat policy {s!r}; " + valid_choices(s, REMAT_POLICIES,
+                                                                                             what="remat policies"))
+    if not items:
+        raise argparse.ArgumentTypeError("give remat policies separated by commas, e.g. none,full")
+    return items
+
+
+def _executor(text: str) -> str:
+    from analyzer.errors import ConfigError
+    from analyzer.workflows.executors import parse_executor
+
+    try:
+        parse_executor(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    return text.strip()
+
+
+def _cpus(text: str) -> float:
+    try:
+        n = float(text)
+    except ValueError:
+        n = 0.0
+    if not n > 0:
+        raise argparse.ArgumentTypeError(f"--ray-cpus must be a positive number, got {text!r}")
+    return n
+
+
+def _memory(text: str) -> int:
+    from analyzer.errors import ConfigError
+    from analyzer.workflows.executors import parse_memory
+
+    try:
+        return parse_memory(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sweep", help="rank candidate meshes and strategies by predicted step time",
                               description=DESCRIPTION, epilog=EPILOG)
@@ -76,6 +139,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", metavar="SLICE", help="lay the mesh on this slice instead of the config's")
     p.add_argument("--jobs", type=_jobs, metavar="N", help="candidates compiled at once (default: one per core "
                    "while memory allows)")
+    p.add_argument("--batch-sizes", type=_positive_ints, metavar="N,...", help="template batch sizes to try "
+                   "(default: [sweep] batch-sizes, else the config's batch)")
+    p.add_argument("--remat", type=_remat, metavar="P,...", help="template remat policies to try: none, full, "
+                   "dots (default: [sweep] remat, else the config's)")
+    p.add_argument("--microbatches", type=_positive_ints, metavar="N,...", help="template gradient-accumulation "
+                   "microbatches to try (default: [sweep] microbatches, else the config's)")
+    p.add_argument("--executor", type=_executor, metavar="local|ray[:ADDRESS]", help="where the plans compile: "
+                   "local worker processes (default), or Ray tasks on a cluster (ray: RAY_ADDRESS, a running local "
+                   "cluster, else a new local one; ray:ADDRESS such as ray://head:10001). Default: [sweep] executor")
+    p.add_argument("--ray-cpus", type=_cpus, metavar="N", help="CPUs one compile asks Ray for (default 1)")
+    p.add_argument("--ray-memory", type=_memory, metavar="SIZE", help="memory one compile asks Ray for, e.g. "
+                   "8GiB (default 2GiB)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -94,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         format_for_path(args.output)
     config = load_report_config(args.config)
-    cands = candidates(config, args.mesh_shapes or (), args.strategies or ())
+    cands = candidates(config, args.mesh_shapes or (), args.strategies or (), batch_sizes=args.batch_sizes or (),
+                       remat=args.remat or (), microbatches=args.microbatches or ())
+    executor = _make_executor(args, config)  # Ray missing: stops here, before any compile
     jobs = args.jobs or default_jobs(len(cands))
     err = Console(file=sys.stderr)
     out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
@@ -102,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
                         TextColumn("{task.description}"), console=err, transient=True,
                         disable=args.no_progress)
     with progress:
-        task = progress.add_task(f"compiling {len(cands)} plans, {jobs} at a time", total=len(cands))
+        where = executor.describe() if executor is not None else f"{jobs} at a time"
+        task = progress.add_task(f"compiling {len(cands)} plans, {where}", total=len(cands))
 
         def done(cand, entry):
             shown = "x".join(map(str, cand.mesh_shape))
@@ -110,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
             progress.console.print(f"  {cand.strategy or 'entry'} @ {shown}: {status}", highlight=False)
             progress.advance(task)
 
-        result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done)
+        result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done,
+                           executor=executor)
     out.print(sweep_table(result))
     if result.none_fit:
         out.print("[bold red]No candidate fits in HBM[/]: the ranking is by step time alone. Shard more (fsdp), "
@@ -128,3 +207,26 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"wrote {path}: ranking of {len(result.entries)} plans and the report of the best, {best.label}",
                   highlight=False)
     return 0
+
+
+def _make_executor(args: argparse.Namespace, config: Any) -> Any:
+    """The executor the options and the config's [sweep] ask for; None: local worker processes.
+
+    Raises:
+      RayMissingError: Ray is asked for and not installed (exit 2, with the install command).
+    """
+    from analyzer.workflows.executors import RayExecutor, import_ray, parse_executor
+
+    spec = parse_executor(args.executor or config.sweep_executor or "local")
+    ray_options = args.ray_cpus is not None or args.ray_memory is not None
+    if spec.kind == "local":
+        if ray_options:
+            from analyzer.errors import ConfigError
+
+            raise ConfigError("--ray-cpus and --ray-memory apply to --executor ray; this sweep runs on local "
+                              "worker processes (size those with --jobs)", path="command line")
+        return None
+    import_ray()
+    cpus = args.ray_cpus or config.sweep_ray_cpus or 1
+    memory = args.ray_memory or config.sweep_ray_memory or (2 << 30)
+    return RayExecutor(address=spec.address, cpus=cpus, memory_bytes=memory)

@@ -53,11 +53,16 @@ def _config_error(message: str, where: str = "TransformerConfig") -> ConfigError
     """A ConfigError that names the input (`TransformerConfig` or the strategy argument) as its place."""
     return ConfigError(message, path=where)
 
-__all__ = ["STRATEGIES", "OPTIMIZERS", "TransformerConfig", "Roles", "roles", "build", "param_specs"]
+__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "TransformerConfig", "Roles", "roles", "build", "param_specs"]
 
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "bfloat16", "float16")
+# Rematerialisation policies of a block (what the backward pass keeps from the forward pass):
+# "none" keeps every activation; "full" keeps only the block's input and recomputes the rest
+# (jax.checkpoint with nothing saveable); "dots" keeps the matmul outputs and recomputes the
+# elementwise work between them (jax.checkpoint_policies.checkpoint_dots).
+REMAT_POLICIES = ("none", "full", "dots")
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,9 @@ class TransformerConfig:
       norm: RMSNorm before each sub-block. With D sharded (fsdp+tp) a norm costs a small AllReduce of the
         per-token sums; `attention=False, norm=False` is the chapter's bare block In · W_in · W_out.
       learning_rate: step size of the update.
+      remat: what the backward pass keeps of each block's forward pass: one of `REMAT_POLICIES`.
+      microbatches: gradient accumulation: the step runs forward and backward on `batch // microbatches`
+        sequences at a time (a `lax.scan`), sums the gradients, then updates once; `batch` must be a multiple.
     """
 
     d_model: int = 256
@@ -96,6 +104,8 @@ class TransformerConfig:
     attention: bool = True
     norm: bool = True
     learning_rate: float = 1e-3
+    remat: str = "none"
+    microbatches: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -115,6 +125,11 @@ class TransformerConfig:
                               f"kv_heads={self.kv_heads}")
         if not self.capacity_factor > 0:
             raise _config_error(f"capacity_factor must be positive, got {self.capacity_factor!r}")
+        if self.remat not in REMAT_POLICIES:
+            raise _config_error(f"remat {self.remat!r}: " + valid_choices(str(self.remat), REMAT_POLICIES,
+                                                                            what="remat policies"))
+        if self.batch % self.microbatches:
+            raise _config_error(f"batch={self.batch} is not a multiple of microbatches={self.microbatches}")
 
     @property
     def head_dim(self) -> int:
@@ -326,6 +341,47 @@ def _moe(x: Any, p: dict[str, Any], c: TransformerConfig, r: Roles, groups: int)
     return out.reshape(B, S, D)
 
 
+def _remat(block: Callable[..., Any], policy: str) -> Callable[..., Any]:
+    """The block under a rematerialisation policy (`REMAT_POLICIES`)."""
+    import jax
+
+    if policy == "full":
+        return jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)
+    if policy == "dots":
+        return jax.checkpoint(block, policy=jax.checkpoint_policies.checkpoint_dots)
+    return block
+
+
+def _accumulate(grad_fn: Callable[..., Any], params: Any, batch: tuple[Any, Any], microbatches: int,
+                act: Any) -> tuple[Any, Any]:
+    """`grad_fn(params, x, y)` over the batch in `microbatches` pieces, run one after another (`lax.scan`):
+    the mean of the losses and of the gradients, which equals one pass over the whole batch. Each piece
+    keeps the batch's sharding (`act`), so every data shard works on its share of every microbatch."""
+    import jax
+    import jax.numpy as jnp
+
+    if microbatches == 1:
+        return grad_fn(params, *batch)
+    x, y = batch
+
+    def split(a: Any) -> Any:
+        # [B, S, D] -> [M, B/M, S, D] with microbatch m = rows m, m+M, m+2M, ...: each data shard's block of
+        # rows holds its share of every microbatch, so splitting moves no data between devices.
+        return jnp.swapaxes(a.reshape(a.shape[0] // microbatches, microbatches, *a.shape[1:]), 0, 1)
+
+    def body(carry: tuple[Any, Any], xy: tuple[Any, Any]) -> tuple[tuple[Any, Any], None]:
+        loss_sum, grad_sum = carry
+        mx, my = (jax.lax.with_sharding_constraint(v, act) for v in xy)
+        loss, grads = grad_fn(params, mx, my)
+        grad_sum = jax.tree.map(lambda s, g: s + g.astype(jnp.float32), grad_sum, grads)
+        return (loss_sum + loss, grad_sum), None
+
+    zeros = jax.tree.map(lambda w: jnp.zeros(w.shape, jnp.float32), params)
+    (loss_sum, grad_sum), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (split(x), split(y)))
+    grads = jax.tree.map(lambda g, w: (g / microbatches).astype(w.dtype), grad_sum, params)
+    return loss_sum / microbatches, grads
+
+
 def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, int],
                shardings: tuple[Any, Any, Any]) -> Callable[..., Any]:
     """The training step `(params, opt_state, batch) -> (params, opt_state, loss)`, jitted."""
@@ -346,6 +402,8 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
         x = jax.lax.with_sharding_constraint(x, act)
         return x, None
 
+    block = _remat(block, c.remat)
+
     def loss_fn(params: dict[str, Any], x: Any, y: Any) -> Any:
         x = jax.lax.with_sharding_constraint(x, act)
         out, _ = jax.lax.scan(block, x, params)
@@ -362,7 +420,7 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
         explicit = tuple(n for n, t in zip(context.axis_names, context.axis_types) if t == AxisType.Explicit)
         if explicit:
             grad_fn = jax.sharding.auto_axes(grad_fn, axes=explicit, out_sharding=(P(), param_specs_tree))
-        loss, grads = grad_fn(params, *batch)
+        loss, grads = _accumulate(grad_fn, params, batch, c.microbatches, act)
         lr = c.learning_rate
         if c.optimizer == "sgd":
             new_params = jax.tree.map(lambda w, g: w - (lr * g).astype(w.dtype), params, grads)
@@ -441,10 +499,16 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     x_shape = (c.batch, c.seq, c.d_model)
     _check_divides(x_shape, act, sizes, f"{strategy}: activations [batch, seq, d_model]",
                    "choose batch (and d_model) divisible by the mesh axes")
+    if c.microbatches > 1:
+        _check_divides((c.batch // c.microbatches, c.seq, c.d_model), act, sizes,
+                       f"{strategy}: a microbatch [batch/microbatches, seq, d_model]",
+                       "choose batch / microbatches divisible by the data axes")
     if strategy == "ep":
         groups = math.prod(sizes[a] for a in r.data) if r.data else 1
-        if (c.batch * c.seq) % groups:
-            raise ShardingError(f"ep: batch*seq={c.batch * c.seq} tokens do not split into {groups} groups")
+        tokens = c.batch // c.microbatches * c.seq
+        if tokens % groups:
+            raise ShardingError(f"ep: {tokens} tokens per microbatch (batch/microbatches*seq) do not split into "
+                                f"{groups} groups")
     x = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
     y = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
     param_sh = {k: v.sharding for k, v in params.items()}

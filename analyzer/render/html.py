@@ -212,7 +212,7 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
     rows = []
     for e in sweep.entries:
         rows.append({
-            "rank": e.rank, "strategy": e.strategy, "mesh": e.mesh, "ok": e.ok, "error": e.error or "",
+            "rank": e.rank, "strategy": e.plan, "mesh": e.mesh, "ok": e.ok, "error": e.error or "",
             "step": format_seconds(e.step_seconds) if e.ok else "",
             "overlap": format_seconds(e.overlap_step_seconds) if e.ok else "",
             "comm": format_seconds(e.comm_seconds) if e.ok else "",

@@ -93,11 +93,11 @@ def sweep_section(sweep: SweepResult) -> str:
     rows = []
     for e in sweep.entries:
         if not e.ok:
-            rows.append([e.rank, e.strategy, e.mesh, "failed", "", "", "", "", "", "", e.error or ""])
+            rows.append([e.rank, e.plan, e.mesh, "failed", "", "", "", "", "", "", e.error or ""])
             continue
         fits = {True: "yes", False: "**no**", None: "?"}[e.fits]
         note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
-        rows.append([e.rank, e.strategy, e.mesh, format_seconds(e.step_seconds), format_seconds(e.overlap_step_seconds),
+        rows.append([e.rank, e.plan, e.mesh, format_seconds(e.step_seconds), format_seconds(e.overlap_step_seconds),
                      format_seconds(e.comm_seconds), format_seconds(e.compute_seconds),
                      format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—", fits, e.findings, note])
     body = table(["#", "strategy", "mesh", "step", "step (overlapped)", "comm", "compute", "memory/device", "fits",

@@ -180,14 +180,14 @@ def sweep_table(sweep: SweepResult):
     table.add_column("note", overflow="fold")
     for e in sweep.entries:
         if not e.ok:
-            table.add_row(str(e.rank), e.strategy, e.mesh, "[red]failed[/]", "", "", "", "", "", "", _escape(e.error or ""))
+            table.add_row(str(e.rank), _escape(e.plan), e.mesh, "[red]failed[/]", "", "", "", "", "", "", _escape(e.error or ""))
             continue
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "?"}[e.fits]
         mem = format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—"
         style = "bold" if e.rank == 1 else ""
         note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
         findings = f"{e.findings}" + (f" ({e.errors} error{'s' if e.errors != 1 else ''})" if e.errors else "")
-        table.add_row(str(e.rank), e.strategy, e.mesh, format_seconds(e.step_seconds),
+        table.add_row(str(e.rank), _escape(e.plan), e.mesh, format_seconds(e.step_seconds),
                       format_seconds(e.overlap_step_seconds), format_seconds(e.comm_seconds),
                       format_seconds(e.compute_seconds), mem, fits, findings, _escape(note), style=style)
     return table

@@ -28,6 +28,8 @@ rules to apply. The program is either the user's own entry point or the built-in
     optimizer = "adam"                   # sgd | adam
     # experts = 8                        # ep only; also capacity_factor
     # attention = true
+    # remat = "full"                     # none | full | dots: what backward keeps of each block
+    # microbatches = 4                   # gradient accumulation; divides batch
 
     [rules]                              # as [tool.hlo-analyzer] in pyproject.toml
     select = ["HA"]
@@ -40,6 +42,11 @@ rules to apply. The program is either the user's own entry point or the built-in
     [sweep]                              # defaults for `hlo-analyzer sweep`
     mesh-shapes = ["8x1", "4x2", "2x4"]
     strategies = ["fsdp", "tp", "fsdp+tp"]
+    # batch-sizes = [16, 32]             # template dimensions, crossed with the above
+    # remat = ["none", "full"]           # none | full | dots
+    # microbatches = [1, 4]
+    # executor = "ray"                   # local (default) | ray; ray-address = "ray://head:10001"
+    # ray-cpus = 1                       # per compile (Ray task); ray-memory = "2GiB"
 
 Every key is checked: an unknown key or a bad value is an `analyzer.errors.ConfigError` that names the key,
 the file and its line, and lists the valid keys. Keys may be written kebab-case or snake_case.
@@ -93,17 +100,19 @@ TOP_KEYS: Mapping[str, str] = MappingProxyType({
     "model": "table of the built-in transformer's sizes",
     "rules": "table: select, ignore, per-rule options",
     "budgets": "table: comm-seconds-per-step, comm-compute-ratio",
-    "sweep": "table: mesh-shapes, strategies",
+    "sweep": "table: mesh-shapes, strategies, batch-sizes, remat, microbatches, executor, ray-address, ray-cpus, "
+             "ray-memory",
 })
 
 # [model] keys -> expected Python type(s).
 MODEL_KEYS: Mapping[str, tuple[type, ...]] = MappingProxyType({
     "d_model": (int,), "d_ff": (int,), "heads": (int,), "kv_heads": (int,), "layers": (int,), "seq": (int,),
     "batch": (int,), "dtype": (str,), "optimizer": (str,), "experts": (int,), "capacity_factor": (int, float),
-    "attention": (bool,), "learning_rate": (int, float),
+    "attention": (bool,), "learning_rate": (int, float), "remat": (str,), "microbatches": (int,),
 })
 _RULES_KEYS = ("select", "ignore")
-_SWEEP_KEYS = ("mesh_shapes", "strategies")
+_SWEEP_KEYS = ("mesh_shapes", "strategies", "batch_sizes", "remat", "microbatches", "executor", "ray_address",
+               "ray_cpus", "ray_memory")
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,9 @@ class ReportConfig:
       data_axes, model_axis: the template's axis roles (None: its defaults).
       rules_table: the `[rules]` and `[budgets]` tables in `[tool.hlo-analyzer]` form, for `rules_config`.
       sweep_mesh_shapes, sweep_strategies: defaults for `hlo-analyzer sweep`.
+      sweep_batch_sizes, sweep_remat, sweep_microbatches: template dimensions for `hlo-analyzer sweep`.
+      sweep_executor: `local`, `ray` or `ray:ADDRESS` (None: local).
+      sweep_ray_cpus, sweep_ray_memory: CPUs and bytes of memory one compile asks Ray for (None: defaults).
     """
 
     mesh: Mapping[str, int]
@@ -137,6 +149,12 @@ class ReportConfig:
     rules_table: Mapping[str, Any] = field(default_factory=dict)
     sweep_mesh_shapes: tuple[tuple[int, ...], ...] = ()
     sweep_strategies: tuple[str, ...] = ()
+    sweep_batch_sizes: tuple[int, ...] = ()
+    sweep_remat: tuple[str, ...] = ()
+    sweep_microbatches: tuple[int, ...] = ()
+    sweep_executor: str | None = None
+    sweep_ray_cpus: float | None = None
+    sweep_ray_memory: int | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         """Pickle as plain data (sweeps send configs to worker processes; mapping proxies do not pickle)."""
@@ -179,6 +197,25 @@ class ReportConfig:
             _check_strategy(strategy, self.path)
         return replace(self, mesh=MappingProxyType(mesh), strategy=strategy or self.strategy,
                        name="" if (mesh_shape is not None or strategy is not None) else self.name)
+
+    def with_template(self, **sizes: Any) -> ReportConfig:
+        """The same config with some of the template's [model] values replaced (None values are ignored):
+        a sweep's batch size, remat policy or microbatches. They are checked when the program is built.
+
+        Raises:
+          ConfigError: the config names an entry point, whose sizes are its own.
+
+        Example:
+          >>> cfg.with_template(batch=32, remat="full").model["remat"]
+          'full'
+        """
+        given = {k: v for k, v in sizes.items() if v is not None}
+        if not given:
+            return self
+        if self.entry is not None:
+            raise ConfigError(f"{', '.join(given)} apply to the built-in [model] template; this config names an entry "
+                              f"point ({self.entry}), whose sizes are its own", path=self.path)
+        return replace(self, model=MappingProxyType({**self.model, **given}), name="")
 
     def transformer_config(self) -> Any:
         """The template's `analyzer.compile.models.TransformerConfig` (only for configs with [model])."""
@@ -428,8 +465,7 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
         elif key == "model":
             kwargs["model"] = MappingProxyType(_model(value, c))
         elif key == "sweep":
-            shapes, strategies = _sweep(value, c)
-            kwargs["sweep_mesh_shapes"], kwargs["sweep_strategies"] = shapes, strategies
+            kwargs.update(_sweep(value, c))
     if "mesh" not in kwargs:
         raise c.error("missing [mesh]: say the mesh axes and their sizes, e.g.\n[mesh]\ndata = 4\nmodel = 2")
     rules_table = _rules(data.get("rules", {}), data.get("budgets", {}), c)
@@ -501,27 +537,72 @@ def _check_roles(config: ReportConfig, c: _Checker) -> None:
                       + valid_choices(config.model_axis, axes, what="mesh axes"), "model_axis")
 
 
-def _sweep(table: Mapping[str, Any], c: _Checker) -> tuple[tuple[tuple[int, ...], ...], tuple[str, ...]]:
-    shapes: tuple[tuple[int, ...], ...] = ()
-    strategies: tuple[str, ...] = ()
+def _sweep(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
+    """The [sweep] table as `ReportConfig` keyword arguments (`sweep_*`)."""
+    from analyzer.compile.models import REMAT_POLICIES
+    from analyzer.workflows.executors import parse_executor, parse_memory
+
+    out: dict[str, Any] = {}
+    executor, address = None, None
     for raw, value in table.items():
         key = _norm(raw)
         if key not in _SWEEP_KEYS:
             raise c.unknown(raw, "sweep", _SWEEP_KEYS)
-        if not _strings(value):
+        if key in ("mesh_shapes", "strategies", "remat") and not _strings(value):
             raise c.error(f"[sweep] {raw!r} must be a list of strings, got {value!r}", raw, "sweep")
+        if key in ("batch_sizes", "microbatches") and not (isinstance(value, list) and value
+                                                           and all(_positive_int(v) for v in value)):
+            raise c.error(f"[sweep] {raw!r} must be a list of positive integers, e.g. [16, 32], got {value!r}",
+                          raw, "sweep")
+        if key in ("executor", "ray_address") and not (isinstance(value, str) and value.strip()):
+            raise c.error(f"[sweep] {raw!r} must be a string, got {value!r}", raw, "sweep")
         if key == "mesh_shapes":
             try:
-                shapes = tuple(parse_mesh_shape(v) for v in value)
+                out["sweep_mesh_shapes"] = tuple(parse_mesh_shape(v) for v in value)
             except ConfigError as e:
                 raise c.error(f"[sweep] {e.message}", raw, "sweep") from None
-        else:
+        elif key == "strategies":
             for s in value:
                 if s not in STRATEGIES:
                     raise c.error(f"[sweep] unknown strategy {s!r}; " + valid_choices(s, STRATEGIES,
                                                                                       what="strategies"), raw, "sweep")
-            strategies = tuple(value)
-    return shapes, strategies
+            out["sweep_strategies"] = tuple(value)
+        elif key == "remat":
+            for s in value:
+                if s not in REMAT_POLICIES:
+                    raise c.error(f"[sweep] unknown remat policy {s!r}; " + valid_choices(s, REMAT_POLICIES,
+                                                                                          what="remat policies"),
+                                  raw, "sweep")
+            out["sweep_remat"] = tuple(value)
+        elif key in ("batch_sizes", "microbatches"):
+            out[f"sweep_{key}"] = tuple(value)
+        elif key == "executor":
+            executor = value
+        elif key == "ray_address":
+            address = value.strip()
+        elif key == "ray_cpus":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise c.error(f"[sweep] {raw!r} must be a positive number of CPUs per compile, got {value!r}",
+                              raw, "sweep")
+            out["sweep_ray_cpus"] = float(value)
+        else:  # ray_memory
+            try:
+                out["sweep_ray_memory"] = parse_memory(value, where=f"[sweep] {raw}")
+            except ConfigError as e:
+                raise c.error(e.message, raw, "sweep") from None
+    if executor is not None or address is not None:
+        where = next((r for r in table if _norm(r) == "executor"), None)
+        try:
+            spec = parse_executor(executor or "ray", where="[sweep] executor")
+        except ConfigError as e:
+            raise c.error(e.message, where, "sweep") from None
+        if address is not None:
+            if spec.kind != "ray" or spec.address is not None:
+                raise c.error(f"[sweep] ray-address {address!r} needs executor = \"ray\" (without an address of its "
+                              f"own), got executor = {executor!r}", "ray_address", "sweep")
+            spec = replace(spec, address=address)
+        out["sweep_executor"] = spec.kind + (f":{spec.address}" if spec.address else "")
+    return out
 
 
 def _rules(rules: Mapping[str, Any], budgets: Mapping[str, Any], c: _Checker) -> dict[str, Any]:

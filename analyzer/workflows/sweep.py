@@ -1,4 +1,5 @@
-"""Sweeps: compile each candidate plan (mesh shape x strategy), predict its step time and memory, rank them.
+"""Sweeps: compile each candidate plan (mesh shape x strategy, and for the built-in template batch size x remat
+policy x microbatches), predict its step time and memory, rank them.
 
 Data first (`SweepEntry`, `SweepResult`, `rank_entries`: pure, cheap to import, used by the renderers),
 then `run_sweep`, which compiles candidates in worker processes (spawned, each with enough fake CPU devices
@@ -23,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
+    from analyzer.workflows.executors import Executor
     from analyzer.workflows.reportconfig import ReportConfig
 
 __all__ = [
     "COMBINE_RULE", "SweepEntry", "SweepResult", "rank_entries", "Candidate", "candidates", "evaluate",
-    "run_sweep", "analyze_config", "memory_per_device", "default_jobs",
+    "run_sweep", "analyze_config", "memory_per_device", "default_jobs", "evaluate_task", "worker_env",
 ]
 
 COMBINE_RULE = (
@@ -54,6 +56,8 @@ class SweepEntry:
       by_kind: communication seconds per step by collective kind.
       note: what the reader should know about the plan (e.g. a model axis of size 1 makes `tp` data parallel).
       same_as: rank of a better-ranked entry with the same predictions (the same plan in effect), or None.
+      batch, remat, microbatches: the template's batch size, remat policy and microbatches when the sweep
+        varied them (None: the config's own).
       report: the candidate's full report in JSON form (`report_to_dict`), so the best one can be written
         without compiling it again; not part of `to_dict`.
     """
@@ -71,6 +75,9 @@ class SweepEntry:
     by_kind: dict[str, float] = field(default_factory=dict)
     note: str = ""
     same_as: int | None = None
+    batch: int | None = None
+    remat: str | None = None
+    microbatches: int | None = None
     report: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -95,8 +102,20 @@ class SweepEntry:
         return self.memory_bytes <= self.hbm_bytes
 
     @property
+    def plan(self) -> str:
+        """The strategy, with the template dimensions the sweep varied: `fsdp, batch 32, remat full, 4 microbatches`."""
+        parts = [self.strategy]
+        if self.batch is not None:
+            parts.append(f"batch {self.batch}")
+        if self.remat is not None:
+            parts.append(f"remat {self.remat}")
+        if self.microbatches is not None:
+            parts.append(f"{self.microbatches} microbatch{'es' if self.microbatches != 1 else ''}")
+        return ", ".join(parts)
+
+    @property
     def label(self) -> str:
-        return f"{self.strategy} @ {self.mesh}"
+        return f"{self.plan} @ {self.mesh}"
 
     def to_dict(self) -> dict[str, Any]:
         from analyzer.render.json import to_jsonable
@@ -110,6 +129,7 @@ class SweepEntry:
             "memory_bytes": self.memory_bytes, "hbm_bytes": self.hbm_bytes, "fits": self.fits,
             "findings": self.findings, "errors": self.errors, "error": self.error, "by_kind": self.by_kind,
             "note": self.note, "same_as": self.same_as,
+            "batch": self.batch, "remat": self.remat, "microbatches": self.microbatches,
         })
 
 
@@ -197,24 +217,37 @@ class SweepResult:
 @dataclass(frozen=True)
 class Candidate:
     """One plan to try: a mesh shape (sizes for the config's axes, in order) and a strategy (None: the
-    config's own, or an entry point's own shardings)."""
+    config's own, or an entry point's own shardings); for the template, a batch size, remat policy and
+    number of microbatches (None: the config's own)."""
 
     mesh_shape: tuple[int, ...]
     strategy: str | None
+    batch: int | None = None
+    remat: str | None = None
+    microbatches: int | None = None
+
+    def plan(self, config: ReportConfig) -> ReportConfig:
+        """`config` with this candidate's mesh shape, strategy and template sizes."""
+        return config.with_plan(self.mesh_shape, self.strategy).with_template(
+            batch=self.batch, remat=self.remat, microbatches=self.microbatches)
 
 
 def candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]] = (),
-               strategies: Sequence[str] = ()) -> tuple[Candidate, ...]:
-    """The cross product of mesh shapes and strategies, checked.
+               strategies: Sequence[str] = (), *, batch_sizes: Sequence[int] = (), remat: Sequence[str] = (),
+               microbatches: Sequence[int] = ()) -> tuple[Candidate, ...]:
+    """The cross product of mesh shapes, strategies and template dimensions, checked.
 
     Args:
       config: the report config (its mesh names the axes; its [sweep] table gives defaults).
       mesh_shapes: sizes per mesh axis; default: the config's [sweep] mesh-shapes, else its own mesh.
       strategies: default: the config's [sweep] strategies, else its own strategy.
+      batch_sizes, remat, microbatches: template dimensions; default: the config's [sweep] lists, else the
+        config's own value (not varied). A combination the template rejects (a batch that the microbatches
+        or the mesh do not divide) is a candidate that fails with the reason, like a mesh it cannot use.
 
     Raises:
       ConfigError: a shape with the wrong number of axes, shapes over different device counts (their step
-        times would not be comparable), strategies for an entry-point config.
+        times would not be comparable), strategies or template dimensions for an entry-point config.
 
     Example:
       >>> [c.mesh_shape for c in candidates(cfg, [(8, 1), (4, 2)], ["fsdp"])]
@@ -230,17 +263,28 @@ def candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]] = (),
     if config.entry is not None and any(s is not None for s in strats):
         raise ConfigError(f"--strategies applies to the built-in [model] template; {config.entry} shards its own "
                           "arrays, so only mesh shapes can be swept", path=config.path)
+    dims: dict[str, list[Any]] = {
+        "batch": list(batch_sizes or config.sweep_batch_sizes),
+        "remat": list(remat or config.sweep_remat),
+        "microbatches": list(microbatches or config.sweep_microbatches),
+    }
+    given = [name for name, values in dims.items() if values]
+    if config.entry is not None and given:
+        raise ConfigError(f"{', '.join(given)} apply to the built-in [model] template; {config.entry} has its own "
+                          "sizes, so only mesh shapes can be swept", path=config.path)
     devices = {_product(s) for s in shapes}
     if len(devices) > 1:
         listed = ", ".join(f"{'x'.join(map(str, s))} ({_product(s)})" for s in shapes)
         raise ConfigError(f"mesh shapes use different numbers of devices: {listed}; a sweep compares plans for one "
                           "set of chips, so give shapes with the same product", path=config.path)
+    import itertools
+
     seen: list[Candidate] = []
-    for strategy in strats:
-        for shape in shapes:
-            c = Candidate(shape, strategy)
-            if c not in seen:
-                seen.append(c)
+    for strategy, batch, policy, micro, shape in itertools.product(
+            strats, dims["batch"] or [None], dims["remat"] or [None], dims["microbatches"] or [None], shapes):
+        c = Candidate(shape, strategy, batch, policy, micro)
+        if c not in seen:
+            seen.append(c)
     return tuple(seen)
 
 
@@ -298,6 +342,7 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
     diags = list(report.diagnostics)
     return SweepEntry(
         strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text, note=plan_note(config),
+        batch=candidate.batch, remat=candidate.remat, microbatches=candidate.microbatches,
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
         memory_bytes=memory_per_device(report.memory), hbm_bytes=hbm, findings=len(diags),
         errors=sum(1 for d in diags if getattr(d.severity, "value", d.severity) == "error"),
@@ -332,23 +377,65 @@ def evaluate(config: ReportConfig, candidate: Candidate, *, hardware: str | None
     """
     from analyzer.errors import AnalyzerError
 
-    planned = config.with_plan(candidate.mesh_shape, candidate.strategy)
+    planned = candidate.plan(config)
     try:
         report = analyze_config(planned, hardware=hardware, topology=topology)
     except AnalyzerError as e:
-        return SweepEntry(strategy=candidate.strategy or "(entry point)", mesh=planned.mesh_text,
-                          error=f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return _failed_entry(config, candidate, f"{type(e).__name__}: {str(e).splitlines()[0]}")
     return _entry_from_report(candidate, planned, report)
 
 
+def worker_env(devices: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment variables a worker needs before jax loads there: enough fake CPU devices for every
+    candidate, CPU only (TPU targets compile ahead of time through libtpu, with no TPU attached).
+
+    Example:
+      >>> worker_env(8, {"XLA_FLAGS": "--xla_dump_to=/tmp/d"})["XLA_FLAGS"]
+      '--xla_dump_to=/tmp/d --xla_force_host_platform_device_count=8'
+    """
+    flag = "--xla_force_host_platform_device_count"
+    flags = [f for f in (base or {}).get("XLA_FLAGS", "").split() if not f.startswith(flag)]
+    return {"XLA_FLAGS": " ".join(flags + [f"{flag}={devices}"]), "JAX_PLATFORMS": "cpu"}
+
+
 def _worker_init(devices: int) -> None:
-    """Worker set-up, before jax loads there: enough fake CPU devices for every candidate, CPU only."""
+    """Worker set-up, before jax loads there (see `worker_env`)."""
     import os
 
-    flag = "--xla_force_host_platform_device_count"
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag)]
-    os.environ["XLA_FLAGS"] = " ".join(flags + [f"{flag}={devices}"])
-    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ.update(worker_env(devices, os.environ))
+
+
+def evaluate_task(task: tuple[ReportConfig, Candidate, str | None, str | None]) -> SweepEntry:
+    """`evaluate` for an executor's worker: `task` is `(config, candidate, hardware, topology)`; an exception
+    that is not an `AnalyzerError` (a bug) fails this candidate alone, with its type and message.
+
+    Example:
+      >>> evaluate_task((cfg, Candidate((4, 2), "fsdp"), None, None)).ok
+      True
+    """
+    import threading
+
+    config, cand, hardware, topology = task
+    box: dict[str, SweepEntry] = {}
+
+    def run() -> None:
+        try:
+            box["entry"] = evaluate(config, cand, hardware=hardware, topology=topology)
+        except Exception as e:  # noqa: BLE001 - one candidate's bug must not take the sweep down
+            box["entry"] = _failed_entry(config, cand, f"internal error ({type(e).__name__}: {e})")
+
+    # The compile runs on a fresh thread so that the Python stack jax records in the HLO's StackFrames
+    # table is the same whoever called this (this process, a pool worker, a Ray worker): the HLO text, and
+    # every line number the report quotes from it, do not depend on the executor.
+    thread = threading.Thread(target=run, name="hlo-analyzer-plan", daemon=True)
+    thread.start()
+    thread.join()
+    return box["entry"]
+
+
+def _failed_entry(config: ReportConfig, cand: Candidate, why: str) -> SweepEntry:
+    return SweepEntry(strategy=cand.strategy or "(entry point)", mesh=config.with_plan(cand.mesh_shape).mesh_text,
+                      batch=cand.batch, remat=cand.remat, microbatches=cand.microbatches, error=why)
 
 
 def default_jobs(n_candidates: int) -> int:
@@ -370,7 +457,8 @@ def default_jobs(n_candidates: int) -> int:
 
 def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str | None = None,
               topology: str | None = None, jobs: int | None = None,
-              progress: Callable[[Candidate, SweepEntry], None] | None = None) -> SweepResult:
+              progress: Callable[[Candidate, SweepEntry], None] | None = None,
+              executor: Executor | None = None) -> SweepResult:
     """Compile and price every candidate, in parallel worker processes when `jobs` > 1, and rank them.
 
     Args:
@@ -379,6 +467,8 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
       hardware, topology: override the config's pricing.
       jobs: worker processes (default `default_jobs`); 1 runs in this process.
       progress: called after each candidate finishes, in completion order.
+      executor: run the candidates there instead (`analyzer.workflows.executors`, e.g. `RayExecutor`); None:
+        this machine's worker processes (`jobs` applies only then). Entries and ranking do not depend on it.
 
     Returns:
       The `SweepResult`, best first (see the module doc for how step time and memory fit rank them).
@@ -389,9 +479,21 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
 
     jobs = jobs or default_jobs(len(cands))
     entries: list[SweepEntry] = []
-    if jobs <= 1 or len(cands) <= 1:
+    if executor is not None and cands:
+        import contextlib
+        import os
+
+        tasks = [(config, c, hardware, topology) for c in cands]
+        env = worker_env(max(_product(c.mesh_shape) for c in cands), os.environ)
+        finished = executor.map(evaluate_task, tasks, lost=lambda t, why: _failed_entry(t[0], t[1], why), env=env)
+        with contextlib.closing(finished):  # Ctrl-C here cancels the executor's tasks
+            for task, entry in finished:
+                entries.append(entry)
+                if progress:
+                    progress(task[1], entry)
+    elif jobs <= 1 or len(cands) <= 1:
         for cand in cands:
-            entry = evaluate(config, cand, hardware=hardware, topology=topology)
+            entry = evaluate_task((config, cand, hardware, topology))
             entries.append(entry)
             if progress:
                 progress(cand, entry)
@@ -400,17 +502,15 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
         context = multiprocessing.get_context("spawn")  # never fork a process that may hold jax threads
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
                                  initargs=(devices,)) as pool:
-            futures = {pool.submit(evaluate, config, c, hardware=hardware, topology=topology): c for c in cands}
+            futures = {pool.submit(evaluate_task, (config, c, hardware, topology)): c for c in cands}
             for future in as_completed(futures):
                 cand = futures[future]
                 try:
                     entry = future.result()
                 except BrokenProcessPool:
                     # A worker died (killed for memory, most often); its candidates cannot be priced.
-                    entry = SweepEntry(strategy=cand.strategy or "(entry point)",
-                                       mesh=config.with_plan(cand.mesh_shape).mesh_text,
-                                       error="the worker process compiling it died (out of memory?); "
-                                             "retry with --jobs 1")
+                    entry = _failed_entry(config, cand, "the worker process compiling it died (out of memory?); "
+                                                        "retry with --jobs 1")
                 entries.append(entry)
                 if progress:
                     progress(cand, entry)
