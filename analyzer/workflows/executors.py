@@ -88,14 +88,14 @@ def parse_executor(text: str, *, where: str = "--executor") -> ExecutorSpec:
 
     kind, sep, address = text.strip().partition(":")
     if kind not in EXECUTORS:
-        raise ConfigError(f"{where} {text!r}: unknown executor {kind!r}; "
+        raise ConfigError(f"{text!r}: unknown executor {kind!r}; "
                           + valid_choices(kind, EXECUTORS, what="executors") + " (ray:ADDRESS for a cluster)",
                           path=where)
     if kind == "local" and sep:
-        raise ConfigError(f"{where} {text!r}: 'local' takes no address; write 'local', 'ray' or 'ray:ADDRESS'",
+        raise ConfigError(f"{text!r}: 'local' takes no address; write 'local', 'ray' or 'ray:ADDRESS'",
                           path=where)
     if sep and not address.strip():
-        raise ConfigError(f"{where} {text!r}: give the cluster after 'ray:', e.g. ray:ray://head:10001, or just 'ray'",
+        raise ConfigError(f"{text!r}: give the cluster after 'ray:', e.g. ray:ray://head:10001, or just 'ray'",
                           path=where)
     return ExecutorSpec(kind, address.strip() or None)
 
@@ -131,7 +131,7 @@ def parse_memory(text: str | int | float, *, where: str = "--ray-memory") -> int
     """
     m = _MEMORY_RE.match(str(text)) if not isinstance(text, bool) else None
     if not m or float(m.group(1)) <= 0:
-        raise ConfigError(f"{where} {text!r}: give memory per compile as a positive size, e.g. 2GiB, 1.5G or 512MiB",
+        raise ConfigError(f"{text!r}: give memory per compile as a positive size, e.g. 2GiB, 1.5G or 512MiB",
                           path=where)
     unit = (m.group(2) or "GiB").lower()
     scale = {"gib": 1 << 30, "g": 1 << 30, "gb": 10**9, "mib": 1 << 20, "m": 1 << 20, "mb": 10**6}[unit]

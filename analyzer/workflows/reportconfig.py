@@ -589,13 +589,13 @@ def _sweep(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
             try:
                 out["sweep_ray_memory"] = parse_memory(value, where=f"[sweep] {raw}")
             except ConfigError as e:
-                raise c.error(e.message, raw, "sweep") from None
+                raise c.error(f"[sweep] {raw} {e.message}", raw, "sweep") from None
     if executor is not None or address is not None:
         where = next((r for r in table if _norm(r) == "executor"), None)
         try:
             spec = parse_executor(executor or "ray", where="[sweep] executor")
         except ConfigError as e:
-            raise c.error(e.message, where, "sweep") from None
+            raise c.error(f"[sweep] executor {e.message}", where, "sweep") from None
         if address is not None:
             if spec.kind != "ray" or spec.address is not None:
                 raise c.error(f"[sweep] ray-address {address!r} needs executor = \"ray\" (without an address of its "
