@@ -185,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
         def done(cand, entry):
             shown = "x".join(map(str, cand.mesh_shape))
             status = format_seconds(entry.step_seconds) if entry.ok else "failed"
-            progress.console.print(f"  {cand.strategy or 'entry'} @ {shown}: {status}", highlight=False)
+            plan = entry.plan if cand.strategy else "entry"
+            progress.console.print(f"  {plan} @ {shown}: {status}", highlight=False)
             progress.advance(task)
 
         result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done,
@@ -226,6 +227,11 @@ def _make_executor(args: argparse.Namespace, config: Any) -> Any:
             raise ConfigError("--ray-cpus and --ray-memory apply to --executor ray; this sweep runs on local "
                               "worker processes (size those with --jobs)", path="command line")
         return None
+    if args.jobs is not None:
+        from analyzer.errors import ConfigError
+
+        raise ConfigError("--jobs sizes the local worker pool; with --executor ray each compile is a Ray task: "
+                          "size them with --ray-cpus and --ray-memory", path="command line")
     import_ray()
     cpus = args.ray_cpus or config.sweep_ray_cpus or 1
     memory = args.ray_memory or config.sweep_ray_memory or (2 << 30)

@@ -226,3 +226,8 @@ def test_a_plan_lost_twice_fails_alone_with_the_reason(ray_cluster):
     assert done[2] == 20
     assert "died 2 times" in done[1]
     assert executor.retried == [1]
+
+
+def test_jobs_is_for_the_local_pool(nine, capsys):
+    assert main(["sweep", str(nine), "--executor", "ray", "--jobs", "2", "--no-progress"]) == 2
+    assert "--jobs sizes the local worker pool" in capsys.readouterr().err
