@@ -26,6 +26,7 @@ from analyzer.errors import HardwareError, ShardingError
 from analyzer.theory.hardware import HardwareSpec, load_hardware
 from analyzer.theory.notation import Collective, Dim, Notation, format_collective
 from analyzer.theory.topology import Topology
+from analyzer.units import format_seconds
 
 __all__ = [
     "matmul_flops",
@@ -337,7 +338,7 @@ class StrategyComparison:
         return self.options[0].comm_bytes / self.options[1].comm_bytes
 
     def __str__(self) -> str:
-        rows = [f"{o.name}: {o.steps}; compute {o.compute_seconds * 1e6:.3g}us, comms {o.comm_seconds * 1e6:.3g}us "
+        rows = [f"{o.name}: {o.steps}; compute {format_seconds(o.compute_seconds)}, comms {format_seconds(o.comm_seconds)} "
                 f"({o.bound}-bound)" for o in self.options]
         return "\n".join(rows) + f"\ncheaper: {self.cheaper.name}"
 
