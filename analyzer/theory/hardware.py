@@ -15,13 +15,12 @@ Units: bytes, bytes per second (one direction unless a name says `bidi`), FLOPs 
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import HardwareError, valid_choices
+from analyzer.errors import ConfigError, HardwareError, load_toml, valid_choices
 
 __all__ = [
     "HardwareSpec",
@@ -410,9 +409,9 @@ def list_hardware() -> list[str]:
 
 def _read(path_label: str, text: str) -> HardwareSpec:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise HardwareError(f"{path_label}: not valid TOML: {e}") from None
+        data = load_toml(text, path=path_label)
+    except ConfigError as e:
+        raise HardwareError(str(e)) from None
     return spec_from_dict(data, path=path_label)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import AnalyzerError, ConfigError
+from analyzer.errors import AnalyzerError, ConfigError, load_toml
 
 __all__ = [
     "Change",
@@ -338,14 +338,13 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
     A pyproject.toml (or any TOML with `[tool.hlo-analyzer]` entry points) gives one program per entry point;
     any other TOML is a report config (`hlo-analyzer report`).
     """
-    import tomllib
-
     from analyzer.render.json import report_to_dict
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read config: {e}", path=str(path)) from None
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config: {e.strerror or e}", path=str(path)) from None
+    data = load_toml(text, path=str(path))
     if "hlo-analyzer" in data.get("tool", {}):
         from analyzer.workflows.check import analyse_entry, resolve_entry, _on_path
         from analyzer.workflows.config import load_config

@@ -48,14 +48,13 @@ the file and its line, and lists the valid keys. Keys may be written kebab-case 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from analyzer.errors import AnalyzerError, ConfigError, valid_choices
+from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
 
 if TYPE_CHECKING:
     from analyzer.workflows.config import Config
@@ -377,16 +376,7 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
     Raises:
       ConfigError: as `load_report_config`.
     """
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        line, column = (int(m.group(1)), int(m.group(2))) if m else (None, None)
-        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e)) or "invalid TOML"
-        lines = text.splitlines()
-        source = lines[line - 1] if line and 0 < line <= len(lines) else None
-        raise ConfigError(f"not valid TOML: {message}", path=path, line=line, column=column,
-                          source_line=source) from None
+    data = load_toml(text, path=path)
     c = _Checker(text, path)
     kwargs: dict[str, Any] = {"path": path}
     tables = {"mesh", "model", "rules", "budgets", "sweep"}
