@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from analyzer.theory.cost import Cost, collective_cost
 from analyzer.errors import HardwareError, ShardingError
 from analyzer.theory.hardware import HardwareSpec, load_hardware
+from analyzer.theory.dtypes import dtype_bytes
 from analyzer.theory.notation import Collective, Dim, Notation, format_collective
 from analyzer.theory.topology import Topology
 from analyzer.units import format_seconds
@@ -399,6 +400,4 @@ def compare_gather_vs_reduce_scatter(n: int, m: int, k: int, axis: str, topology
 
 
 def _itemsize(dtype: str) -> float:
-    from analyzer.theory.notation import dtype_bytes
-
     return dtype_bytes(dtype)

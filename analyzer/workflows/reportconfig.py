@@ -55,6 +55,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
+from analyzer.theory.dtypes import numpy_name, spellings
 
 if TYPE_CHECKING:
     from analyzer.workflows.config import Config
@@ -72,11 +73,9 @@ __all__ = [
 
 STRATEGIES: tuple[str, ...] = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
 
-# dtype spellings users write -> the template's names.
+# dtype spellings users write -> the template's (numpy) names, for the dtypes the template builds in.
 DTYPE_ALIASES: Mapping[str, str] = MappingProxyType({
-    "bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32", "fp32": "float32", "float32": "float32",
-    "f16": "float16", "fp16": "float16", "float16": "float16",
-})
+    name: numpy_name(xla) for xla in ("bf16", "f32", "f16") for name in spellings(xla)})
 
 # Top-level keys (snake_case) -> a sentence of what they hold, for error messages and docs.
 TOP_KEYS: Mapping[str, str] = MappingProxyType({
