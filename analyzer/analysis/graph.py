@@ -192,15 +192,6 @@ class CallGraph:
             if self._counts.get(name):
                 yield name
 
-    def fusion_callers(self) -> set[str]:
-        """Computations that are called as the body of a `fusion` (their code runs inside one instruction)."""
-        out: set[str] = set()
-        for comp in self.module.computations:
-            for inst in comp.instructions:
-                if inst.opcode == "fusion":
-                    out.update(inst.called_computations)
-        return out
-
     # ------------------------------------------------------------------ data flow
     @cached_property
     def _flows(self) -> dict[str, _Flow]:

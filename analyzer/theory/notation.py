@@ -100,10 +100,6 @@ def _axis_size(names: tuple[str, ...], sizes: tuple[int, ...], axis: str) -> int
     return sizes[names.index(base)]
 
 
-def _base(axis: str) -> str:
-    return axis.split(":", 1)[0]
-
-
 def _factor_range(axis: str) -> tuple[str, float, float]:
     """(base axis, lo, hi): the part of the axis a (sub-)axis covers, on the multiplicative scale."""
     m = re.fullmatch(r"(.+?):\((\d+)\)(\d+)", axis)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.rules.baseline import Baseline
 
