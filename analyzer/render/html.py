@@ -255,7 +255,9 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
       HTML text with inline CSS and SVG plots; no external resources.
 
     Example:
-      >>> Path("report.html").write_text(render(report))
+      >>> html = render(report)
+      >>> html.startswith("<!DOCTYPE html>"), html.count("<svg") > 0
+      (True, True)
     """
     from markupsafe import Markup
 

@@ -135,7 +135,8 @@ class Threshold:
         return f"{self.value * 100:g}%" if self.relative else format_seconds(self.value)
 
 
-_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# Units per second: dividing by a whole number keeps "200us" exactly 0.0002 (200 * 1e-6 is not).
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "µs": 1_000_000, "ns": 1_000_000_000}
 
 
 def parse_threshold(text: str) -> Threshold:
@@ -154,7 +155,7 @@ def parse_threshold(text: str) -> Threshold:
     value, unit = float(m.group(1)), m.group(2)
     if unit == "%":
         return Threshold(value / 100.0, True)
-    return Threshold(value * _UNITS.get(unit or "s", 1.0), False)
+    return Threshold(value / _PER_SECOND[unit or "s"], False)
 
 
 # --------------------------------------------------------------------------------------------------------------
