@@ -8,8 +8,11 @@ happen.
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Iterable
 from difflib import get_close_matches
+from typing import Any
 
 __all__ = [
     "AnalyzerError",
@@ -21,6 +24,7 @@ __all__ = [
     "MeshError",
     "LoweringError",
     "valid_choices",
+    "load_toml",
 ]
 
 
@@ -28,8 +32,8 @@ def valid_choices(given: str, choices: Iterable[str], *, what: str = "value") ->
     """A sentence listing the valid choices, with a 'did you mean' for a near miss.
 
     Example:
-        >>> valid_choices("tpu-v5", ["tpu-v5e", "tpu-v5p"], what="hardware")
-        "did you mean 'tpu-v5e'? valid hardware: tpu-v5e, tpu-v5p"
+        >>> valid_choices("tpu-v5", ["tpu-v5e", "tpu-v6e", "h100"], what="hardware")
+        "did you mean 'tpu-v5e'? valid hardware: h100, tpu-v5e, tpu-v6e"
     """
     options = sorted(set(choices))
     close = get_close_matches(given, options, n=1)
@@ -103,3 +107,44 @@ class MeshError(AnalyzerError):
 
 class LoweringError(AnalyzerError):
     """The function could not be lowered or compiled for the requested target."""
+
+
+_TOML_PLACE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)")
+
+
+def load_toml(text: str, *, path: str | None = None) -> dict[str, Any]:
+    """Parse TOML text; a syntax error becomes a `ConfigError` at its line and column, with the source line.
+
+    Args:
+      text: the TOML.
+      path: the file it came from, for the message.
+
+    Raises:
+      ConfigError: the text is not TOML (`tomllib`'s message, without its own "(at line, column)").
+
+    Example:
+      >>> load_toml('name = "demo"')
+      {'name': 'demo'}
+      >>> load_toml("a = [1,", path="train.toml")
+      Traceback (most recent call last):
+        ...
+      analyzer.errors.ConfigError: train.toml:1:8: error: not valid TOML: Invalid value
+      a = [1,
+             ^
+    """
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = _TOML_PLACE.search(str(e))
+        line = column = None
+        if m and m.group(1):
+            line, column = int(m.group(1)), int(m.group(2))
+        elif m:  # at the end of the document: the last line
+            lines = text.splitlines()
+            line = max(1, len(lines))
+            column = len(lines[-1]) + 1 if lines else 1
+        message = _TOML_PLACE.sub("", str(e)) or "invalid TOML"
+        lines = text.splitlines()
+        source = lines[line - 1] if line and 0 < line <= len(lines) else None
+        raise ConfigError(f"not valid TOML: {message}", path=path, line=line, column=column,
+                          source_line=source) from None

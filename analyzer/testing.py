@@ -87,8 +87,8 @@ def collectives_of(report: Report) -> list[dict[str, Any]]:
     """The collectives of a report as plain rows of `SNAPSHOT_COLUMNS`, in a stable order.
 
     Example:
-        >>> [row["notation"] for row in collectives_of(report)]
-        ['AllGather_Y: [E_Y, F] -> [E, F]']
+        >>> [row["notation"] for row in collectives_of(report)][:2]
+        ['AllReduce_XY: []{U_XY} -> []', 'AllGather_X: [I_X, J_Y] -> [I, J_Y]']
     """
     table = report.collectives
     rows = [{c: _plain(r[c]) for c in SNAPSHOT_COLUMNS} for r in table.to_dict("records")] if len(table) else []
@@ -137,7 +137,12 @@ def assert_collectives(fn_or_report: Any, *args: Any, expected: Iterable[Any] = 
       CollectivesMismatch: listing the collectives nobody expected and the expected ones that are missing.
 
     Example:
-        >>> assert_collectives(lambda x: x.sum(0), x, mesh=mesh, expected=["all-reduce"])
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> mesh = jax.make_mesh((8,), ("X",))
+        >>> x = jax.ShapeDtypeStruct((64, 128), jnp.float32, sharding=NamedSharding(mesh, P("X")))
+        >>> assert_collectives(lambda x: x.sum(0), x, mesh=mesh, expected=["all-reduce"]).collectives["kind"].tolist()
+        ['all-reduce']
     """
     report = _report(fn_or_report, args, options)
     rows = collectives_of(report)
@@ -194,8 +199,8 @@ def compare_snapshot(rows: Sequence[Mapping[str, Any]], snapshot: Sequence[Mappi
     """Multiset difference of collective rows against a snapshot's rows.
 
     Example:
-        >>> compare_snapshot([{"kind": "all-reduce", ...}], []).added
-        ({'kind': 'all-reduce', ...},)
+        >>> compare_snapshot([{"kind": "all-reduce", "axes": ["X"]}], []).added
+        ({'axes': ['X'], 'bytes': None, 'count': None, 'dtype': None, 'kind': 'all-reduce', 'notation': None},)
     """
     now = Counter(_key(r) for r in rows)
     before = Counter(_key(r) for r in snapshot)

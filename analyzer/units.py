@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["format_seconds", "format_bytes", "format_flops", "format_ratio", "format_count"]
+__all__ = ["seconds_unit", "format_seconds", "format_bytes", "format_flops", "format_ratio", "format_count"]
 
 _TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -26,6 +26,17 @@ def _three_digits(x: float) -> str:
     if x >= 10:
         return f"{x:.1f}"
     return f"{x:.2f}"
+
+
+def seconds_unit(seconds: float) -> tuple[float, str]:
+    """The largest time unit that keeps `seconds` at least 1 (ns below that), as (scale, name).
+
+    Example:
+      >>> seconds_unit(3.77e-4)
+      (1e-06, 'µs')
+    """
+    magnitude = abs(seconds)
+    return next(((scale, unit) for scale, unit in _TIME_UNITS if magnitude >= scale), _TIME_UNITS[-1])
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -48,10 +59,10 @@ def format_seconds(seconds: float | None) -> str:
     if math.isinf(seconds):
         return "∞"
     sign, magnitude = ("-" if seconds < 0 else ""), abs(seconds)
-    for scale, unit in _TIME_UNITS:
-        if magnitude >= scale:
-            return f"{sign}{_three_digits(magnitude / scale)} {unit}"
-    return f"{sign}{magnitude / 1e-9:.2g} ns"
+    scale, unit = seconds_unit(magnitude)
+    if magnitude < scale:  # under a nanosecond
+        return f"{sign}{magnitude / scale:.2g} {unit}"
+    return f"{sign}{_three_digits(magnitude / scale)} {unit}"
 
 
 def format_bytes(n: float | None) -> str:

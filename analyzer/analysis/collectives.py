@@ -164,12 +164,6 @@ class Collective:
 
 
 # ---------------------------------------------------------------------- small helpers
-def _leaf(shape: Shape, index: int | None) -> Shape:
-    if index is None or not shape.is_tuple:
-        return shape
-    return shape.tuple_shapes[index]
-
-
 def _array_leaves(shape: Shape) -> list[Shape]:
     return [s for s in shape.leaves() if s.is_array]
 

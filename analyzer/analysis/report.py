@@ -8,7 +8,7 @@ analyses anything itself.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.context import AnalysisContext
@@ -72,9 +72,6 @@ class Report:
     memory: Mapping[str, int] | None = None
     name: str = ""
     analysis: AnalysisContext = field(default_factory=AnalysisContext, repr=False, compare=False)
-
-    def with_diagnostics(self, diagnostics: Sequence[Diagnostic]) -> Report:
-        return replace(self, diagnostics=tuple(diagnostics))
 
     def to_dict(self) -> dict[str, Any]:
         from analyzer.render import json as render_json

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from analyzer.errors import MeshError, ShardingError, valid_choices
+from analyzer.units import format_count, format_seconds
 
 DESCRIPTION = """\
 Price one collective written in the notation of "How to Scale Your Model": the seconds it takes, whether it
@@ -98,15 +99,6 @@ def price(args: argparse.Namespace) -> dict:
     }
 
 
-def _fmt_seconds(t: float) -> str:
-    if t < 1e-6:
-        return f"{t * 1e9:.3g} ns"
-    if t < 1e-3:
-        return f"{t * 1e6:.4g} us"
-    if t < 1:
-        return f"{t * 1e3:.4g} ms"
-    return f"{t:.4g} s"
-
 
 def run(args: argparse.Namespace) -> int:
     result = price(args)
@@ -119,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
         ("hardware", f"{result['hardware']} on {where}"),
         *(("axis", d) for d in result["axes_detail"]),
         ("model", result["model"]),
-        ("bytes", f"{result['bytes']:,.0f} (V)"),
-        ("seconds", _fmt_seconds(result["seconds"])),
+        ("bytes", f"{format_count(result['bytes'])} (V)"),
+        ("seconds", format_seconds(result["seconds"])),
         ("regime", result["regime"]),
         ("hops", str(result["hops"])),
         ("formula", result["formula"]),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from analyzer.units import format_seconds
+
 DESCRIPTION = """\
 Compile the training step a config describes (your entry point, or the built-in transformer template with a
 sharding strategy), find every collective XLA inserted, price it on the hardware, run the rules, and write an
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         path = write(report, args.output, whatif=whatif)
         n = len(report.diagnostics)
         print(f"wrote {path} ({fmt}): {len(report.collectives)} collectives, "
-              f"{_seconds(report.totals.comm_seconds)} communication / step, {n} finding{'s' if n != 1 else ''}")
+              f"{format_seconds(report.totals.comm_seconds)} communication / step, {n} finding{'s' if n != 1 else ''}")
         return 0
     from rich.console import Console
 
@@ -95,9 +97,3 @@ def run(args: argparse.Namespace) -> int:
     print_report(report, Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160), whatif=whatif,
                  limit=args.limit)
     return 0
-
-
-def _seconds(value: float) -> str:
-    from analyzer.units import format_seconds
-
-    return format_seconds(value)

@@ -53,7 +53,9 @@ def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = Non
       The rendered text.
 
     Example:
-      >>> html = render(report, "html")
+      >>> text = render(report, "markdown")
+      >>> text.splitlines()[0]
+      '# hlo-analyzer report: jit_train_step_fsdp_tp'
     """
     module = FORMATS.get(fmt)
     if module is None:

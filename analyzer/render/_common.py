@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from analyzer.errors import ShardingError
+from analyzer.theory.dtypes import xla_dtype
 from analyzer.units import format_bytes, format_count, format_ratio, format_seconds
 
 if TYPE_CHECKING:
@@ -272,13 +274,12 @@ def argument_rows(report: Report) -> list[dict[str, Any]]:
     return rows
 
 
-_SHORT_DTYPES = {"bfloat16": "bf16", "float32": "f32", "float16": "f16", "float64": "f64", "int32": "s32",
-                 "int64": "s64", "int8": "s8", "uint8": "u8", "uint32": "u32", "bool": "pred"}
-
-
 def _short_dtype(name: str) -> str:
     """XLA's short dtype names, as the HLO and the notation print them."""
-    return _SHORT_DTYPES.get(name, name)
+    try:
+        return xla_dtype(name)
+    except ShardingError:
+        return name
 
 
 def whatif_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:

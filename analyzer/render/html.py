@@ -23,7 +23,7 @@ from analyzer.render._common import (
     plan_lines,
     sorted_diagnostics,
 )
-from analyzer.units import format_bytes, format_flops, format_seconds
+from analyzer.units import format_bytes, format_count, format_flops, format_seconds
 
 if TYPE_CHECKING:
     from analyzer.diagnostics import Diagnostic
@@ -173,7 +173,7 @@ def _plan(report: Report) -> dict[str, list[dict[str, str]]]:
     for (pass_, notation, _dtype, seconds, overlapped), slot in merged.items():
         total = seconds * slot["count"]
         groups.setdefault(names.get(pass_, pass_.title()), []).append((total, {
-            "notation": notation, "kind": slot["kind"], "count": f"{slot['count']:,}", "each": format_seconds(seconds),
+            "notation": notation, "kind": slot["kind"], "count": format_count(slot["count"]), "each": format_seconds(seconds),
             "total": format_seconds(total), "overlapped": "overlapped" if overlapped else "",
             "sites": f"{slot['sites']} sites" if slot["sites"] > 1 else "",
         }))
@@ -199,7 +199,7 @@ def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:
         total = float(seconds) * float(count) if seconds is not None and seconds == seconds else 0.0
         rows.append((total, {
             "notation": dot_label(rec),
-            "flops": format_flops(rec.get("flops")), "count": f"{int(count):,}",
+            "flops": format_flops(rec.get("flops")), "count": format_count(count),
             "total": format_seconds(total), "source": short_source(str(rec.get("source") or "")),
         }))
     rows.sort(key=lambda t: -t[0])
@@ -255,7 +255,9 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
       HTML text with inline CSS and SVG plots; no external resources.
 
     Example:
-      >>> Path("report.html").write_text(render(report))
+      >>> html = render(report)
+      >>> html.startswith("<!DOCTYPE html>"), html.count("<svg") > 0
+      (True, True)
     """
     from markupsafe import Markup
 

@@ -137,7 +137,7 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
     Example:
       >>> data = report_to_dict(report)
       >>> data["schema_version"], data["collectives"][0]["notation"]
-      ('1', 'AllGather_Y: [E_Y, F] -> [E, F]')
+      ('1', 'AllReduce_XY: []{U_XY} -> []')
     """
     from analyzer import __version__
 
@@ -174,5 +174,7 @@ def render(report: Report, indent: int | None = 2, *, sweep: SweepResult | None 
 
     Example:
       >>> text = render(report, indent=None)
+      >>> json.loads(text)["name"]
+      'jit_train_step_fsdp_tp'
     """
     return json.dumps(report_to_dict(report, sweep=sweep, whatif=whatif), indent=indent, ensure_ascii=False, allow_nan=False)

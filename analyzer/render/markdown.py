@@ -123,7 +123,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     Example:
       >>> text = render(report)
       >>> text.splitlines()[0]
-      '# hlo-analyzer report: fsdp step'
+      '# hlo-analyzer report: jit_train_step_fsdp_tp'
     """
     title = f"# hlo-analyzer report: {report.name}" if report.name else "# hlo-analyzer report"
     parts = [title, table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)])]

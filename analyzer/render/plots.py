@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analyzer.units import format_seconds
+from analyzer.units import format_seconds, seconds_unit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -67,10 +67,7 @@ def _seconds_axis(ax: Axes, values: Sequence[float]) -> str:
     from matplotlib.ticker import FuncFormatter
 
     top = max([v for v in values if v == v] or [0.0])
-    scale, unit = (1.0, "s")
-    for s, u in ((1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if top < 1.0 * (s * 1000):
-            scale, unit = s, u
+    scale, unit = seconds_unit(top) if top > 0 else (1.0, "s")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x / scale:g}"))
     return unit
 

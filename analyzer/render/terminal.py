@@ -270,7 +270,9 @@ def render(report: Report, *, width: int = 140, color: bool = False, sweep: Swee
       per_rule: most findings of one rule to print.
 
     Example:
-      >>> print(render(report))
+      >>> text = render(report, width=100)
+      >>> text.splitlines()[1].split()
+      ['Program', 'jit_train_step_fsdp_tp']
     """
     from rich.console import Console
 

@@ -8,26 +8,15 @@ from typing import Any
 
 from analyzer.diagnostics import Location
 from analyzer.hlo.ir import Computation, HloModule, Instruction
+# The rule messages print figures the way every renderer does (analyzer.units), under their short names.
+from analyzer.units import format_bytes as fmt_b
+from analyzer.units import format_seconds as fmt_s
 
 __all__ = ["fmt_s", "fmt_b", "dot_location", "partition_spec", "sides", "axes_text", "is_explicit_collective"]
 
 # jax primitives a user writes inside shard_map: the collective is theirs, not a sharding mismatch.
 _EXPLICIT = ("psum", "pmean", "pmax", "pmin", "all_gather", "all_to_all", "ppermute", "psum_scatter",
              "reduce_scatter", "pbroadcast", "ragged_all_to_all", "pshuffle", "pswapaxes")
-
-
-def fmt_s(seconds: float | None) -> str:
-    """Seconds in the unit a person reads: `23.3 us`, `1.20 ms`."""
-    from analyzer.units import format_seconds
-
-    return format_seconds(seconds)
-
-
-def fmt_b(n: float | None) -> str:
-    """Bytes with a unit: `34.0 MB`."""
-    from analyzer.units import format_bytes
-
-    return format_bytes(n)
 
 
 def axes_text(axes: Sequence[str]) -> str:

@@ -39,6 +39,7 @@ import numpy as np
 from analyzer.errors import AnalyzerError, HardwareError, valid_choices
 from analyzer.theory.hardware import HardwareSpec
 from analyzer.theory.topology import AxisLike, GroupGeometry, Ring, Topology, TreeLevel, _normalize_axes
+from analyzer.units import format_seconds
 
 __all__ = [
     "Cost",
@@ -128,24 +129,13 @@ class Cost:
                 "bandwidth_seconds": self.bandwidth_seconds, "latency_seconds": self.latency_seconds}
 
 
-def _fmt_s(t: float) -> str:
-    if t == 0:
-        return "0s"
-    if t < 1e-6:
-        return f"{t * 1e9:.3g}ns"
-    if t < 1e-3:
-        return f"{t * 1e6:.3g}us"
-    if t < 1:
-        return f"{t * 1e3:.3g}ms"
-    return f"{t:.3g}s"
-
 
 def _finish(kind: str, model: str, nbytes: float, bw: float, lat: float, hops: int, formula: str) -> Cost:
     seconds = max(bw, lat)
     regime = "latency" if lat > bw else "bandwidth"
-    text = f"{formula} = {_fmt_s(seconds)}"
+    text = f"{formula} = {format_seconds(seconds)}"
     if lat > 0:
-        text = f"max(latency {_fmt_s(lat)} (hops x T_min), bandwidth {formula}) = {_fmt_s(seconds)} ({regime}-bound)"
+        text = f"max(latency {format_seconds(lat)} (hops x T_min), bandwidth {formula}) = {format_seconds(seconds)} ({regime}-bound)"
     return Cost(seconds, regime, float(nbytes), int(hops), text, kind, model, bw, lat)
 
 

@@ -15,13 +15,14 @@ Units: bytes, bytes per second (one direction unless a name says `bidi`), FLOPs 
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import HardwareError, valid_choices
+from analyzer.errors import ConfigError, HardwareError, load_toml, valid_choices
+# The `[flops]` key for a dtype name (`"s8"` -> `"int8"`, `"f8e4m3fn"` -> `"fp8"`, `"bfloat16"` -> `"bf16"`).
+from analyzer.theory.dtypes import flops_key as canonical_dtype
 
 __all__ = [
     "HardwareSpec",
@@ -35,29 +36,6 @@ __all__ = [
     "hardware_dir",
     "canonical_dtype",
 ]
-
-# HLO element types and common spellings -> the dtype keys of the `[flops]` table.
-_DTYPE_ALIASES: Mapping[str, str] = {
-    "bf16": "bf16", "bfloat16": "bf16",
-    "f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
-    "f32": "f32", "fp32": "f32", "float32": "f32",
-    "f64": "f64", "fp64": "f64", "float64": "f64",
-    "s8": "int8", "u8": "int8", "int8": "int8", "uint8": "int8",
-    "s4": "int4", "u4": "int4", "int4": "int4",
-    "fp8": "fp8", "f8e4m3fn": "fp8", "f8e5m2": "fp8", "f8e4m3": "fp8", "f8e3m4": "fp8",
-    "f8e4m3fnuz": "fp8", "f8e5m2fnuz": "fp8", "f8e4m3b11fnuz": "fp8", "f8e8m0fnu": "fp8",
-    "fp4": "fp4", "f4e2m1fn": "fp4",
-}
-
-
-def canonical_dtype(dtype: str) -> str:
-    """The `[flops]` key for a dtype name (`"s8"` -> `"int8"`, `"f8e4m3fn"` -> `"fp8"`, `"bfloat16"` -> `"bf16"`).
-
-    Example:
-      >>> canonical_dtype("f8e4m3fn")
-      'fp8'
-    """
-    return _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
 
 
 @dataclass(frozen=True)
@@ -410,9 +388,9 @@ def list_hardware() -> list[str]:
 
 def _read(path_label: str, text: str) -> HardwareSpec:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise HardwareError(f"{path_label}: not valid TOML: {e}") from None
+        data = load_toml(text, path=path_label)
+    except ConfigError as e:
+        raise HardwareError(str(e)) from None
     return spec_from_dict(data, path=path_label)
 
 

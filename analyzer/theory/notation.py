@@ -28,6 +28,7 @@ from typing import Any
 
 from analyzer.errors import ShardingError, valid_choices
 from analyzer.hlo.sharding import HloSharding, parse_hlo_sharding
+from analyzer.theory.dtypes import dtype_bytes
 
 __all__ = [
     "Dim",
@@ -51,38 +52,6 @@ COLLECTIVE_NAMES: Mapping[str, str] = {
     "collective-broadcast": "CollectiveBroadcast",
     "ragged-all-to-all": "RaggedAllToAll",
 }
-
-_DTYPE_BITS: Mapping[str, int] = {
-    "pred": 8, "bool": 8,
-    "s2": 2, "u2": 2, "s4": 4, "u4": 4, "int4": 4, "uint4": 4,
-    "s8": 8, "u8": 8, "int8": 8, "uint8": 8,
-    "s16": 16, "u16": 16, "int16": 16, "uint16": 16,
-    "s32": 32, "u32": 32, "int32": 32, "uint32": 32,
-    "s64": 64, "u64": 64, "int64": 64, "uint64": 64,
-    "f16": 16, "fp16": 16, "float16": 16, "bf16": 16, "bfloat16": 16,
-    "f32": 32, "fp32": 32, "float32": 32, "f64": 64, "fp64": 64, "float64": 64,
-    "fp8": 8, "f8e4m3fn": 8, "f8e5m2": 8, "f8e4m3": 8, "f8e3m4": 8, "f8e4m3fnuz": 8, "f8e5m2fnuz": 8,
-    "f8e4m3b11fnuz": 8, "f8e8m0fnu": 8, "fp4": 4, "f4e2m1fn": 4,
-    "c64": 64, "complex64": 64, "c128": 128, "complex128": 128,
-}
-
-
-def dtype_bytes(dtype: Any) -> float:
-    """Bytes per element of a dtype name (`"bf16"`, `"float32"`, `"s8"`...) or a numpy/jax dtype.
-
-    Raises:
-      ShardingError: an unknown dtype, listing the known names.
-
-    Example:
-      >>> dtype_bytes("bf16"), dtype_bytes("int4")
-      (2.0, 0.5)
-    """
-    name = getattr(dtype, "name", None) or str(dtype)
-    bits = _DTYPE_BITS.get(name.lower())
-    if bits is None:
-        raise ShardingError(f"unknown dtype {name!r}; {valid_choices(name.lower(), _DTYPE_BITS, what='dtypes')}")
-    return bits / 8
-
 
 class NotationSyntaxError(ShardingError):
     """Notation text that does not parse; `column` is 1-based."""
@@ -129,10 +98,6 @@ def _axis_size(names: tuple[str, ...], sizes: tuple[int, ...], axis: str) -> int
             raise ShardingError(f"sub-axis {axis} does not divide mesh axis {base!r} of size {full}")
         return size
     return sizes[names.index(base)]
-
-
-def _base(axis: str) -> str:
-    return axis.split(":", 1)[0]
 
 
 def _factor_range(axis: str) -> tuple[str, float, float]:

@@ -24,8 +24,10 @@ from dataclasses import dataclass, replace
 from analyzer.theory.cost import Cost, collective_cost
 from analyzer.errors import HardwareError, ShardingError
 from analyzer.theory.hardware import HardwareSpec, load_hardware
+from analyzer.theory.dtypes import dtype_bytes
 from analyzer.theory.notation import Collective, Dim, Notation, format_collective
 from analyzer.theory.topology import Topology
+from analyzer.units import format_seconds
 
 __all__ = [
     "matmul_flops",
@@ -337,7 +339,7 @@ class StrategyComparison:
         return self.options[0].comm_bytes / self.options[1].comm_bytes
 
     def __str__(self) -> str:
-        rows = [f"{o.name}: {o.steps}; compute {o.compute_seconds * 1e6:.3g}us, comms {o.comm_seconds * 1e6:.3g}us "
+        rows = [f"{o.name}: {o.steps}; compute {format_seconds(o.compute_seconds)}, comms {format_seconds(o.comm_seconds)} "
                 f"({o.bound}-bound)" for o in self.options]
         return "\n".join(rows) + f"\ncheaper: {self.cheaper.name}"
 
@@ -352,20 +354,12 @@ def compare_gather_vs_reduce(b: int, d: int, f: int, axis: str, topology: Topolo
     `AllReduce_X`: `T = max(2BDF / (X C), T_AR(2BF bytes))`.
     (The book: S2 wins for B < 2550 when D > 2B, and for B > 2550 when D > 5100, on v5p.)
     """
-    hw = topology.hardware
-    size = topology.axis_sizes[topology.axis_names.index(axis)]
     item = _itemsize(dtype)
-    flops = matmul_flops(b, d, f)
-    ag = collective_cost("all-gather", d * f * item, axis, topology, model=model)
-    ar = collective_cost("all-reduce", b * f * item, axis, topology, model=model)
-    s1 = StrategyOption("AllGather then matmul",
-                        format_collective("all-gather", [axis], f"[D_{axis}, F]", "[D, F]") + "; X[B, D] . Y[D, F]",
-                        compute_seconds(flops, hw, dtype), ag.seconds, ag.bytes)
-    s2 = StrategyOption("local matmul then AllReduce",
-                        f"X[B, D_{axis}] . Y[D_{axis}, F] -> Z[B, F]{{U_{axis}}}; "
-                        + format_collective("all-reduce", [axis], f"[B, F]{{U_{axis}}}", "[B, F]"),
-                        compute_seconds(flops / size, hw, dtype), ar.seconds, ar.bytes)
-    return StrategyComparison((s1, s2))
+    return _gather_or_reduce(
+        topology, axis, dtype, model, matmul_flops(b, d, f),
+        gather=(d * f * item, f"[D_{axis}, F]", "[D, F]", "X[B, D] . Y[D, F]"),
+        reduce=("all-reduce", b * f * item, f"X[B, D_{axis}] . Y[D_{axis}, F] -> Z[B, F]{{U_{axis}}}",
+                f"[B, F]{{U_{axis}}}", "[B, F]"))
 
 
 def compare_gather_vs_reduce_scatter(n: int, m: int, k: int, axis: str, topology: Topology, *,
@@ -381,23 +375,37 @@ def compare_gather_vs_reduce_scatter(n: int, m: int, k: int, axis: str, topology
       >>> round(compare_gather_vs_reduce_scatter(4096, 8192, 2048, "X", t).comm_ratio, 6)
       4.0
     """
+    item = _itemsize(dtype)
+    return _gather_or_reduce(
+        topology, axis, dtype, model, matmul_flops(n, m, k),
+        gather=(n * m * item, f"[N, M_{axis}]", "[N, M]", "A[N, M] . B[M, K]"),
+        reduce=("reduce-scatter", n * k * item, f"A[N, M_{axis}] . B[M_{axis}, K] -> C[N, K]{{U_{axis}}}",
+                f"[N, K]{{U_{axis}}}", f"[N, K_{axis}]"))
+
+
+def _gather_or_reduce(topology: Topology, axis: str, dtype: str, model: str, flops: float, *,
+                      gather: tuple[float, str, str, str], reduce: tuple[str, float, str, str, str]
+                      ) -> StrategyComparison:
+    """The two plans of a matmul with a contracting dimension sharded over `axis`: all-gather the sharded
+    operand and multiply everything on every chip (`gather`: bytes, notation before and after, the matmul), or
+    multiply the local shards and reduce the partial sums (`reduce`: kind, bytes, the matmul, notation before
+    and after), each priced on `topology`.
+    """
     hw = topology.hardware
     size = topology.axis_sizes[topology.axis_names.index(axis)]
-    item = _itemsize(dtype)
-    flops = matmul_flops(n, m, k)
-    ag = collective_cost("all-gather", n * m * item, axis, topology, model=model)
-    rs = collective_cost("reduce-scatter", n * k * item, axis, topology, model=model)
-    o1 = StrategyOption("AllGather then matmul",
-                        format_collective("all-gather", [axis], f"[N, M_{axis}]", "[N, M]") + "; A[N, M] . B[M, K]",
-                        compute_seconds(flops, hw, dtype), ag.seconds, ag.bytes)
-    o2 = StrategyOption("local matmul then ReduceScatter",
-                        f"A[N, M_{axis}] . B[M_{axis}, K] -> C[N, K]{{U_{axis}}}; "
-                        + format_collective("reduce-scatter", [axis], f"[N, K]{{U_{axis}}}", f"[N, K_{axis}]"),
-                        compute_seconds(flops / size, hw, dtype), rs.seconds, rs.bytes)
-    return StrategyComparison((o1, o2))
+    g_bytes, g_before, g_after, g_matmul = gather
+    kind, r_bytes, r_matmul, r_before, r_after = reduce
+    ag = collective_cost("all-gather", g_bytes, axis, topology, model=model)
+    red = collective_cost(kind, r_bytes, axis, topology, model=model)
+    name = "AllReduce" if kind == "all-reduce" else "ReduceScatter"
+    first = StrategyOption("AllGather then matmul",
+                           format_collective("all-gather", [axis], g_before, g_after) + f"; {g_matmul}",
+                           compute_seconds(flops, hw, dtype), ag.seconds, ag.bytes)
+    second = StrategyOption(f"local matmul then {name}",
+                            f"{r_matmul}; " + format_collective(kind, [axis], r_before, r_after),
+                            compute_seconds(flops / size, hw, dtype), red.seconds, red.bytes)
+    return StrategyComparison((first, second))
 
 
 def _itemsize(dtype: str) -> float:
-    from analyzer.theory.notation import dtype_bytes
-
     return dtype_bytes(dtype)

@@ -54,8 +54,6 @@ __all__ = [
     "AxisLike",
 ]
 
-NETWORKS = ("ici", "dcn", "nvlink", "scale-out", "chip")
-
 
 # ------------------------------------------------------------------------------------------------ slices
 @dataclass(frozen=True)

@@ -149,6 +149,8 @@ def audit(
       an `Audited` wrapper (callable like `fn`), or a decorator when `fn` is not given.
 
     Example:
+        >>> import jax
+        >>> mesh = jax.make_mesh((8,), ("X",))
         >>> @audit(mesh=mesh, on_violation="warn")
         ... @jax.jit
         ... def step(w, x):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.rules.baseline import Baseline
 
@@ -159,8 +159,9 @@ def prepare_cpu_devices(n: int) -> bool:
       True when the environment was prepared; False when jax's backends are already up (nothing changes).
 
     Example:
-        >>> prepare_cpu_devices(8)
-        True
+        >>> import os
+        >>> if prepare_cpu_devices(8):    # jax has not started: it will see 8 CPU devices
+        ...     assert "--xla_force_host_platform_device_count" in os.environ["XLA_FLAGS"]
     """
     if "jax" in sys.modules:
         from jax._src import xla_bridge
@@ -241,8 +242,11 @@ def resolve_entry(name: str, root: Path) -> EntryPoint:
       the `EntryPoint` (file and line None when not found: it is then always selected).
 
     Example:
-        >>> resolve_entry("model:step", Path(".")).line
-        12
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> _ = (root / "model.py").write_text("import jax\\n\\n\\ndef step(mesh):\\n    ...\\n")
+        >>> resolve_entry("model:step", root).line
+        4
     """
     module, _, qualname = name.partition(":")
     if module.endswith(".py") or "/" in module:
@@ -293,7 +297,11 @@ def local_imports(file: Path, root: Path) -> set[Path]:
     ignored; `from pkg import name` counts `pkg/name.py` when it exists.
 
     Example:
-        >>> sorted(p.name for p in local_imports(Path("train.py"), Path(".")))
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> _ = (root / "layers.py").write_text("import jax\\n")
+        >>> _ = (root / "train.py").write_text("import numpy\\nfrom layers import *\\n")
+        >>> sorted(p.name for p in local_imports(root / "train.py", root))
         ['layers.py', 'train.py']
     """
     roots = _search_roots(root)

@@ -41,7 +41,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from analyzer.errors import ConfigError, valid_choices
+from analyzer.errors import ConfigError, load_toml, valid_choices
 
 __all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
            "DEFAULT_MIN_SAVING_FRACTION"]
@@ -258,20 +258,7 @@ def load_config(path: str | Path | None = None) -> Config:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config: {e.strerror or e}", path=str(p)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        line = getattr(e, "lineno", None)
-        col = getattr(e, "colno", None)
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        if line is None and m:
-            line, col = int(m.group(1)), int(m.group(2))
-        elif line is None and "end of document" in str(e):
-            line = max(1, len(text.splitlines()))
-        msg = re.sub(r" \(at (line \d+, column \d+|end of document)\)", "", str(e))
-        raise ConfigError(
-            f"not valid TOML: {msg}", path=str(p), line=line, column=col, source_line=_line_text(text, line)
-        ) from None
+    data = load_toml(text, path=str(p))
     table = data.get("tool", {}).get("hlo-analyzer", {})
     return config_from_table(table, path=str(p), text=text)
 

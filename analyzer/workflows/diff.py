@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import AnalyzerError, ConfigError
+from analyzer.errors import AnalyzerError, ConfigError, load_toml
 
 __all__ = [
     "Change",
@@ -135,7 +135,8 @@ class Threshold:
         return f"{self.value * 100:g}%" if self.relative else format_seconds(self.value)
 
 
-_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# Units per second: dividing by a whole number keeps "200us" exactly 0.0002 (200 * 1e-6 is not).
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "µs": 1_000_000, "ns": 1_000_000_000}
 
 
 def parse_threshold(text: str) -> Threshold:
@@ -154,7 +155,7 @@ def parse_threshold(text: str) -> Threshold:
     value, unit = float(m.group(1)), m.group(2)
     if unit == "%":
         return Threshold(value / 100.0, True)
-    return Threshold(value * _UNITS.get(unit or "s", 1.0), False)
+    return Threshold(value / _PER_SECOND[unit or "s"], False)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -338,14 +339,13 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
     A pyproject.toml (or any TOML with `[tool.hlo-analyzer]` entry points) gives one program per entry point;
     any other TOML is a report config (`hlo-analyzer report`).
     """
-    import tomllib
-
     from analyzer.render.json import report_to_dict
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read config: {e}", path=str(path)) from None
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config: {e.strerror or e}", path=str(path)) from None
+    data = load_toml(text, path=str(path))
     if "hlo-analyzer" in data.get("tool", {}):
         from analyzer.workflows.check import analyse_entry, resolve_entry, _on_path
         from analyzer.workflows.config import load_config

@@ -55,14 +55,14 @@ the file and its line, and lists the valid keys. Keys may be written kebab-case 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from analyzer.errors import AnalyzerError, ConfigError, valid_choices
+from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
+from analyzer.theory.dtypes import numpy_name, spellings
 
 if TYPE_CHECKING:
     from analyzer.workflows.config import Config
@@ -80,11 +80,9 @@ __all__ = [
 
 STRATEGIES: tuple[str, ...] = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
 
-# dtype spellings users write -> the template's names.
+# dtype spellings users write -> the template's (numpy) names, for the dtypes the template builds in.
 DTYPE_ALIASES: Mapping[str, str] = MappingProxyType({
-    "bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32", "fp32": "float32", "float32": "float32",
-    "f16": "float16", "fp16": "float16", "float16": "float16",
-})
+    name: numpy_name(xla) for xla in ("bf16", "f32", "f16") for name in spellings(xla)})
 
 # Top-level keys (snake_case) -> a sentence of what they hold, for error messages and docs.
 TOP_KEYS: Mapping[str, str] = MappingProxyType({
@@ -414,16 +412,7 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
     Raises:
       ConfigError: as `load_report_config`.
     """
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        line, column = (int(m.group(1)), int(m.group(2))) if m else (None, None)
-        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e)) or "invalid TOML"
-        lines = text.splitlines()
-        source = lines[line - 1] if line and 0 < line <= len(lines) else None
-        raise ConfigError(f"not valid TOML: {message}", path=path, line=line, column=column,
-                          source_line=source) from None
+    data = load_toml(text, path=path)
     c = _Checker(text, path)
     kwargs: dict[str, Any] = {"path": path}
     tables = {"mesh", "model", "rules", "budgets", "sweep"}

@@ -250,6 +250,8 @@ def candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]] = (),
         times would not be comparable), strategies or template dimensions for an entry-point config.
 
     Example:
+      >>> from analyzer.workflows.reportconfig import load_report_config
+      >>> cfg = load_report_config("examples/configs/fsdp-tp-v5e-8.toml")    # mesh data=4, model=2
       >>> [c.mesh_shape for c in candidates(cfg, [(8, 1), (4, 2)], ["fsdp"])]
       [(8, 1), (4, 2)]
     """
@@ -355,6 +357,8 @@ def plan_note(config: ReportConfig) -> str:
     """A remark on a plan whose strategy degenerates on its mesh: tp, fsdp+tp or ep with a model axis of 1.
 
     Example:
+      >>> from analyzer.workflows.reportconfig import load_report_config
+      >>> cfg = load_report_config("examples/configs/fsdp-tp-v5e-8.toml")    # mesh data=4, model=2
       >>> plan_note(cfg.with_plan((8, 1), "tp"))
       "model axis 'model' has size 1: no tensor parallelism (data parallel in effect)"
     """
@@ -373,7 +377,11 @@ def evaluate(config: ReportConfig, candidate: Candidate, *, hardware: str | None
     """Compile and price one candidate; an `AnalyzerError` becomes a failed entry (its message kept).
 
     Example:
-      >>> evaluate(cfg, Candidate((4, 2), "fsdp+tp")).step_seconds
+      >>> from analyzer.workflows.reportconfig import load_report_config
+      >>> cfg = load_report_config("examples/configs/entry-point.toml")      # a two-layer MLP on data=4, model=2
+      >>> entry = evaluate(cfg, Candidate((4, 2), None))
+      >>> entry.mesh, entry.step_seconds > 0
+      ('data=4,model=2', True)
     """
     from analyzer.errors import AnalyzerError
 

@@ -18,7 +18,7 @@ def test_price_issue_example(capsys):
                        "E=2048,F=8192", "--dtype", "bf16", "--hardware", "tpu-v5e", "--topology", "v5e:8x4")
     assert code == 0
     assert "AllGather_Y: [E_Y, F] -> [E, F]" in out
-    for word in ("seconds", "regime", "bytes", "hops", "formula", "559.2 us", "33,554,432"):
+    for word in ("seconds", "regime", "bytes", "hops", "formula", "559 µs", "33,554,432"):
         assert word in out
 
 

@@ -78,14 +78,28 @@ def test_sizes_the_mesh_does_not_divide():
         build(TransformerConfig(experts=6), "ep", MESH)
 
 
+@pytest.fixture(scope="module")
+def lowered_strategy():
+    """`lowered_strategy(strategy)` -> the template compiled on MESH, once per module (the explicit-axes test
+    compares against the same fsdp+tp program the strategy test checks)."""
+    cache = {}
+
+    def get(strategy):
+        if strategy not in cache:
+            # The bare block keeps the compile short; tp also runs the full block (grouped-query attention with
+            # kv_heads=2 < Y=4, so K/V stay unsharded over Y).
+            config = SMALL if strategy == "tp" else TransformerConfig(**{**SMALL.to_dict(), "attention": False})
+            step, args = build(config, strategy, MESH)
+            cache[strategy] = (step, args, lower(step, *args, mesh=MESH))
+        return cache[strategy]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_every_strategy_compiles_to_its_communication(strategy):
-    # The bare block keeps the compile short; tp also runs the full block (grouped-query attention with
-    # kv_heads=2 < Y=4, so K/V stay unsharded over Y).
-    config = SMALL if strategy == "tp" else TransformerConfig(**{**SMALL.to_dict(), "attention": False})
-    step, args = build(config, strategy, MESH)
-    hlo = lower(step, *args, mesh=MESH).spmd_hlo
+def test_every_strategy_compiles_to_its_communication(strategy, lowered_strategy):
+    hlo = lowered_strategy(strategy)[2].spmd_hlo
     # The layers stay loops (forward and backward) over the stacked weights.
     assert len(re.findall(r"= \(.*\) while\(", hlo)) == 2
     assert re.search(r"s32\[\] constant\(%d\)" % SMALL.layers, hlo)
@@ -115,11 +129,9 @@ def test_adam_state_is_sharded_like_the_parameters():
 
 
 @pytest.mark.slow
-def test_explicit_axes_give_the_same_program():
+def test_explicit_axes_give_the_same_program(lowered_strategy):
     """Traced on a mesh whose axes are Explicit, the template runs under auto_axes: same collectives."""
-    config = TransformerConfig(**{**SMALL.to_dict(), "attention": False})
-    step, args = build(config, "fsdp+tp", MESH)
-    auto = lower(step, *args, mesh=MESH)
+    step, args, auto = lowered_strategy("fsdp+tp")
     explicit = lower(step, *args, mesh={"X": (2, "explicit"), "Y": (4, "explicit")})
     assert explicit.mesh.axis_types == ("explicit", "explicit")
     assert sorted(_ops(explicit.spmd_hlo)) == sorted(_ops(auto.spmd_hlo))
