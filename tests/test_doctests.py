@@ -34,6 +34,7 @@ SLOW = {
     "analyzer.compile.models",
     "analyzer.compile.models.build",
     "analyzer.pipeline.analyze",
+    "analyzer.workflows.sweep.evaluate_task",
     "analyzer.render.html.render",
     "analyzer.testing.assert_collectives",
     "analyzer.workflows.demo.run_demo",

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.errors import AnalyzerError
+
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.executors import Executor
@@ -383,10 +385,8 @@ def evaluate(config: ReportConfig, candidate: Candidate, *, hardware: str | None
       >>> entry.mesh, entry.step_seconds > 0
       ('data=4,model=2', True)
     """
-    from analyzer.errors import AnalyzerError
-
-    planned = candidate.plan(config)
     try:
+        planned = candidate.plan(config)
         report = analyze_config(planned, hardware=hardware, topology=topology)
     except AnalyzerError as e:
         return _failed_entry(config, candidate, f"{type(e).__name__}: {str(e).splitlines()[0]}")
@@ -418,8 +418,12 @@ def evaluate_task(task: tuple[ReportConfig, Candidate, str | None, str | None]) 
     that is not an `AnalyzerError` (a bug) fails this candidate alone, with its type and message.
 
     Example:
-      >>> evaluate_task((cfg, Candidate((4, 2), "fsdp"), None, None)).ok
+      >>> from analyzer.workflows.reportconfig import load_report_config
+      >>> cfg = load_report_config("examples/configs/fsdp-v5e-8.toml")
+      >>> evaluate_task((cfg, Candidate((8,), "fsdp"), None, None)).ok
       True
+      >>> evaluate_task((cfg, Candidate((4, 2), "fsdp"), None, None)).error
+      "ConfigError: examples/configs/fsdp-v5e-8.toml: error: mesh shape 4x2 has 2 axes but the config's mesh data=8 has 1 (data); give one size per axis"
     """
     import threading
 
@@ -442,7 +446,11 @@ def evaluate_task(task: tuple[ReportConfig, Candidate, str | None, str | None]) 
 
 
 def _failed_entry(config: ReportConfig, cand: Candidate, why: str) -> SweepEntry:
-    return SweepEntry(strategy=cand.strategy or "(entry point)", mesh=config.with_plan(cand.mesh_shape).mesh_text,
+    try:
+        mesh = config.with_plan(cand.mesh_shape).mesh_text
+    except AnalyzerError:  # the plan's mesh does not fit the config: name the shape as asked
+        mesh = "x".join(str(s) for s in cand.mesh_shape)
+    return SweepEntry(strategy=cand.strategy or "(entry point)", mesh=mesh,
                       batch=cand.batch, remat=cand.remat, microbatches=cand.microbatches, error=why)
 
 
