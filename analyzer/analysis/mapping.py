@@ -12,8 +12,9 @@ Axes are listed major to minor in the order the group enumerates devices: the or
 all-gather concatenates (an all-gather over `("Y", "X")` puts Y's shards outermost).
 
 Stack frames. The stack-frame tables of the HLO name every frame of the Python stack that traced an op;
-the user's line is the innermost frame that is not inside jax itself (site-packages/jax, jaxlib, the
-analyzer).
+the user's line is the innermost frame outside every installed package and the standard library
+(site-packages/jax, flax, optax, transformers..., the analyzer's own wrappers); the library frame the user's
+line called into is kept as context (`in transformers' modeling_flax_llama.py:412`).
 
 Example:
     >>> mesh = MeshInfo(("data", "model"), (4, 2), tuple(range(8)))
@@ -23,7 +24,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +42,10 @@ __all__ = [
     "op_label",
     "pairs_to_axes",
     "parse_mesh_spec",
+    "package_of",
     "pass_of",
+    "SourceFrames",
+    "source_frames",
     "user_frame",
 ]
 
@@ -262,14 +268,84 @@ def infer_mesh(groups: Iterable[Sequence[Sequence[int]]], num_devices: int) -> M
 
 
 # ---------------------------------------------------------------------- source and pass
-_INTERNAL = re.compile(r"(site-packages|dist-packages)/(jax|jaxlib|flax|optax|equinox)/|/jax/_src/|/jaxlib/"
-                       r"|/analyzer/(compile/lower|pipeline|workflows/auditing)\.py$|^<frozen |^<string>")
+# Frames that are never the user's, wherever they are installed: jax's own sources (also in a source checkout),
+# the analyzer's compile wrappers, frozen modules and exec'd strings.
+_INTERNAL = re.compile(r"/jax/_src/|/jaxlib/|/analyzer/(compile/lower|pipeline|workflows/auditing)\.py$"
+                       r"|^<frozen |^<string>")
+_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
 
 
-def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,
-               fallback_line: int | None = None) -> str:
-    """`file:line` of the innermost user frame of a stack-frame id; the metadata's source_file:source_line
-    when the module has no stack tables; "" when nothing is known.
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    """The standard library's folders of this interpreter (read once, when first needed)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(sorted({os.path.normpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}))
+
+
+def package_of(file: str) -> str | None:
+    """The installed package a source file belongs to: its top-level name under site-packages (`jax`,
+    `flax`, `transformers`), "python" for the standard library and jax's internals, None for the user's
+    own code.
+
+    Example:
+        >>> package_of("/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_flax_llama.py")
+        'transformers'
+        >>> package_of("/home/me/proj/train.py") is None
+        True
+    """
+    if not file:
+        return None
+    m = _INSTALLED.search(file)
+    if m:
+        name = m.group(1)
+        return name[:-3] if name.endswith(".py") else name
+    if _INTERNAL.search(file):
+        return "jax" if "/jax" in file else "python"
+    if os.path.isabs(file) and os.path.normpath(file).startswith(_stdlib_dirs()):
+        return "python"
+    return None
+
+
+@dataclass(frozen=True)
+class SourceFrames:
+    """Where an op comes from: the innermost frame of the user's code, and the library frame it went through.
+
+    Attributes:
+      user: `file:line` of the innermost frame that is not in an installed package or the standard library
+        ("" when the stack holds none).
+      library: `file:line` of the innermost frame of the library the user's line called into (the package of
+        the frame just inside the user's), "" when the user called jax directly or the stack is unknown.
+      package: that library's name (`transformers`, `flax`), "" when none.
+    """
+
+    user: str = ""
+    library: str = ""
+    package: str = ""
+
+    @property
+    def context(self) -> str:
+        """The library frame in words: `in transformers' modeling_flax_llama.py:412`; "" when none."""
+        if not self.library:
+            return ""
+        file, _, line = self.library.rpartition(":")
+        name = os.path.basename(file) or file
+        owner = f"{self.package}'" if self.package.endswith("s") else f"{self.package}'s"
+        return f"in {owner} {name}:{line}"
+
+
+_NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "python", "analyzer"})
+
+
+def source_frames(module: object, frame_id: int | None, fallback_file: str | None = None,
+                  fallback_line: int | None = None) -> SourceFrames:
+    """The user's frame and the library frame of a stack-frame id (see `SourceFrames`).
+
+    The user's frame is the innermost one outside every installed package (site-packages, dist-packages),
+    the standard library and jax's own sources; when the stack holds none (a program written inside a
+    library), the innermost frame outside jax stands in. Without stack tables, the metadata's
+    source_file:source_line is used.
 
     Args:
       module: the `HloModule` (its `frame_chain`).
@@ -277,14 +353,30 @@ def user_frame(module: object, frame_id: int | None, fallback_file: str | None =
       fallback_file, fallback_line: `metadata.source_file` / `source_line`.
     """
     chain = module.frame_chain(frame_id) if frame_id is not None else ()  # type: ignore[attr-defined]
-    for f in chain:
-        if not _INTERNAL.search(f.file):
-            return f"{f.file}:{f.line}"
-    if fallback_file and not _INTERNAL.search(fallback_file):
-        return f"{fallback_file}:{fallback_line}" if fallback_line else fallback_file
+    packages = [package_of(f.file) for f in chain]
+    for i, (f, pkg) in enumerate(zip(chain, packages)):
+        if pkg is None:
+            inner = packages[i - 1] if i > 0 else None
+            library = ""
+            if inner is not None and inner not in _NOT_A_LIBRARY:
+                first = next(j for j, p in enumerate(packages) if p == inner)
+                library = f"{chain[first].file}:{chain[first].line}"
+            return SourceFrames(f"{f.file}:{f.line}", library, inner if library else "")
+    if fallback_file and package_of(fallback_file) is None:
+        return SourceFrames(f"{fallback_file}:{fallback_line}" if fallback_line else fallback_file)
+    for f, pkg in zip(chain, packages):
+        if pkg not in ("jax", "jaxlib", "python"):
+            return SourceFrames(f"{f.file}:{f.line}")
     if chain:
-        return f"{chain[0].file}:{chain[0].line}"
-    return ""
+        return SourceFrames(f"{chain[0].file}:{chain[0].line}")
+    return SourceFrames()
+
+
+def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,
+               fallback_line: int | None = None) -> str:
+    """`file:line` of the innermost user frame of a stack-frame id (`source_frames(...).user`); the
+    metadata's source_file:source_line when the module has no stack tables; "" when nothing is known."""
+    return source_frames(module, frame_id, fallback_file, fallback_line).user
 
 
 def pass_of(op_name: str | None) -> str:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -69,6 +69,20 @@ def short_source(source: str, cwd: str | None = None) -> str:
         parts = path.replace("\\", "/").split("/")
         rel = "…/" + "/".join(parts[-2:]) if len(parts) > 2 else path
     return f"{rel}:{line}" if line else rel
+
+
+def where(d: Diagnostic) -> str:
+    """A finding's place as the reports print it: the user's line, then the library frame it called into.
+
+    Example:
+      >>> from analyzer.diagnostics import Diagnostic, Location
+      >>> where(Diagnostic("HA302", "n", "m", location=Location("train.py", 41, context="in flax's linear.py:263")))
+      "train.py:41 (in flax's linear.py:263)"
+    """
+    loc = d.location
+    text = short_source(str(loc))
+    context = getattr(loc, "context", None)
+    return f"{text} ({context})" if context else text
 
 
 def dot_label(record: dict) -> str:

@@ -22,6 +22,7 @@ from analyzer.render._common import (
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    where,
 )
 from analyzer.units import format_bytes, format_count, format_flops, format_seconds
 
@@ -94,7 +95,7 @@ def _findings(diagnostics: Sequence[Diagnostic]) -> list[_Finding]:
         summary, doc_html = docs[d.code]
         out.append(_Finding(
             severity=getattr(d.severity, "value", str(d.severity)), code=d.code, name=d.name,
-            location=short_source(str(d.location)), message=_inline(d.message), notation=d.notation or "",
+            location=where(d), message=_inline(d.message), notation=d.notation or "",
             seconds=format_seconds(d.seconds) if d.seconds is not None else "",
             alternative=d.alternative or "",
             alternative_seconds=format_seconds(d.alternative_seconds) if d.alternative_seconds is not None else "",

@@ -17,6 +17,7 @@ from analyzer.render._common import (
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    where,
 )
 from analyzer.units import format_bytes, format_seconds
 
@@ -72,7 +73,7 @@ def findings_section(report: Report) -> str:
     parts = [f"## Findings ({len(diags)})"]
     for d in diags:
         sev = getattr(d.severity, "value", str(d.severity))
-        lines = [f"### {sev.upper()} {d.code} `{d.name}` at {_code(str(d.location))}", "", d.message, ""]
+        lines = [f"### {sev.upper()} {d.code} `{d.name}` at {_code(where(d))}", "", d.message, ""]
         if d.notation:
             lines.append(f"- Collective: {_code(d.notation)}" + (f" ({format_seconds(d.seconds)})" if d.seconds else ""))
         if d.alternative:

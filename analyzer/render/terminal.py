@@ -126,7 +126,7 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
     """
     from rich.text import Text
 
-    from analyzer.render._common import short_source
+    from analyzer.render._common import where
 
     out: list[RenderableType] = []
     shown: dict[str, int] = {}
@@ -141,7 +141,7 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
         head.append(f"{sev:<7} ", style=SEVERITY_STYLE.get(sev, ""))
         head.append(f"{d.code} ", style="bold")
         head.append(f"{d.name}", style="dim")
-        head.append(f"  {short_source(str(d.location))}")
+        head.append(f"  {where(d)}")
         out.append(head)
         out.append(Text("    " + d.message))
         if d.notation:

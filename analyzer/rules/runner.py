@@ -31,7 +31,7 @@ from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
 
 __all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "apply_rules", "merge_duplicates",
-           "saving_threshold", "split_negligible", "negligible_note", "inline_codes", "unused_across",
+           "saving_threshold", "split_negligible", "with_context", "negligible_note", "inline_codes", "unused_across",
            "INLINE_PATTERN"]
 
 # `# hlo-analyzer: ignore[HA101, HA3]` (codes or prefixes) or `# hlo-analyzer: ignore` (every rule).
@@ -164,6 +164,25 @@ def merge_duplicates(diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
+def with_context(diagnostics: Sequence[Diagnostic], report: Any) -> list[Diagnostic]:
+    """The findings with `Location.context` (the library frame their user line called into) filled from the
+    report's collectives table, matched by HLO instruction; findings about other things are unchanged."""
+    frame = getattr(report, "collectives", None)
+    if frame is None or not len(frame) or "context" not in frame or "instruction" not in frame:
+        return list(diagnostics)
+    by_instruction: dict[str, str] = {}
+    for names, context in zip(frame["instruction"].tolist(), frame["context"].tolist()):
+        if isinstance(context, str) and context:
+            for name in str(names or "").split(","):
+                by_instruction.setdefault(name, context)
+    out = []
+    for d in diagnostics:
+        loc = d.location
+        context = by_instruction.get(loc.instruction or "") if not loc.context else None
+        out.append(replace(d, location=replace(loc, context=context)) if context else d)
+    return out
+
+
 def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | None:
     """Seconds per step under which a finding of `rule` is negligible; None when the rule is exempt.
 
@@ -271,7 +290,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
             raw.extend(r(replace(base, rule=r)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
             raw.append(_failed(r, e))
-    raw = merge_duplicates(raw)
+    raw = merge_duplicates(with_context(raw, report))
 
     suppressed: list[tuple[Diagnostic, Suppression]] = []
     used: set[tuple[str, str]] = set()
