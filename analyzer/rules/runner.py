@@ -334,7 +334,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
         if not path.is_absolute() and config.path:
             path = Path(config.path).parent / path
         if path.exists():
-            baseline = read_baseline(path)
+            baseline = read_baseline(path, tolerance=config.baseline_tolerance)
             final, accepted, stale = baseline.split(after_inline)
             for d in accepted:
                 suppressed.append((d, Suppression("baseline", d.fingerprint(), str(path))))
