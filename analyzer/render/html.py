@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.render._common import (
     whatif_rows,
     argument_rows,
-    collective_rows,
+    collective_groups,
     dot_label,
     short_source,
     headline,
@@ -237,6 +237,11 @@ def _short_topology(text: str) -> str:
     return text.splitlines()[0].split(": ")[0] if text else text
 
 
+# Rows of the collectives table shown open; the rest are folded under one <details>, so that a deep model's
+# report stays a few screens tall (issue 11: a 12-layer model printed 552 rows, 33,000 px).
+COLLECTIVES_OPEN = 20
+
+
 def _environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -269,6 +274,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     def svg(text: str | None) -> Markup | None:
         return Markup(text) if text else None
 
+    groups = collective_groups(report)
     counts = {"error": 0, "warning": 0, "info": 0}
     for d in report.diagnostics:
         sev = getattr(d.severity, "value", str(d.severity))
@@ -289,7 +295,9 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "plan": _plan(report),
         "dots": _dots(report),
         "arguments": _arguments(report),
-        "collectives": collective_rows(report),
+        "collectives": groups,
+        "collective_sites": sum(g.sites for g in groups),
+        "collectives_open": COLLECTIVES_OPEN,
         "findings": _findings(report.diagnostics),
         "finding_groups": _finding_groups(report.diagnostics),
         "memory": memory_lines(report),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from analyzer.render._common import (
     whatif_rows,
     argument_rows,
-    collective_rows,
+    collective_groups,
     headline,
     memory_lines,
     plan_lines,
@@ -137,16 +137,21 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
                          [[_code(a["name"]), _code(a["shape"]), _code(a["notation"]),
                            format_bytes(a["bytes_per_device"]) if a["bytes_per_device"] is not None else "—"]
                           for a in arguments], align="lllr"))
-    rows = collective_rows(report)
+    rows = collective_groups(report)
     if rows:
         coll = table(
             ["collective", "axes", "bytes", "count", "each", "per step", "share", "regime", "source"],
-            [[_code(r.notation or r.kind) + (" (overlapped)" if r.overlapped else ""), r.axes, r.bytes, r.count,
+            [[_code(r.label or r.notation or r.kind) + (" (overlapped)" if r.overlapped else "")
+              + (f" ({r.sites} sites)" if r.sites > 1 else ""), r.axes, r.bytes, r.count,
               r.seconds, r.total_seconds, r.share, r.regime, _code(r.source or r.op_name)] for r in rows],
             align="llrrrrrll",
         )
+        sites = sum(r.sites for r in rows)
+        grouped = (f" The {sites} collectives are grouped by notation and source line ({len(rows)} rows): "
+                   "`count` and `per step` add up a group's sites; `≤` marks the largest where they differ."
+                   if sites > len(rows) else "")
         parts.append("## Collectives\n\nCostliest per step first. `each` is one execution; `count` the executions "
-                     "per step.\n\n" + coll)
+                     "per step." + grouped + "\n\n" + coll)
     else:
         parts.append("## Collectives\n\nXLA inserted no communication into this program.")
     t = report.totals
