@@ -315,8 +315,9 @@ class SourceFrames:
     Attributes:
       user: `file:line` of the innermost frame that is not in an installed package or the standard library
         ("" when the stack holds none).
-      library: `file:line` of the innermost frame of the library the user's line called into (the package of
-        the frame just inside the user's), "" when the user called jax directly or the stack is unknown.
+      library: `file:line` of the innermost frame of the library the user's line called into (the outermost
+        installed package inside the user's frame, jax and the standard library aside), "" when the user
+        called jax directly or the stack is unknown.
       package: that library's name (`transformers`, `flax`), "" when none.
     """
 
@@ -356,12 +357,13 @@ def source_frames(module: object, frame_id: int | None, fallback_file: str | Non
     packages = [package_of(f.file) for f in chain]
     for i, (f, pkg) in enumerate(zip(chain, packages)):
         if pkg is None:
-            inner = packages[i - 1] if i > 0 else None
-            library = ""
-            if inner is not None and inner not in _NOT_A_LIBRARY:
-                first = next(j for j, p in enumerate(packages) if p == inner)
-                library = f"{chain[first].file}:{chain[first].line}"
-            return SourceFrames(f"{f.file}:{f.line}", library, inner if library else "")
+            # the library the user's line called: the outermost library frame inside it (jax, the standard
+            # library's wrappers and the analyzer are not libraries to name), and that library's innermost frame
+            inner = next((p for p in reversed(packages[:i]) if p is not None and p not in _NOT_A_LIBRARY), None)
+            if inner is None:
+                return SourceFrames(f"{f.file}:{f.line}")
+            first = next(j for j, p in enumerate(packages) if p == inner)
+            return SourceFrames(f"{f.file}:{f.line}", f"{chain[first].file}:{chain[first].line}", inner)
     if fallback_file and package_of(fallback_file) is None:
         return SourceFrames(f"{fallback_file}:{fallback_line}" if fallback_line else fallback_file)
     for f, pkg in zip(chain, packages):
