@@ -537,6 +537,89 @@ def _declared_at(g: CallGraph, c: Collective, module: HloModule) -> str:
     return ""
 
 
+def _dim_letters(g: CallGraph, c: Collective, rank: int) -> str | None:
+    """The program's own letters for the dimensions of the array a collective moves, from the einsum spec jax
+    writes into the op_name of the dot it feeds (that operand's subscripts) or whose partial sums it reduces
+    (the output's): `bd,df->bf` names an all-gathered `df` weight `[D, F]`. None when there is no such dot,
+    the dot is of the backward pass, or the shapes do not line up (the notation then uses I, J, K...)."""
+    from analyzer.analysis.mapping import einsum_subscripts
+
+    dot = c.dot
+    if dot is None and c.site is None and c.kind == "all-gather":
+        dot = _consumer_dot(g, c.computation, c.instructions[-1])  # through a second gather (FSDP + TP weights)
+    if dot is None or c.site is not None or dot.metadata is None:
+        return None
+    spec = einsum_subscripts(dot.metadata.op_name)
+    if spec is None:
+        return None
+    operands, output = spec
+    if c.dot_relation == "from":
+        letters = _dot_output_letters(dot, operands)
+    else:
+        comp = c.computation
+        mine = set(c.instructions)
+        letters = None
+        for k, op in enumerate(dot.operands[:len(operands)]):
+            inst = g.producer(comp, op.name)
+            for _ in range(6):
+                if inst is None or inst.name in mine:
+                    break
+                if inst.opcode not in _SAME_DIMS | {"bitcast", "all-gather"} or not inst.operands:
+                    inst = None
+                    break
+                inst = g.producer(comp, inst.operands[0].name)
+            if inst is not None and inst.name in mine:
+                letters = operands[k]
+                break
+    return letters if letters is not None and len(letters) == rank else None
+
+
+def _dot_output_letters(dot: Any, operands: Sequence[str]) -> str | None:
+    """The letters of a dot's result as XLA lays it out: batch dims, then the left operand's free dims, then
+    the right's (jax transposes to the einsum's output order afterwards). None unless the sizes the operands
+    give each letter reproduce the dot's shape."""
+    if len(operands) != 2 or len(dot.operands) != 2 or not dot.shape.is_array:
+        return None
+    lhs, rhs = operands
+    sizes: dict[str, int] = {}
+    for letters, op in zip(operands, dot.operands):
+        shape = op.shape
+        if shape is None or not shape.is_array or len(shape.dims) != len(letters):
+            return None
+        for letter, n in zip(letters, shape.dims):
+            if sizes.setdefault(letter, n) != n:
+                return None
+    batch = [a for a in lhs if a in rhs and a not in _contracting(dot, lhs)]
+    order = batch + [a for a in lhs if a not in rhs] + [b for b in rhs if b not in lhs]
+    if [sizes[a] for a in order] != list(dot.shape.dims):
+        return None
+    return "".join(order)
+
+
+def _contracting(dot: Any, lhs: str) -> set[str]:
+    """The letters of the left operand a dot contracts (from `lhs_contracting_dims={...}`)."""
+    raw = str(dot.attr("lhs_contracting_dims") or "").strip("{}")
+    out = set()
+    for part in raw.split(","):
+        if part.strip().isdigit() and int(part) < len(lhs):
+            out.add(lhs[int(part)])
+    return out
+
+
+def _consumer_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Any:
+    """The dot that reads `name` through same-rank data movement and further all-gathers, else None."""
+    if depth > 4 or comp not in g.module.by_name:
+        return None
+    for u in g.users(comp, name):
+        if u.opcode == "dot":
+            return u
+        if u.opcode in _SAME_DIMS | {"bitcast", "all-gather"}:
+            found = _consumer_dot(g, comp, u.name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def _trace_to_argument(g: CallGraph, c: Collective, follow: frozenset[str] = frozenset()
                        ) -> tuple[Any, list[int | None]] | None:
     """The entry parameter a collective's operand is (sliced, reshaped, carried through loops), and for each
@@ -621,7 +704,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
         shape, dims = tuple(c.operand_shape.dims), ()
     base = _argument_spec(g, c, mesh) if c.kind == "all-gather" and span.regular else None
     notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a,
-                                                             base=base)
+                                                             base=base, letters=_dim_letters(g, c, len(shape)))
     if base is not None and before == tuple(tuple(b) for b in base):
         # the other dims are sharded too: the notation's letters then stand for the whole array
         shape = tuple(n * _axes_size(axes, mesh) for n, axes in zip(shape, after))

@@ -36,6 +36,7 @@ from analyzer.theory.mesh import MeshInfo, mesh_from_any, parse_mesh_spec
 
 __all__ = [
     "AxisSpan",
+    "einsum_subscripts",
     "groups_to_axes",
     "infer_mesh",
     "mesh_from_any",
@@ -433,10 +434,40 @@ def _sub(axes: Sequence[str]) -> str:
     return "{" + ",".join(axes) + "}"
 
 
-def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:
+def _letter(d: int, letters: Sequence[str] | None) -> str:
+    """The letter of dimension `d`: the program's own name for it when known, else I, J, K... by position."""
+    if letters is not None and d < len(letters):
+        return letters[d]
+    return _LETTERS[d % len(_LETTERS)]
+
+
+_EINSUM = re.compile(r"^([A-Za-z]+(?:,[A-Za-z]+)*)->([A-Za-z]*)$")
+
+
+def einsum_subscripts(op_name: str | None) -> tuple[tuple[str, ...], str] | None:
+    """The einsum spec jax writes into a dot's op_name (`jit(step)/bd,df->bf/dot_general`): the operands'
+    subscripts and the output's, upper-cased; None when the op_name holds none, or holds one of the
+    transposed (backward) pass, whose operands are not the spec's.
+
+    Example:
+        >>> einsum_subscripts("jit(step)/jvp(mlp)/bsd,df->bsf/dot_general")
+        (('BSD', 'DF'), 'BSF')
+        >>> einsum_subscripts("jit(step)/transpose(jvp(mlp))/bsd,df->bsf/dot_general") is None
+        True
+    """
+    if not op_name or "transpose(" in op_name:
+        return None
+    for part in reversed(op_name.split(";")[0].split("/")):
+        m = _EINSUM.match(part)
+        if m:
+            return tuple(s.upper() for s in m.group(1).split(",")), m.group(2).upper()
+    return None
+
+
+def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = (), letters: Sequence[str] | None = None) -> str:
     dims = []
     for d, axes in enumerate(spec):
-        letter = _LETTERS[d % len(_LETTERS)]
+        letter = _letter(d, letters)
         dims.append(f"{letter}_{_sub(axes)}" if axes else letter)
     text = "[" + ", ".join(dims) + "]"
     if unreduced:
@@ -446,7 +477,8 @@ def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:
 
 def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequence[int] = (),
                         a2a: tuple[int, int] | None = None,
-                        base: Sequence[Sequence[str]] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
+                        base: Sequence[Sequence[str]] | None = None,
+                        letters: Sequence[str] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
                                                                               tuple[tuple[str, ...], ...],
                                                                               tuple[str, ...]]:
     """A collective in the chapter's notation, with dimension letters I, J, K... by position.
@@ -463,6 +495,8 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
       a2a: for all-to-all, (dimension sharded before, dimension sharded after).
       base: for all-gather, how the operand is sharded on every dimension when that is known (from the
         argument it slices): the other dimensions then keep their subscripts (`[I_X, J_Y] -> [I, J_Y]`).
+      letters: the program's own names for the dimensions, one letter each (an einsum's subscripts, `DF`);
+        None: I, J, K... by position.
     Returns:
       (notation, before spec, after spec, unreduced axes before): specs are per-dimension tuples of axes.
 
@@ -473,7 +507,11 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
         'ReduceScatter_X,J: [I, J]{U_X} -> [I, J_X]'
         >>> collective_notation("all-gather", ("X",), 2, dims=(0,), base=(("X",), ("Y",)))[0]
         'AllGather_X: [I_X, J_Y] -> [I, J_Y]'
+        >>> collective_notation("all-gather", ("data",), 2, dims=(0,), letters="DF")[0]
+        'AllGather_data: [D_data, F] -> [D, F]'
     """
+    if letters is not None and (len(letters) != rank or len(set(letters)) != rank or "U" in letters):
+        letters = None  # not one distinct letter per dimension (U marks unreduced sums): by position
     ax = tuple(axes)
     none: tuple[tuple[str, ...], ...] = tuple(() for _ in range(rank))
     title = _TITLES.get(kind, kind)
@@ -489,18 +527,18 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
             and tuple(base[dims[0]])[-len(ax):] == ax:
         before = tuple(tuple(b) for b in base)
         after = tuple(b[: len(b) - len(ax)] if d == dims[0] else b for d, b in enumerate(before))
-        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
+        return f"{name}: {_array(before, letters=letters)} -> {_array(after, letters=letters)}", before, after, ()
     if kind == "all-gather":
         before, after = with_axes(dims), none
-        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
+        return f"{name}: {_array(before, letters=letters)} -> {_array(after, letters=letters)}", before, after, ()
     if kind == "reduce-scatter":
         after = with_axes(dims)
-        letter = _LETTERS[dims[0] % len(_LETTERS)] if dims else ""
+        letter = _letter(dims[0], letters) if dims else ""
         label = f"{name},{letter}" if letter else name
-        return f"{label}: {_array(none, ax)} -> {_array(after)}", none, after, ax
+        return f"{label}: {_array(none, ax, letters=letters)} -> {_array(after, letters=letters)}", none, after, ax
     if kind == "all-reduce":
-        return f"{name}: {_array(none, ax)} -> {_array(none)}", none, none, ax
+        return f"{name}: {_array(none, ax, letters=letters)} -> {_array(none, letters=letters)}", none, none, ax
     if kind in ("all-to-all", "ragged-all-to-all") and a2a is not None:
         before, after = with_axes((a2a[0],)), with_axes((a2a[1],))
-        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
-    return f"{name}: {_array(none)} -> {_array(none)}", none, none, ()
+        return f"{name}: {_array(before, letters=letters)} -> {_array(after, letters=letters)}", before, after, ()
+    return f"{name}: {_array(none, letters=letters)} -> {_array(none, letters=letters)}", none, none, ()
