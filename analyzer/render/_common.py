@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["what_to_do", "top_cause", "where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -275,12 +275,38 @@ def headline(report: Report) -> list[tuple[str, str]]:
         ("Bytes moved / step", format_bytes(t.comm_bytes)),
         ("Collectives (call sites)", str(n)),
     ]
-    best = max((d.saving_seconds or 0.0 for d in report.diagnostics), default=0.0)
-    if best > 0:
-        # Each finding's saving stands alone; fixes overlap (two rules can price the same collective), so the
-        # headline is the largest single one, never a sum.
-        pairs.append(("Largest saving / step", format_seconds(best)))
+    top = top_cause(report)
+    if top is not None:
+        # The root cause to fix first (analyzer.rules.rootcause): its findings' savings summed, each collective
+        # once; budget overages are not savings and never count.
+        pairs.append(("Top fix saves / step", format_seconds(top.saving_seconds)))
     return pairs
+
+
+def top_cause(report: Report) -> Any:
+    """The report's root cause with the largest summed saving (`analyzer.rules.rootcause.RootCause`), or None."""
+    from analyzer.rules.rootcause import top_cause as _top
+
+    return _top(report.diagnostics, report)
+
+
+def what_to_do(report: Report) -> str | None:
+    """The report's first sentence: the root cause to fix first, the change, and what it saves per step.
+
+    Example:
+      >>> what_to_do(report)                                      # doctest: +SKIP
+      "Fix the sharding of params['layers_*']['w_in']['kernel'] first: 2 findings, 63.4 µs per step ..."
+    """
+    top = top_cause(report)
+    if top is None:
+        return None
+    first = top.findings[0]
+    n = len(top.findings)
+    text = (f"Fix {top.title} first: {n} finding{'s' if n != 1 else ''} ({', '.join(sorted({d.code for d in top.findings}))}), "
+            f"{format_seconds(top.saving_seconds)} per step to save")
+    if first.fix:
+        text += f". Change: {first.fix}"
+    return text + "."
 
 
 def total_saving(diagnostics: Sequence[Diagnostic]) -> float:

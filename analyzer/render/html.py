@@ -22,6 +22,7 @@ from analyzer.render._common import (
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    what_to_do,
     where,
 )
 from analyzer.units import format_bytes, format_count, format_flops, format_seconds
@@ -290,6 +291,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "plan_lines": [(k, _short_topology(v) if k == "Topology" else v) for k, v in plan_lines(report)],
         "topology": report.topology,
         "headline": headline(report),
+        "what_to_do": what_to_do(report),
         "counts": counts,
         "mesh_axes": _mesh_axes(report),
         "plan": _plan(report),

@@ -17,6 +17,7 @@ from analyzer.render._common import (
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    what_to_do,
     where,
 )
 from analyzer.units import format_bytes, format_seconds
@@ -127,7 +128,11 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
       '# hlo-analyzer report: jit_train_step_fsdp_tp'
     """
     title = f"# hlo-analyzer report: {report.name}" if report.name else "# hlo-analyzer report"
-    parts = [title, table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)])]
+    parts = [title]
+    todo = what_to_do(report)
+    if todo:
+        parts.append(f"**{todo}**")
+    parts.append(table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)]))
     parts.append("## Summary\n\n" + table(["per step", ""], [[k, v] for k, v in headline(report)], align="lr"))
     arguments = argument_rows(report)
     if arguments:

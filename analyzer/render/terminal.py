@@ -18,6 +18,7 @@ from analyzer.render._common import (
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    what_to_do,
 )
 from analyzer.units import format_seconds
 
@@ -305,6 +306,10 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     console.print(Rule(Text("hlo-analyzer report", style="bold"), align="left"))
     console.print(plan_table(report))
     console.print()
+    todo = what_to_do(report)
+    if todo:
+        console.print(Text(todo, style="bold green"))
+        console.print()
     if report.collectives is not None and len(report.collectives):
         console.print(collectives_table(report, limit=limit, width=console.width))
     else:

@@ -103,7 +103,11 @@ def inline_codes(file: str | None, line: int | None, cache: dict[str, list[str] 
 
 
 def _order(d: Diagnostic) -> tuple[Any, ...]:
-    return (-Severity(d.severity).rank, -(d.saving_seconds or 0.0), d.code, str(d.location))
+    """Most severe first; then the root cause with the largest summed saving, its findings together, largest
+    first (analyzer.rules.rootcause)."""
+    cause = float(d.details.get("root_cause_saving") or 0.0)
+    return (-Severity(d.severity).rank, -cause, str(d.details.get("root_cause", "")), -(d.saving_seconds or 0.0),
+            d.code, str(d.location))
 
 
 def _failed(rule: Rule, error: BaseException) -> Diagnostic:
@@ -208,29 +212,30 @@ def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | No
     return max(float(config.min_saving_seconds), float(config.min_saving_fraction) * max(comm_seconds, 0.0))
 
 
-def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_seconds: float
+def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_seconds: float, report: Any = None
                      ) -> tuple[list[Diagnostic], list[Diagnostic]]:
-    """(kept, negligible): findings whose predicted saving per step is under their rule's threshold.
+    """(kept, negligible): findings whose root cause saves less per step than their rule's threshold.
 
-    A finding without a predicted saving (`saving_seconds` None) is always kept.
+    The threshold applies to the summed saving of the root cause a finding belongs to
+    (`analyzer.rules.rootcause`): eleven 0.5% instances of one bad layout are kept together, as the 5.5% they
+    are. A finding without a predicted saving (`saving_seconds` None) is always kept.
     """
     from analyzer.rules.registry import get_rule
+    from analyzer.rules.rootcause import split_negligible_groups
 
-    kept: list[Diagnostic] = []
-    dropped: list[Diagnostic] = []
     thresholds: dict[str, float | None] = {}
-    for d in diagnostics:
-        if d.code not in thresholds:
+
+    def threshold_of(code: str) -> float | None:
+        if code not in thresholds:
             try:
-                thresholds[d.code] = saving_threshold(get_rule(d.code), config, comm_seconds)
+                thresholds[code] = saving_threshold(get_rule(code), config, comm_seconds)
             except Exception:  # noqa: BLE001 - a code no rule owns (e.g. written by hand): never dropped
-                thresholds[d.code] = None
-        limit = thresholds[d.code]
-        if limit is not None and d.saving_seconds is not None and d.saving_seconds < limit:
-            dropped.append(d)
-        else:
-            kept.append(d)
-    return kept, dropped
+                thresholds[code] = None
+        return thresholds[code]
+
+    kept, dropped = split_negligible_groups(diagnostics, report, threshold_of)
+    order = {id(d): i for i, d in enumerate(diagnostics)}
+    return sorted(kept, key=lambda d: order[id(d)]), sorted(dropped, key=lambda d: order[id(d)])
 
 
 def negligible_note(result: RuleResult) -> str | None:
@@ -353,10 +358,14 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     unused.extend(unused_baseline)
 
     comm = float(getattr(getattr(report, "totals", None), "comm_seconds", 0.0) or 0.0)
-    final, negligible = split_negligible(final, config, comm)
+    # Judged by root cause: one decision's many small findings stand or fall together (analyzer.rules.rootcause)
+    final, negligible = split_negligible(final, config, comm, report=report)
     if is_enabled(HA901.code, select, ignore):
         ctx = replace(base, rule=HA901)
         final.extend(HA901.check(ctx, unused))  # type: ignore[call-arg]
+    from analyzer.rules.rootcause import annotate
+
+    final = annotate(final, report)
     final.sort(key=_order)
     return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused),
                       negligible=tuple(negligible), threshold=max(config.min_saving_seconds,
