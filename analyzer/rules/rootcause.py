@@ -76,6 +76,12 @@ def _arrays_by_instruction(report: Any) -> dict[str, str]:
         if isinstance(array, str) and array:
             for name in str(names or "").split(","):
                 out.setdefault(name, array)
+    # a matmul finding points at its dot: the argument is the one the collectives feeding that dot move
+    analysis = getattr(report, "analysis", None)
+    for c in getattr(analysis, "collectives", ()) or ():
+        array = c.extra.get("array", "") if isinstance(getattr(c, "extra", None), dict) else ""
+        if array and c.dot is not None and c.dot_relation == "feeds":
+            out.setdefault(c.dot.name, array)
     return out
 
 

@@ -209,3 +209,20 @@ def test_each_bad_plan_is_found_for_what_it_does_wrong(reports):
     # Replicated weights: every gradient is all-reduced over `data` at its Dense line.
     grads = {(line, n.split(":")[0]) for code, line, n in found("replicated") if code == "HA101"}
     assert {(W_IN, "AllReduce_data"), (W_OUT, "AllReduce_data")} <= grads, grads
+
+
+@pytest.mark.slow
+def test_one_bad_layout_is_one_root_cause_kept_whole(reports):
+    """The embedding's layout reshards activations at many lines, each instance small: judged as one root
+    cause, none of them is dropped as negligible, and the group's saving is its members' summed."""
+    from analyzer.rules.rootcause import group_findings
+
+    r = reports["embed-d-on-data"]
+    layout = next(g for g in group_findings(r.diagnostics, r) if g.kind == "activation layout")
+    assert layout.subject == "data" and len(layout.findings) >= 5
+    assert not any("HA302" in n for n in r.notes if "dropped as negligible" in n), r.notes
+    by_instruction: dict[str, float] = {}
+    for d in layout.findings:
+        by_instruction[d.location.instruction] = max(by_instruction.get(d.location.instruction, 0.0), d.saving_seconds)
+    assert layout.saving_seconds == pytest.approx(sum(by_instruction.values()))
+    assert all(d.details["root_cause"] == "the activations' layout over 'data'" for d in layout.findings)
