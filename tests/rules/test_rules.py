@@ -349,3 +349,20 @@ def test_clean_references_have_no_errors(strategy):
     assert "HA900" not in {d.code for d in r.diagnostics}
     if strategy in ("fsdp", "tp"):
         assert "HA101" not in {d.code for d in r.diagnostics}
+
+
+def test_memory_over_hbm_names_what_is_big_and_nothing_small(analysed):
+    """HA401 says what the bytes are (largest first, each at least 1% of them) and lists no array whose
+    sharding frees under 1% of the overflow (issue 11: 75 replicated 4 KiB norm weights against 17 GiB)."""
+    from analyzer.rules.memory import _contributors
+
+    r = analysed("big_weight(False)")
+    d = only(r, "HA401")
+    parts = d.details["contributors"]
+    used = d.details["per_device_bytes"]
+    assert list(parts.values()) == sorted(parts.values(), reverse=True) and all(v >= 0.01 * used for v in parts.values())
+    first = next(iter(parts))
+    assert f"({first} " in d.message  # the message names the largest part first
+    # by hand: 10 GiB of temporaries, 2 GiB of arguments, a 10 MiB output: the output is under 1%, not named
+    memory = {"temp_bytes": 10 << 30, "argument_bytes": 2 << 30, "output_bytes": 10 << 20, "alias_bytes": 0}
+    assert [k for k, _ in _contributors(memory, 12 << 30)] == ["temporaries", "arguments"]
