@@ -204,6 +204,7 @@ class ReportConfig:
           ConfigError: the config names an entry point, whose sizes are its own.
 
         Example:
+          >>> cfg = load_report_config("examples/configs/fsdp-v5e-8.toml")
           >>> cfg.with_template(batch=32, remat="full").model["remat"]
           'full'
         """

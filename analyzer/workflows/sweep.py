@@ -418,6 +418,8 @@ def evaluate_task(task: tuple[ReportConfig, Candidate, str | None, str | None]) 
     that is not an `AnalyzerError` (a bug) fails this candidate alone, with its type and message.
 
     Example:
+      >>> from analyzer.workflows.reportconfig import load_report_config
+      >>> cfg = load_report_config("examples/configs/fsdp-tp-v5e-8.toml")    # mesh data=4, model=2
       >>> evaluate_task((cfg, Candidate((4, 2), "fsdp"), None, None)).ok
       True
     """
