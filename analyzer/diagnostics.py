@@ -27,13 +27,19 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True)
 class Location:
-    """Where a finding points: the user's source line and the HLO instruction behind it."""
+    """Where a finding points: the user's source line and the HLO instruction behind it.
+
+    `file:line` is the innermost frame of the user's own code (never an installed package or the standard
+    library); `context` names the library frame that line called into, when there is one
+    (`in transformers' modeling_flax_llama.py:412`). Fingerprints leave `context` out.
+    """
 
     file: str | None = None
     line: int | None = None
     computation: str | None = None
     instruction: str | None = None
     hlo_line: int | None = None
+    context: str | None = None
 
     def __str__(self) -> str:
         if self.file:

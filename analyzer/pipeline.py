@@ -480,7 +480,153 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
     the operand is computed, or the trail is not that simple."""
     from analyzer.theory.notation import Notation
 
-    if not c.instruction.operands or c.site is not None:
+    if c.site is not None:
+        return None
+    found = _trace_to_argument(g, c)
+    if found is None:
+        return None
+    inst, dim_map = found
+    raw = inst.attr("sharding")
+    if raw is None:
+        return None
+    try:
+        from analyzer.hlo.sharding import parse_hlo_sharding
+
+        sh = parse_hlo_sharding(raw)
+        if sh.is_tuple or not sh.is_tiled:
+            return None
+        tiles = sh.data_tile_dims
+        shape = [d * t for d, t in zip(inst.shape.dims, tiles)]
+        note = Notation.from_hlo_sharding(sh, shape, dict(zip(mesh.axis_names, mesh.axis_sizes)))
+    except Exception:  # noqa: BLE001 - a sharding the notation cannot express: keep the simple form
+        return None
+    return tuple(tuple(note.dims[d].axes) if d is not None else () for d in dim_map)
+
+
+def _argument_name(g: CallGraph, c: Collective) -> str:
+    """The program argument a collective moves, as jax names it in the parameter's metadata: the pytree path
+    (`params['mlp']['w_in']`, `x`); "" when the operand is computed or the trail is not that simple."""
+    found = _trace_to_argument(g, c, follow=frozenset({"all-gather"}))
+    if found is None:
+        return ""
+    md = found[0].metadata
+    return (md.op_name or "") if md is not None else ""
+
+
+def _declared_at(g: CallGraph, c: Collective, module: HloModule) -> str:
+    """`file:line` of the `with_sharding_constraint` whose layout the collective's operand was forced into,
+    when the operand comes (through data movement) from one; else ""."""
+    from analyzer.analysis.mapping import user_frame
+
+    comp = c.computation
+    if comp not in g.module.by_name or c.instruction.name not in g.module.by_name[comp].by_name:
+        return ""
+    inst = c.instruction
+    for _ in range(8):
+        if not inst.operands:
+            return ""
+        nxt = g.producer(comp, inst.operands[0].name)
+        if nxt is None:
+            return ""
+        md = nxt.metadata
+        if md is not None and (md.op_name or "").rstrip("/").endswith("sharding_constraint"):
+            return user_frame(module, md.stack_frame_id, md.source_file, md.source_line)
+        if nxt.opcode not in _SAME_DIMS | {"reshape", "bitcast", "transpose", "custom-call"}:
+            return ""
+        inst = nxt
+    return ""
+
+
+def _dim_letters(g: CallGraph, c: Collective, rank: int) -> str | None:
+    """The program's own letters for the dimensions of the array a collective moves, from the einsum spec jax
+    writes into the op_name of the dot it feeds (that operand's subscripts) or whose partial sums it reduces
+    (the output's): `bd,df->bf` names an all-gathered `df` weight `[D, F]`. None when there is no such dot,
+    the dot is of the backward pass, or the shapes do not line up (the notation then uses I, J, K...)."""
+    from analyzer.analysis.mapping import einsum_subscripts
+
+    dot = c.dot
+    if dot is None and c.site is None and c.kind == "all-gather":
+        dot = _consumer_dot(g, c.computation, c.instructions[-1])  # through a second gather (FSDP + TP weights)
+    if dot is None or c.site is not None or dot.metadata is None:
+        return None
+    spec = einsum_subscripts(dot.metadata.op_name)
+    if spec is None:
+        return None
+    operands, output = spec
+    if c.dot_relation == "from":
+        letters = _dot_output_letters(dot, operands)
+    else:
+        comp = c.computation
+        mine = set(c.instructions)
+        letters = None
+        for k, op in enumerate(dot.operands[:len(operands)]):
+            inst = g.producer(comp, op.name)
+            for _ in range(6):
+                if inst is None or inst.name in mine:
+                    break
+                if inst.opcode not in _SAME_DIMS | {"bitcast", "all-gather"} or not inst.operands:
+                    inst = None
+                    break
+                inst = g.producer(comp, inst.operands[0].name)
+            if inst is not None and inst.name in mine:
+                letters = operands[k]
+                break
+    return letters if letters is not None and len(letters) == rank else None
+
+
+def _dot_output_letters(dot: Any, operands: Sequence[str]) -> str | None:
+    """The letters of a dot's result as XLA lays it out: batch dims, then the left operand's free dims, then
+    the right's (jax transposes to the einsum's output order afterwards). None unless the sizes the operands
+    give each letter reproduce the dot's shape."""
+    if len(operands) != 2 or len(dot.operands) != 2 or not dot.shape.is_array:
+        return None
+    lhs, rhs = operands
+    sizes: dict[str, int] = {}
+    for letters, op in zip(operands, dot.operands):
+        shape = op.shape
+        if shape is None or not shape.is_array or len(shape.dims) != len(letters):
+            return None
+        for letter, n in zip(letters, shape.dims):
+            if sizes.setdefault(letter, n) != n:
+                return None
+    batch = [a for a in lhs if a in rhs and a not in _contracting(dot, lhs)]
+    order = batch + [a for a in lhs if a not in rhs] + [b for b in rhs if b not in lhs]
+    if [sizes[a] for a in order] != list(dot.shape.dims):
+        return None
+    return "".join(order)
+
+
+def _contracting(dot: Any, lhs: str) -> set[str]:
+    """The letters of the left operand a dot contracts (from `lhs_contracting_dims={...}`)."""
+    raw = str(dot.attr("lhs_contracting_dims") or "").strip("{}")
+    out = set()
+    for part in raw.split(","):
+        if part.strip().isdigit() and int(part) < len(lhs):
+            out.add(lhs[int(part)])
+    return out
+
+
+def _consumer_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Any:
+    """The dot that reads `name` through same-rank data movement and further all-gathers, else None."""
+    if depth > 4 or comp not in g.module.by_name:
+        return None
+    for u in g.users(comp, name):
+        if u.opcode == "dot":
+            return u
+        if u.opcode in _SAME_DIMS | {"bitcast", "all-gather"}:
+            found = _consumer_dot(g, comp, u.name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _trace_to_argument(g: CallGraph, c: Collective, follow: frozenset[str] = frozenset()
+                       ) -> tuple[Any, list[int | None]] | None:
+    """The entry parameter a collective's operand is (sliced, reshaped, carried through loops), and for each
+    operand dim the parameter dim it is (None for an added size-1 dim); None when the operand is computed.
+    `follow`: opcodes that keep the array's identity to follow too (an all-gather of an all-gather moves the
+    same argument), dims kept as they are."""
+    if not c.instruction.operands:
         return None
     comp = c.computation
     inst = g.producer(comp, c.instruction.operands[0].name)
@@ -490,7 +636,7 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
     index: int | None = None  # when following a tuple element
     for _ in range(64):
         op = inst.opcode
-        if op in _SAME_DIMS and inst.operands:
+        if (op in _SAME_DIMS or op in follow) and inst.operands:
             nxt = g.producer(comp, inst.operands[0].name)
         elif op in ("reshape", "bitcast") and inst.operands:
             nxt = g.producer(comp, inst.operands[0].name)
@@ -526,21 +672,7 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
             elif nxt is None or nxt.opcode != "parameter":
                 return None
         elif op == "parameter" and comp == g.entry:
-            raw = inst.attr("sharding")
-            if raw is None:
-                return None
-            try:
-                from analyzer.hlo.sharding import parse_hlo_sharding
-
-                sh = parse_hlo_sharding(raw)
-                if sh.is_tuple or not sh.is_tiled:
-                    return None
-                tiles = sh.data_tile_dims
-                shape = [d * t for d, t in zip(inst.shape.dims, tiles)]
-                note = Notation.from_hlo_sharding(sh, shape, dict(zip(mesh.axis_names, mesh.axis_sizes)))
-            except Exception:  # noqa: BLE001 - a sharding the notation cannot express: keep the simple form
-                return None
-            return tuple(tuple(note.dims[d].axes) if d is not None else () for d in dim_map)
+            return inst, dim_map
         else:
             return None
         if nxt is None or not nxt.shape.is_array and nxt.opcode != "parameter":
@@ -551,7 +683,7 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
 
 def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Collective:
     """Axes, notation, global shape, source line and pass of one collective."""
-    from analyzer.analysis.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, user_frame
+    from analyzer.analysis.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, source_frames
 
     if c.kind == "collective-permute" and c.pairs is not None and not c.permute_steps:
         span, hops = pairs_to_axes(c.pairs, mesh)
@@ -572,7 +704,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
         shape, dims = tuple(c.operand_shape.dims), ()
     base = _argument_spec(g, c, mesh) if c.kind == "all-gather" and span.regular else None
     notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a,
-                                                             base=base)
+                                                             base=base, letters=_dim_letters(g, c, len(shape)))
     if base is not None and before == tuple(tuple(b) for b in base):
         # the other dims are sharded too: the notation's letters then stand for the whole array
         shape = tuple(n * _axes_size(axes, mesh) for n, axes in zip(shape, after))
@@ -586,8 +718,12 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
             extra["inherited_op_name"] = md.op_name or ""
             if producer.opcode == "parameter" or "/" not in (md.op_name or "/"):  # an argument, not an op
                 extra["op"] = f"reshard of {md.op_name or 'argument ' + str(producer.parameter_number)}"
-    source = user_frame(module, md.stack_frame_id if md else None, md.source_file if md else None,
-                        md.source_line if md else None)
+    frames = source_frames(module, md.stack_frame_id if md else None, md.source_file if md else None,
+                           md.source_line if md else None)
+    source = frames.user
+    extra["context"] = frames.context
+    extra["array"] = _argument_name(g, c)
+    extra["declared"] = _declared_at(g, c, module)
     return replace(c, axes=span.axes, axis_sizes=span.sizes, regular=span.regular, notation=notation,
                    before=before, after=after, unreduced=unreduced, global_shape=shape, source=source,
                    pass_=pass_of(c.op_name), a2a_dims=a2a, extra=extra)
@@ -676,6 +812,8 @@ def _collectives_frame(rows: list[Collective]) -> pd.DataFrame:
             "formula": getattr(cost, "formula", "") if cost is not None else "",
             "original_ops": c.original_ops, "op": c.extra.get("op") or op_label(c.op_name),
             "global_shape": tuple(c.global_shape), "branch": _branch_text(c.branch),
+            "context": c.extra.get("context", ""), "array": c.extra.get("array", ""),
+            "declared": c.extra.get("declared", ""),
         })
     cols = list(COLLECTIVE_COLUMNS)
     return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)

@@ -88,7 +88,7 @@ def collectives_of(report: Report) -> list[dict[str, Any]]:
 
     Example:
         >>> [row["notation"] for row in collectives_of(report)][:2]
-        ['AllReduce_XY: []{U_XY} -> []', 'AllGather_X: [I_X, J_Y] -> [I, J_Y]']
+        ['AllReduce_XY: []{U_XY} -> []', 'AllGather_X: [D_X, F_Y] -> [D, F_Y]']
     """
     table = report.collectives
     rows = [{c: _plain(r[c]) for c in SNAPSHOT_COLUMNS} for r in table.to_dict("records")] if len(table) else []

@@ -12,8 +12,9 @@ Axes are listed major to minor in the order the group enumerates devices: the or
 all-gather concatenates (an all-gather over `("Y", "X")` puts Y's shards outermost).
 
 Stack frames. The stack-frame tables of the HLO name every frame of the Python stack that traced an op;
-the user's line is the innermost frame that is not inside jax itself (site-packages/jax, jaxlib, the
-analyzer).
+the user's line is the innermost frame outside every installed package and the standard library
+(site-packages/jax, flax, optax, transformers..., the analyzer's own wrappers); the library frame the user's
+line called into is kept as context (`in transformers' modeling_flax_llama.py:412`).
 
 Example:
     >>> mesh = MeshInfo(("data", "model"), (4, 2), tuple(range(8)))
@@ -23,7 +24,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,13 +36,17 @@ from analyzer.theory.mesh import MeshInfo, mesh_from_any, parse_mesh_spec
 
 __all__ = [
     "AxisSpan",
+    "einsum_subscripts",
     "groups_to_axes",
     "infer_mesh",
     "mesh_from_any",
     "op_label",
     "pairs_to_axes",
     "parse_mesh_spec",
+    "package_of",
     "pass_of",
+    "SourceFrames",
+    "source_frames",
     "user_frame",
 ]
 
@@ -262,14 +269,85 @@ def infer_mesh(groups: Iterable[Sequence[Sequence[int]]], num_devices: int) -> M
 
 
 # ---------------------------------------------------------------------- source and pass
-_INTERNAL = re.compile(r"(site-packages|dist-packages)/(jax|jaxlib|flax|optax|equinox)/|/jax/_src/|/jaxlib/"
-                       r"|/analyzer/(compile/lower|pipeline|workflows/auditing)\.py$|^<frozen |^<string>")
+# Frames that are never the user's, wherever they are installed: jax's own sources (also in a source checkout),
+# the analyzer's compile wrappers, frozen modules and exec'd strings.
+_INTERNAL = re.compile(r"/jax/_src/|/jaxlib/|/analyzer/(compile/lower|pipeline|workflows/auditing)\.py$"
+                       r"|^<frozen |^<string>")
+_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
 
 
-def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,
-               fallback_line: int | None = None) -> str:
-    """`file:line` of the innermost user frame of a stack-frame id; the metadata's source_file:source_line
-    when the module has no stack tables; "" when nothing is known.
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    """The standard library's folders of this interpreter (read once, when first needed)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(sorted({os.path.normpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}))
+
+
+def package_of(file: str) -> str | None:
+    """The installed package a source file belongs to: its top-level name under site-packages (`jax`,
+    `flax`, `transformers`), "python" for the standard library and jax's internals, None for the user's
+    own code.
+
+    Example:
+        >>> package_of("/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_flax_llama.py")
+        'transformers'
+        >>> package_of("/home/me/proj/train.py") is None
+        True
+    """
+    if not file:
+        return None
+    m = _INSTALLED.search(file)
+    if m:
+        name = m.group(1)
+        return name[:-3] if name.endswith(".py") else name
+    if _INTERNAL.search(file):
+        return "jax" if "/jax" in file else "python"
+    if os.path.isabs(file) and os.path.normpath(file).startswith(_stdlib_dirs()):
+        return "python"
+    return None
+
+
+@dataclass(frozen=True)
+class SourceFrames:
+    """Where an op comes from: the innermost frame of the user's code, and the library frame it went through.
+
+    Attributes:
+      user: `file:line` of the innermost frame that is not in an installed package or the standard library
+        ("" when the stack holds none).
+      library: `file:line` of the innermost frame of the library the user's line called into (the outermost
+        installed package inside the user's frame, jax and the standard library aside), "" when the user
+        called jax directly or the stack is unknown.
+      package: that library's name (`transformers`, `flax`), "" when none.
+    """
+
+    user: str = ""
+    library: str = ""
+    package: str = ""
+
+    @property
+    def context(self) -> str:
+        """The library frame in words: `in transformers' modeling_flax_llama.py:412`; "" when none."""
+        if not self.library:
+            return ""
+        file, _, line = self.library.rpartition(":")
+        name = os.path.basename(file) or file
+        owner = f"{self.package}'" if self.package.endswith("s") else f"{self.package}'s"
+        return f"in {owner} {name}:{line}"
+
+
+_NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "python", "analyzer"})
+
+
+def source_frames(module: object, frame_id: int | None, fallback_file: str | None = None,
+                  fallback_line: int | None = None) -> SourceFrames:
+    """The user's frame and the library frame of a stack-frame id (see `SourceFrames`).
+
+    The user's frame is the innermost one outside every installed package (site-packages, dist-packages),
+    the standard library and jax's own sources; when the stack holds none (a program written inside a
+    library), the innermost frame outside jax stands in. Without stack tables, the metadata's
+    source_file:source_line is used.
 
     Args:
       module: the `HloModule` (its `frame_chain`).
@@ -277,14 +355,31 @@ def user_frame(module: object, frame_id: int | None, fallback_file: str | None =
       fallback_file, fallback_line: `metadata.source_file` / `source_line`.
     """
     chain = module.frame_chain(frame_id) if frame_id is not None else ()  # type: ignore[attr-defined]
-    for f in chain:
-        if not _INTERNAL.search(f.file):
-            return f"{f.file}:{f.line}"
-    if fallback_file and not _INTERNAL.search(fallback_file):
-        return f"{fallback_file}:{fallback_line}" if fallback_line else fallback_file
+    packages = [package_of(f.file) for f in chain]
+    for i, (f, pkg) in enumerate(zip(chain, packages)):
+        if pkg is None:
+            # the library the user's line called: the outermost library frame inside it (jax, the standard
+            # library's wrappers and the analyzer are not libraries to name), and that library's innermost frame
+            inner = next((p for p in reversed(packages[:i]) if p is not None and p not in _NOT_A_LIBRARY), None)
+            if inner is None:
+                return SourceFrames(f"{f.file}:{f.line}")
+            first = next(j for j, p in enumerate(packages) if p == inner)
+            return SourceFrames(f"{f.file}:{f.line}", f"{chain[first].file}:{chain[first].line}", inner)
+    if fallback_file and package_of(fallback_file) is None:
+        return SourceFrames(f"{fallback_file}:{fallback_line}" if fallback_line else fallback_file)
+    for f, pkg in zip(chain, packages):
+        if pkg not in ("jax", "jaxlib", "python"):
+            return SourceFrames(f"{f.file}:{f.line}")
     if chain:
-        return f"{chain[0].file}:{chain[0].line}"
-    return ""
+        return SourceFrames(f"{chain[0].file}:{chain[0].line}")
+    return SourceFrames()
+
+
+def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,
+               fallback_line: int | None = None) -> str:
+    """`file:line` of the innermost user frame of a stack-frame id (`source_frames(...).user`); the
+    metadata's source_file:source_line when the module has no stack tables; "" when nothing is known."""
+    return source_frames(module, frame_id, fallback_file, fallback_line).user
 
 
 def pass_of(op_name: str | None) -> str:
@@ -339,10 +434,40 @@ def _sub(axes: Sequence[str]) -> str:
     return "{" + ",".join(axes) + "}"
 
 
-def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:
+def _letter(d: int, letters: Sequence[str] | None) -> str:
+    """The letter of dimension `d`: the program's own name for it when known, else I, J, K... by position."""
+    if letters is not None and d < len(letters):
+        return letters[d]
+    return _LETTERS[d % len(_LETTERS)]
+
+
+_EINSUM = re.compile(r"^([A-Za-z]+(?:,[A-Za-z]+)*)->([A-Za-z]*)$")
+
+
+def einsum_subscripts(op_name: str | None) -> tuple[tuple[str, ...], str] | None:
+    """The einsum spec jax writes into a dot's op_name (`jit(step)/bd,df->bf/dot_general`): the operands'
+    subscripts and the output's, upper-cased; None when the op_name holds none, or holds one of the
+    transposed (backward) pass, whose operands are not the spec's.
+
+    Example:
+        >>> einsum_subscripts("jit(step)/jvp(mlp)/bsd,df->bsf/dot_general")
+        (('BSD', 'DF'), 'BSF')
+        >>> einsum_subscripts("jit(step)/transpose(jvp(mlp))/bsd,df->bsf/dot_general") is None
+        True
+    """
+    if not op_name or "transpose(" in op_name:
+        return None
+    for part in reversed(op_name.split(";")[0].split("/")):
+        m = _EINSUM.match(part)
+        if m:
+            return tuple(s.upper() for s in m.group(1).split(",")), m.group(2).upper()
+    return None
+
+
+def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = (), letters: Sequence[str] | None = None) -> str:
     dims = []
     for d, axes in enumerate(spec):
-        letter = _LETTERS[d % len(_LETTERS)]
+        letter = _letter(d, letters)
         dims.append(f"{letter}_{_sub(axes)}" if axes else letter)
     text = "[" + ", ".join(dims) + "]"
     if unreduced:
@@ -352,7 +477,8 @@ def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = ()) -> str:
 
 def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequence[int] = (),
                         a2a: tuple[int, int] | None = None,
-                        base: Sequence[Sequence[str]] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
+                        base: Sequence[Sequence[str]] | None = None,
+                        letters: Sequence[str] | None = None) -> tuple[str, tuple[tuple[str, ...], ...],
                                                                               tuple[tuple[str, ...], ...],
                                                                               tuple[str, ...]]:
     """A collective in the chapter's notation, with dimension letters I, J, K... by position.
@@ -369,6 +495,8 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
       a2a: for all-to-all, (dimension sharded before, dimension sharded after).
       base: for all-gather, how the operand is sharded on every dimension when that is known (from the
         argument it slices): the other dimensions then keep their subscripts (`[I_X, J_Y] -> [I, J_Y]`).
+      letters: the program's own names for the dimensions, one letter each (an einsum's subscripts, `DF`);
+        None: I, J, K... by position.
     Returns:
       (notation, before spec, after spec, unreduced axes before): specs are per-dimension tuples of axes.
 
@@ -379,7 +507,11 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
         'ReduceScatter_X,J: [I, J]{U_X} -> [I, J_X]'
         >>> collective_notation("all-gather", ("X",), 2, dims=(0,), base=(("X",), ("Y",)))[0]
         'AllGather_X: [I_X, J_Y] -> [I, J_Y]'
+        >>> collective_notation("all-gather", ("data",), 2, dims=(0,), letters="DF")[0]
+        'AllGather_data: [D_data, F] -> [D, F]'
     """
+    if letters is not None and (len(letters) != rank or len(set(letters)) != rank or "U" in letters):
+        letters = None  # not one distinct letter per dimension (U marks unreduced sums): by position
     ax = tuple(axes)
     none: tuple[tuple[str, ...], ...] = tuple(() for _ in range(rank))
     title = _TITLES.get(kind, kind)
@@ -395,18 +527,18 @@ def collective_notation(kind: str, axes: Sequence[str], rank: int, *, dims: Sequ
             and tuple(base[dims[0]])[-len(ax):] == ax:
         before = tuple(tuple(b) for b in base)
         after = tuple(b[: len(b) - len(ax)] if d == dims[0] else b for d, b in enumerate(before))
-        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
+        return f"{name}: {_array(before, letters=letters)} -> {_array(after, letters=letters)}", before, after, ()
     if kind == "all-gather":
         before, after = with_axes(dims), none
-        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
+        return f"{name}: {_array(before, letters=letters)} -> {_array(after, letters=letters)}", before, after, ()
     if kind == "reduce-scatter":
         after = with_axes(dims)
-        letter = _LETTERS[dims[0] % len(_LETTERS)] if dims else ""
+        letter = _letter(dims[0], letters) if dims else ""
         label = f"{name},{letter}" if letter else name
-        return f"{label}: {_array(none, ax)} -> {_array(after)}", none, after, ax
+        return f"{label}: {_array(none, ax, letters=letters)} -> {_array(after, letters=letters)}", none, after, ax
     if kind == "all-reduce":
-        return f"{name}: {_array(none, ax)} -> {_array(none)}", none, none, ax
+        return f"{name}: {_array(none, ax, letters=letters)} -> {_array(none, letters=letters)}", none, none, ax
     if kind in ("all-to-all", "ragged-all-to-all") and a2a is not None:
         before, after = with_axes((a2a[0],)), with_axes((a2a[1],))
-        return f"{name}: {_array(before)} -> {_array(after)}", before, after, ()
-    return f"{name}: {_array(none)} -> {_array(none)}", none, none, ()
+        return f"{name}: {_array(before, letters=letters)} -> {_array(after, letters=letters)}", before, after, ()
+    return f"{name}: {_array(none, letters=letters)} -> {_array(none, letters=letters)}", none, none, ()

@@ -145,7 +145,7 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         loc = d.get("location") or {}
         diagnostics.append(Diagnostic(
             code=d["code"], name=d["name"], message=d["message"], severity=Severity(d["severity"]),
-            location=Location(**{k: loc.get(k) for k in ("file", "line", "computation", "instruction", "hlo_line")}),
+            location=Location(**{k: loc.get(k) for k in ("file", "line", "computation", "instruction", "hlo_line", "context")}),
             notation=d.get("notation"), seconds=d.get("seconds"), alternative=d.get("alternative"),
             alternative_seconds=d.get("alternative_seconds"), saving_seconds=d.get("saving_seconds"),
             fix=d.get("fix"), details=dict(d.get("details") or {})))

@@ -40,6 +40,9 @@ COLLECTIVE_COLUMNS: tuple[str, ...] = (
     "op",              # the jax primitive that caused it (last element of op_name: dot_general, psum...)
     "global_shape",    # dims of the whole array per device group, as the notation's letters describe it
     "branch",          # conditional branches on its call path ("%cond[1]"), "" when none
+    "context",         # the library frame the user's line called into: "in transformers' modeling_flax_llama.py:412"
+    "array",           # the array it moves: the argument's pytree path (params['mlp']['w_in']), "" when computed
+    "declared",        # where the sharding behind it was declared (a with_sharding_constraint's file:line), or ""
 )
 
 # Columns of Report.dots: every dot/convolution with its FLOPs, for the roofline and the matmul rules.

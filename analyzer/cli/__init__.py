@@ -74,12 +74,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return code
     except AnalyzerError as e:
         print(f"hlo-analyzer: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`hlo-analyzer rule HA101 | head`): stop quietly, as CLIs do on SIGPIPE.
+
+    Python's own advice (the `signal` module docs, "Note on SIGPIPE"): point stdout at devnull so the flush
+    at exit does not raise again, and exit with an error status. The status is 141 (128 + SIGPIPE), what the
+    shell reports for a tool the signal stopped; in a pipeline the shell reports the last command's anyway.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+        pass
+    return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"`baseline`); with --write-baseline, where to write (default: {DEFAULT_BASELINE})")
     p.add_argument("--write-baseline", action="store_true", help="write every current finding to the baseline "
                    "file and exit 0")
+    p.add_argument("--baseline-tolerance", metavar="FRACTION", type=float, help="a baselined finding whose cost "
+                   "per step grew by more than this fraction is new again (default: the config's "
+                   "`baseline-tolerance`, else 0.10)")
     p.add_argument("--show-baselined", action="store_true", help="also list findings the baseline tolerates")
     p.add_argument("--fail-on", choices=("info", "warning", "error"), default="warning",
                    help="lowest severity that fails the check (default: warning)")
@@ -92,6 +95,8 @@ def _load(args: argparse.Namespace):
         overrides["hardware"] = args.hardware
     if args.target:
         overrides["target"] = args.target
+    if getattr(args, "baseline_tolerance", None) is not None:
+        overrides["baseline_tolerance"] = args.baseline_tolerance
     if args.mesh:
         from analyzer.compile.lower import parse_mesh
 
@@ -112,9 +117,11 @@ def run(args: argparse.Namespace) -> int:
         configured = root / configured
     baseline_path = Path(args.baseline) if args.baseline else configured
     counts: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     if baseline_path is not None and not args.write_baseline:
         if baseline_path.exists():
-            counts = dict(read_baseline(baseline_path).counts)
+            accepted = read_baseline(baseline_path)
+            counts, seconds = dict(accepted.counts), dict(accepted.seconds)
         elif args.baseline:  # named on the command line: it must exist
             raise ConfigError("no such baseline file (create it with --write-baseline)", path=str(baseline_path))
     progress = None
@@ -126,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         paths=args.paths,
         baseline=counts,
         baseline_path=baseline_path if counts else None,
+        baseline_seconds=seconds,
         fail_on=args.fail_on,
         progress=progress,
     )

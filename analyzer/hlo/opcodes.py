@@ -176,7 +176,7 @@ ALLOWED_ATTRIBUTES: Mapping[str, tuple[str, ...]] = {
     "round-nearest-even": (),
     "rsqrt": ("result_accuracy",),
     "scan": ("dimensions", "is_associative", "is_reverse", "num_carries", "to_apply"),
-    "scatter": ("index_vector_dim", "indices_are_sorted", "inserted_window_dims", "scatter_dims_to_operand_dims", "to_apply", "unique_indices", "update_window_dims"),
+    "scatter": ("index_vector_dim", "indices_are_sorted", "input_batching_dims", "inserted_window_dims", "scatter_dims_to_operand_dims", "scatter_indices_batching_dims", "to_apply", "unique_indices", "update_window_dims"),
     "select": (),
     "select-and-scatter": ("scatter", "select", "window"),
     "send": ("channel_id", "is_host_transfer"),

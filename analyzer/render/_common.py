@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import ShardingError
@@ -20,13 +20,17 @@ if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["what_to_do", "top_cause", "where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
 @dataclass(frozen=True)
 class CollectiveRow:
-    """One collective as the reports print it (already formatted)."""
+    """One collective (or one group of identical ones) as the reports print it (already formatted).
+
+    `label` is the notation with the array it moves named (`AllGather_data: params['w'][I_data, J] -> [I, J]`);
+    `sites` how many collectives of the program the row stands for (`collective_groups`), `members` those rows.
+    """
 
     kind: str
     axes: str
@@ -43,6 +47,43 @@ class CollectiveRow:
     pass_: str
     overlapped: bool
     total_value: float
+    label: str = ""
+    array: str = ""
+    context: str = ""
+    sites: int = 1
+    members: tuple[CollectiveRow, ...] = ()
+
+
+def named(notation: str, array: str) -> str:
+    """The notation with the array it moves named before its first shape.
+
+    Example:
+      >>> named("AllGather_data: [I_data, J_model] -> [I, J_model]", "w_in")
+      'AllGather_data: w_in[I_data, J_model] -> [I, J_model]'
+    """
+    if not array or ": [" not in notation:
+        return notation
+    head, _, rest = notation.partition(": [")
+    return f"{head}: {array}[{rest}"
+
+
+def common_name(names: Sequence[str]) -> str:
+    """One name for several arrays: the name they share, with `*` where they differ; "" when they share none.
+
+    Example:
+      >>> common_name(["params['layers_0']['w']", "params['layers_11']['w']"])
+      "params['layers_*']['w']"
+    """
+    import os
+
+    names = [n for n in names if n]
+    if not names:
+        return ""
+    if all(n == names[0] for n in names):
+        return names[0]
+    head = os.path.commonprefix(names)
+    tail = os.path.commonprefix([n[len(head):][::-1] for n in names])[::-1]
+    return f"{head}*{tail}" if head or tail else ""
 
 
 def short_source(source: str, cwd: str | None = None) -> str:
@@ -69,6 +110,20 @@ def short_source(source: str, cwd: str | None = None) -> str:
         parts = path.replace("\\", "/").split("/")
         rel = "…/" + "/".join(parts[-2:]) if len(parts) > 2 else path
     return f"{rel}:{line}" if line else rel
+
+
+def where(d: Diagnostic) -> str:
+    """A finding's place as the reports print it: the user's line, then the library frame it called into.
+
+    Example:
+      >>> from analyzer.diagnostics import Diagnostic, Location
+      >>> where(Diagnostic("HA302", "n", "m", location=Location("train.py", 41, context="in flax's linear.py:263")))
+      "train.py:41 (in flax's linear.py:263)"
+    """
+    loc = d.location
+    text = short_source(str(loc))
+    context = getattr(loc, "context", None)
+    return f"{text} ({context})" if context else text
 
 
 def dot_label(record: dict) -> str:
@@ -118,6 +173,10 @@ def collective_rows(report: Report) -> list[CollectiveRow]:
     Returns:
       One `CollectiveRow` per row of `report.collectives`, sorted by `total_seconds` descending.
     """
+    return [row for row, _ in _rows(report)]
+
+
+def _rows(report: Report) -> list[tuple[CollectiveRow, dict]]:
     frame = report.collectives
     if frame is None or len(frame) == 0:
         return []
@@ -133,10 +192,12 @@ def collective_rows(report: Report) -> list[CollectiveRow]:
     rows = []
     for r in records:
         share = f"{100 * r['_total'] / comm:.0f}%" if comm > 0 else "—"
-        rows.append(CollectiveRow(
+        notation = str(_value(r, "notation", "") or "")
+        array = str(_value(r, "array", "") or "")
+        rows.append((CollectiveRow(
             kind=str(_value(r, "kind", "")),
             axes=axes_label(_value(r, "axes")),
-            notation=str(_value(r, "notation", "") or ""),
+            notation=notation,
             dtype=str(_value(r, "dtype", "") or ""),
             bytes=format_bytes(_value(r, "bytes")),
             count=format_count(_value(r, "count")),
@@ -149,8 +210,58 @@ def collective_rows(report: Report) -> list[CollectiveRow]:
             pass_=str(_value(r, "pass_", "") or ""),
             overlapped=bool(_value(r, "overlapped", False)),
             total_value=r["_total"],
-        ))
+            label=named(notation, array),
+            array=array,
+            context=str(_value(r, "context", "") or ""),
+        ), r))
     return rows
+
+
+def collective_groups(report: Report) -> list[CollectiveRow]:
+    """The collectives grouped by (notation, user line): one row per group, costliest per step first.
+
+    A 12-layer model repeats each layer's collectives at the same line; the group row carries their number
+    (`sites`), the executions and seconds per step summed, the share of the step's communication, and the
+    member rows themselves (`members`, costliest first) for the reports that unfold them. Figures that
+    differ between members (bytes, time of one execution) are shown as the largest, with `≤`.
+
+    Example:
+      >>> [(g.sites, g.count) for g in collective_groups(report)]        # doctest: +SKIP
+      [(12, '24'), (1, '1')]
+    """
+    comm = float(report.totals.comm_seconds) or 0.0
+    groups: dict[tuple[str, str], list[tuple[CollectiveRow, dict]]] = {}
+    for row, rec in _rows(report):
+        key = (row.notation or row.kind, str(_value(rec, "source", "") or "") or row.op_name)
+        groups.setdefault(key, []).append((row, rec))
+    out = []
+    for members in groups.values():
+        first, _ = members[0]
+        if len(members) == 1:
+            out.append(first)
+            continue
+        recs = [rec for _, rec in members]
+        total = sum(rec["_total"] for rec in recs)
+        count = sum(float(_value(rec, "count", 1) or 0) for rec in recs)
+
+        def most(key: str, fmt: Any, recs: list[dict] = recs) -> str:
+            values = [_value(rec, key) for rec in recs]
+            if any(v is None for v in values):
+                return fmt(values[0])
+            top = max(values)
+            return fmt(top) if all(v == top for v in values) else f"≤ {fmt(top)}"
+
+        array = common_name([m.array for m, _ in members])
+        out.append(replace(
+            first, bytes=most("bytes", format_bytes), seconds=most("seconds", format_seconds),
+            count=format_count(int(count) if float(count).is_integer() else count),
+            total_seconds=format_seconds(total), total_value=total,
+            share=f"{100 * total / comm:.0f}%" if comm > 0 else "—",
+            regime="/".join(sorted({m.regime for m, _ in members if m.regime})),
+            overlapped=all(m.overlapped for m, _ in members), array=array, label=named(first.notation, array),
+            sites=len(members), members=tuple(m for m, _ in members)))
+    out.sort(key=lambda g: -g.total_value)
+    return out
 
 
 def headline(report: Report) -> list[tuple[str, str]]:
@@ -164,12 +275,38 @@ def headline(report: Report) -> list[tuple[str, str]]:
         ("Bytes moved / step", format_bytes(t.comm_bytes)),
         ("Collectives (call sites)", str(n)),
     ]
-    best = max((d.saving_seconds or 0.0 for d in report.diagnostics), default=0.0)
-    if best > 0:
-        # Each finding's saving stands alone; fixes overlap (two rules can price the same collective), so the
-        # headline is the largest single one, never a sum.
-        pairs.append(("Largest saving / step", format_seconds(best)))
+    top = top_cause(report)
+    if top is not None:
+        # The root cause to fix first (analyzer.rules.rootcause): its findings' savings summed, each collective
+        # once; budget overages are not savings and never count.
+        pairs.append(("Top fix saves / step", format_seconds(top.saving_seconds)))
     return pairs
+
+
+def top_cause(report: Report) -> Any:
+    """The report's root cause with the largest summed saving (`analyzer.rules.rootcause.RootCause`), or None."""
+    from analyzer.rules.rootcause import top_cause as _top
+
+    return _top(report.diagnostics, report)
+
+
+def what_to_do(report: Report) -> str | None:
+    """The report's first sentence: the root cause to fix first, the change, and what it saves per step.
+
+    Example:
+      >>> what_to_do(report)                                      # doctest: +SKIP
+      "Fix the sharding of params['layers_*']['w_in']['kernel'] first: 2 findings, 63.4 µs per step ..."
+    """
+    top = top_cause(report)
+    if top is None:
+        return None
+    first = top.findings[0]
+    n = len(top.findings)
+    text = (f"Fix {top.title} first: {n} finding{'s' if n != 1 else ''} ({', '.join(sorted({d.code for d in top.findings}))}), "
+            f"{format_seconds(top.saving_seconds)} per step to save")
+    if first.fix:
+        text += f". Change: {first.fix}"
+    return text + "."
 
 
 def total_saving(diagnostics: Sequence[Diagnostic]) -> float:

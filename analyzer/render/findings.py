@@ -33,7 +33,8 @@ def line(d: Diagnostic) -> str:
         >>> line(Diagnostic("HA901", "comm-budget", "12 ms/step over the 10 ms budget"))
         '<module>: HA901 comm-budget [warning] 12 ms/step over the 10 ms budget'
     """
-    out = f"{d.location}: {d.code} {d.name} [{d.severity.value}] {d.message}"
+    context = f" ({d.location.context})" if d.location.context else ""
+    out = f"{d.location}: {d.code} {d.name} [{d.severity.value}] {d.message}{context}"
     extra = []
     if d.fix:
         extra.append(f"fix: {d.fix}")

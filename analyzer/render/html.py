@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 from analyzer.render._common import (
     whatif_rows,
     argument_rows,
-    collective_rows,
+    collective_groups,
     dot_label,
     short_source,
     headline,
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    what_to_do,
+    where,
 )
 from analyzer.units import format_bytes, format_count, format_flops, format_seconds
 
@@ -94,7 +96,7 @@ def _findings(diagnostics: Sequence[Diagnostic]) -> list[_Finding]:
         summary, doc_html = docs[d.code]
         out.append(_Finding(
             severity=getattr(d.severity, "value", str(d.severity)), code=d.code, name=d.name,
-            location=short_source(str(d.location)), message=_inline(d.message), notation=d.notation or "",
+            location=where(d), message=_inline(d.message), notation=d.notation or "",
             seconds=format_seconds(d.seconds) if d.seconds is not None else "",
             alternative=d.alternative or "",
             alternative_seconds=format_seconds(d.alternative_seconds) if d.alternative_seconds is not None else "",
@@ -236,6 +238,11 @@ def _short_topology(text: str) -> str:
     return text.splitlines()[0].split(": ")[0] if text else text
 
 
+# Rows of the collectives table shown open; the rest are folded under one <details>, so that a deep model's
+# report stays a few screens tall (issue 11: a 12-layer model printed 552 rows, 33,000 px).
+COLLECTIVES_OPEN = 20
+
+
 def _environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -268,6 +275,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     def svg(text: str | None) -> Markup | None:
         return Markup(text) if text else None
 
+    groups = collective_groups(report)
     counts = {"error": 0, "warning": 0, "info": 0}
     for d in report.diagnostics:
         sev = getattr(d.severity, "value", str(d.severity))
@@ -283,12 +291,15 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "plan_lines": [(k, _short_topology(v) if k == "Topology" else v) for k, v in plan_lines(report)],
         "topology": report.topology,
         "headline": headline(report),
+        "what_to_do": what_to_do(report),
         "counts": counts,
         "mesh_axes": _mesh_axes(report),
         "plan": _plan(report),
         "dots": _dots(report),
         "arguments": _arguments(report),
-        "collectives": collective_rows(report),
+        "collectives": groups,
+        "collective_sites": sum(g.sites for g in groups),
+        "collectives_open": COLLECTIVES_OPEN,
         "findings": _findings(report.diagnostics),
         "finding_groups": _finding_groups(report.diagnostics),
         "memory": memory_lines(report),

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 from analyzer.render._common import (
     whatif_rows,
     argument_rows,
-    collective_rows,
+    collective_groups,
     headline,
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    what_to_do,
+    where,
 )
 from analyzer.units import format_bytes, format_seconds
 
@@ -72,7 +74,7 @@ def findings_section(report: Report) -> str:
     parts = [f"## Findings ({len(diags)})"]
     for d in diags:
         sev = getattr(d.severity, "value", str(d.severity))
-        lines = [f"### {sev.upper()} {d.code} `{d.name}` at {_code(str(d.location))}", "", d.message, ""]
+        lines = [f"### {sev.upper()} {d.code} `{d.name}` at {_code(where(d))}", "", d.message, ""]
         if d.notation:
             lines.append(f"- Collective: {_code(d.notation)}" + (f" ({format_seconds(d.seconds)})" if d.seconds else ""))
         if d.alternative:
@@ -126,7 +128,11 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
       '# hlo-analyzer report: jit_train_step_fsdp_tp'
     """
     title = f"# hlo-analyzer report: {report.name}" if report.name else "# hlo-analyzer report"
-    parts = [title, table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)])]
+    parts = [title]
+    todo = what_to_do(report)
+    if todo:
+        parts.append(f"**{todo}**")
+    parts.append(table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)]))
     parts.append("## Summary\n\n" + table(["per step", ""], [[k, v] for k, v in headline(report)], align="lr"))
     arguments = argument_rows(report)
     if arguments:
@@ -136,16 +142,21 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
                          [[_code(a["name"]), _code(a["shape"]), _code(a["notation"]),
                            format_bytes(a["bytes_per_device"]) if a["bytes_per_device"] is not None else "—"]
                           for a in arguments], align="lllr"))
-    rows = collective_rows(report)
+    rows = collective_groups(report)
     if rows:
         coll = table(
             ["collective", "axes", "bytes", "count", "each", "per step", "share", "regime", "source"],
-            [[_code(r.notation or r.kind) + (" (overlapped)" if r.overlapped else ""), r.axes, r.bytes, r.count,
+            [[_code(r.label or r.notation or r.kind) + (" (overlapped)" if r.overlapped else "")
+              + (f" ({r.sites} sites)" if r.sites > 1 else ""), r.axes, r.bytes, r.count,
               r.seconds, r.total_seconds, r.share, r.regime, _code(r.source or r.op_name)] for r in rows],
             align="llrrrrrll",
         )
+        sites = sum(r.sites for r in rows)
+        grouped = (f" The {sites} collectives are grouped by notation and source line ({len(rows)} rows): "
+                   "`count` and `per step` add up a group's sites; `≤` marks the largest where they differ."
+                   if sites > len(rows) else "")
         parts.append("## Collectives\n\nCostliest per step first. `each` is one execution; `count` the executions "
-                     "per step.\n\n" + coll)
+                     "per step." + grouped + "\n\n" + coll)
     else:
         parts.append("## Collectives\n\nXLA inserted no communication into this program.")
     t = report.totals

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
     whatif_rows,
-    collective_rows,
+    collective_groups,
     headline,
     memory_lines,
     plan_lines,
     sorted_diagnostics,
+    what_to_do,
 )
 from analyzer.units import format_seconds
 
@@ -36,6 +37,7 @@ __all__ = [
     "collectives_table",
     "totals_table",
     "findings_renderables",
+    "fit_columns",
     "sweep_table",
     "whatif_table",
     "SEVERITY_STYLE",
@@ -56,36 +58,108 @@ def plan_table(report: Report):
     return grid
 
 
-def collectives_table(report: Report, *, limit: int | None = 30):
-    """The collectives, costliest per step first.
+# The collectives table's columns: header, justify, and priority (the lowest is hidden first when the
+# terminal is too narrow; the collective, its time per step and the user's line are never hidden). The axes
+# go first: the notation's subscripts name them too.
+_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("collective", "left", 100), ("axes", "left", 1), ("bytes", "right", 4), ("count", "right", 6),
+    ("each", "right", 3), ("per step", "right", 100), ("share", "right", 5), ("regime", "left", 2),
+    ("source", "left", 100),
+)
+_NOTATION_MIN = 24  # the collective column folds down to this many characters before columns are hidden
+
+
+def _cells(r) -> dict[str, tuple[str, str]]:
+    """(plain text, rich markup) of each column of one row."""
+    sites = f" ({r.sites} sites)" if r.sites > 1 else ""
+    notation = (r.label or r.notation or r.kind)
+    overlapped = " (overlapped)" if r.overlapped else ""
+    return {
+        "collective": (notation + overlapped + sites,
+                       _escape(notation) + (" [dim](overlapped)[/]" if r.overlapped else "")
+                       + (f" [dim]({r.sites} sites)[/]" if sites else "")),
+        "axes": (r.axes, _escape(r.axes)), "bytes": (r.bytes, r.bytes), "count": (r.count, r.count),
+        "each": (r.seconds, r.seconds), "per step": (r.total_seconds, f"[bold]{r.total_seconds}[/]"),
+        "share": (r.share, r.share),
+        "regime": (r.regime, f"[magenta]{r.regime}[/]" if r.regime == "latency" else r.regime),
+        "source": (r.source or r.op_name, _escape(r.source or r.op_name)),
+    }
+
+
+def fit_columns(widths: dict[str, int], width: int | None) -> list[str]:
+    """The columns to hide so that a table with these natural column widths fits in `width` characters,
+    lowest priority first (none when it fits, or `width` is None).
+
+    Example:
+        >>> widths = {"collective": 50, "axes": 10, "bytes": 9, "count": 5, "each": 8, "per step": 8,
+        ...           "share": 5, "regime": 9, "source": 20}
+        >>> fit_columns(widths, 80)
+        ['axes', 'regime', 'each', 'bytes']
+        >>> fit_columns(widths, 200)
+        []
+    """
+    if width is None:
+        return []
+    shown = [name for name, _, _ in _COLUMNS if name in widths]
+
+    def need(cols: list[str]) -> int:
+        return sum(min(widths[c], _NOTATION_MIN) if c == "collective" else widths[c] for c in cols) \
+            + 2 * len(cols) + 2
+
+    hidden: list[str] = []
+    for name, _, priority in sorted(_COLUMNS, key=lambda c: c[2]):
+        if need(shown) <= width or priority >= 100:
+            break
+        shown.remove(name)
+        hidden.append(name)
+    return hidden
+
+
+def collectives_table(report: Report, *, limit: int | None = 30, width: int | None = None):
+    """The collectives grouped by (notation, user line), costliest per step first.
 
     Args:
       report: the analysed report.
       limit: show at most this many rows (a last line says how many were left out); None shows all.
+      width: the terminal's width: columns that do not fit are hidden, least useful first, and the caption
+        says which (the collective, its time per step and the user's line always stay; a path is never
+        split across lines). None shows every column.
     """
     from rich import box
     from rich.table import Table
 
-    rows = collective_rows(report)
-    table = Table(title="Collectives (per step, costliest first)", title_justify="left", expand=False,
-                  box=box.SIMPLE_HEAD, title_style="bold")
-    table.add_column("collective", overflow="fold", min_width=min(30, max((len(r.notation) for r in rows), default=10)))
-    table.add_column("axes", overflow="fold")
-    table.add_column("bytes", justify="right", no_wrap=True)
-    table.add_column("count", justify="right", no_wrap=True)
-    table.add_column("each", justify="right", no_wrap=True)
-    table.add_column("per step", justify="right", no_wrap=True)
-    table.add_column("share", justify="right", no_wrap=True)
-    table.add_column("regime", no_wrap=True)
-    table.add_column("source", overflow="fold", min_width=12)
+    rows = collective_groups(report)
     shown = rows if limit is None else rows[:limit]
-    for r in shown:
-        regime = f"[magenta]{r.regime}[/]" if r.regime == "latency" else r.regime
-        notation = _escape(r.notation or r.kind) + (" [dim](overlapped)[/]" if r.overlapped else "")
-        table.add_row(notation, r.axes, r.bytes, r.count, r.seconds, f"[bold]{r.total_seconds}[/]",
-                      r.share, regime, _escape(r.source or r.op_name))
+    cells = [_cells(r) for r in shown]
+    widths = {name: max([len(name)] + [len(c[name][0]) for c in cells]) for name, _, _ in _COLUMNS}
+    hidden = fit_columns(widths, width)
+    sites = sum(r.sites for r in rows)
+    title = "Collectives (per step, costliest first" + (f"; {sites} grouped by notation and line)" if sites > len(rows)
+                                                       else ")")
+    table = Table(title=title, title_justify="left", expand=False, box=box.SIMPLE_HEAD, title_style="bold",
+                  caption_justify="left")
+    for name, justify, _ in _COLUMNS:
+        if name in hidden:
+            continue
+        if name == "collective":
+            table.add_column(name, overflow="fold", min_width=min(_NOTATION_MIN, widths[name]))
+        elif name in ("source", "axes"):
+            table.add_column(name, no_wrap=True, min_width=widths[name])
+        else:
+            table.add_column(name, justify=justify, no_wrap=True)
+    for c in cells:
+        table.add_row(*(c[name][1] for name, _, _ in _COLUMNS if name not in hidden))
+    captions = []
     if len(shown) < len(rows):
-        table.caption = f"{len(rows) - len(shown)} more collectives not shown (use --json for all)"
+        rest = rows[len(shown):]
+        more = sum(r.sites for r in rest)
+        captions.append(f"{more} more collectives not shown" + (f" ({len(rest)} rows)" if more != len(rest) else "")
+                        + " (use --json for all)")
+    if hidden:
+        captions.append(f"columns hidden to fit {width} characters: {', '.join(hidden)} (widen the terminal, "
+                        "or use --json or the HTML report for every column)")
+    if captions:
+        table.caption = "\n".join(captions)
     return table
 
 
@@ -126,7 +200,7 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
     """
     from rich.text import Text
 
-    from analyzer.render._common import short_source
+    from analyzer.render._common import where
 
     out: list[RenderableType] = []
     shown: dict[str, int] = {}
@@ -141,7 +215,7 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
         head.append(f"{sev:<7} ", style=SEVERITY_STYLE.get(sev, ""))
         head.append(f"{d.code} ", style="bold")
         head.append(f"{d.name}", style="dim")
-        head.append(f"  {short_source(str(d.location))}")
+        head.append(f"  {where(d)}")
         out.append(head)
         out.append(Text("    " + d.message))
         if d.notation:
@@ -232,8 +306,12 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     console.print(Rule(Text("hlo-analyzer report", style="bold"), align="left"))
     console.print(plan_table(report))
     console.print()
+    todo = what_to_do(report)
+    if todo:
+        console.print(Text(todo, style="bold green"))
+        console.print()
     if report.collectives is not None and len(report.collectives):
-        console.print(collectives_table(report, limit=limit))
+        console.print(collectives_table(report, limit=limit, width=console.width))
     else:
         console.print("No collectives: XLA inserted no communication into this program.")
     console.print()

@@ -5,7 +5,12 @@ line numbers or timings, so edits elsewhere do not invalidate it):
 
     {"version": 1, "tool": "hlo-analyzer",
      "findings": [{"fingerprint": "...", "code": "HA101", "name": "comm-bound-matmul",
-                   "location": "model.py:42", "message": "...", "count": 1}]}
+                   "location": "model.py:42", "message": "...", "count": 1, "seconds": 0.0021}]}
+
+`seconds` is the largest predicted cost per step among the findings with that fingerprint when the baseline
+was written. A finding that matches an entry but costs more than `seconds * (1 + tolerance)` is new: the
+baseline accepted that cost, not any cost at that line (`baseline-tolerance`, default 10%). Entries without
+`seconds` (older files) accept any cost.
 
 `write_baseline(path, diagnostics)` writes one; `read_baseline(path)` reads it back as a `Baseline`;
 `Baseline.split(diagnostics)` separates new findings from accepted ones and says which entries matched
@@ -17,15 +22,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from analyzer.diagnostics import Diagnostic
 from analyzer.errors import ConfigError
+from analyzer.units import format_seconds
 
 __all__ = ["Baseline", "read_baseline", "write_baseline", "BASELINE_VERSION"]
 
 BASELINE_VERSION = 1
+DEFAULT_TOLERANCE = 0.10  # as analyzer.workflows.config.DEFAULT_BASELINE_TOLERANCE (that module imports this one)
 
 
 @dataclass(frozen=True)
@@ -35,18 +42,46 @@ class Baseline:
     counts: Mapping[str, int] = field(default_factory=dict)
     path: str | None = None
     descriptions: Mapping[str, str] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    tolerance: float = DEFAULT_TOLERANCE
+
+    def grown(self, d: Diagnostic) -> float | None:
+        """How much more `d` costs than its baseline entry accepted, as a fraction (0.5 = 50% more), when that
+        is over the tolerance; None when it is within it, or either figure is unknown."""
+        accepted = self.seconds.get(d.fingerprint())
+        if accepted is None or d.seconds is None or accepted <= 0:
+            return None
+        growth = d.seconds / accepted - 1.0
+        return growth if growth > self.tolerance else None
 
     def split(self, diagnostics: Sequence[Diagnostic]) -> tuple[list[Diagnostic], list[Diagnostic], list[str]]:
         """(new, accepted, stale fingerprints) for these findings.
 
-        Each entry accepts up to `count` findings with its fingerprint; any more are new.
+        Each entry accepts up to `count` findings with its fingerprint and a cost within the tolerance of its
+        `seconds`; any more, or a costlier one, are new. A finding new because it grew says so in its message
+        and in `details["baseline_growth"]`.
+
+        Example:
+            >>> d = Diagnostic("HA103", "all-reduce-not-reduce-scatter", "m", seconds=11.9e-3)
+            >>> b = Baseline({d.fingerprint(): 1}, seconds={d.fingerprint(): 0.12e-3})
+            >>> new, accepted, stale = b.split([d])
+            >>> len(new), new[0].details["baseline_growth"] > 90
+            (1, True)
         """
         left = Counter(self.counts)
         new: list[Diagnostic] = []
         accepted: list[Diagnostic] = []
         for d in diagnostics:
             fp = d.fingerprint()
-            if left.get(fp, 0) > 0:
+            growth = self.grown(d) if left.get(fp, 0) > 0 else None
+            if growth is not None:
+                left[fp] -= 1  # the entry is this finding's, just no longer at this cost
+                was = self.seconds[fp]
+                new.append(replace(d, message=f"{d.message} Baselined at {format_seconds(was)} per step; now "
+                                              f"{format_seconds(d.seconds)} (+{100 * growth:.0f}%, over the "
+                                              f"{100 * self.tolerance:.0f}% baseline tolerance).",
+                                   details={**d.details, "baseline_growth": growth, "baseline_seconds": was}))
+            elif left.get(fp, 0) > 0:
                 left[fp] -= 1
                 accepted.append(d)
             else:
@@ -63,10 +98,13 @@ def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
     """
     counts: Counter[str] = Counter()
     first: dict[str, Diagnostic] = {}
+    costliest: dict[str, float] = {}
     for d in diagnostics:
         fp = d.fingerprint()
         counts[fp] += 1
         first.setdefault(fp, d)
+        if d.seconds is not None:
+            costliest[fp] = max(costliest.get(fp, 0.0), float(d.seconds))
     findings = [
         {
             "fingerprint": fp,
@@ -75,6 +113,7 @@ def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
             "location": str(first[fp].location),
             "message": first[fp].message,
             "count": counts[fp],
+            **({"seconds": costliest[fp]} if fp in costliest else {}),
         }
         for fp in sorted(counts)
     ]
@@ -84,8 +123,12 @@ def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
     return p
 
 
-def read_baseline(path: str | Path) -> Baseline:
+def read_baseline(path: str | Path, tolerance: float = DEFAULT_TOLERANCE) -> Baseline:
     """Read a baseline file.
+
+    Args:
+      path: the file.
+      tolerance: how much more (a fraction) a baselined finding may cost before it is new again.
 
     Raises:
       ConfigError: the file is missing, not JSON, or not a baseline; names the file, the line and what a
@@ -110,6 +153,7 @@ def read_baseline(path: str | Path) -> Baseline:
                           f"{BASELINE_VERSION} (rewrite it with `hlo-analyzer check --write-baseline`)", path=str(p))
     counts: Counter[str] = Counter()
     descriptions: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     for k, entry in enumerate(data["findings"]):
         if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
             raise ConfigError(f"baseline finding #{k} has no 'fingerprint' string; expected {expected}",
@@ -120,7 +164,14 @@ def read_baseline(path: str | Path) -> Baseline:
                               path=str(p), line=_line_of(text, k))
         counts[entry["fingerprint"]] += n
         descriptions[entry["fingerprint"]] = f"{entry.get('code', '?')} at {entry.get('location', '?')}"
-    return Baseline(counts=dict(counts), path=str(p), descriptions=descriptions)
+        cost = entry.get("seconds")
+        if cost is not None:
+            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+                raise ConfigError(f"baseline finding #{k} has seconds {cost!r}; it must be a number of seconds "
+                                  "from 0 up", path=str(p), line=_line_of(text, k))
+            seconds[entry["fingerprint"]] = max(seconds.get(entry["fingerprint"], 0.0), float(cost))
+    return Baseline(counts=dict(counts), path=str(p), descriptions=descriptions, seconds=seconds,
+                    tolerance=tolerance)
 
 
 def _line_of(text: str, index: int) -> int | None:

@@ -163,9 +163,15 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
         if saving < min_saving or saving < min_fraction * current:
             continue
         main = max(rows, key=lambda r: (r[0].seconds - r[1]) * r[0].count)[0]
-        layout = _same_chips_layout(ctx) if _no_wrap_at_this_size(ctx) else None
         topo = facts.topology
         assumed = topo is not None and getattr(topo, "declared", True) is False
+        # No slice of this many chips wraps: the closed ring is not a change anyone can make, so it is no
+        # saving (issue 11). What is offered is another layout of the same chips, and only when the slice was
+        # assumed: a declared slice is the hardware the user has.
+        impossible = _no_wrap_at_this_size(ctx)
+        layout = _same_chips_layout(ctx) if impossible and assumed else None
+        if impossible:
+            saving = layout[2] - layout[3] if layout else None
         yield ctx.diagnostic(
             f"mesh axis {name!r} ({link.size} chips) lies on a line without wraparound, so its "
             f"{len(rows)} collective(s) send one way: {fmt_s(current)} per step, {fmt_s(better)} on a closed ring "
@@ -180,7 +186,8 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative_seconds=better,
             saving_seconds=saving,
             fix=_wrap_fix(ctx, name, link.size, layout),
-            details={"axis": name, "collectives": len(rows), "same_chips_layout": layout},
+            details={"axis": name, "collectives": len(rows), "same_chips_layout": layout,
+                     "wraparound_possible": not impossible},
         )
 
 

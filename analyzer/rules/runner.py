@@ -31,7 +31,7 @@ from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
 
 __all__ = ["RuleResult", "Suppression", "check_rules", "run_rules", "apply_rules", "merge_duplicates",
-           "saving_threshold", "split_negligible", "negligible_note", "inline_codes", "unused_across",
+           "saving_threshold", "split_negligible", "with_context", "negligible_note", "inline_codes", "unused_across",
            "INLINE_PATTERN"]
 
 # `# hlo-analyzer: ignore[HA101, HA3]` (codes or prefixes) or `# hlo-analyzer: ignore` (every rule).
@@ -103,7 +103,11 @@ def inline_codes(file: str | None, line: int | None, cache: dict[str, list[str] 
 
 
 def _order(d: Diagnostic) -> tuple[Any, ...]:
-    return (-Severity(d.severity).rank, -(d.saving_seconds or 0.0), d.code, str(d.location))
+    """Most severe first; then the root cause with the largest summed saving, its findings together, largest
+    first (analyzer.rules.rootcause)."""
+    cause = float(d.details.get("root_cause_saving") or 0.0)
+    return (-Severity(d.severity).rank, -cause, str(d.details.get("root_cause", "")), -(d.saving_seconds or 0.0),
+            d.code, str(d.location))
 
 
 def _failed(rule: Rule, error: BaseException) -> Diagnostic:
@@ -164,6 +168,25 @@ def merge_duplicates(diagnostics: Sequence[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
+def with_context(diagnostics: Sequence[Diagnostic], report: Any) -> list[Diagnostic]:
+    """The findings with `Location.context` (the library frame their user line called into) filled from the
+    report's collectives table, matched by HLO instruction; findings about other things are unchanged."""
+    frame = getattr(report, "collectives", None)
+    if frame is None or not len(frame) or "context" not in frame or "instruction" not in frame:
+        return list(diagnostics)
+    by_instruction: dict[str, str] = {}
+    for names, context in zip(frame["instruction"].tolist(), frame["context"].tolist()):
+        if isinstance(context, str) and context:
+            for name in str(names or "").split(","):
+                by_instruction.setdefault(name, context)
+    out = []
+    for d in diagnostics:
+        loc = d.location
+        context = by_instruction.get(loc.instruction or "") if not loc.context else None
+        out.append(replace(d, location=replace(loc, context=context)) if context else d)
+    return out
+
+
 def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | None:
     """Seconds per step under which a finding of `rule` is negligible; None when the rule is exempt.
 
@@ -189,29 +212,30 @@ def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | No
     return max(float(config.min_saving_seconds), float(config.min_saving_fraction) * max(comm_seconds, 0.0))
 
 
-def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_seconds: float
+def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_seconds: float, report: Any = None
                      ) -> tuple[list[Diagnostic], list[Diagnostic]]:
-    """(kept, negligible): findings whose predicted saving per step is under their rule's threshold.
+    """(kept, negligible): findings whose root cause saves less per step than their rule's threshold.
 
-    A finding without a predicted saving (`saving_seconds` None) is always kept.
+    The threshold applies to the summed saving of the root cause a finding belongs to
+    (`analyzer.rules.rootcause`): eleven 0.5% instances of one bad layout are kept together, as the 5.5% they
+    are. A finding without a predicted saving (`saving_seconds` None) is always kept.
     """
     from analyzer.rules.registry import get_rule
+    from analyzer.rules.rootcause import split_negligible_groups
 
-    kept: list[Diagnostic] = []
-    dropped: list[Diagnostic] = []
     thresholds: dict[str, float | None] = {}
-    for d in diagnostics:
-        if d.code not in thresholds:
+
+    def threshold_of(code: str) -> float | None:
+        if code not in thresholds:
             try:
-                thresholds[d.code] = saving_threshold(get_rule(d.code), config, comm_seconds)
+                thresholds[code] = saving_threshold(get_rule(code), config, comm_seconds)
             except Exception:  # noqa: BLE001 - a code no rule owns (e.g. written by hand): never dropped
-                thresholds[d.code] = None
-        limit = thresholds[d.code]
-        if limit is not None and d.saving_seconds is not None and d.saving_seconds < limit:
-            dropped.append(d)
-        else:
-            kept.append(d)
-    return kept, dropped
+                thresholds[code] = None
+        return thresholds[code]
+
+    kept, dropped = split_negligible_groups(diagnostics, report, threshold_of)
+    order = {id(d): i for i, d in enumerate(diagnostics)}
+    return sorted(kept, key=lambda d: order[id(d)]), sorted(dropped, key=lambda d: order[id(d)])
 
 
 def negligible_note(result: RuleResult) -> str | None:
@@ -271,7 +295,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
             raw.extend(r(replace(base, rule=r)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
             raw.append(_failed(r, e))
-    raw = merge_duplicates(raw)
+    raw = merge_duplicates(with_context(raw, report))
 
     suppressed: list[tuple[Diagnostic, Suppression]] = []
     used: set[tuple[str, str]] = set()
@@ -315,7 +339,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
         if not path.is_absolute() and config.path:
             path = Path(config.path).parent / path
         if path.exists():
-            baseline = read_baseline(path)
+            baseline = read_baseline(path, tolerance=config.baseline_tolerance)
             final, accepted, stale = baseline.split(after_inline)
             for d in accepted:
                 suppressed.append((d, Suppression("baseline", d.fingerprint(), str(path))))
@@ -334,10 +358,14 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     unused.extend(unused_baseline)
 
     comm = float(getattr(getattr(report, "totals", None), "comm_seconds", 0.0) or 0.0)
-    final, negligible = split_negligible(final, config, comm)
+    # Judged by root cause: one decision's many small findings stand or fall together (analyzer.rules.rootcause)
+    final, negligible = split_negligible(final, config, comm, report=report)
     if is_enabled(HA901.code, select, ignore):
         ctx = replace(base, rule=HA901)
         final.extend(HA901.check(ctx, unused))  # type: ignore[call-arg]
+    from analyzer.rules.rootcause import annotate
+
+    final = annotate(final, report)
     final.sort(key=_order)
     return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused),
                       negligible=tuple(negligible), threshold=max(config.min_saving_seconds,

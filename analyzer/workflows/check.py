@@ -441,6 +441,7 @@ def run_check(
     paths: Sequence[str | Path] | None = None,
     baseline: Mapping[str, int] | None = None,
     baseline_path: Path | None = None,
+    baseline_seconds: Mapping[str, float] | None = None,
     fail_on: str = "warning",
     mesh: Any = None,
     analyse: Callable[[EntryPoint, Config], Report] | None = None,
@@ -455,6 +456,8 @@ def run_check(
       baseline: fingerprint -> how many findings with it to tolerate (`analyzer.rules.baseline.Baseline.counts`),
         matched against the findings with root-relative paths, so one baseline serves every checkout.
       baseline_path: where the baseline came from (for the output).
+      baseline_seconds: fingerprint -> the cost per step the baseline accepted (`Baseline.seconds`); a finding
+        costlier than that by more than `config.baseline_tolerance` is new.
       fail_on: lowest severity that fails: "info", "warning" or "error".
       mesh: overrides the config's mesh.
       analyse: the function that turns an entry point into a Report (default `analyse_entry`); tests pass
@@ -497,7 +500,8 @@ def run_check(
                 continue
             found = [relative_to_root(d, root, entry) for d in report.diagnostics]
             # One baseline serves every entry point: what earlier entries matched is used up.
-            new, old, _ = Baseline(remaining).split(found)
+            new, old, _ = Baseline(remaining, seconds=dict(baseline_seconds or {}),
+                                   tolerance=config.baseline_tolerance).split(found)
             for d in old:
                 remaining[d.fingerprint()] -= 1
             outcomes.append(EntryOutcome(entry, report=report, findings=tuple(new), baselined=tuple(old)))

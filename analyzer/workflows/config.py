@@ -16,6 +16,7 @@ unknown one is a `ConfigError` that names the key, the file, the line, and what 
     target = "cpu"                       # "cpu", "tpu:v5e:2x4", ...
     entry-points = ["model.train:step"]  # module:function returning (jitted fn, abstract args); `check` runs them
     baseline = ".hlo-analyzer-baseline.json"
+    baseline-tolerance = 0.10            # a baselined finding whose cost grew more than this (10%) is new again
     min-saving-seconds = 10e-6           # drop findings that save less per step (default 10 us) ...
     min-saving-fraction = 0.01           # ... or less than this fraction of the step's communication (1%)
 
@@ -44,7 +45,7 @@ from typing import Any
 from analyzer.errors import ConfigError, load_toml, valid_choices
 
 __all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
-           "DEFAULT_MIN_SAVING_FRACTION"]
+           "DEFAULT_MIN_SAVING_FRACTION", "DEFAULT_BASELINE_TOLERANCE"]
 
 TABLE = "tool.hlo-analyzer"
 
@@ -63,6 +64,7 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
         "rules": "rules",
         "min-saving-seconds": "min_saving_seconds",
         "min-saving-fraction": "min_saving_fraction",
+        "baseline-tolerance": "baseline_tolerance",
     }
 )
 
@@ -74,6 +76,11 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
 # communication is the share below which no engineer changes a sharding for it.
 DEFAULT_MIN_SAVING_SECONDS = 10e-6
 DEFAULT_MIN_SAVING_FRACTION = 0.01
+# A baselined finding whose predicted seconds per step grew by more than this fraction over the baseline's
+# figure is new again: the baseline accepted that cost, not any cost (a 500 MiB all-reduce in place of a
+# 5 MiB one at the same line has the same fingerprint). 10% is well over the cost model's run-to-run
+# stability (it is deterministic) and under any change a reviewer would want to see.
+DEFAULT_BASELINE_TOLERANCE = 0.10
 _BUDGET_KEYS: Mapping[str, str] = MappingProxyType(
     {"comm-seconds-per-step": "comm_seconds_per_step", "comm-compute-ratio": "comm_compute_ratio"}
 )
@@ -110,6 +117,8 @@ class Config:
       hardware, topology, mesh, target: how to compile and price (used by `check` and reports).
       entry_points: `module:function` names `check` compiles.
       baseline: path of a baseline file (findings in it do not fail).
+      baseline_tolerance: a baselined finding whose predicted seconds grew by more than this fraction over
+        the baseline's figure is reported as new (default 0.10).
       min_saving_seconds: findings that predict a saving per step under this are negligible (dropped).
       min_saving_fraction: ... and so are those under this fraction of the step's predicted communication.
         The threshold is the larger of the two; a rule's own `min-saving-seconds` option, when set,
@@ -130,11 +139,13 @@ class Config:
     baseline: str | None = None
     min_saving_seconds: float = DEFAULT_MIN_SAVING_SECONDS
     min_saving_fraction: float = DEFAULT_MIN_SAVING_FRACTION
+    baseline_tolerance: float = DEFAULT_BASELINE_TOLERANCE
     path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, upper in (("min_saving_seconds", None), ("min_saving_fraction", 1.0)):
+        for name, upper in (("min_saving_seconds", None), ("min_saving_fraction", 1.0),
+                            ("baseline_tolerance", None)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or upper is not None and v > upper:
                 err = ConfigError(f"{name.replace('_', '-')!r} must be a number from 0"
@@ -288,7 +299,7 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise fail(f"{raw_key!r} must be a list of strings, got {value!r}", raw_key)
             kwargs[key] = tuple(value)
-        elif key in ("min_saving_seconds", "min_saving_fraction"):
+        elif key in ("min_saving_seconds", "min_saving_fraction", "baseline_tolerance"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise fail(f"{raw_key!r} must be a number, got {value!r}", raw_key)
             kwargs[key] = value

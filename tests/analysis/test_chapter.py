@@ -185,17 +185,24 @@ def test_rows_carry_source_pass_and_notation(analysis):
     assert set(rows.pass_) == {"forward", "backward"}
     assert all(src.rsplit(":", 1)[0].endswith(("models.py", "chapter.py")) for src in rows.source if src)
     ag = rows[(rows.kind == "all-gather") & (rows["axes"].map(tuple) == ("X",))]
-    # the weights W_in[D_X, F_Y] and W_out[F_Y, D_X], gathered over X, keep their Y sharding
-    assert set(ag.notation) == {"AllGather_X: [I_X, J_Y] -> [I, J_Y]", "AllGather_X: [I_Y, J_X] -> [I_Y, J]"}
+    # the weights W_in[D_X, F_Y] and W_out[F_Y, D_X], gathered over X, keep their Y sharding. The forward
+    # pass's gathers feed the einsums `bd,df->bf` / `bf,fd->bd`, whose subscripts name the dims (D, F); the
+    # backward pass's dots are jax's transposes, whose operands are not the spec's: I, J by position there.
+    forward = set(ag[ag.pass_ == "forward"].notation)
+    assert forward == {"AllGather_X: [D_X, F_Y] -> [D, F_Y]", "AllGather_X: [F_Y, D_X] -> [F_Y, D]"}
+    assert set(ag[ag.pass_ == "backward"].notation) <= forward | {"AllGather_X: [I_X, J_Y] -> [I, J_Y]",
+                                                                  "AllGather_X: [I_Y, J_X] -> [I_Y, J]"}
+    assert set(ag.array) == {"params['w_in']", "params['w_out']"}  # the argument's pytree path
     rs = rows[rows.kind == "reduce-scatter"]
     assert all("{U_" in n for n in rs.notation)
     assert set(rs.original_ops) == {"all-reduce + dynamic-slice"}
 
 
 def test_matmul_notation(analysis):
-    """The notation of the collective itself, dimension letters by position."""
-    assert analysis("matmul_case3").collectives.notation[0] == "AllReduce_X: [I, J]{U_X} -> [I, J]"
-    assert analysis("matmul_case3_rs").collectives.notation[0] == "ReduceScatter_X,I: [I, J]{U_X} -> [I_X, J]"
+    """The notation of the collective itself, dimension letters from the program's einsum (`ij,jk->ik`: the
+    chapter's own C[I, K]{U_X}), else by position (the reshard has no einsum)."""
+    assert analysis("matmul_case3").collectives.notation[0] == "AllReduce_X: [I, K]{U_X} -> [I, K]"
+    assert analysis("matmul_case3_rs").collectives.notation[0] == "ReduceScatter_X,I: [I, K]{U_X} -> [I_X, K]"
     assert analysis("reshard").collectives.notation[0] == "AllToAll_X: [I_X, J] -> [I, J_X]"
     # an argument's other sharded dims keep their subscripts; global_shape is then the whole array
     case2 = analysis("matmul_case2", "named").collectives

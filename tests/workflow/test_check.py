@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -277,3 +278,26 @@ def test_prepare_cpu_devices_before_jax_starts():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "True --xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=16 cpu"
     assert out[1] == "16 False"  # once jax runs, the device count cannot change: say so, touch nothing
+
+
+def test_a_baselined_finding_that_grew_past_the_tolerance_is_new(fake_analysis, project, capsys):
+    # The baseline accepted the all-reduce at 200 us per step (the `finding` fixture's seconds).
+    assert main(["check", "--write-baseline"]) == 0
+    written = json.loads((project / ".hlo-analyzer-baseline.json").read_text())
+    assert written["findings"][0]["seconds"] == pytest.approx(2e-4)
+    capsys.readouterr()
+    (only,) = fake_analysis["model.train:step"]
+    # 5% more: within the default 10% tolerance, still baselined.
+    fake_analysis["model.train:step"] = [replace(only, seconds=2.1e-4)]
+    assert main(["check", "--baseline", ".hlo-analyzer-baseline.json"]) == 0
+    # 100x more (a 500 MiB all-reduce where a 5 MiB one was): the same fingerprint, but new.
+    fake_analysis["model.train:step"] = [replace(only, seconds=2e-2)]
+    assert main(["check", "--baseline", ".hlo-analyzer-baseline.json"]) == 1
+    out = capsys.readouterr().out
+    assert "Baselined at 200 µs per step; now 20.0 ms (+9900%, over the 10% baseline tolerance)" in out
+    # The tolerance is configurable: on the command line, and as `baseline-tolerance` in the config.
+    assert main(["check", "--baseline", ".hlo-analyzer-baseline.json", "--baseline-tolerance", "100"]) == 0
+    with open(project / "pyproject.toml", "a") as f:
+        f.write("baseline-tolerance = 0.01\n")
+    fake_analysis["model.train:step"] = [replace(only, seconds=2.1e-4)]
+    assert main(["check", "--baseline", ".hlo-analyzer-baseline.json"]) == 1

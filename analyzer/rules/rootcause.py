@@ -1,0 +1,198 @@
+"""Root causes: findings grouped by the sharding decision behind them (issue 11 item 2).
+
+One bad decision shows up as many findings: the embedding table's d_model dim on `data` reshards every
+layer's activations, each instance a small HA302; a weight sharded the wrong way makes a comm-bound matmul in
+every layer. Judged one by one, each instance can fall under the negligible threshold while together they
+are the step's biggest cost. So findings are grouped by the decision that caused them, and the group is what
+is judged and ranked:
+
+  - an argument's spec: findings about collectives that move one argument, layers folded together
+    (`params['layers_*']['w_in']['kernel']`: the plan shards every layer's kernel the same way);
+  - an activation layout: resharding findings (HA3xx) over one mesh axis (the layout two ops disagree on);
+  - a mesh axis: findings about how an axis lies on the hardware (HA2xx);
+  - else the rule, its mesh axes and the user's line (no decision in common is known: one line, one cause).
+
+A group's saving is the sum of its members' savings, each collective counted once (two rules may price the
+same collective: the larger saving is kept). `group_findings` gives the groups, largest saving first;
+`split_negligible_groups` applies the negligible threshold to each group's summed saving, keeping or
+dropping the whole group.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from analyzer.diagnostics import Diagnostic
+
+__all__ = ["RootCause", "cause_of", "group_findings", "annotate", "split_negligible_groups", "top_cause"]
+
+_LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
+_PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203"})  # how a mesh axis lies on the links
+_LAYER_INDEX = re.compile(r"(?<=[_\[\.'])\d+(?=['\]_\.]|$)")
+_AXES = re.compile(r"^[A-Za-z]+_([^:\s]+):")
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """One sharding decision and the findings it causes.
+
+    Attributes:
+      kind: "argument", "activation layout", "mesh axis" or "rule".
+      subject: what was decided: the argument's path (layers as `*`), the mesh axis, or the rule code.
+      findings: its findings, largest saving first.
+      saving_seconds: their summed predicted saving per step, each collective once.
+    """
+
+    kind: str
+    subject: str
+    findings: tuple[Diagnostic, ...]
+    saving_seconds: float
+
+    @property
+    def title(self) -> str:
+        """The decision in words: `the sharding of params['layers_*']['w_in']['kernel']`."""
+        if self.kind == "argument":
+            return f"the sharding of {self.subject}"
+        if self.kind == "activation layout":
+            return f"the activations' layout over '{self.subject}'"
+        if self.kind == "mesh axis":
+            return f"where mesh axis '{self.subject}' lies on the hardware"
+        return self.subject
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}: {self.subject}"
+
+
+def _arrays_by_instruction(report: Any) -> dict[str, str]:
+    frame = getattr(report, "collectives", None)
+    if frame is None or not len(frame) or "array" not in frame or "instruction" not in frame:
+        return {}
+    out: dict[str, str] = {}
+    for names, array in zip(frame["instruction"].tolist(), frame["array"].tolist()):
+        if isinstance(array, str) and array:
+            for name in str(names or "").split(","):
+                out.setdefault(name, array)
+    # a matmul finding points at its dot: the argument is the one the collectives feeding that dot move
+    analysis = getattr(report, "analysis", None)
+    for c in getattr(analysis, "collectives", ()) or ():
+        array = c.extra.get("array", "") if isinstance(getattr(c, "extra", None), dict) else ""
+        if array and c.dot is not None and c.dot_relation == "feeds":
+            out.setdefault(c.dot.name, array)
+    return out
+
+
+def _axes_of(notation: str | None) -> str:
+    m = _AXES.match(notation or "")
+    return m.group(1).split(",")[0].strip("{}") if m else ""
+
+
+def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
+    """(kind, subject) of the decision behind one finding (see the module docstring).
+
+    Example:
+        >>> from analyzer.diagnostics import Location
+        >>> d = Diagnostic("HA101", "comm-bound-matmul", "m", location=Location("m.py", 3, instruction="all-gather.7"))
+        >>> cause_of(d, {"all-gather.7": "params['layers_3']['w_in']['kernel']"})
+        ('argument', "params['layers_*']['w_in']['kernel']")
+        >>> cause_of(replace(d, code="HA302", notation="AllToAll_data: [I_data, J] -> [I, J_data]"), {})
+        ('activation layout', 'data')
+    """
+    names = [n for n in (d.location.instruction or "").split(",") if n]
+    names += [str(n) for n in d.details.get("merged_instructions", ()) if n]
+    array = next((arrays[n] for n in names if n in arrays), "")
+    if array:
+        return "argument", _LAYER_INDEX.sub("*", array)
+    axis = _axes_of(d.notation) or str(d.details.get("axis") or "")
+    if d.code in _LAYOUT_RULES and axis:
+        return "activation layout", axis
+    if d.code in _PLACEMENT_RULES and axis:
+        return "mesh axis", axis
+    where = f" at {d.location}" if d.location.file else ""
+    return "rule", f"{d.code} {d.name}" + (f" over '{axis}'" if axis else "") + where
+
+
+def _predicts_saving(code: str) -> bool:
+    """Whether the rule's `saving_seconds` is a saving (budget and memory rules put an overage there)."""
+    from analyzer.rules.registry import get_rule
+
+    try:
+        return bool(get_rule(code).predicts_saving)
+    except Exception:  # noqa: BLE001 - a code no rule owns (written by hand): its figure is taken as given
+        return True
+
+
+def _summed(findings: Sequence[Diagnostic]) -> float:
+    """Summed saving, each collective once (the largest saving any finding predicts for it); budget and memory
+    findings, whose figure is an overage, add nothing."""
+    best: dict[str, float] = {}
+    loose = 0.0
+    for d in findings:
+        s = float(d.saving_seconds or 0.0)
+        if s <= 0 or not _predicts_saving(d.code):
+            continue
+        inst = d.location.instruction
+        if inst:
+            best[inst] = max(best.get(inst, 0.0), s)
+        else:
+            loose += s
+    return loose + sum(best.values())
+
+
+def group_findings(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[RootCause]:
+    """The findings grouped by the decision behind them, largest summed saving first.
+
+    Args:
+      diagnostics: the findings.
+      report: the report they are about (its collectives table names the argument each collective moves);
+        None groups by rule and axis only.
+    """
+    arrays = _arrays_by_instruction(report) if report is not None else {}
+    groups: dict[tuple[str, str], list[Diagnostic]] = {}
+    for d in diagnostics:
+        groups.setdefault(cause_of(d, arrays), []).append(d)
+    out = [RootCause(kind, subject, tuple(sorted(members, key=lambda d: -(d.saving_seconds or 0.0))),
+                     _summed(members))
+           for (kind, subject), members in groups.items()]
+    out.sort(key=lambda g: (-g.saving_seconds, g.key))
+    return out
+
+
+def annotate(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[Diagnostic]:
+    """The findings with `details["root_cause"]` (the decision, in words) and `details["root_cause_saving"]`
+    (its group's summed saving per step), in the order of `group_findings`: largest root cause first."""
+    out: list[Diagnostic] = []
+    for g in group_findings(diagnostics, report):
+        for d in g.findings:
+            out.append(replace(d, details={**d.details, "root_cause": g.title, "root_cause_saving": g.saving_seconds,
+                                           "root_cause_findings": len(g.findings)}))
+    return out
+
+
+def split_negligible_groups(diagnostics: Sequence[Diagnostic], report: Any, threshold_of: Any
+                            ) -> tuple[list[Diagnostic], list[Diagnostic]]:
+    """(kept, negligible): every finding of a root cause whose summed saving is under the threshold of its
+    rules is dropped, the others kept whole, however small each instance is.
+
+    Args:
+      threshold_of: code -> seconds per step (None: the rule is exempt, its findings always kept).
+    """
+    kept: list[Diagnostic] = []
+    dropped: list[Diagnostic] = []
+    for g in group_findings(diagnostics, report):
+        for d in g.findings:
+            limit = threshold_of(d.code)
+            if limit is not None and d.saving_seconds is not None and g.saving_seconds < limit:
+                dropped.append(d)
+            else:
+                kept.append(d)
+    return kept, dropped
+
+
+def top_cause(diagnostics: Sequence[Diagnostic], report: Any = None) -> RootCause | None:
+    """The root cause to fix first: the largest summed saving per step; None when no finding predicts one."""
+    groups = [g for g in group_findings(diagnostics, report) if g.saving_seconds > 0]
+    return groups[0] if groups else None

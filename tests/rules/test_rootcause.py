@@ -1,0 +1,78 @@
+"""Root causes (issue 11 item 2): findings grouped by the sharding decision behind them, judged and ranked by
+the group's summed saving."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, Report, Totals
+from analyzer.diagnostics import Diagnostic, Location
+from analyzer.render._common import headline, what_to_do
+from analyzer.rules.rootcause import group_findings, split_negligible_groups, top_cause
+from analyzer.rules.runner import split_negligible
+from analyzer.workflows.config import Config
+
+
+def report_with(arrays: dict[str, str], diagnostics=(), comm=20e-3) -> Report:
+    rows = [{**{c: None for c in COLLECTIVE_COLUMNS}, "instruction": name, "array": array}
+            for name, array in arrays.items()]
+    return Report(collectives=pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS)), dots=pd.DataFrame(),
+                  totals=Totals(comm, 0.0), hlo=None, mesh=None, hardware="tpu-v5e", topology="", target="dump",
+                  diagnostics=tuple(diagnostics))
+
+
+def reshard(i: int, saving: float, axis: str = "data") -> Diagnostic:
+    return Diagnostic("HA302", "resharding-traffic", f"layer {i}", location=Location("m.py", 10 + i,
+                      instruction=f"all-to-all.{i}"), notation=f"AllToAll_{axis}: [I_{axis}, J] -> [I, J_{axis}]",
+                      seconds=2 * saving, saving_seconds=saving)
+
+
+def test_eleven_small_reshards_of_one_layout_stand_together():
+    # 11 instances of 0.5% each of 20 ms: each under the 1% threshold (200 us), 5.5% together.
+    small = [reshard(i, 100e-6) for i in range(11)]
+    report = report_with({})
+    kept, dropped = split_negligible(small, Config(), 20e-3, report=report)
+    assert len(kept) == 11 and not dropped
+    (group,) = group_findings(small, report)
+    assert group.kind == "activation layout" and group.subject == "data"
+    assert group.saving_seconds == pytest.approx(11 * 100e-6)
+    # one instance alone is still negligible
+    kept, dropped = split_negligible(small[:1], Config(), 20e-3, report=report)
+    assert not kept and dropped == small[:1]
+
+
+def test_layers_of_one_argument_are_one_decision_and_each_collective_counts_once():
+    arrays = {f"all-gather.{i}": f"params['layers_{i}']['w_in']['kernel']" for i in range(3)}
+    found = [Diagnostic("HA101", "comm-bound-matmul", "m", location=Location("m.py", 5, instruction=f"all-gather.{i}"),
+                        saving_seconds=1e-3) for i in range(3)]
+    # a second rule pricing the same collective: the larger saving counts, once
+    found.append(Diagnostic("HA102", "gathered-larger-operand", "m",
+                            location=Location("m.py", 5, instruction="all-gather.0"), saving_seconds=4e-4))
+    groups = group_findings(found, report_with(arrays))
+    assert [(g.kind, g.subject) for g in groups] == [("argument", "params['layers_*']['w_in']['kernel']")]
+    assert groups[0].saving_seconds == pytest.approx(3e-3)
+    assert groups[0].title == "the sharding of params['layers_*']['w_in']['kernel']"
+
+
+def test_the_headline_is_the_largest_root_cause_and_never_a_budget_overage():
+    budget = Diagnostic("HA501", "comm-budget-exceeded", "141 ms over", saving_seconds=141e-3)
+    small = [reshard(i, 100e-6) for i in range(11)]
+    big = Diagnostic("HA101", "comm-bound-matmul", "m", location=Location("m.py", 5, instruction="all-gather.1"),
+                     saving_seconds=800e-6, fix="shard w_in's F over model")
+    report = report_with({"all-gather.1": "params['w_in']"}, [budget, big, *small])
+    top = top_cause(report.diagnostics, report)
+    assert top.kind == "activation layout" and top.saving_seconds == pytest.approx(1.1e-3)  # 11 x 100 us > 800 us
+    assert dict(headline(report))["Top fix saves / step"] == "1.10 ms"
+    text = what_to_do(report)
+    assert text.startswith("Fix the activations' layout over 'data' first: 11 findings (HA302), 1.10 ms per step")
+    # the overage is no saving: alone, there is nothing to headline
+    alone = report_with({}, [budget])
+    assert top_cause(alone.diagnostics, alone) is None and what_to_do(alone) is None
+    assert "Top fix saves / step" not in dict(headline(alone))
+
+
+def test_the_group_filter_keeps_exempt_rules():
+    memory = Diagnostic("HA401", "memory-over-hbm", "over", saving_seconds=None)
+    kept, dropped = split_negligible_groups([memory], None, lambda code: None)
+    assert kept == [memory] and not dropped
