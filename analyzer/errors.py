@@ -67,13 +67,15 @@ class _PositionedError(AnalyzerError):
         self.source_line = source_line
         super().__init__(self._format())
 
+    _UNNAMED = "<hlo text>"  # what to call an input given as text rather than a file
+
     def _format(self) -> str:
-        where = self.path or "<hlo text>"
+        where = self.path or self._UNNAMED
         if self.line is not None:
             where += f":{self.line}"
             if self.column is not None:
                 where += f":{self.column}"
-        text = f"{where}: error: {self.message}"
+        text = f"{where}: error: {self.message}" if where else f"error: {self.message}"
         if self.source_line is not None:
             shown = self.source_line.rstrip("\n")
             text += f"\n{shown}"
@@ -102,6 +104,8 @@ class HardwareError(AnalyzerError):
 
 class ConfigError(_PositionedError):
     """A bad key or value in `[tool.hlo-analyzer]`, a report config or a baseline file."""
+
+    _UNNAMED = ""  # a config given as a value (a dict, the command line): no file to name
 
 
 class MeshError(AnalyzerError):

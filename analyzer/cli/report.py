@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.workflows.sweep import analyze_config
 
     fmt = format_for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
+    if args.output:
+        from analyzer.fileio import check_writable
+
+        check_writable(args.output, what="report")  # ... and on an unwritable path
     config = load_report_config(args.config)
     report = analyze_config(config, hardware=args.hardware, topology=args.topology)
     whatif = None
