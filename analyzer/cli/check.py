@@ -63,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="TARGET", help="override the config's target: cpu or tpu:v5e:2x4")
     p.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes; replaces the config's")
     p.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes, added to the config's")
+    from analyzer.cli._analysis_output import add_timeout_option
+
+    add_timeout_option(p, "each entry point (import, call, compile); default: the config's `timeout`, else none")
     p.set_defaults(func=run)
 
 
@@ -96,6 +99,12 @@ def _load(args: argparse.Namespace):
         from analyzer.compile.lower import parse_mesh
 
         overrides["mesh"] = parse_mesh(args.mesh)
+    if args.timeout is not None:
+        overrides["timeout"] = args.timeout
+    if args.hardware or args.target:
+        from analyzer.workflows.config import check_plan_keys
+
+        check_plan_keys(args.hardware, None, args.target)
     config = config.override(select=_codes(args.select), ignore=_codes(args.ignore), where="command line",
                                    **overrides)
     return config, path.resolve().parent
