@@ -91,8 +91,12 @@ def write_atomic(path: str | Path, data: str | bytes, *, encoding: str = "utf-8"
         disk...); the old file, if any, is unchanged and no temporary file is left.
 
     Example:
-        >>> write_atomic("out/report.json", '{"ok": true}\\n')
-        PosixPath('out/report.json')
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> write_atomic(folder / "out" / "report.json", '{"ok": true}\\n').read_text()
+        '{"ok": true}\\n'
+        >>> sorted(p.name for p in (folder / "out").iterdir())   # no temporary file left
+        ['report.json']
     """
     p = Path(path)
     payload = data.encode(encoding) if isinstance(data, str) else bytes(data)
@@ -150,8 +154,13 @@ def locked(path: str | Path, *, timeout: float = 120.0) -> Iterator[None]:
       OutputError: the lock could not be taken within `timeout` seconds, or the folder is not writable.
 
     Example:
-        >>> with locked("baseline.json"):
-        ...     pass
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "baseline.json"
+        >>> with locked(path):
+        ...     write_atomic(path, "[]").name
+        'baseline.json'
+        >>> sorted(p.name for p in path.parent.iterdir())   # the lock file is gone
+        ['baseline.json']
     """
     p = Path(path)
     lock = p.with_name(f".{p.name}.lock")
