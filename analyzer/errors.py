@@ -23,6 +23,9 @@ __all__ = [
     "ConfigError",
     "MeshError",
     "LoweringError",
+    "EntryPointError",
+    "OutputError",
+    "CompileTimeout",
     "valid_choices",
     "load_toml",
 ]
@@ -64,13 +67,15 @@ class _PositionedError(AnalyzerError):
         self.source_line = source_line
         super().__init__(self._format())
 
+    _UNNAMED = "<hlo text>"  # what to call an input given as text rather than a file
+
     def _format(self) -> str:
-        where = self.path or "<hlo text>"
+        where = self.path or self._UNNAMED
         if self.line is not None:
             where += f":{self.line}"
             if self.column is not None:
                 where += f":{self.column}"
-        text = f"{where}: error: {self.message}"
+        text = f"{where}: error: {self.message}" if where else f"error: {self.message}"
         if self.source_line is not None:
             shown = self.source_line.rstrip("\n")
             text += f"\n{shown}"
@@ -99,6 +104,8 @@ class HardwareError(AnalyzerError):
 
 class ConfigError(_PositionedError):
     """A bad key or value in `[tool.hlo-analyzer]`, a report config or a baseline file."""
+
+    _UNNAMED = ""  # a config given as a value (a dict, the command line): no file to name
 
 
 class MeshError(AnalyzerError):
@@ -148,3 +155,35 @@ def load_toml(text: str, *, path: str | None = None) -> dict[str, Any]:
         source = lines[line - 1] if line and 0 < line <= len(lines) else None
         raise ConfigError(f"not valid TOML: {message}", path=path, line=line, column=column,
                           source_line=source) from None
+
+
+class EntryPointError(AnalyzerError):
+    """User code (an entry point or its module) failed: it did not import, raised, called `sys.exit`, hung,
+    or returned something that is not `(jitted function, args[, kwargs])`.
+
+    Attributes:
+      entry: the entry point as given (`module:function`).
+      where: `file:line` of the user's frame closest to the failure, or None.
+      cause: a one-line description of the exception (`NameError: name 'x' is not defined`), or None.
+    """
+
+    def __init__(self, message: str, *, entry: str, where: str | None = None, cause: str | None = None) -> None:
+        self.entry = entry
+        self.where = where
+        self.cause = cause
+        text = f"entry point {entry!r}"
+        if where:
+            text += f" ({where})"
+        text += f": {message}"
+        if cause:
+            text += f": {cause}"
+        super().__init__(text)
+
+
+class CompileTimeout(EntryPointError):
+    """An entry point or its compile ran past the time limit (`--timeout`, config `timeout`)."""
+
+
+class OutputError(AnalyzerError):
+    """A file the tool was asked to write cannot be written (a folder of that name, a read-only folder, a
+    full disk); the old file, if any, is left as it was."""

@@ -230,9 +230,10 @@ def read_snapshot(path: Path) -> list[dict]:
 
 def write_snapshot(path: Path, rows: Sequence[Mapping[str, Any]], *, name: str = "") -> None:
     """Write rows as a snapshot file (sorted, indented: it is reviewed in diffs)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from analyzer.fileio import write_atomic
+
     body = {"version": SNAPSHOT_VERSION, "name": name, "collectives": sorted(rows, key=_key)}
-    path.write_text(json.dumps(body, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(body, indent=2, sort_keys=False) + "\n", what="collectives snapshot")
 
 
 @dataclass

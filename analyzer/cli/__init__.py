@@ -1,17 +1,20 @@
 """`hlo-analyzer` command line.
 
 Each subcommand lives in its own module under `analyzer/cli/` and exposes `register(subparsers)`, which
-adds its parser and sets `func(args) -> int`. Exit codes follow ruff: 0 clean, 1 findings, 2 usage or
-internal error. Every `AnalyzerError` becomes its message on stderr and exit 2; no traceback.
+adds its parser and sets `func(args) -> int`. Exit codes follow ruff: 0 clean, 1 findings, 2 usage, input or
+internal error, 130 on Ctrl-C. Every `AnalyzerError` becomes its message on stderr and exit 2; any other
+exception (a bug of ours) a one-line "internal error" and exit 2. A traceback only with `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from analyzer.errors import AnalyzerError
 
@@ -47,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="See the communication XLA inserts into a sharded JAX program, priced on real hardware.",
         epilog="example:\n  hlo-analyzer demo\n  hlo-analyzer inspect dump/ --mesh data=4,model=2 --hardware tpu-v5e",
     )
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks of errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in _COMMANDS:
         try:
@@ -64,6 +68,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     # libtpu (the `tpu` extra, used for ahead-of-time TPU targets) does not probe for TPU chips and log
     # warnings on machines that have none. A user who set JAX_PLATFORMS keeps their choice.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere on the line (before or after the command).
+    debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
+    if debug:
+        argv = [a for a in argv if a != "--debug"]
+    try:
+        return _run(argv, debug)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("hlo-analyzer: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str], debug: bool) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:  # name the subcommand in the error and show its usage, not the top-level one
@@ -78,12 +97,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
         return code
     except AnalyzerError as e:
+        if debug:
+            raise
         print(f"hlo-analyzer: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # `hlo-analyzer ... | head`: the reader left; not an error worth a traceback
         return _closed_pipe()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001 - a bug of ours: one line, exit 2, the traceback with --debug
+        if debug:
+            raise
+        where = _innermost(e)
+        print(f"hlo-analyzer: internal error in `{args.command}` ({type(e).__name__}: {e}){where}; rerun with "
+              "--debug for the traceback and report it", file=sys.stderr)
+        return 2
+
+
+def _innermost(error: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    return f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
 
 def _closed_pipe() -> int:

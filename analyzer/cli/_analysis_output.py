@@ -7,7 +7,22 @@ import sys
 
 from analyzer.analysis.report import Report
 
-__all__ = ["add_output_options", "add_pricing_options", "emit"]
+__all__ = ["add_output_options", "add_pricing_options", "add_timeout_option", "emit"]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"--timeout takes seconds above 0 (at most a week), got {text!r}")
+    return value
+
+
+def add_timeout_option(p: argparse.ArgumentParser, what: str = "the entry point and its compile") -> None:
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=None,
+                   help=f"give up on {what} after this many seconds and say where it was (default: no limit)")
 
 
 def add_pricing_options(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analyzer.cli._analysis_output import add_output_options, add_pricing_options, emit
+from analyzer.cli._analysis_output import add_output_options, add_pricing_options, add_timeout_option, emit
 
 DESCRIPTION = """\
 Compile a JAX function for a mesh and list every collective XLA inserted: kind, mesh axes, the chapter's
@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="cpu (default) or tpu:<gen>:<shape>, e.g. tpu:v5e:2x4")
     add_pricing_options(p)
     add_output_options(p)
+    add_timeout_option(p)
     p.set_defaults(func=run)
 
 
@@ -44,11 +45,15 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from analyzer.pipeline import analyze
-    from analyzer.compile.lower import load_entry
+    from analyzer.compile.lower import load_entry, parse_target, time_limit
+    from analyzer.workflows.config import check_plan_keys
 
+    check_plan_keys(args.hardware, args.topology, None)  # before the compile, not after it
+    parse_target(args.target)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # `module:function` names modules of the current project
-    fn, fargs, kwargs = load_entry(args.entry, args.mesh)
-    report = analyze(fn, *fargs, mesh=args.mesh, target=args.target, hardware=args.hardware,
-                     topology=args.topology, model=args.model, **kwargs)
+    with time_limit(args.timeout, args.entry, hard_exit=True):
+        fn, fargs, kwargs = load_entry(args.entry, args.mesh)
+        report = analyze(fn, *fargs, mesh=args.mesh, target=args.target, hardware=args.hardware,
+                         topology=args.topology, model=args.model, **kwargs)
     return emit(report, args)

@@ -53,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the output there instead of stdout")
     p.add_argument("--baseline", metavar="FILE", help=f"findings listed in FILE do not fail (default: the config's "
                    f"`baseline`); with --write-baseline, where to write (default: {DEFAULT_BASELINE})")
-    p.add_argument("--write-baseline", action="store_true", help="write every current finding to the baseline "
-                   "file and exit 0")
+    p.add_argument("--write-baseline", action="store_true", help="record the current findings of the entry points "
+                   "that ran in the baseline file (entries of the others are kept) and exit 0")
     p.add_argument("--baseline-tolerance", metavar="FRACTION", type=float, help="a baselined finding whose cost "
                    "per step grew by more than this fraction is new again (default: the config's "
                    "`baseline-tolerance`, else 0.10)")
@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="TARGET", help="override the config's target: cpu or tpu:v5e:2x4")
     p.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes; replaces the config's")
     p.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes, added to the config's")
+    from analyzer.cli._analysis_output import add_timeout_option
+
+    add_timeout_option(p, "each entry point (import, call, compile); default: the config's `timeout`, else none")
     p.set_defaults(func=run)
 
 
@@ -101,21 +104,36 @@ def _load(args: argparse.Namespace):
         from analyzer.compile.lower import parse_mesh
 
         overrides["mesh"] = parse_mesh(args.mesh)
+    if args.timeout is not None:
+        overrides["timeout"] = args.timeout
+    if args.hardware or args.target:
+        from analyzer.workflows.config import check_plan_keys
+
+        check_plan_keys(args.hardware, None, args.target)
     config = config.override(select=_codes(args.select), ignore=_codes(args.ignore), where="command line",
                                    **overrides)
     return config, path.resolve().parent
 
 
 def run(args: argparse.Namespace) -> int:
+    from analyzer.fileio import check_writable
     from analyzer.workflows.check import mesh_size, prepare_cpu_devices, run_check
-    from analyzer.rules.baseline import read_baseline, write_baseline
+    from analyzer.rules.baseline import read_baseline, update_baseline
 
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:  # a typo must not check nothing and pass
+        raise ConfigError(f"no such file or folder: {', '.join(map(repr, missing))}; PATHS are the changed files "
+                          "or folders whose entry points to check", path=str(Path(missing[0])))
+    if args.output_file:
+        check_writable(args.output_file, what="output file (-o)")
     config, root = _load(args)
     prepare_cpu_devices(mesh_size(config.mesh))  # compile every entry point in this process
     configured = Path(config.baseline) if config.baseline else None
     if configured is not None and not configured.is_absolute():
         configured = root / configured
     baseline_path = Path(args.baseline) if args.baseline else configured
+    if args.write_baseline:  # find an unwritable baseline now, not after every compile
+        check_writable(baseline_path or root / DEFAULT_BASELINE, what="baseline")
     counts: dict[str, int] = {}
     seconds: dict[str, float] = {}
     if baseline_path is not None and not args.write_baseline:
@@ -139,15 +157,21 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.write_baseline:
         target = baseline_path or root / DEFAULT_BASELINE
-        everything = [d for o in result.outcomes for d in (*o.findings, *o.baselined)]
-        write_baseline(target, everything)
-        print(f"hlo-analyzer: wrote {len(everything)} finding(s) to {target}", file=sys.stderr)
+        # Only the entry points that were analysed replace their entries; the others' entries stay.
+        ran = {o.entry.name: [*o.findings, *o.baselined] for o in result.outcomes if o.error is None}
+        complete = not result.skipped and not result.errors
+        _, kept = update_baseline(target, ran, configured=config.entry_points, complete=complete)
+        n = sum(len(v) for v in ran.values())
+        also = f"; kept {kept} entr{'y' if kept == 1 else 'ies'} of entry points that did not run" if kept else ""
+        print(f"hlo-analyzer: wrote {n} finding(s) of {len(ran)} entry point(s) to {target}{also}", file=sys.stderr)
         for error in result.errors:
             print(f"hlo-analyzer: error: {error}", file=sys.stderr)
         return 2 if result.errors else 0
     text = _render(result, args.output_format, show_baselined=args.show_baselined)
     if args.output_file:
-        Path(args.output_file).write_text(text, encoding="utf-8")
+        from analyzer.fileio import write_atomic
+
+        write_atomic(args.output_file, text, what="output file (-o)")
     else:
         sys.stdout.write(text)
     return result.exit_code

@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.render import terminal
 
     plan = plan_from(args.strategy, args.hardware, args.topology)
+    if not args.no_html:
+        from analyzer.fileio import check_writable
+
+        check_writable(args.output, what="demo report")  # before the compile, not after it
     prepare_cpu_devices(mesh_size(plan.mesh_dict))  # compile in this process, not in a child
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     err = Console(stderr=True, highlight=False)

@@ -41,25 +41,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", choices=("topology", "ideal"), default="topology",
                    help="topology (default: hops, wraparound, latency) or ideal (the chapter's V/W formulas)")
     p.add_argument("--sharp", action="store_true", help="GPU AllReduce with in-network reduction (SHARP)")
-    p.add_argument("--top-k", type=int, default=None, help="ragged AllToAll: destinations per token")
+    p.add_argument("--top-k", type=_top_k, default=None, help="ragged AllToAll: destinations per token (1 or more)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
+# Limits that keep `price` exact and fast. A mesh of 2^20 (1,048,576) devices is over 100 of the largest TPU
+# pods (tpu-7x: 9,216 chips); the topology model builds one record per device, so much larger meshes would
+# take minutes and gigabytes. A dim of 2^48 elements (and an array of 2^60) keeps every byte count an exact
+# integer in a float64 (2^53) after multiplying by the element size and the device count.
+MAX_MESH_DEVICES = 1 << 20
+MAX_DIM = 1 << 48
+MAX_ELEMENTS = 1 << 60
+
+
+def _top_k(text: str) -> int:
+    if not text.strip().isascii() or not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--top-k is the number of destinations per token, a whole number of at "
+                                         f"least 1; got {text!r}")
+    return int(text)
+
+
 def parse_sizes(text: str, what: str) -> dict[str, int]:
-    """`"X=8,Y=4"` -> `{"X": 8, "Y": 4}`; a MeshError (for --mesh) or ShardingError naming the bad item."""
+    """`"X=8,Y=4"` -> `{"X": 8, "Y": 4}`; a MeshError (for --mesh) or ShardingError naming the bad item.
+
+    Sizes are plain decimal integers (no `10**30`, no exponents) up to `MAX_DIM`; a mesh holds at most
+    `MAX_MESH_DEVICES` devices.
+    """
     err = MeshError if what == "mesh" else ShardingError
     out: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in str(text).split(","))):
         name, eq, value = item.partition("=")
-        name = name.strip()
-        if not eq or not name or not value.strip().isdigit() or int(value) <= 0:
-            raise err(f"bad --{what} item {item!r}: expected NAME=SIZE with a positive integer, e.g. X=8")
+        name, value = name.strip(), value.strip()
+        if not eq or not name or not value.isascii() or not value.isdigit() or int(value) <= 0:
+            raise err(f"bad --{what} item {item!r}: expected NAME=SIZE with a positive decimal integer, e.g. X=8")
+        if len(value) > 20 or int(value) > MAX_DIM:
+            raise err(f"--{what} item {item!r} is too large: sizes up to 2^48 ({MAX_DIM:,}) are supported")
         if name in out:
             raise err(f"--{what} names {name!r} twice")
         out[name] = int(value)
     if not out:
         raise err(f"--{what} is empty: expected NAME=SIZE,... e.g. X=8,Y=4")
+    if what == "mesh":
+        n = 1
+        for size in out.values():
+            n *= size
+        if n > MAX_MESH_DEVICES:
+            raise err(f"--mesh {text!r} has {n:,} devices; price supports meshes of up to 2^20 "
+                      f"({MAX_MESH_DEVICES:,}) devices, over 100 of the largest TPU pods")
     return out
 
 
@@ -78,6 +107,13 @@ def price(args: argparse.Namespace) -> dict:
     if missing:
         raise ShardingError(f"--dims lacks {', '.join(missing)}: give a size for every dim of {coll}, "
                             f"e.g. --dims {','.join(f'{d}=1024' for d in needed)}")
+    for name, shape in (("before", coll.before), ("after", coll.after)):
+        n = 1
+        for d in shape.dims:
+            n *= dims[d.name]
+        if n > MAX_ELEMENTS:
+            raise ShardingError(f"the {name} array of {coll} has {n:.3g} elements; price supports arrays of up "
+                                f"to 2^60 ({MAX_ELEMENTS:.3g}) elements")
     extra = [d for d in dims if d not in needed]
     if extra:
         raise ShardingError(f"--dims names {extra[0]!r}, which {coll} does not use; "

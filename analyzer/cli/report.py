@@ -68,6 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "tpu-v5p@v5p:2x2x2,h100")
     p.add_argument("--limit", type=int, default=30, metavar="N", help="collectives listed in the terminal "
                    "report (default: 30)")
+    from analyzer.cli._analysis_output import add_timeout_option
+
+    add_timeout_option(p, "building and compiling the program")
     p.set_defaults(func=run)
 
 
@@ -77,8 +80,17 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.workflows.sweep import analyze_config
 
     fmt = format_for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
+    if args.output:
+        from analyzer.fileio import check_writable
+
+        check_writable(args.output, what="report")  # ... and on an unwritable path
+    from analyzer.compile.lower import time_limit
+    from analyzer.workflows.config import check_plan_keys
+
     config = load_report_config(args.config)
-    report = analyze_config(config, hardware=args.hardware, topology=args.topology)
+    check_plan_keys(args.hardware, args.topology, None)
+    with time_limit(args.timeout, config.entry or config.title, hard_exit=True):
+        report = analyze_config(config, hardware=args.hardware, topology=args.topology)
     whatif = None
     if args.what_if:
         from analyzer.workflows.whatif import compare

@@ -19,8 +19,12 @@ devices. For the built-in template, batch sizes, remat policies and microbatches
 the search. Defaults come from the config's [sweep] table, else its own mesh, strategy and sizes.
 The ranking does not depend on where the plans compiled.
 
-exit status: 0 ranking written, 2 bad usage, a bad config, Ray missing for --executor ray, or no candidate
-could be analysed."""
+A worker that dies (killed for memory) fails only the plan it was compiling; the others go on. Ctrl-C stops
+the sweep within a second or two: queued plans are dropped and the workers terminated.
+
+exit status: 0 every plan ranked, 2 bad usage, a bad config, Ray missing for --executor ray, or a plan that
+could not be analysed (the ranking and the report of the best analysed plan are still written, and the failed
+plans are listed), 130 on Ctrl-C."""
 
 EPILOG = """\
 examples:
@@ -152,6 +156,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-memory", type=_memory, metavar="SIZE", help="memory one compile asks Ray for, e.g. "
                    "8GiB (default 2GiB)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from analyzer.cli._analysis_output import add_timeout_option
+
+    add_timeout_option(p, "a plan (in its worker process; the plan is marked failed)")
     p.set_defaults(func=run)
 
 
@@ -167,8 +174,14 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.workflows.sweep import candidates, default_jobs, run_sweep
 
     if args.output:
+        from analyzer.fileio import check_writable
+
         format_for_path(args.output)
+        check_writable(args.output, what="sweep report")
+    from analyzer.workflows.config import check_plan_keys
+
     config = load_report_config(args.config)
+    check_plan_keys(args.hardware, args.topology, None)
     cands = candidates(config, args.mesh_shapes or (), args.strategies or (), batch_sizes=args.batch_sizes or (),
                        remat=args.remat or (), microbatches=args.microbatches or ())
     executor = _make_executor(args, config)  # Ray missing: stops here, before any compile
@@ -190,23 +203,30 @@ def run(args: argparse.Namespace) -> int:
             progress.advance(task)
 
         result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done,
-                           executor=executor)
+                           executor=executor, timeout=args.timeout)
     out.print(sweep_table(result))
     if result.none_fit:
         out.print("[bold red]No candidate fits in HBM[/]: the ranking is by step time alone. Shard more (fsdp), "
                   "shrink the batch or sequence, or choose hardware with more HBM.")
     best = result.best
+    failed = [e for e in result.entries if not e.ok]
     if best is None:
         reasons = "; ".join(f"{e.label}: {e.error}" for e in result.entries)
         raise AnalyzerError(f"no candidate could be analysed: {reasons}")
+    analysed = len(result.entries) - len(failed)
     if args.output:
         from dataclasses import replace
 
         title = config.name or config.path or "sweep"
-        report = replace(result.best_report(), name=f"{title}: best of {len(result.entries)} plans is {best.label}")
+        of = f"{analysed} analysed plans ({len(failed)} failed)" if failed else f"{analysed} plans"
+        report = replace(result.best_report(), name=f"{title}: best of {of} is {best.label}")
         path = write(report, args.output, sweep=result)
-        out.print(f"wrote {path}: ranking of {len(result.entries)} plans and the report of the best, {best.label}",
-                  highlight=False)
+        out.print(f"wrote {path}: ranking of {of} and the report of the best, {best.label}", highlight=False)
+    if failed:
+        print(f"hlo-analyzer: {len(failed)} of {len(result.entries)} plans could not be analysed:", file=sys.stderr)
+        for e in failed:
+            print(f"  {e.label}: {e.error}", file=sys.stderr)
+        return 2
     return 0
 
 

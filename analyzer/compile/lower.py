@@ -58,7 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer.errors import AnalyzerError, HardwareError, LoweringError, MeshError, ShardingError, valid_choices
+from analyzer.errors import (AnalyzerError, CompileTimeout, EntryPointError, HardwareError, LoweringError, MeshError,
+                             ShardingError, valid_choices)
 from analyzer.theory.mesh import AXIS_TYPES, MeshInfo, parse_mesh
 
 if TYPE_CHECKING:  # jax is imported lazily: `import analyzer` must stay cheap
@@ -70,6 +71,7 @@ __all__ = [
     "lower",
     "lower_entry",
     "load_entry",
+    "time_limit",
     "make_mesh",
     "mesh_info",
     "parse_mesh",
@@ -886,6 +888,102 @@ def _mesh_from_args(args: Sequence[Any]) -> Any:
 # Entry points
 
 
+_FRAMEWORK = ("/jax/", "/jaxlib/", "/analyzer/", "/contextlib.py", "<frozen ", "/importlib/", "/runpy.py",
+              "/threading.py", "/signal.py")
+
+
+def _user_where(tb: Any) -> str | None:
+    """`file:line` of the innermost frame of a traceback (or of a frame's stack) in the user's code."""
+    import traceback
+
+    frames = traceback.extract_tb(tb) if not inspect.isframe(tb) else traceback.extract_stack(tb)
+    user = [f for f in frames if not any(s in f.filename.replace(os.sep, "/") for s in _FRAMEWORK)]
+    return f"{user[-1].filename}:{user[-1].lineno}" if user else None
+
+
+def _describe(error: BaseException) -> str:
+    """One line for an exception from user code: `NameError: name 'x' is not defined`, `sys.exit(3)`."""
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r})"
+    if isinstance(error, SyntaxError):
+        where = f" ({error.filename}:{error.lineno})" if error.filename and error.lineno else ""
+        return f"SyntaxError: {error.msg}{where}"
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def user_code(entry: str, doing: str) -> Iterator[None]:
+    """The boundary around the user's code: whatever it raises (import errors, exceptions, `sys.exit`) leaves
+    as an `EntryPointError` naming the entry point, the user's `file:line` and the exception. Our own
+    `AnalyzerError`s and Ctrl-C pass through unchanged.
+    """
+    try:
+        yield
+    except (AnalyzerError, KeyboardInterrupt):
+        raise
+    except SyntaxError as e:  # the file itself: its own file:line is the place
+        where = f"{e.filename}:{e.lineno}" if e.filename and e.lineno else _user_where(e.__traceback__)
+        raise EntryPointError(doing, entry=entry, where=where, cause=f"SyntaxError: {e.msg}") from None
+    except UnicodeDecodeError as e:
+        raise EntryPointError(doing, entry=entry, where=_user_where(e.__traceback__),
+                              cause=f"the source is not UTF-8 text ({e.reason} at byte {e.start}); save it as "
+                                    "UTF-8 or declare its encoding (PEP 263)") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - user code may raise anything
+        raise EntryPointError(doing, entry=entry, where=_user_where(e.__traceback__), cause=_describe(e)) from None
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) -> Iterator[None]:
+    """Bound the time of what runs inside: past `seconds`, raise `CompileTimeout` naming where it was.
+
+    The limit is a SIGALRM timer, so it works in the main thread of a POSIX process (elsewhere, or with
+    None, nothing is bounded). Python code (an entry point stuck in a loop, a sleep) is interrupted where
+    it is, and the error names that `file:line`. Code that never returns to Python (a compile stuck inside
+    XLA) cannot be interrupted: with `hard_exit` (the command line), a watchdog then prints the error and
+    ends the process with status 2 ten seconds after the limit.
+
+    Example:
+        >>> with time_limit(0.1, "model:step"):
+        ...     time.sleep(5)
+        Traceback (most recent call last):
+        analyzer.errors.CompileTimeout: entry point 'model:step' (...): did not finish within 0.1 s ...
+    """
+    import signal
+    import threading
+
+    if not seconds or seconds <= 0 or not hasattr(signal, "setitimer") \
+            or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    message = (f"did not finish within {seconds:g} s (--timeout, or `timeout` in the config): an entry point "
+               "that never returns, or a compile too large for the limit")
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise CompileTimeout(message, entry=entry, where=_user_where(frame))
+
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if not done.wait(seconds + 10.0):
+            sys.stderr.write(f"hlo-analyzer: {CompileTimeout(message + ' (stuck inside native code)', entry=entry)}"
+                             "\n")
+            sys.stderr.flush()
+            os._exit(2)
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    if hard_exit:
+        threading.Thread(target=watchdog, name="hlo-analyzer-timeout", daemon=True).start()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        done.set()
+
+
 def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """Import an entry point and call it to get the function to analyse and its arguments.
 
@@ -900,23 +998,31 @@ def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ..
             ...
             return jax.jit(step), (params, x)
 
+    This is the one boundary where the user's code runs (the `analyze`, `report`, `check` and `sweep`
+    commands all come through it): an import that fails (a SyntaxError, a NameError at import, a source that
+    is not UTF-8), an exception or `sys.exit` in the entry point, and a return value that does not follow the
+    convention all raise `EntryPointError` with the entry point, the user's `file:line` and the exception.
+
     Args:
       entry: "module:function" or "file.py:function"; the function part may be dotted (`Class.method`).
       mesh: anything `make_mesh` accepts.
 
     Returns:
       `(fn, args, kwargs)`.
+
+    Raises:
+      EntryPointError: the entry point could not be found, imported or called, or returned something else.
     """
     from jax.sharding import Mesh
 
     if not isinstance(entry, str) or entry.count(":") != 1 or not all(entry.split(":")):
-        raise LoweringError(f"entry point {entry!r}: write it as 'module:function' or 'path/to/file.py:function'")
+        raise EntryPointError("write it as 'module:function' or 'path/to/file.py:function'", entry=str(entry))
     module_name, qualname = entry.split(":")
-    try:
+    with user_code(entry, f"cannot import {module_name!r}"):
         if module_name.endswith(".py") or os.sep in module_name:
             path = Path(module_name)
             if not path.is_file():
-                raise LoweringError(f"entry point {entry!r}: no file {str(path)!r}")
+                raise EntryPointError(f"no file {str(path)!r}", entry=entry)
             spec = importlib.util.spec_from_file_location(path.stem, path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
@@ -927,20 +1033,22 @@ def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ..
             # from a checkout through the console command too.
             if os.getcwd() not in sys.path and "" not in sys.path:
                 sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(module_name)
-    except LoweringError:
-        raise
-    except ImportError as e:
-        raise LoweringError(f"entry point {entry!r}: cannot import {module_name!r} ({_first_line(e)})") from None
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as e:
+                if e.name is not None and module_name.startswith(e.name):  # the module itself, not its imports
+                    raise EntryPointError(f"cannot import {module_name!r}: no module named {e.name!r} (looked in "
+                                          f"{os.getcwd()!r} and sys.path)", entry=entry) from None
+                raise
     target: Any = module
     for part in qualname.split("."):
         if not hasattr(target, part):
             choices = [n for n in dir(target) if not n.startswith("_") and callable(getattr(target, n, None))]
-            raise LoweringError(f"entry point {entry!r}: {module_name} has no attribute {part!r}; "
-                                + valid_choices(part, choices, what="callables"))
+            raise EntryPointError(f"{module_name} has no attribute {part!r}; "
+                                  + valid_choices(part, choices, what="callables"), entry=entry)
         target = getattr(target, part)
     if not callable(target):
-        raise LoweringError(f"entry point {entry!r} is not callable")
+        raise EntryPointError(f"{qualname} is a {type(target).__name__}, not a function", entry=entry)
     mesh_arg = mesh if isinstance(mesh, Mesh) else make_mesh(mesh)
     try:
         n_params = len([p for p in inspect.signature(target).parameters.values()
@@ -948,16 +1056,33 @@ def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ..
     except (TypeError, ValueError):
         n_params = 1
     try:
-        produced = target(mesh_arg) if n_params >= 1 else target()
-    except AnalyzerError:
+        with user_code(entry, "failed"):
+            produced = target(mesh_arg) if n_params >= 1 else target()
+    except EntryPointError as e:
+        # jax's own sharding checks raised inside the entry point: still a sharding problem.
+        if e.cause and any(k in e.cause for k in ("DuplicateSpecError", "IndivisibleError", "not found in mesh")):
+            raise ShardingError(str(e)) from None
         raise
-    except Exception as e:
-        raise _user_error(e, f"entry point {entry!r} failed") from None
-    if not isinstance(produced, tuple) or len(produced) not in (2, 3) or not callable(produced[0]):
-        raise LoweringError(f"entry point {entry!r} must return (fn, args) or (fn, args, kwargs); "
-                            f"got {type(produced).__name__}")
+    return _check_produced(entry, produced)
+
+
+def _check_produced(entry: str, produced: Any) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """The entry point's return value, checked against `(fn, args)` / `(fn, args, kwargs)`."""
+    expected = "it must return (fn, args) or (fn, args, kwargs): the jitted function, a tuple of its abstract " \
+               "arguments and optionally a dict of keyword arguments"
+    if not isinstance(produced, tuple) or len(produced) not in (2, 3):
+        shown = f"a tuple of {len(produced)}" if isinstance(produced, tuple) else type(produced).__name__
+        raise EntryPointError(f"returned {shown}; {expected}", entry=entry)
+    if not callable(produced[0]):
+        raise EntryPointError(f"returned a {type(produced[0]).__name__} where the function goes; {expected}",
+                              entry=entry)
     fn, args = produced[0], produced[1]
+    if len(produced) == 3 and not isinstance(produced[2], Mapping):
+        raise EntryPointError(f"returned {produced[2]!r} ({type(produced[2]).__name__}) as kwargs; {expected}",
+                              entry=entry)
     kwargs = dict(produced[2]) if len(produced) == 3 else {}
+    if not all(isinstance(k, str) for k in kwargs):
+        raise EntryPointError(f"returned kwargs with non-string keys {list(kwargs)!r}; {expected}", entry=entry)
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     return fn, args, kwargs
 

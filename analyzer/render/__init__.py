@@ -83,14 +83,13 @@ def format_for_path(path: str | Path) -> str:
 
 def write(report: Report, path: str | Path, *, sweep: SweepResult | None = None,
           whatif: Sequence[WhatIf] | None = None) -> Path:
-    """Render the report in the format its file name asks for and write it (UTF-8).
+    """Render the report in the format its file name asks for and write it (UTF-8), whole or not at all.
 
     Returns:
       The path written.
     """
+    from analyzer.fileio import write_atomic
+
     path = Path(path)
     text = render(report, format_for_path(path), sweep=sweep, whatif=whatif)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_atomic(path, text, what="report")

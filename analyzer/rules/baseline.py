@@ -15,6 +15,12 @@ baseline accepted that cost, not any cost at that line (`baseline-tolerance`, de
 `write_baseline(path, diagnostics)` writes one; `read_baseline(path)` reads it back as a `Baseline`;
 `Baseline.split(diagnostics)` separates new findings from accepted ones and says which entries matched
 nothing (stale: reported by the unused-suppression rule).
+
+`update_baseline(path, {entry point: findings})` is what `check --write-baseline` uses: entries carry the
+entry point that produced them (`"entry_point": "model.train:step"`), and an update replaces the entries of
+the entry points that ran and keeps the others, so `check --write-baseline model/a.py` does not drop what
+`model/b.py`'s entry points had accepted. The read-merge-write runs under a lock file and the file is
+replaced atomically (analyzer/fileio.py): concurrent writers neither interleave nor lose each other's entries.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from analyzer.diagnostics import Diagnostic
 from analyzer.errors import ConfigError
 from analyzer.units import format_seconds
 
-__all__ = ["Baseline", "read_baseline", "write_baseline", "BASELINE_VERSION"]
+__all__ = ["Baseline", "read_baseline", "write_baseline", "update_baseline", "BASELINE_VERSION"]
 
 BASELINE_VERSION = 1
 DEFAULT_TOLERANCE = 0.10  # as analyzer.workflows.config.DEFAULT_BASELINE_TOLERANCE (that module imports this one)
@@ -90,12 +96,8 @@ class Baseline:
         return new, accepted, stale
 
 
-def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
-    """Write the findings as a baseline file (sorted, stable, diff-friendly JSON).
-
-    Returns:
-      the path written.
-    """
+def _entries(diagnostics: Iterable[Diagnostic], entry_point: str | None = None) -> list[dict]:
+    """Baseline entries for findings: one per fingerprint, with how many findings share it."""
     counts: Counter[str] = Counter()
     first: dict[str, Diagnostic] = {}
     costliest: dict[str, float] = {}
@@ -105,8 +107,9 @@ def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
         first.setdefault(fp, d)
         if d.seconds is not None:
             costliest[fp] = max(costliest.get(fp, 0.0), float(d.seconds))
-    findings = [
-        {
+    entries = []
+    for fp in sorted(counts):
+        entry = {
             "fingerprint": fp,
             "code": first[fp].code,
             "name": first[fp].name,
@@ -115,12 +118,90 @@ def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
             "count": counts[fp],
             **({"seconds": costliest[fp]} if fp in costliest else {}),
         }
-        for fp in sorted(counts)
-    ]
+        if entry_point is not None:
+            entry["entry_point"] = entry_point
+        entries.append(entry)
+    return entries
+
+
+def _dump(path: Path, entries: list[dict]) -> Path:
+    """Write entries as a baseline file (sorted, stable, diff-friendly JSON), whole or not at all."""
+    from analyzer.fileio import write_atomic
+
+    entries = sorted(entries, key=lambda e: (e.get("entry_point", ""), e["fingerprint"]))
+    text = json.dumps({"version": BASELINE_VERSION, "tool": "hlo-analyzer", "findings": entries},
+                      indent=2, sort_keys=True) + "\n"
+    return write_atomic(path, text, what="baseline")
+
+
+def write_baseline(path: str | Path, diagnostics: Iterable[Diagnostic]) -> Path:
+    """Write the findings as a baseline file (sorted, stable, diff-friendly JSON), replacing any old one.
+
+    Returns:
+      the path written.
+
+    Raises:
+      OutputError: the file cannot be written (the old one, if any, is unchanged).
+    """
+    from analyzer.fileio import locked
+
     p = Path(path)
-    p.write_text(json.dumps({"version": BASELINE_VERSION, "tool": "hlo-analyzer", "findings": findings},
-                            indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return p
+    with locked(p):
+        return _dump(p, _entries(diagnostics))
+
+
+def update_baseline(
+    path: str | Path,
+    ran: Mapping[str, Iterable[Diagnostic]],
+    *,
+    configured: Iterable[str] | None = None,
+    complete: bool = False,
+) -> tuple[Path, int]:
+    """Replace the entries of the entry points that ran; keep every other entry (under a lock file).
+
+    Args:
+      path: the baseline file (created when missing).
+      ran: entry point name -> its findings, for each entry point analysed in this run.
+      configured: the entry points the project lists; entries of entry points no longer listed are dropped.
+        None keeps them.
+      complete: every configured entry point ran: entries that name no entry point (files written before
+        entries carried one) are dropped too, and an unreadable old file is replaced. Otherwise such
+        entries are kept unless a finding that ran has their fingerprint.
+
+    Returns:
+      (the path written, how many entries were kept from other entry points).
+
+    Raises:
+      ConfigError: the existing file is not a baseline and this run did not cover every entry point (it
+        would lose the others' entries).
+      OutputError: the file cannot be written or locked.
+    """
+    from analyzer.fileio import locked
+
+    p = Path(path)
+    listed = set(configured) if configured is not None else None
+    new = [e for name, diags in ran.items() for e in _entries(diags, name)]
+    fresh = {e["fingerprint"] for e in new}
+    with locked(p):
+        old: list[dict] = []
+        if p.exists():
+            try:
+                read_baseline(p)
+                old = json.loads(p.read_text(encoding="utf-8"))["findings"]
+            except ConfigError:
+                if not complete:
+                    raise
+                old = []
+        kept = []
+        for e in old:
+            owner = e.get("entry_point")
+            if owner is None:
+                if complete or e["fingerprint"] in fresh:
+                    continue
+            elif owner in ran or (listed is not None and owner not in listed):
+                continue
+            kept.append(e)
+        return _dump(p, kept + new), len(kept)
 
 
 def read_baseline(path: str | Path, tolerance: float = DEFAULT_TOLERANCE) -> Baseline:
@@ -139,6 +220,9 @@ def read_baseline(path: str | Path, tolerance: float = DEFAULT_TOLERANCE) -> Bas
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read baseline: {e.strerror or e}", path=str(p)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"baseline is not UTF-8 text (byte {e.start}: {e.reason}); a baseline is the JSON "
+                          "`hlo-analyzer check --write-baseline` writes", path=str(p)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -119,7 +119,8 @@ def _failed(rule: Rule, error: BaseException) -> Diagnostic:
     return Diagnostic(code=HA900.code, name=HA900.name, severity=HA900.severity,
                       message=f"rule {rule.code} ({rule.name}) failed on this program: "
                               f"{type(error).__name__}: {error}{place}; its findings are missing. "
-                              "Please report it with the HLO (`hlo-analyzer analyze ... --dump`).",
+                              "Please report it with the HLO (`report.context['lowered'].spmd_hlo`, or the "
+                              "--xla_dump_to folder) and the traceback from `hlo-analyzer --debug ...`.",
                       details={"rule": rule.code, "error": f"{type(error).__name__}: {error}"})
 
 

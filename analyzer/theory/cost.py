@@ -285,8 +285,11 @@ def ragged_fraction(top_k: int | None, n: int) -> float:
       >>> round(ragged_fraction(4, 8), 3)
       0.414
     """
-    if not top_k:
+    if top_k is None:
         return 1.0
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise AnalyzerError(f"top-k {top_k!r}: the number of destinations a token is routed to must be a whole "
+                            "number of at least 1")
     if n <= 1:
         return 1.0
     return 1.0 - ((n - 1) / n) ** int(top_k)

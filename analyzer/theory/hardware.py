@@ -279,6 +279,9 @@ def _check_table(path: str, section: str, table: Any) -> dict[str, Any]:
             raise HardwareError(f"{path}: key {key!r} in {label} must be {_TYPE_NAMES[typ]}, got {value!r}")
         if typ is _NUM and value <= 0:
             raise HardwareError(f"{path}: key {key!r} in {label} must be positive, got {value!r}")
+        if typ is int and value <= 0:  # every integer of the schema counts links, chips or levels
+            raise HardwareError(f"{path}: key {key!r} in {label} must be a positive integer (a count), "
+                                f"got {value!r}")
     for key, (_, required) in schema.items():
         if required and key not in table:
             raise HardwareError(f"{path}: missing key {key!r} in {label}; "
@@ -421,7 +424,10 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
         if not p.is_file():
             raise HardwareError(f"hardware spec file {text!r} does not exist; "
                                 f"or use a packaged name: {', '.join(list_hardware())}")
-        return _read(str(p), p.read_text(encoding="utf-8"))
+        try:
+            return _read(str(p), p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise HardwareError(f"cannot read hardware spec file {text!r}: {e}") from None
     names = list_hardware()
     key = text.strip().lower()
     if key not in names:

@@ -101,6 +101,10 @@ class AuditOptions:
                 f"@audit(report_path={self.report_path!r}): cannot tell the format from the suffix; "
                 + valid_choices(Path(self.report_path).suffix, _REPORT_FORMATS, what="suffixes")
             )
+        if self.report_path is not None:
+            from analyzer.fileio import check_writable
+
+            check_writable(self.report_path, what="@audit(report_path=...)")
 
 
 _REPORT_FORMATS = (".html", ".md", ".json", ".txt")
@@ -215,7 +219,10 @@ class Audited:
                     outcome = self._analyse_or_explain(args, kwargs)
                     self._outcomes[key] = outcome
                     self._report_first(outcome)
-        elif outcome.violations and self.audit_options.on_violation == "raise":
+                    return self.__wrapped__(*args, **kwargs)
+        # A known signature, or one another thread analysed while this one waited for the lock: with
+        # "raise", every call with a violating signature raises, not only the call that analysed it.
+        if outcome.violations and self.audit_options.on_violation == "raise":
             raise self._error(outcome)
         return self.__wrapped__(*args, **kwargs)
 
@@ -350,8 +357,9 @@ def _numbered(path: Path, n: int) -> Path:
 def _write_report(report: Report, path: Path) -> None:
     """Write the report in the format its suffix names."""
     render = {".html": report.to_html, ".md": report.to_markdown, ".json": report.to_json, ".txt": report.to_text}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render[path.suffix]())
+    from analyzer.fileio import write_atomic
+
+    write_atomic(path, render[path.suffix](), what="@audit report")
 
 
 def _is_array(x: Any) -> bool:

@@ -406,7 +406,7 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
       the Report, with diagnostics.
     """
     from analyzer.pipeline import analyze
-    from analyzer.compile.lower import load_entry
+    from analyzer.compile.lower import load_entry, time_limit
 
     mesh = mesh if mesh is not None else (dict(config.mesh) if config.mesh else None)
     if mesh is None:
@@ -418,19 +418,20 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
     name = entry.name
     if entry.file is not None and (name.partition(":")[0].endswith(".py")):
         name = f"{entry.file}:{name.partition(':')[2]}"
-    fn, args, kwargs = load_entry(name, mesh)
-    # The check applies the baseline itself, on root-relative paths (run_check); the rules must not.
-    config = config.override(baseline=None, where="check")
-    report = analyze(
-        fn,
-        *args,
-        mesh=mesh,
-        target=config.target or "cpu",
-        hardware=config.hardware or "tpu-v5e",
-        topology=config.topology,
-        config=config,
-        **kwargs,
-    )
+    with time_limit(config.timeout, entry.name, hard_exit=True):
+        fn, args, kwargs = load_entry(name, mesh)
+        # The check applies the baseline itself, on root-relative paths (run_check); the rules must not.
+        config = config.override(baseline=None, where="check")
+        report = analyze(
+            fn,
+            *args,
+            mesh=mesh,
+            target=config.target or "cpu",
+            hardware=config.hardware or "tpu-v5e",
+            topology=config.topology,
+            config=config,
+            **kwargs,
+        )
     return replace(report, name=report.name or entry.name)
 
 

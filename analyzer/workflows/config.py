@@ -14,6 +14,7 @@ unknown one is a `ConfigError` that names the key, the file, the line, and what 
     topology = "v5e:2x4"                 # the physical slice the mesh is laid on
     mesh = { data = 4, model = 2 }       # axis name -> size, major to minor
     target = "cpu"                       # "cpu", "tpu:v5e:2x4", ...
+    timeout = 600                        # seconds one entry point (its import, call and compile) may take
     entry-points = ["model.train:step"]  # module:function returning (jitted fn, abstract args); `check` runs them
     baseline = ".hlo-analyzer-baseline.json"
     baseline-tolerance = 0.10            # a baselined finding whose cost grew more than this (10%) is new again
@@ -42,7 +43,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from analyzer.errors import ConfigError, load_toml, valid_choices
+from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
 
 __all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
            "DEFAULT_MIN_SAVING_FRACTION", "DEFAULT_BASELINE_TOLERANCE"]
@@ -65,6 +66,7 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
         "min-saving-seconds": "min_saving_seconds",
         "min-saving-fraction": "min_saving_fraction",
         "baseline-tolerance": "baseline_tolerance",
+        "timeout": "timeout",
     }
 )
 
@@ -120,6 +122,7 @@ class Config:
       baseline_tolerance: a baselined finding whose predicted seconds grew by more than this fraction over
         the baseline's figure is reported as new (default 0.10).
       min_saving_seconds: findings that predict a saving per step under this are negligible (dropped).
+      timeout: seconds `check` allows each entry point (import, call, compile); None: no limit.
       min_saving_fraction: ... and so are those under this fraction of the step's predicted communication.
         The threshold is the larger of the two; a rule's own `min-saving-seconds` option, when set,
         replaces both for that rule. Budget, memory and meta rules are exempt.
@@ -140,6 +143,7 @@ class Config:
     min_saving_seconds: float = DEFAULT_MIN_SAVING_SECONDS
     min_saving_fraction: float = DEFAULT_MIN_SAVING_FRACTION
     baseline_tolerance: float = DEFAULT_BASELINE_TOLERANCE
+    timeout: float | None = None
     path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
 
@@ -307,6 +311,10 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             if not isinstance(value, str):
                 raise fail(f"{raw_key!r} must be a string, got {value!r}", raw_key)
             kwargs[key] = value
+        elif key == "timeout":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 7 * 86400:
+                raise fail(f"'timeout' must be a number of seconds above 0 (at most a week), got {value!r}", raw_key)
+            kwargs["timeout"] = float(value)
         elif key == "mesh":
             if not isinstance(value, Mapping) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values()
@@ -332,12 +340,48 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
                 raise fail("'rules' must hold one table per rule: [tool.hlo-analyzer.rules.HA301]", raw_key)
             kwargs["rules"] = {k: dict(v) for k, v in value.items()}
+    # What to compile and price on is checked now, with its line, not after a compile.
+    try:
+        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), kwargs.get("target"))
+    except AnalyzerError as e:
+        key = getattr(e, "key", "hardware")
+        raise fail(str(e), next(k for k in table if (_TOP_KEYS.get(k) or _TOP_KEYS.get(k.replace("_", "-"))) == key))\
+            from None
     try:
         return Config(**kwargs)
     except ConfigError as e:
         if e.line is None and text is not None and getattr(e, "key", None):
             raise fail(e.message, e.key, getattr(e, "table", TABLE)) from None
         raise
+
+
+def check_plan_keys(hardware: str | None, topology: str | None, target: str | None) -> None:
+    """Check hardware, topology and target values as a config gives them, before anything compiles.
+
+    Raises:
+      AnalyzerError: with a `key` attribute naming the bad one ("hardware", "topology" or "target").
+    """
+    from analyzer.compile.lower import parse_target
+    from analyzer.theory.hardware import load_hardware
+    from analyzer.theory.topology import parse_slice
+
+    hw = None
+    for key, value, check in (("hardware", hardware, load_hardware), ("target", target, parse_target)):
+        if value is None:
+            continue
+        try:
+            result = check(value)
+        except AnalyzerError as e:
+            e.key = key  # type: ignore[attr-defined]
+            raise
+        if key == "hardware":
+            hw = result
+    if topology is not None:
+        try:
+            parse_slice(topology, hw)
+        except AnalyzerError as e:
+            e.key = "topology"  # type: ignore[attr-defined]
+            raise
 
 
 def _line_text(text: str | None, line: int | None) -> str | None:

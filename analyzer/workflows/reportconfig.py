@@ -458,6 +458,14 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
             kwargs.update(_sweep(value, c))
     if "mesh" not in kwargs:
         raise c.error("missing [mesh]: say the mesh axes and their sizes, e.g.\n[mesh]\ndata = 4\nmodel = 2")
+    # Hardware and slice are checked now, with their line, not after the compile.
+    from analyzer.workflows.config import check_plan_keys
+
+    try:
+        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), None)
+    except AnalyzerError as e:
+        key = getattr(e, "key", "hardware")
+        raise c.error(str(e), next((r for r in data if _norm(r) == key), key)) from None
     rules_table = _rules(data.get("rules", {}), data.get("budgets", {}), c)
     kwargs["rules_table"] = MappingProxyType(rules_table)
     has_model, entry = "model" in data, kwargs.get("entry")

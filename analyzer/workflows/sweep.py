@@ -474,8 +474,14 @@ def default_jobs(n_candidates: int) -> int:
 def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str | None = None,
               topology: str | None = None, jobs: int | None = None,
               progress: Callable[[Candidate, SweepEntry], None] | None = None,
-              executor: Executor | None = None) -> SweepResult:
+              executor: Executor | None = None, timeout: float | None = None) -> SweepResult:
     """Compile and price every candidate, in parallel worker processes when `jobs` > 1, and rank them.
+
+    Workers are spawned processes that take one candidate at a time. A worker that dies (killed for memory,
+    or by a signal) fails only the candidate it was compiling, with the signal or exit code in the entry's
+    error, and a fresh worker takes its place for the candidates still queued. On Ctrl-C
+    (`KeyboardInterrupt`) nothing more is started, every worker is terminated (killed after a second), and
+    the interrupt propagates: the sweep stops within about a second whatever is queued or compiling.
 
     Args:
       config: the report config.
@@ -485,14 +491,13 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
       progress: called after each candidate finishes, in completion order.
       executor: run the candidates there instead (`analyzer.workflows.executors`, e.g. `RayExecutor`); None:
         this machine's worker processes (`jobs` applies only then). Entries and ranking do not depend on it.
+      timeout: seconds one candidate may take in a worker before it is stopped and marked failed (None: no
+        limit). With `jobs` 1 the candidates run in this process and the limit does not apply.
 
     Returns:
       The `SweepResult`, best first (see the module doc for how step time and memory fit rank them).
+      Candidates that failed are in it, last, with their `error`.
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
     jobs = jobs or default_jobs(len(cands))
     entries: list[SweepEntry] = []
     if executor is not None and cands:
@@ -507,28 +512,153 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
                 entries.append(entry)
                 if progress:
                     progress(task[1], entry)
-    elif jobs <= 1 or len(cands) <= 1:
+    elif (jobs <= 1 or len(cands) <= 1) and timeout is None:
         for cand in cands:
             entry = evaluate_task((config, cand, hardware, topology))
             entries.append(entry)
             if progress:
                 progress(cand, entry)
     else:
+        import contextlib
+
         devices = max(_product(c.mesh_shape) for c in cands)
-        context = multiprocessing.get_context("spawn")  # never fork a process that may hold jax threads
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
-                                 initargs=(devices,)) as pool:
-            futures = {pool.submit(evaluate_task, (config, c, hardware, topology)): c for c in cands}
-            for future in as_completed(futures):
-                cand = futures[future]
-                try:
-                    entry = future.result()
-                except BrokenProcessPool:
-                    # A worker died (killed for memory, most often); its candidates cannot be priced.
-                    entry = _failed_entry(config, cand, "the worker process compiling it died (out of memory?); "
-                                                        "retry with --jobs 1")
+        finished = _run_in_workers(config, cands, jobs=max(1, min(jobs, len(cands))), devices=devices,
+                                   hardware=hardware, topology=topology, timeout=timeout)
+        with contextlib.closing(finished):  # Ctrl-C anywhere in this loop stops the workers at once
+            for cand, entry in finished:
                 entries.append(entry)
                 if progress:
                     progress(cand, entry)
     hw_name = hardware or config.hardware
     return SweepResult(entries=rank_entries(entries), hardware=hw_name)
+
+
+def _worker_main(conn: Any, devices: int) -> None:
+    """A sweep worker: evaluate the candidates sent on `conn` one at a time, send back each `SweepEntry`.
+
+    Ctrl-C in the terminal reaches the whole process group; the parent decides what stops (it terminates its
+    workers), so a worker ignores SIGINT rather than print a traceback of its own.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_init(devices)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        config, cand, hardware, topology = task
+        try:
+            entry = evaluate_task((config, cand, hardware, topology))
+        except Exception as e:  # noqa: BLE001 - one candidate's bug must not take the sweep down
+            entry = _failed(config, cand, f"internal error ({type(e).__name__}: {e})")
+        conn.send(entry)
+
+
+def _failed(config: ReportConfig, cand: Candidate, why: str) -> SweepEntry:
+    return _failed_entry(config, cand, why)
+
+
+def _death(exitcode: int | None) -> str:
+    """Why a worker process ended, in words."""
+    import signal
+
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return f"the worker process compiling it was killed by {name}{hint}"
+    return f"the worker process compiling it exited with status {exitcode}"
+
+
+def _run_in_workers(config: ReportConfig, cands: Sequence[Candidate], *, jobs: int, devices: int,
+                    hardware: str | None, topology: str | None, timeout: float | None):
+    """Yield (candidate, entry) as workers finish them; see `run_sweep` for deaths, timeouts and Ctrl-C."""
+    import multiprocessing
+    import time
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context("spawn")  # never fork a process that may hold jax threads
+    pending = list(cands)
+    workers: list[dict[str, Any]] = []
+
+    def start() -> dict[str, Any]:
+        parent, child = context.Pipe()
+        proc = context.Process(target=_worker_main, args=(child, devices), daemon=True,
+                               name="hlo-analyzer-sweep-worker")
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "cand": None, "since": 0.0}
+
+    def stop(w: dict[str, Any]) -> None:
+        with _suppress():
+            w["conn"].close()
+        if w["proc"].is_alive():
+            w["proc"].terminate()
+
+    try:
+        workers = [start() for _ in range(jobs)]
+        while True:
+            for w in workers:
+                if w["cand"] is None and pending:
+                    cand = pending.pop(0)
+                    w["cand"], w["since"] = cand, time.monotonic()
+                    w["conn"].send((config, cand, hardware, topology))
+            busy = [w for w in workers if w["cand"] is not None]
+            if not busy:
+                return
+            ready = wait([w["conn"] for w in busy] + [w["proc"].sentinel for w in busy], timeout=0.5)
+            now = time.monotonic()
+            for w in busy:
+                cand = w["cand"]
+                entry = None
+                if w["conn"] in ready or w["proc"].sentinel in ready:
+                    try:
+                        entry = w["conn"].recv() if w["conn"].poll() else None
+                    except (EOFError, OSError):
+                        entry = None
+                    if entry is None:  # the worker died: fail its own candidate only, and replace it
+                        w["proc"].join(timeout=1)
+                        entry = _failed(config, cand, _death(w["proc"].exitcode) + "; retry it with --jobs 1")
+                        stop(w)
+                        workers[workers.index(w)] = start() if pending else {**w, "cand": None, "dead": True}
+                        yield cand, entry
+                        continue
+                elif timeout is not None and now - w["since"] > timeout:
+                    stop(w)
+                    w["proc"].join(timeout=1)
+                    entry = _failed(config, cand, f"timed out: compiling and pricing it took over {timeout:g} s "
+                                                  "(raise --timeout)")
+                    workers[workers.index(w)] = start() if pending else {**w, "cand": None, "dead": True}
+                    yield cand, entry
+                    continue
+                if entry is not None:
+                    w["cand"] = None
+                    yield cand, entry
+            workers = [w for w in workers if not w.get("dead")]
+    finally:
+        for w in workers:
+            if w["cand"] is not None:  # interrupted (Ctrl-C) or abandoned: stop the compile now
+                stop(w)
+            elif w["proc"].is_alive():
+                with _suppress():
+                    w["conn"].send(None)
+        deadline = time.monotonic() + 1.0
+        for w in workers:
+            w["proc"].join(timeout=max(0.0, deadline - time.monotonic()))
+            if w["proc"].is_alive():
+                w["proc"].kill()
+                w["proc"].join(timeout=1)
+            with _suppress():
+                w["conn"].close()
+
+
+def _suppress():
+    import contextlib
+
+    return contextlib.suppress(OSError, ValueError, BrokenPipeError)

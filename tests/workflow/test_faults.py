@@ -1,0 +1,349 @@
+"""Faults, bad input and interruptions (issue 12): clear messages, documented exit codes, no partial files.
+
+No test here compiles: user-code failures happen before the compile, and the CLI cases stop at validation.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.errors import AnalyzerError, CompileTimeout, EntryPointError, OutputError
+from analyzer.fileio import check_writable, locked, write_atomic
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*argv, capsys):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+# ------------------------------------------------------------------------------------------- atomic writes
+
+
+def test_full_disk_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    target = tmp_path / "report.json"
+    target.write_text('{"old": true}\n')
+
+    def full(fd):  # the data was buffered; the disk fills when it is flushed
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OutputError, match="no space left"):
+        write_atomic(target, "x" * 100_000)
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"old": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("kind", ["folder-named-like-file", "parent-is-a-file"])
+def test_unwritable_outputs_are_found_before_the_work(tmp_path, kind):
+    if kind == "folder-named-like-file":
+        (tmp_path / "r.json").mkdir()
+        path = tmp_path / "r.json"
+    else:
+        (tmp_path / "f").write_text("")
+        path = tmp_path / "f" / "r.json"
+    with pytest.raises(OutputError):
+        check_writable(path)
+    with pytest.raises(OutputError):
+        write_atomic(path, "x")
+
+
+def test_read_only_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    def denied(*a, **k):
+        raise PermissionError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    with pytest.raises(OutputError, match="read-only"):
+        check_writable(tmp_path / "r.json")
+
+
+def test_lock_serialises_read_merge_write(tmp_path):
+    path = tmp_path / "b.json"
+    write_atomic(path, "[]")
+
+    def add(n):
+        for i in range(10):
+            with locked(path):
+                items = json.loads(path.read_text())
+                time.sleep(0.001)
+                write_atomic(path, json.dumps(items + [f"{n}-{i}"]))
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(json.loads(path.read_text())) == 40  # nothing lost
+    assert not list(tmp_path.glob(".*lock"))
+
+
+# ------------------------------------------------------------------------------------------- baselines
+
+
+def test_write_baseline_with_paths_keeps_the_other_entry_points(tmp_path):
+    from analyzer.diagnostics import Diagnostic, Location, Severity
+    from analyzer.rules.baseline import read_baseline, update_baseline
+
+    def d(file):
+        return Diagnostic(code="HA101", name="comm-bound-matmul", message="m", severity=Severity("warning"),
+                          location=Location(file=file, line=1))
+
+    path = tmp_path / "b.json"
+    update_baseline(path, {"a:step": [d("a.py")], "b:step": [d("b.py")]}, configured=["a:step", "b:step"],
+                    complete=True)
+    update_baseline(path, {"a:step": []}, configured=["a:step", "b:step"])  # only a ran; b's entry stays
+    assert len(read_baseline(path).counts) == 1
+    entries = json.loads(path.read_text())["findings"]
+    assert [e["entry_point"] for e in entries] == ["b:step"]
+
+
+def test_concurrent_baseline_writers_lose_nothing(tmp_path):
+    code = (
+        "import sys\n"
+        "from analyzer.diagnostics import Diagnostic, Location, Severity\n"
+        "from analyzer.rules.baseline import update_baseline\n"
+        "n = sys.argv[1]\n"
+        "for i in range(5):\n"
+        "    d = Diagnostic(code='HA101', name='x', message='m', severity=Severity('warning'),\n"
+        "                   location=Location(file=f'{n}.py', line=i))\n"
+        "    update_baseline(sys.argv[2], {f'{n}:step{i}': [d]})\n"
+    )
+    path = tmp_path / "b.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, name, str(path)], env=env) for name in "abc"]
+    assert all(p.wait(60) == 0 for p in procs)
+    entries = json.loads(path.read_text())["findings"]
+    assert len({e["entry_point"] for e in entries}) == 15
+
+
+def test_non_utf8_baseline_is_a_config_error(tmp_path):
+    from analyzer.rules.baseline import read_baseline
+
+    p = tmp_path / "b.json"
+    p.write_bytes(b"\xff\xfe{")
+    with pytest.raises(AnalyzerError, match="not UTF-8"):
+        read_baseline(p)
+
+
+# ------------------------------------------------------------------------------------------- user code
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "synerr.py").write_text("def f(mesh)\n    return 1\n")
+    (tmp_path / "nameerr.py").write_text("x = undefined_name + 1\ndef f(mesh):\n    return None\n")
+    (tmp_path / "latin.py").write_bytes(b"def f(mesh):\n    return 'caf\xe9'\n")
+    (tmp_path / "bad.py").write_text(
+        "import time\n"
+        "def ret(mesh):\n    return (lambda x: x, (), [1, 2])\n"
+        "def boom(mesh):\n    raise ValueError('user bug')\n"
+        "def quit(mesh):\n    import sys; sys.exit(3)\n"
+        "def hang(mesh):\n    while True:\n        time.sleep(0.01)\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("entry, message, line", [
+    ("synerr.py:f", "SyntaxError", 1),
+    ("nameerr.py:f", "NameError: name 'undefined_name' is not defined", 1),
+    ("latin.py:f", "utf-8", None),
+    ("bad.py:ret", "returned [1, 2] (list) as kwargs", None),
+    ("bad.py:boom", "ValueError: user bug", 5),
+    ("bad.py:quit", "sys.exit(3)", 7),
+])
+def test_user_code_failures_name_the_entry_point_and_place(user_module, entry, message, line):
+    from analyzer.compile.lower import load_entry
+
+    with pytest.raises(EntryPointError) as info:
+        load_entry(entry, {"X": 2})
+    text = str(info.value)
+    assert entry in text and message in text
+    if line is not None:
+        assert f"{entry.split(':')[0]}:{line}" in text
+
+
+def test_a_hang_is_reported_as_such(user_module):
+    from analyzer.compile.lower import load_entry, time_limit
+
+    start = time.monotonic()
+    with pytest.raises(CompileTimeout, match=r"did not finish within 0.5 s") as info:
+        with time_limit(0.5, "bad.py:hang"):
+            load_entry("bad.py:hang", {"X": 2})
+    assert time.monotonic() - start < 5
+    assert "bad.py:" in str(info.value)
+
+
+def test_cli_user_code_errors_exit_2_without_traceback(user_module, capsys):
+    for entry in ("synerr.py:f", "bad.py:quit", "bad.py:ret"):
+        code, _, err = run_cli("analyze", entry, "--mesh", "X=2", capsys=capsys)
+        assert code == 2 and entry in err
+
+
+# ------------------------------------------------------------------------------------------- CLI inputs
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["price", "AllGather_Y [E_Y, F] -> [E, F]", "--mesh", "X=100000000,Y=4", "--dims", "E=8,F=8"], "2^20"),
+    (["price", "AllGather_Y [E_Y, F] -> [E, F]", "--mesh", "X=8,Y=4", "--dims", "E=10**30,F=8"], "decimal"),
+    (["price", "AllGather_Y [E_Y, F] -> [E, F]", "--mesh", "X=8,Y=4", "--dims", "E=" + "9" * 31 + ",F=8"],
+     "too large"),
+])
+def test_price_limits(argv, message, capsys):
+    start = time.monotonic()
+    code, _, err = run_cli(*argv, capsys=capsys)
+    assert code == 2 and message in err
+    assert time.monotonic() - start < 5
+
+
+def test_negative_top_k_is_rejected(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["price", "RaggedAllToAll_X: [I_X, J] -> [I, J_X]", "--mesh", "X=8", "--dims", "I=64,J=64",
+              "--top-k", "-3"])
+    assert info.value.code == 2
+    assert "at least 1" in capsys.readouterr().err
+
+
+def test_zero_links_in_a_hardware_spec_is_rejected(tmp_path):
+    from analyzer.theory.hardware import hardware_dir, load_hardware
+
+    text = (hardware_dir() / "tpu-v5e.toml").read_text()
+    assert "links_per_axis" in text
+    import re
+
+    spec = tmp_path / "zero.toml"
+    spec.write_text(re.sub(r"links_per_axis\s*=\s*\d+", "links_per_axis = 0", text))
+    with pytest.raises(AnalyzerError, match="links_per_axis.*positive integer"):
+        load_hardware(spec)
+
+
+def test_config_hardware_is_checked_with_its_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hlo-analyzer]\nentry-points = ["m:f"]\nmesh = { X = 2 }\nhardware = "tpu-v9"\n')
+    code, _, err = run_cli("check", capsys=capsys)
+    assert code == 2 and "pyproject.toml:4" in err and "tpu-v9" in err
+
+
+def test_check_of_a_missing_path_fails(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("check", "nope.py", capsys=capsys)
+    assert code == 2 and "nope.py" in err
+
+
+def test_report_to_an_unwritable_path_fails_before_compiling(tmp_path, capsys):
+    (tmp_path / "out.html").mkdir()
+    cfg = ROOT / "examples" / "configs" / "fsdp-v5e-8.toml"
+    start = time.monotonic()
+    code, _, err = run_cli("report", str(cfg), "-o", str(tmp_path / "out.html"), capsys=capsys)
+    assert code == 2 and "folder" in err
+    assert time.monotonic() - start < 10
+
+
+def test_internal_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
+    import analyzer.cli.price as price_cli
+
+    def bug(args):
+        raise KeyError("oops")
+
+    monkeypatch.setattr(price_cli, "run", bug)
+    argv = ["price", "AllGather_Y [E_Y, F] -> [E, F]", "--mesh", "X=8,Y=4", "--dims", "E=8,F=8"]
+    code, _, err = run_cli(*argv, capsys=capsys)
+    assert code == 2 and "internal error" in err and "--debug" in err
+    with pytest.raises(KeyError):
+        main(["--debug", *argv])
+
+
+# ------------------------------------------------------------------------------------------- @audit threads
+
+
+def test_audit_raise_in_every_thread(monkeypatch):
+    from analyzer.diagnostics import Diagnostic, Location, Severity
+    from analyzer.workflows import auditing
+
+    calls = []
+
+    def fake_analyse(self, args, kwargs):
+        calls.append(1)
+        time.sleep(0.2)
+        d = Diagnostic(code="HA101", name="x", message="m", severity=Severity("warning"), location=Location())
+        return auditing._Outcome(None, (d,))
+
+    monkeypatch.setattr(auditing.Audited, "_analyse", fake_analyse)
+    audited = auditing.audit(lambda x: x, on_violation="raise")
+    raised = []
+
+    def call():
+        try:
+            audited(1)
+        except auditing.AuditError:
+            raised.append(1)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1  # analysed once per signature
+    assert len(raised) == 4  # and every thread with the violating signature raised
+
+
+# ------------------------------------------------------------------------------------------- property test
+
+
+def test_cli_argument_space_never_tracebacks(tmp_path, monkeypatch):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    monkeypatch.chdir(tmp_path)
+    texts = st.sampled_from(["X=8", "X=0", "X=-1", "X=8,Y=4", "E=10**30", "", "=", "X=²", "X=8,X=8", "nope",
+                             "X=100000000,Y=4", "E=2048,F=8192", "Y=9" * 3])
+    commands = st.one_of(
+        st.tuples(st.just("price"), st.sampled_from(["AllGather_Y [E_Y, F] -> [E, F]", "AllGather", "",
+                                                     "RaggedAllToAll_X: [I_X, J] -> [I, J_X]"]),
+                  st.just("--mesh"), texts, st.just("--dims"), texts,
+                  st.sampled_from(["--json", "--hardware=tpu-v9", "--top-k=-3", "--top-k=2", "--dtype=f32"])),
+        st.tuples(st.just("hardware"), st.sampled_from(["list", "show", "nope"]), st.sampled_from(["tpu-v5e",
+                                                                                                  "x.toml", ""])),
+        st.tuples(st.just("rules"), st.sampled_from(["", "--json", "HA999"])),
+        st.tuples(st.just("parse"), st.sampled_from(["missing.hlo", str(tmp_path), "/etc/hostname"])),
+        st.tuples(st.sampled_from(["report", "sweep"]), st.sampled_from(["missing.toml", "/etc/hostname"]),
+                  st.just("-o"), st.sampled_from([str(tmp_path), str(tmp_path / "x.json"), "/etc/passwd/x.md"])),
+        st.tuples(st.just("check"), st.sampled_from(["nope.py", "--timeout=-1", "--output-format=json"])),
+    )
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(commands)
+    def run(argv):
+        argv = [a for a in argv if a != ""]
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as e:  # argparse usage errors
+                code = e.code
+        assert code in (0, 1, 2), (argv, code, err.getvalue())
+        assert "Traceback" not in out.getvalue() + err.getvalue(), argv
+        leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith((".tmp", ".probe", ".lock"))]
+        assert not leftovers, (argv, leftovers)
+
+    run()
