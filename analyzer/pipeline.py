@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
     from analyzer.analysis.dots import Dot
     from analyzer.analysis.graph import CallGraph
+    from analyzer.analysis.step import StepPrediction
     from analyzer.theory.hardware import HardwareSpec
     from analyzer.hlo.ir import HloModule
 
@@ -320,11 +321,15 @@ def build_report(
     if any(c.branch for c in rows):
         notes.append("Collectives inside conditional branches are counted as if their branch runs; totals take "
                      "the costliest branch of each conditional.")
-    totals = _totals(rows, dots, hw)
-    collectives_df = _collectives_frame(rows)
+    from analyzer.analysis.step import predict_step
+
+    step = predict_step(module, g, rows, dots, hw, topo,
+                        chips=mesh.size if mesh is not None and mesh.size > 1 else None)
+    totals = _totals(rows, dots, hw, step)
+    collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, hw)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
-                               collectives=tuple(rows), dots=tuple(dots), **context)
+                               collectives=tuple(rows), dots=tuple(dots), step=step, **context)
     report = Report(
         collectives=collectives_df, dots=dots_df, totals=totals, hlo=module, mesh=mesh, hardware=hw.name,
         topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
@@ -771,7 +776,7 @@ def _branch_max(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float
     return total
 
 
-def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec) -> Totals:
+def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: StepPrediction) -> Totals:
     comm = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows])
     by_kind: dict[str, float] = {}
     by_axis: dict[str, float] = {}
@@ -781,9 +786,12 @@ def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec) -> Totals
         by_axis[label] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
     comm_bytes = round(_branch_max([(c.branch, float(c.bytes) * c.count) for c in rows]))
     flops = _branch_max([(d.branch, d.flops * d.count) for d in dots])
-    compute = _branch_max([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
-    return Totals(comm_seconds=comm, compute_seconds=compute, by_kind=by_kind, by_axis=by_axis,
-                  comm_bytes=comm_bytes, flops=flops)
+    matmul = _branch_max([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
+    return Totals(comm_seconds=comm, compute_seconds=step.compute_seconds, by_kind=by_kind, by_axis=by_axis,
+                  comm_bytes=comm_bytes, flops=flops, step_seconds=step.step_seconds,
+                  exposed_comm_seconds=step.exposed_comm_seconds, exposed_by_axis=dict(step.exposed_by_axis),
+                  matmul_seconds=matmul, memory_bound_seconds=step.memory_bound_seconds,
+                  model_flops=step.model_flops, mfu=step.mfu, hfu=step.hfu)
 
 
 def _axis_key(c: Collective) -> str:
@@ -791,13 +799,13 @@ def _axis_key(c: Collective) -> str:
 
 
 # ---------------------------------------------------------------------- frames
-def _collectives_frame(rows: list[Collective]) -> pd.DataFrame:
+def _collectives_frame(rows: list[Collective], exposed: Sequence[float] = ()) -> pd.DataFrame:
     import pandas as pd
 
     from analyzer.analysis.mapping import op_label
 
     records = []
-    for c in rows:
+    for k, c in enumerate(rows):
         cost = c.cost
         seconds = float(cost.seconds) if cost is not None else 0.0
         records.append({
@@ -814,6 +822,7 @@ def _collectives_frame(rows: list[Collective]) -> pd.DataFrame:
             "global_shape": tuple(c.global_shape), "branch": _branch_text(c.branch),
             "context": c.extra.get("context", ""), "array": c.extra.get("array", ""),
             "declared": c.extra.get("declared", ""),
+            "exposed_seconds": float(exposed[k]) if k < len(exposed) else 0.0,
         })
     cols = list(COLLECTIVE_COLUMNS)
     return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)

@@ -58,3 +58,4 @@ class AnalysisContext:
     config: Any = None
     hlo_path: str | None = None
     argument_rows: tuple[Mapping[str, Any], ...] | None = None
+    step: Any = None  # the analyzer.analysis.step.StepPrediction (timeline, exposure), None when read back from JSON

@@ -25,7 +25,22 @@ __all__ = ["report_from_dict", "COLLECTIVE_COLUMNS", "DOT_COLUMNS", "Totals", "R
 
 @dataclass(frozen=True)
 class Totals:
-    """Per-step totals. Seconds are predicted on the report's hardware and topology."""
+    """Per-step totals. Seconds are predicted on the report's hardware and topology.
+
+    Attributes:
+      comm_seconds: every collective priced alone and summed (what the links carry, overlapped or not).
+      compute_seconds: all compute of the step (dots by the roofline, every other instruction by its HBM
+        bytes), run back to back; see analyzer.analysis.step.
+      by_kind, by_axis: comm_seconds by collective kind and by mesh axis set.
+      comm_bytes: bytes the collectives move per step; flops: the dots' FLOPs per device per step.
+      step_seconds: the predicted step: compute plus the communication it waits for (analyzer.analysis.step).
+      exposed_comm_seconds: step_seconds - compute_seconds: communication not hidden behind compute.
+      exposed_by_axis: exposed_comm_seconds by mesh axis set (the keys of by_axis).
+      matmul_seconds: the dots' FLOPs / peak (what compute_seconds meant before the step model).
+      memory_bound_seconds: the part of compute_seconds bound by HBM bandwidth.
+      model_flops: the dots' FLOPs of one forward+backward over all chips (remat recompute left out).
+      mfu: model_flops / (step_seconds x peak x chips); hfu: the same with every executed FLOP.
+    """
 
     comm_seconds: float
     compute_seconds: float
@@ -33,6 +48,14 @@ class Totals:
     by_axis: Mapping[str, float] = field(default_factory=dict)
     comm_bytes: int = 0
     flops: float = 0.0
+    step_seconds: float = 0.0
+    exposed_comm_seconds: float = 0.0
+    exposed_by_axis: Mapping[str, float] = field(default_factory=dict)
+    matmul_seconds: float = 0.0
+    memory_bound_seconds: float = 0.0
+    model_flops: float = 0.0
+    mfu: float = 0.0
+    hfu: float = 0.0
 
     @property
     def comm_compute_ratio(self) -> float:
@@ -136,7 +159,14 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
     t = data["totals"]
     totals = Totals(comm_seconds=float(t["comm_seconds"]), compute_seconds=float(t["compute_seconds"]),
                     by_kind=dict(t.get("by_kind", {})), by_axis=dict(t.get("by_axis", {})),
-                    comm_bytes=int(t.get("comm_bytes", 0)), flops=float(t.get("flops", 0.0)))
+                    comm_bytes=int(t.get("comm_bytes", 0)), flops=float(t.get("flops", 0.0)),
+                    step_seconds=float(t.get("step_seconds", 0.0)),
+                    exposed_comm_seconds=float(t.get("exposed_comm_seconds", 0.0)),
+                    exposed_by_axis=dict(t.get("exposed_by_axis", {})),
+                    matmul_seconds=float(t.get("matmul_seconds", 0.0)),
+                    memory_bound_seconds=float(t.get("memory_bound_seconds", 0.0)),
+                    model_flops=float(t.get("model_flops", 0.0)), mfu=float(t.get("mfu", 0.0)),
+                    hfu=float(t.get("hfu", 0.0)))
     m = data.get("mesh")
     mesh = None if m is None else MeshInfo(tuple(m["axis_names"]), tuple(m["axis_sizes"]), tuple(m["device_ids"]),
                                            tuple(m.get("axis_types", ())))

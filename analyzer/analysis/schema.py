@@ -43,6 +43,7 @@ COLLECTIVE_COLUMNS: tuple[str, ...] = (
     "context",         # the library frame the user's line called into: "in transformers' modeling_flax_llama.py:412"
     "array",           # the array it moves: the argument's pytree path (params['mlp']['w_in']), "" when computed
     "declared",        # where the sharding behind it was declared (a with_sharding_constraint's file:line), or ""
+    "exposed_seconds",  # seconds of the step the compute waits for it, all executions together (analysis.step)
 )
 
 # Columns of Report.dots: every dot/convolution with its FLOPs, for the roofline and the matmul rules.

@@ -98,6 +98,14 @@ def _totals(report: Report) -> dict[str, Any]:
         "flops": to_jsonable(float(t.flops)),
         "by_kind": {str(k): to_jsonable(float(v)) for k, v in t.by_kind.items()},
         "by_axis": {str(k): to_jsonable(float(v)) for k, v in t.by_axis.items()},
+        "step_seconds": to_jsonable(float(t.step_seconds)),
+        "exposed_comm_seconds": to_jsonable(float(t.exposed_comm_seconds)),
+        "exposed_by_axis": {str(k): to_jsonable(float(v)) for k, v in t.exposed_by_axis.items()},
+        "matmul_seconds": to_jsonable(float(t.matmul_seconds)),
+        "memory_bound_seconds": to_jsonable(float(t.memory_bound_seconds)),
+        "model_flops": to_jsonable(float(t.model_flops)),
+        "mfu": to_jsonable(float(t.mfu)),
+        "hfu": to_jsonable(float(t.hfu)),
     }
 
 

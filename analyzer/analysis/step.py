@@ -1,0 +1,778 @@
+"""The whole step: every instruction on the executed path gets a time, collectives overlap compute where the
+schedule (or the overlap model) lets them, and the step is the compute stream's critical path.
+
+    step = predict_step(module, graph, collectives, dots, hardware, topology)
+    step.step_seconds, step.exposed_comm_seconds, step.mfu
+
+Times of one instruction (no second FLOPs count, no second price):
+  - dots, convolutions and fusions that hold them: the roofline, max(FLOPs / peak, HBM bytes / HBM bandwidth);
+    the FLOPs are those of `analyzer.analysis.dots` (the `Dot` records);
+  - other fusions and ops: the HBM bytes they read and write / HBM bandwidth. A final (fused) module is
+    counted fusion by fusion. An unfused module (the cpu target's after-SPMD HLO) is counted as if every chain
+    of elementwise ops were one fusion: an op pays for the operands it reads from a non-elementwise producer
+    and for its result when a non-elementwise op (or the root) reads it. Slices pay for the slice, dynamic
+    update slices for the update (in place);
+  - collectives: the seconds of their row in `Report.collectives` (analyzer.theory.cost), on the link of
+    their mesh axes (one track per axis set, ICI or DCN);
+  - loops: their body times the trip count; conditionals: their costliest branch; calls: their callee.
+Remat recompute is included because it is in the HLO.
+
+Overlap (docs/step.md says why):
+  - scheduled modules (`is_scheduled=true`, the TPU target's final HLO): the printed order is the execution
+    order. An async collective (`*-start`/`*-done`, `async-start`/`async-done`, async collective fusions,
+    collective-matmul permute rings) occupies its link from its first instruction to its last; compute
+    scheduled in between runs meanwhile; the done waits. A sync collective blocks the compute stream.
+  - unscheduled modules (cpu target, after-SPMD dumps): the latency-hiding scheduler is modelled. A
+    collective is issued as early as the compute preceding its use allows: no earlier than its operands are
+    ready and than the start of the last dot before its first use (weights gathered ahead overlap the
+    previous matmul), and is waited for just before its first consumer; one whose result only flows to the
+    computation's outputs (gradients scattered behind) is waited for at the end. Inside a loop body, a
+    collective whose operands are loop invariant (a weight sliced by the loop counter) is issued one
+    iteration ahead, and one whose result only flows to the loop's outputs finishes under the next
+    iteration: the loop runs at max(body compute, busiest link) per iteration, plus the first gather (fill)
+    and the last scatter (drain). A collective on the data path between two dots waits where it is used.
+
+The step is the compute stream's end (every wait included). `exposed_comm_seconds` = step - compute: the time
+the compute stream waits for links; each wait is charged to the collective(s) waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analyzer.analysis.collectives import Collective
+    from analyzer.analysis.dots import Dot
+    from analyzer.analysis.graph import CallGraph
+    from analyzer.hlo.ir import Computation, HloModule, Instruction
+    from analyzer.theory.hardware import HardwareSpec
+
+__all__ = ["COMPUTE_TRACK", "Span", "StepPrediction", "predict_step", "instruction_hbm_bytes"]
+
+COMPUTE_TRACK = "compute"
+
+# Ops that move no data of their own (views, bookkeeping, control).
+_FREE = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
+    "opt-barrier", "add-dependency", "domain", "token", "get-dimension-size", "set-dimension-size",
+})
+_CUSTOM_FREE = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "LayoutConstraint",
+                "MoveToHost", "MoveToDevice", "AllocateBuffer")
+# Ops an unfused module would fuse with their neighbours (elementwise and the like).
+_VIEW = frozenset({"reshape", "bitcast", "copy", "convert"})
+_HEAVY = frozenset({"dot", "convolution", "ragged-dot", "while", "call", "conditional", "fusion", "custom-call",
+                    "sort", "scatter", "async-start", "async-done", "async-update", "send", "recv", "send-done",
+                    "recv-done", "infeed", "outfeed", "rng-bit-generator", "cholesky", "triangular-solve", "fft"})
+_DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+_SLICES = frozenset({"dynamic-slice", "slice", "gather"})
+
+
+@dataclass(frozen=True)
+class Span:
+    """One stretch of the predicted step on one track.
+
+    Attributes:
+      track: "compute", or the link of a collective ("ICI X", "ICI X,Y", "DCN data").
+      start, seconds: where it starts on the step's clock and how long it runs.
+      name: the HLO instruction; computation: where it is.
+      kind: "matmul" (FLOPs-bound), "memory" (HBM-bound), "collective", or "wait" (compute stream idle).
+      row: the collective's row in `Report.collectives`, else None.
+      instruction: the HLO instruction (for source lines; not serialised).
+    """
+
+    track: str
+    start: float
+    seconds: float
+    name: str
+    computation: str
+    kind: str
+    row: int | None = None
+    instruction: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """The predicted step.
+
+    Attributes:
+      step_seconds: the compute stream's end, every wait for a link included.
+      compute_seconds: all compute (dots, fusions, elementwise, copies), run back to back.
+      matmul_seconds: the dots' FLOPs / peak (the compute of the old totals).
+      memory_bound_seconds: the part of `compute_seconds` spent in instructions bound by HBM bandwidth.
+      exposed_comm_seconds: step - compute: the time the compute stream waits for communication.
+      exposed_by_axis: exposed seconds by mesh axis set (the keys of `Totals.by_axis`).
+      busy: seconds each track is busy per step (compute and every link).
+      exposed_rows: exposed seconds per collective row (all executions of the step), in row order.
+      model_flops, executed_flops: FLOPs per step over all chips: the dots of one forward+backward, and every
+        dot that runs (remat recompute included).
+      mfu, hfu: model_flops / (step x peak x chips), executed_flops / (same).
+      overlap: "schedule" (the module's own schedule) or "model" (the overlap model of an unscheduled module).
+      spans: the timeline (every instruction that takes time, every collective, loops unrolled).
+      windows: (label, start, end) of one iteration of each loop whose body holds dots, for the timeline plot.
+      chips: devices the step runs on; peak_flops: per chip.
+    """
+
+    step_seconds: float
+    compute_seconds: float
+    matmul_seconds: float
+    memory_bound_seconds: float
+    exposed_comm_seconds: float
+    exposed_by_axis: Mapping[str, float]
+    busy: Mapping[str, float]
+    exposed_rows: tuple[float, ...]
+    model_flops: float
+    executed_flops: float
+    mfu: float
+    hfu: float
+    overlap: str
+    chips: int
+    peak_flops: float
+    spans: tuple[Span, ...] = field(default=(), repr=False)
+    windows: tuple[tuple[str, float, float], ...] = ()
+    track_axes: Mapping[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- bytes
+def _bytes(shape: Any) -> int:
+    if shape is None:
+        return 0
+    try:
+        return int(shape.byte_size)
+    except ValueError:
+        return 0
+
+
+def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) -> int:
+    """HBM bytes one execution of `inst` reads and writes, as one kernel: its operands and its result, except
+    that a slice reads only the slice, a dynamic-update-slice writes the update in place, and a fusion reads
+    of a parameter only what its slices take.
+
+    Example:
+        f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
+    """
+    op = inst.opcode
+    if op in _SLICES:
+        return 2 * _bytes(inst.shape)
+    if op == "dynamic-update-slice":
+        upd = inst.operands[1].shape if len(inst.operands) > 1 else None
+        return 2 * _bytes(upd)
+    if op == "fusion" and module is not None:
+        return _fusion_bytes(inst, module)
+    return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
+
+
+def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
+    called = [module.by_name[c] for c in inst.called_computations if c in module.by_name]
+    if not called:
+        return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
+    comp = called[0]
+    users: dict[str, list[Instruction]] = {}
+    for i in comp.instructions:
+        for o in i.operand_names:
+            users.setdefault(o, []).append(i)
+    params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
+    total = 0
+    for k, operand in enumerate(inst.operands):
+        p = params.get(k)
+        us = users.get(p.name, []) if p is not None else []
+        if us and all(u.opcode in _SLICES for u in us):
+            total += sum(_bytes(u.shape) for u in us)
+        elif us and all(u.opcode == "dynamic-update-slice" and u.operand_names[0] == p.name for u in us):
+            total += 0  # the buffer updated in place
+        else:
+            total += _bytes(operand.shape)
+    root = comp.root
+    outs = root.operands if root.opcode == "tuple" else (None,)
+    for j, o in enumerate(outs):
+        r = comp.by_name.get(o.name) if o is not None else root
+        if r is not None and r.opcode == "dynamic-update-slice" and len(r.operands) > 1:
+            total += _bytes(r.operands[1].shape)
+        elif o is None:
+            total += _bytes(inst.shape)
+        else:
+            total += _bytes(r.shape if r is not None else None)
+    return total
+
+
+# ---------------------------------------------------------------------- the walk
+@dataclass
+class _Timeline:
+    """One execution of a computation, on a clock starting at 0."""
+
+    duration: float = 0.0
+    compute: float = 0.0
+    matmul: float = 0.0
+    memory: float = 0.0
+    busy: dict[str, float] = field(default_factory=dict)
+    exposed: dict[int, float] = field(default_factory=dict)  # row -> seconds waited for it
+    spans: list[tuple] = field(default_factory=list)  # (track, start, seconds, name, comp, kind, row, inst)
+    windows: list[tuple[str, float, float]] = field(default_factory=list)
+    has_dots: bool = False
+
+    def add_child(self, other: _Timeline, offset: float, times: float = 1.0) -> None:
+        self.compute += other.compute * times
+        self.matmul += other.matmul * times
+        self.memory += other.memory * times
+        self.has_dots = self.has_dots or other.has_dots
+        for k, v in other.busy.items():
+            self.busy[k] = self.busy.get(k, 0.0) + v * times
+        for k, v in other.exposed.items():
+            self.exposed[k] = self.exposed.get(k, 0.0) + v * times
+
+
+class _Walker:
+    def __init__(self, module: HloModule, graph: CallGraph, collectives: Sequence[Collective],
+                 dots: Sequence[Dot], hw: HardwareSpec, topology: Any, max_spans: int):
+        self.module = module
+        self.graph = graph
+        self.hw = hw
+        self.bw = float(hw.hbm_bandwidth)
+        self.scheduled = module.attributes.get("is_scheduled", "false") == "true"
+        self.fused = self.scheduled or any(i.opcode == "fusion" for c in module.computations
+                                           for i in c.instructions)
+        self.max_spans = max_spans
+        self.memo: dict[str, _Timeline] = {}
+        self.track_axes: dict[str, str] = {}
+        # dots by place
+        self.dot_flops: dict[tuple[str, str], tuple[float, str]] = {}
+        for d in dots:
+            self.dot_flops[(d.computation, d.instruction.name)] = (d.flops, d.dtype)
+        self.comp_flops: dict[str, float] = {}
+        # collectives by place: (comp, inst) -> [(row, role)]
+        self.coll: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        self.rows = list(collectives)
+        self.row_seconds = [float(c.cost.seconds) if getattr(c, "cost", None) is not None else 0.0
+                            for c in collectives]
+        self.row_track = [self._track(c, topology) for c in collectives]
+        for r, c in enumerate(collectives):
+            comp = module.by_name.get(c.computation)
+            if comp is None:
+                continue
+            names = [n for n in c.instructions if n in comp.by_name]
+            if not self.scheduled:
+                own = c.instruction.name if c.instruction.name in comp.by_name else (names[0] if names else None)
+                if own is not None:
+                    self.coll.setdefault((c.computation, own), []).append((r, "sync"))
+                continue
+            if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
+                names.insert(0, c.site.name)
+            if not names:
+                continue
+            pos = {i.name: k for k, i in enumerate(comp.instructions)}
+            names = sorted(set(names), key=lambda n: pos[n])
+            if len(names) == 1 or (c.sync and not c.overlapped and not c.permute_steps):
+                for n in names[:1]:
+                    self.coll.setdefault((c.computation, n), []).append((r, "sync"))
+                for n in names[1:]:
+                    self.coll.setdefault((c.computation, n), []).append((r, "marker"))
+                continue
+            self.coll.setdefault((c.computation, names[0]), []).append((r, "issue"))
+            self.coll.setdefault((c.computation, names[-1]), []).append((r, "wait"))
+            for n in names[1:-1]:
+                inst = comp.by_name[n]
+                if inst.opcode != "fusion" or _holds_collective(module, inst):
+                    self.coll.setdefault((c.computation, n), []).append((r, "marker"))
+
+    # -------------------------------------------------------------- tracks
+    def _track(self, c: Collective, topology: Any) -> str:
+        axes = tuple(getattr(c, "axes", ()) or ())
+        key = ",".join(axes) if axes else "(none)"
+        net = "ICI"
+        if topology is not None and axes:
+            try:
+                nets = {topology.axis_info(a).network for a in axes}
+            except Exception:  # an axis the topology cannot place (sub-axes of odd shapes): say ICI
+                nets = {"ici"}
+            net = ("DCN" if "dcn" in nets else "scale-out" if "scale-out" in nets else "NVLink" if "nvlink" in nets
+                   else "ICI")
+        label = f"{net} {key}"
+        self.track_axes[label] = key
+        return label
+
+    # -------------------------------------------------------------- one instruction
+    def flops_in(self, comp_name: str) -> float:
+        if comp_name not in self.comp_flops:
+            self.comp_flops[comp_name] = 0.0  # guards recursion
+            comp = self.module.by_name.get(comp_name)
+            total = 0.0
+            if comp is not None:
+                for i in comp.instructions:
+                    f = self.dot_flops.get((comp_name, i.name))
+                    if f is not None:
+                        total += f[0]
+                    elif i.opcode in ("fusion", "call"):
+                        total += sum(self.flops_in(c) for c in i.called_computations)
+            self.comp_flops[comp_name] = total
+        return self.comp_flops[comp_name]
+
+    def _dot_dtype(self, comp_name: str) -> str:
+        for (c, _), (_, dtype) in self.dot_flops.items():
+            if c == comp_name:
+                return dtype
+        return "bf16"
+
+    def op_time(self, comp: Computation, inst: Instruction, cheap: Mapping[str, bool] | None,
+                users: Mapping[str, tuple[str, ...]] | None) -> tuple[float, str]:
+        """Seconds of one execution of a non-collective, non-control instruction, and whether FLOPs or bytes
+        bound it ("matmul" / "memory"); (0, "") for free ops."""
+        op = inst.opcode
+        if op in _FREE or (op == "custom-call" and any(t in (inst.attr("custom_call_target") or "")
+                                                        for t in _CUSTOM_FREE)):
+            return 0.0, ""
+        flops, dtype = 0.0, "bf16"
+        if op in _DOT_OPS:
+            flops, dtype = self.dot_flops.get((comp.name, inst.name), (0.0, "bf16"))
+        elif op == "fusion":
+            called = inst.called_computations
+            flops = sum(self.flops_in(c) for c in called)
+            if flops:
+                dtype = self._dot_dtype(called[0]) if called else "bf16"
+        if flops:
+            nbytes = instruction_hbm_bytes(inst, self.module)
+            t_flops = flops / self.hw.flops_per_second(dtype)
+            t_mem = nbytes / self.bw
+            return (t_flops, "matmul") if t_flops >= t_mem else (t_mem, "memory")
+        if self.fused or cheap is None or op in _HEAVY:
+            return instruction_hbm_bytes(inst, self.module) / self.bw, "memory"
+        # Unfused module: the op is one of a chain XLA would fuse; pay only at the chain's edges.
+        if op in _VIEW and op != "copy" and op != "convert":
+            return 0.0, ""
+        nbytes = 0
+        for k, o in enumerate(inst.operands):
+            if cheap.get(o.name, False) or o.name not in comp.by_name:
+                continue
+            producer = comp.by_name[o.name]
+            if producer.opcode == "constant":
+                continue
+            if k == 0 and op in _SLICES:
+                nbytes += _bytes(inst.shape)
+            elif k == 0 and op == "dynamic-update-slice":
+                continue
+            else:
+                nbytes += _bytes(o.shape)
+        outs = users.get(inst.name, ()) if users is not None else ()
+        if inst.is_root or any(not cheap.get(u, False) for u in outs):
+            if op == "dynamic-update-slice" and len(inst.operands) > 1:
+                nbytes += _bytes(inst.operands[1].shape)
+            else:
+                nbytes += _bytes(inst.shape)
+        return nbytes / self.bw, "memory"
+
+    # -------------------------------------------------------------- one computation
+    def timeline(self, comp_name: str) -> _Timeline:
+        if comp_name in self.memo:
+            return self.memo[comp_name]
+        self.memo[comp_name] = _Timeline()  # guards recursion
+        comp = self.module.by_name[comp_name]
+        tl = self._walk(comp)
+        self.memo[comp_name] = tl
+        return tl
+
+    def _cheap_map(self, comp: Computation) -> tuple[dict[str, bool], dict[str, tuple[str, ...]]]:
+        users = dict(self.graph.flow(comp.name).users)
+        cheap: dict[str, bool] = {}
+        for i in comp.instructions:
+            op = i.opcode
+            cheap[i.name] = not (op in _FREE or op in _HEAVY or op in _DOT_OPS or (comp.name, i.name) in self.coll
+                                 or op.endswith(("-start", "-done")))
+        return cheap, users
+
+    def _walk(self, comp: Computation, loop: bool = False) -> _Timeline:
+        tl = _Timeline()
+        insts = comp.instructions
+        cheap = users = None
+        if not self.fused:
+            cheap, users = self._cheap_map(comp)
+        order, waits_at, issue_early, trailing, prefetch = self._plan(comp, loop, users)
+        t = 0.0
+        link_free: dict[str, float] = {}
+        end_of: dict[int, float] = {}
+        ready_at: dict[str, float] = {}
+        spans = tl.spans
+        keep = len(spans) < self.max_spans
+
+        def issue(rows: list[int], at: float, name: str, inst: Any) -> None:
+            start = max([at] + [ready_at[o] for o in inst.operand_names if o in ready_at])
+            for r in rows:
+                track = self.row_track[r]
+                s = max(start, link_free.get(track, 0.0))
+                d = self.row_seconds[r]
+                end_of[r] = s + d
+                link_free[track] = s + d
+                ready_at[name] = max(ready_at.get(name, 0.0), s + d)
+                tl.busy[track] = tl.busy.get(track, 0.0) + d
+                if d > 0:
+                    spans.append((track, s, d, name, comp.name, "collective", r, inst))
+
+        def wait(rows: list[int]) -> None:
+            nonlocal t
+            rows = [r for r in rows if r in end_of]
+            if not rows:
+                return
+            end = max(end_of[r] for r in rows)
+            if end > t:
+                stall = end - t
+                share = sum(self.row_seconds[r] for r in rows)
+                for r in rows:
+                    w = self.row_seconds[r] / share if share > 0 else 1.0 / len(rows)
+                    tl.exposed[r] = tl.exposed.get(r, 0.0) + stall * w
+                spans.append((COMPUTE_TRACK, t, stall, "wait for " + ", ".join(
+                    sorted({self.rows[r].kind for r in rows})), comp.name, "wait", rows[0], None))
+                t = end
+
+        # prefetched collectives (loop bodies of unscheduled modules): on their links before the body starts
+        pre_busy: dict[str, float] = {}
+        for r in sorted(prefetch):
+            track = self.row_track[r]
+            d = self.row_seconds[r]
+            pre_busy[track] = pre_busy.get(track, 0.0) + d
+            tl.busy[track] = tl.busy.get(track, 0.0) + d
+            if d > 0:
+                spans.append((track, -pre_busy[track], d, self.rows[r].instruction.name, comp.name, "collective",
+                              r, self.rows[r].instruction))
+            end_of[r] = 0.0
+
+        for inst in order:
+            name = inst.name
+            for rows in waits_at.get(name, ()):
+                wait(rows)
+            roles = self.coll.get((comp.name, name))
+            if roles:
+                sync = [r for r, role in roles if role == "sync" and r not in prefetch]
+                issued = [r for r, role in roles if role == "issue"]
+                waited = [r for r, role in roles if role == "wait"]
+                if issued:
+                    issue(issued, t, name, inst)
+                if sync:
+                    issue(sync, t, name, inst)
+                    if self.scheduled:
+                        wait(sync)
+                if waited:
+                    wait(waited)
+                continue
+            op = inst.opcode
+            if op == "while":
+                body, cond = _loop_parts(inst)
+                trip = self.graph.trip_count(comp.name, name).n
+                t = self._loop(tl, t, body, cond, trip, inst, comp)
+                continue
+            if op == "conditional":
+                branches = [self.timeline(c) for c in inst.called_computations if c in self.module.by_name]
+                if branches:
+                    best = max(branches, key=lambda b: b.duration)
+                    self._place(tl, best, t)
+                    t += best.duration
+                continue
+            if op == "call" or (op == "async-start" and not (comp.name, name) in self.coll):
+                for c in inst.called_computations:
+                    if c in self.module.by_name:
+                        sub = self.timeline(c)
+                        self._place(tl, sub, t)
+                        t += sub.duration
+                continue
+            seconds, kind = self.op_time(comp, inst, cheap, users)
+            if seconds <= 0:
+                continue
+            tl.compute += seconds
+            if op in _DOT_OPS or op == "fusion":
+                flops = (self.dot_flops.get((comp.name, name), (0.0, ""))[0] if op in _DOT_OPS
+                         else sum(self.flops_in(c) for c in inst.called_computations))
+                if flops:
+                    tl.has_dots = True
+                    tl.matmul += flops / self.hw.peak_flops
+            if kind == "memory":
+                tl.memory += seconds
+            if keep:
+                spans.append((COMPUTE_TRACK, t, seconds, name, comp.name, kind, None, inst))
+            t += seconds
+        # the end: wait for what the computation's result needs (not the trailing collectives of a loop body)
+        rest = [r for r in end_of if r not in trailing and r not in prefetch]
+        wait(rest)
+        tl.duration = t
+        tl.pre_busy = pre_busy  # type: ignore[attr-defined]
+        tl.prefetch_rows = tuple(sorted(prefetch))  # type: ignore[attr-defined]
+        tl.trailing_end = {r: end_of[r] for r in trailing if r in end_of}  # type: ignore[attr-defined]
+        return tl
+
+    def _place(self, tl: _Timeline, sub: _Timeline, offset: float) -> None:
+        tl.add_child(sub, offset)
+        if len(tl.spans) < self.max_spans:
+            tl.spans.extend((s[0], s[1] + offset, *s[2:]) for s in sub.spans)
+        tl.windows.extend((lab, a + offset, b + offset) for lab, a, b in sub.windows)
+
+    def _loop(self, tl: _Timeline, t: float, body: str | None, cond: str | None, trip: int, inst: Any,
+              comp: Computation) -> float:
+        if body is None or body not in self.module.by_name:
+            return t
+        if body in self.memo:
+            b = self.memo[body]
+        else:
+            self.memo[body] = _Timeline()
+            b = self._walk(self.module.by_name[body], loop=True)
+            self.memo[body] = b
+        c = self.timeline(cond) if cond and cond in self.module.by_name else _Timeline()
+        own = b.duration + c.duration
+        busiest = max(b.busy.items(), key=lambda kv: kv[1], default=("", 0.0))
+        iteration = max(own, busiest[1])
+        pre = getattr(b, "pre_busy", {})
+        fill = max(pre.values(), default=0.0)
+        trailing_end = getattr(b, "trailing_end", {})
+        drain = max((e - b.duration for e in trailing_end.values()), default=0.0)
+        drain = max(0.0, drain)
+        n = max(0, trip)
+        # exposure: the link-bound excess per iteration, fill once, drain once
+        tl.add_child(b, t, n)
+        tl.add_child(c, t, n)
+        excess = iteration - own
+        if excess > 0 and n:
+            on = [r for r in range(len(self.rows)) if self.row_track[r] == busiest[0] and
+                  self.rows[r].computation == body]
+            share = sum(self.row_seconds[r] for r in on) or 1.0
+            for r in on:
+                tl.exposed[r] = tl.exposed.get(r, 0.0) + excess * n * self.row_seconds[r] / share
+        if fill > 0 and n:
+            track = max(pre.items(), key=lambda kv: kv[1])[0]
+            rows = [r for r in getattr(b, "prefetch_rows", ()) if self.row_track[r] == track]
+            share = sum(self.row_seconds[r] for r in rows) or 1.0
+            for r in rows:
+                tl.exposed[r] = tl.exposed.get(r, 0.0) + fill * self.row_seconds[r] / share
+        if drain > 0 and n:
+            last = max(trailing_end.items(), key=lambda kv: kv[1])[0]
+            tl.exposed[last] = tl.exposed.get(last, 0.0) + drain
+        start = t + (fill if n else 0.0)
+        if fill > 0 and n:
+            tl.spans.append((COMPUTE_TRACK, t, fill, f"wait for the first iteration's gathers ({inst.name})",
+                             comp.name, "wait", None, None))
+        for k in range(n):
+            offset = start + k * iteration
+            if len(tl.spans) < self.max_spans:
+                tl.spans.extend((s[0], s[1] + offset, *s[2:]) for s in b.spans)
+                tl.spans.extend((s[0], s[1] + offset + b.duration, *s[2:]) for s in c.spans)
+                if excess > 0:
+                    tl.spans.append((COMPUTE_TRACK, offset + own, excess, f"wait for {busiest[0]} ({inst.name})",
+                                     comp.name, "wait", None, None))
+        if b.has_dots and n:
+            label = _loop_label(self.module.by_name[body])
+            tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
+        tl.windows.extend((lab, a + start, e + start) for lab, a, e in b.windows[:4])
+        total = (fill if n else 0.0) + n * iteration + (drain if n else 0.0)
+        if drain > 0 and n:
+            tl.spans.append((COMPUTE_TRACK, start + n * iteration, drain,
+                             f"wait for the last iteration's collectives ({inst.name})", comp.name, "wait", None, None))
+        return t + total
+
+    # -------------------------------------------------------------- the overlap model of unscheduled modules
+    def _plan(self, comp: Computation, loop: bool, users: Mapping[str, tuple[str, ...]] | None):
+        """Execution order and where each collective is issued and waited for.
+
+        Returns (order, waits_at {instruction: [[rows], ...]}, issue_early {collective instruction: time},
+        trailing rows, prefetched rows). Scheduled modules keep their order and their own waits."""
+        insts = list(comp.instructions)
+        if self.scheduled or self.fused and not any((comp.name, i.name) in self.coll for i in insts):
+            return insts, {}, {}, set(), set()
+        if users is None:
+            users = dict(self.graph.flow(comp.name).users)
+        pos = {i.name: k for k, i in enumerate(insts)}
+        heavy = [k for k, i in enumerate(insts) if i.opcode in _DOT_OPS or i.opcode in ("while", "call", "conditional")
+                 or (i.opcode == "fusion" and any(self.flops_in(c) for c in i.called_computations))]
+        invariant = self._invariant(comp) if loop else set()
+        moves: dict[int, list[Instruction]] = {}
+        moved: set[str] = set()
+        waits_at: dict[str, list[list[int]]] = {}
+        trailing: set[int] = set()
+        prefetch: set[int] = set()
+        end_name = comp.root.name
+        import bisect
+
+        for k, inst in enumerate(insts):
+            roles = self.coll.get((comp.name, inst.name))
+            if not roles:
+                continue
+            rows = [r for r, _ in roles]
+            first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos)
+            if loop and all(o in invariant for o in inst.operand_names):
+                prefetch.update(rows)
+                continue
+            if not reaches_heavy:
+                trailing.update(rows) if loop else None
+                waits_at.setdefault(end_name, []).append(rows)
+            elif first_use is not None:
+                waits_at.setdefault(insts[first_use].name, []).append(rows)
+            # issue: at the start of the last heavy op before the first use, once its operands exist
+            use = first_use if first_use is not None else len(insts)
+            j = bisect.bisect_left(heavy, use) - 1
+            gate = heavy[j] if j >= 0 else 0
+            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos), default=0)
+            target = max(gate, ready)
+            if target != k and target < len(insts):
+                moves.setdefault(target, []).append(inst)
+                moved.add(inst.name)
+        if not moves:
+            return insts, waits_at, {}, trailing, prefetch
+        order: list[Instruction] = []
+        for k, inst in enumerate(insts):
+            if k in moves:
+                order.extend(moves[k])
+            if inst.name not in moved:
+                order.append(inst)
+        return order, waits_at, {}, trailing, prefetch
+
+    def _first_use(self, comp: Computation, name: str, users: Mapping[str, tuple[str, ...]],
+                   pos: Mapping[str, int]) -> tuple[int | None, bool]:
+        """Position of the first user of `name`, and whether its value reaches a heavy op (dot, collective,
+        loop) before the computation's result."""
+        direct = users.get(name, ())
+        first = min((pos[u] for u in direct if u in pos), default=None)
+        seen: set[str] = set()
+        stack = list(direct)
+        steps = 0
+        while stack and steps < 20000:
+            steps += 1
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            inst = comp.by_name.get(u)
+            if inst is None:
+                continue
+            op = inst.opcode
+            if (op in _DOT_OPS or op in ("while", "call", "conditional") or (comp.name, u) in self.coll
+                    or (op == "fusion" and any(self.flops_in(c) for c in inst.called_computations))):
+                return first, True
+            stack.extend(users.get(u, ()))
+        return first, False
+
+    def _invariant(self, body: Computation) -> set[str]:
+        """Values of a loop body that do not change from one iteration's data to the next: the parameter's
+        elements passed through unchanged, the counter, constants, and what is computed from these only."""
+        root = body.root
+        param = next((i for i in body.instructions if i.opcode == "parameter"), None)
+        if param is None or root.opcode != "tuple":
+            return set()
+        passthrough: set[int] = set()
+        for idx, o in enumerate(root.operands):
+            src = body.by_name.get(o.name)
+            if src is None or src.opcode != "get-tuple-element" or src.operand_names[0] != param.name:
+                # the counter: index + constant
+                if src is not None and src.opcode == "add" and any(
+                        body.by_name.get(n) is not None and body.by_name[n].opcode == "constant"
+                        for n in src.operand_names):
+                    passthrough.add(idx)
+                continue
+            if src.attr("index") == str(idx):
+                passthrough.add(idx)
+        out: set[str] = set()
+        for i in body.instructions:
+            op = i.opcode
+            if op == "constant" or op in ("partition-id", "replica-id", "iota"):
+                out.add(i.name)
+            elif op == "get-tuple-element" and i.operand_names and i.operand_names[0] == param.name:
+                idx = i.attr("index")
+                if idx is not None and idx.isdigit() and int(idx) in passthrough:
+                    out.add(i.name)
+            elif op not in _DOT_OPS and op not in ("parameter", "while", "call", "custom-call", "rng",
+                                                    "rng-bit-generator") and (
+                    (self.fused is False and (body.name, i.name) not in self.coll) or op in _SLICES) and \
+                    i.operands and all(o in out for o in i.operand_names):
+                out.add(i.name)
+        return out
+
+
+def _holds_collective(module: HloModule, inst: Instruction) -> bool:
+    from analyzer.analysis.collectives import COLLECTIVE_OPCODES
+
+    for c in inst.called_computations:
+        comp = module.by_name.get(c)
+        if comp is not None and comp.mentions(*COLLECTIVE_OPCODES):
+            return True
+    return False
+
+
+def _loop_parts(inst: Instruction) -> tuple[str | None, str | None]:
+    body, cond = inst.attr("body"), inst.attr("condition")
+    return (body.lstrip("%") if body else None), (cond.lstrip("%") if cond else None)
+
+
+def _loop_label(body: Computation) -> str:
+    from analyzer.analysis.mapping import pass_of
+
+    passes = {pass_of((i.metadata.op_name if i.metadata else None)) for i in body.instructions
+              if i.opcode in _DOT_OPS}
+    passes.discard("")
+    if passes == {"backward"}:
+        return "backward layer"
+    if passes == {"forward"}:
+        return "forward layer"
+    return "layer"
+
+
+# ---------------------------------------------------------------------- entry point
+def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Collective], dots: Sequence[Dot],
+                 hardware: HardwareSpec, topology: Any, *, chips: int | None = None,
+                 max_spans: int = 200_000) -> StepPrediction:
+    """The predicted step of `module` on `hardware` (see the module doc for the model).
+
+    Args:
+      module, graph: the parsed module and its call graph.
+      collectives: the priced collectives (`Collective.cost` set), in `Report.collectives` row order.
+      dots: the module's dots (`analyzer.analysis.dots.extract_dots`), in `Report.dots` row order.
+      hardware: the hardware spec; topology: the `Topology` the collectives were priced on (for link names).
+      chips: devices the step runs on (default: the module's partitions x replicas).
+      max_spans: stop recording timeline spans past this many (the figures are unaffected).
+
+    Returns:
+      `StepPrediction`.
+
+    Example:
+        >>> step = predict_step(module, graph, rows, dots, load_hardware("tpu-v5e"), topo)
+        >>> step.compute_seconds <= step.step_seconds <= step.compute_seconds + comm_seconds
+        True
+    """
+    from analyzer.analysis.mapping import pass_of  # noqa: F401  (documented dependency of _loop_label)
+
+    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans)
+    tl = w.timeline(module.entry.name)
+    n = chips if chips is not None else max(1, module.num_partitions * max(1, module.replica_count))
+    peak = float(hardware.peak_flops)
+    executed = _branch_sum([(d.branch, d.flops * d.count) for d in dots])
+    model = _branch_sum([(d.branch, d.flops * d.count) for d in dots if not _is_remat(d)])
+    step = tl.duration
+    exposed_rows = tuple(float(tl.exposed.get(r, 0.0)) for r in range(len(collectives)))
+    by_axis: dict[str, float] = {}
+    for r, c in enumerate(collectives):
+        key = ",".join(c.axes) if c.axes else "(none)"
+        by_axis[key] = by_axis.get(key, 0.0) + exposed_rows[r]
+    busy = {COMPUTE_TRACK: tl.compute, **tl.busy}
+    spans = tuple(Span(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]) for s in tl.spans)
+    denom = step * peak * n
+    return StepPrediction(
+        step_seconds=step, compute_seconds=tl.compute, matmul_seconds=tl.matmul, memory_bound_seconds=tl.memory,
+        exposed_comm_seconds=max(0.0, step - tl.compute), exposed_by_axis=by_axis, busy=busy,
+        exposed_rows=exposed_rows, model_flops=model * n, executed_flops=executed * n,
+        mfu=model * n / denom if denom > 0 else 0.0, hfu=executed * n / denom if denom > 0 else 0.0,
+        overlap="schedule" if w.scheduled else "model", chips=n, peak_flops=peak, spans=spans,
+        windows=tuple(tl.windows), track_axes=dict(w.track_axes),
+    )
+
+
+def _is_remat(d: Dot) -> bool:
+    md = d.instruction.metadata
+    name = (md.op_name or "") if md is not None else ""
+    return "remat" in name or "checkpoint" in name
+
+
+def _branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
+    """Sum over dots, each conditional counted by its costliest branch (as the totals do)."""
+    total = 0.0
+    nested: dict[str, dict[int, list]] = {}
+    for key, v in items:
+        if not key:
+            total += v
+        else:
+            (cond, idx), rest = key[0], key[1:]
+            nested.setdefault(cond, {}).setdefault(idx, []).append((rest, v))
+    for branches in nested.values():
+        total += max(_branch_sum(b) for b in branches.values())
+    return total
