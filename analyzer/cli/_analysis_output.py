@@ -7,7 +7,8 @@ import sys
 
 from analyzer.analysis.report import Report
 
-__all__ = ["add_output_options", "add_pricing_options", "add_timeout_option", "emit"]
+__all__ = ["add_output_options", "add_pricing_options", "add_timeout_option", "add_trace_option", "check_trace",
+           "emit", "emit_trace"]
 
 
 def _seconds(text: str) -> float:
@@ -40,10 +41,34 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the whole report as JSON")
     fmt.add_argument("--csv", action="store_true", help="print the collectives table as CSV")
     p.add_argument("--limit", type=int, default=50, metavar="N", help="most collectives to list (text output)")
+    add_trace_option(p)
+
+
+def add_trace_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="also write the predicted step as a Chrome trace (Perfetto, TensorBoard/XProf trace viewer)")
+
+
+def check_trace(args: argparse.Namespace) -> None:
+    """Fail on a trace path that cannot be written before anything is compiled (exit 2)."""
+    if getattr(args, "trace", None):
+        from analyzer.render.trace import check_trace_path
+
+        check_trace_path(args.trace)
+
+
+def emit_trace(report: Report, args: argparse.Namespace) -> None:
+    """Write the trace when `--trace` asks for one, and say so on stderr."""
+    if getattr(args, "trace", None):
+        from analyzer.render.trace import write_trace
+
+        path = write_trace(report, args.trace)
+        print(f"wrote the predicted step's trace to {path} (open it in ui.perfetto.dev)", file=sys.stderr)
 
 
 def emit(report: Report, args: argparse.Namespace) -> int:
-    """Write the report in the format the arguments ask for; exit status 0."""
+    """Write the report in the format the arguments ask for (and the trace `--trace` asks for); exit status 0."""
+    emit_trace(report, args)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     elif args.csv:

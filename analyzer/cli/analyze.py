@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from analyzer.cli._analysis_output import add_output_options, add_pricing_options, add_timeout_option, emit
+from analyzer.cli._analysis_output import (add_output_options, add_pricing_options, add_timeout_option, check_trace,
+                                           emit)
 
 DESCRIPTION = """\
 Compile a JAX function for a mesh and list every collective XLA inserted: kind, mesh axes, the chapter's
@@ -24,6 +25,7 @@ examples:
   hlo-analyzer analyze examples.chapter:matmul_case3 --mesh X=4,Y=2
   hlo-analyzer analyze examples.chapter:fsdp_tp_step --mesh X=4,Y=2 --target tpu:v5e:2x4 --json
   hlo-analyzer analyze train.py:step --mesh data=8,model=4 --hardware tpu-v5p --csv
+  hlo-analyzer analyze examples.chapter:fsdp_step --mesh X=8 --trace step.json   # open in ui.perfetto.dev
 """
 
 
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.compile.lower import load_entry, parse_target, time_limit
     from analyzer.workflows.config import check_plan_keys
 
+    check_trace(args)  # a trace path that cannot be written fails before the compile
     check_plan_keys(args.hardware, args.topology, None)  # before the compile, not after it
     parse_target(args.target)
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from analyzer.cli._analysis_output import add_output_options, add_pricing_options, emit
+from analyzer.cli._analysis_output import add_output_options, add_pricing_options, check_trace, emit
 
 DESCRIPTION = """\
 Read an HLO module (a file, or an --xla_dump_to folder) and list every collective in it: kind, the mesh axes
@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from analyzer.pipeline import analyze_hlo
 
+    check_trace(args)
     report = analyze_hlo(args.path, mesh=args.mesh, hardware=args.hardware, topology=args.topology,
                          model=args.model)
     return emit(report, args)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from analyzer.units import format_seconds
+from analyzer.cli._analysis_output import add_trace_option, check_trace, emit_trace
 
 DESCRIPTION = """\
 Compile the training step a config describes (your entry point, or the built-in transformer template with a
@@ -71,6 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from analyzer.cli._analysis_output import add_timeout_option
 
     add_timeout_option(p, "building and compiling the program")
+    add_trace_option(p)
     p.set_defaults(func=run)
 
 
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.compile.lower import time_limit
     from analyzer.workflows.config import check_plan_keys
 
+    check_trace(args)  # and on a trace path that cannot be written
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
     with time_limit(args.timeout, config.entry or config.title, hard_exit=True):
@@ -96,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         from analyzer.workflows.whatif import compare
 
         whatif = compare(report, args.what_if)
+    emit_trace(report, args)
     if args.output:
         path = write(report, args.output, whatif=whatif)
         n = len(report.diagnostics)

@@ -1,0 +1,141 @@
+"""The predicted step as a Chrome trace event file: opens in Perfetto (ui.perfetto.dev) and in the
+TensorBoard/XProf trace viewer.
+
+    hlo-analyzer analyze examples.chapter:fsdp_step --mesh X=8 --trace step.json
+
+Format (the Chrome "Trace Event Format"): `{"traceEvents": [...], "displayTimeUnit": "ns"}`. One process (the
+step), one thread per track: `compute` (every instruction that takes time, back to back), `compute waits`
+(where the compute stream waits for a link), and one per link (`ICI X`, `ICI X,Y`, `DCN data`): its
+collectives. Each slice is a complete event (`"ph": "X"`) with `ts` and `dur` in microseconds, named by its
+HLO instruction, with the computation, the user's source line and (collectives) the row's notation in `args`.
+Metadata events (`"ph": "M"`) name the process and the threads. The durations on each track add up to the
+track's busy time in `Report.analysis.step.busy` (the compute track: `Totals.compute_seconds`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analyzer.errors import AnalyzerError
+
+if TYPE_CHECKING:
+    from analyzer.analysis.report import Report
+
+__all__ = ["WAIT_TRACK", "check_trace_path", "trace_events", "write_trace"]
+
+WAIT_TRACK = "compute waits"
+
+
+def check_trace_path(path: str | os.PathLike[str]) -> Path:
+    """Say before any compile whether a trace can be written at `path`.
+
+    Raises:
+      AnalyzerError: the folder does not exist or is not writable, or the path is a folder.
+    """
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise AnalyzerError(f"--trace {str(p)!r} is a folder; give a file name such as {str(p / 'step.json')!r}")
+    if not folder.is_dir():
+        raise AnalyzerError(f"--trace {str(p)!r}: the folder {str(folder)!r} does not exist; create it or write "
+                            "the trace elsewhere")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise AnalyzerError(f"--trace {str(p)!r}: the folder {str(folder)!r} is not writable; write the trace "
+                            "elsewhere")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise AnalyzerError(f"--trace {str(p)!r}: the file exists and is read-only")
+    return p
+
+
+def trace_events(report: Report) -> dict[str, Any]:
+    """The report's predicted step as Chrome trace data (`{"traceEvents": [...]}`).
+
+    Raises:
+      AnalyzerError: the report carries no step prediction (a report read back from JSON).
+
+    Example:
+        >>> data = trace_events(report)
+        >>> {e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+        {'compute', 'compute waits', 'ICI X'}
+    """
+    from analyzer.analysis.mapping import user_frame
+    from analyzer.analysis.step import COMPUTE_TRACK
+
+    analysis = getattr(report, "analysis", None)
+    step = getattr(analysis, "step", None)
+    if step is None:
+        raise AnalyzerError("this report carries no step prediction (was it read back from JSON?); a trace "
+                            "needs a report from analyze() or analyze_hlo()")
+    module = getattr(analysis, "module", None)
+    frame = report.collectives
+    notations = list(frame["notation"]) if frame is not None and "notation" in frame else []
+    links = sorted({s.track for s in step.spans if s.track != COMPUTE_TRACK and s.kind != "wait"})
+    tids = {COMPUTE_TRACK: 1, WAIT_TRACK: 2, **{t: 3 + k for k, t in enumerate(links)}}
+    title = f"{report.name or 'step'}: predicted on {report.hardware} ({report.target})"
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": title}},
+    ]
+    for track, tid in tids.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": track}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+    sources: dict[Any, str] = {}
+    for s in step.spans:
+        if s.seconds <= 0:
+            continue
+        track = WAIT_TRACK if s.kind == "wait" else s.track
+        args: dict[str, Any] = {"computation": s.computation, "kind": s.kind}
+        inst = s.instruction
+        if inst is not None and module is not None:
+            md = inst.metadata
+            if md is not None:
+                key = (md.stack_frame_id, md.source_file, md.source_line)
+                if key not in sources:
+                    sources[key] = user_frame(module, md.stack_frame_id, md.source_file, md.source_line)
+                if sources[key]:
+                    args["source"] = sources[key]
+                if md.op_name:
+                    args["op_name"] = md.op_name
+        if s.row is not None and s.row < len(notations):
+            args["notation"] = str(notations[s.row])
+        label = s.name if not args.get("source") else f"{s.name} ({args['source']})"
+        events.append({"name": label, "cat": s.kind, "ph": "X", "ts": s.start * 1e6, "dur": s.seconds * 1e6,
+                       "pid": 1, "tid": tids[track], "args": args})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"step_seconds": step.step_seconds, "compute_seconds": step.compute_seconds,
+                          "exposed_comm_seconds": step.exposed_comm_seconds, "hardware": report.hardware,
+                          "target": report.target, "overlap": step.overlap}}
+
+
+def write_trace(report: Report, path: str | os.PathLike[str]) -> Path:
+    """Write the trace whole or not at all (a temporary file in the same folder, then `os.replace`).
+
+    Returns:
+      The path written.
+    Raises:
+      AnalyzerError: the path cannot be written, or the report has no step prediction.
+    """
+    p = check_trace_path(path)
+    text = json.dumps(trace_events(report), separators=(",", ":"))
+    folder = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise AnalyzerError(f"cannot write the trace {str(p)!r}: {e}") from None
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return p
