@@ -726,8 +726,9 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
       `StepPrediction`.
 
     Example:
-        >>> step = predict_step(module, graph, rows, dots, load_hardware("tpu-v5e"), topo)
-        >>> step.compute_seconds <= step.step_seconds <= step.compute_seconds + comm_seconds
+        >>> step = report.analysis.step          # what analyze() computed with this function
+        >>> busiest = max(step.busy.values())   # compute, or the busiest link
+        >>> busiest <= step.step_seconds <= step.compute_seconds + report.totals.comm_seconds
         True
     """
     from analyzer.analysis.mapping import pass_of  # noqa: F401  (documented dependency of _loop_label)

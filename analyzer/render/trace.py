@@ -59,8 +59,8 @@ def trace_events(report: Report) -> dict[str, Any]:
 
     Example:
         >>> data = trace_events(report)
-        >>> {e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
-        {'compute', 'compute waits', 'ICI X'}
+        >>> sorted(e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name")
+        ['ICI X', 'ICI X,Y', 'ICI Y', 'compute', 'compute waits']
     """
     from analyzer.analysis.mapping import user_frame
     from analyzer.analysis.step import COMPUTE_TRACK
