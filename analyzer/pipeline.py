@@ -362,7 +362,15 @@ def _trim_coords(coords: Sequence[Sequence[int]], hw: HardwareSpec) -> list[tupl
 
 
 def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, target: str) -> tuple[Any, str]:
-    from analyzer.theory.topology import Topology
+    """The topology collectives are priced on, and a note saying how the mesh was placed.
+
+    In order of precedence: the TPU devices' own coords (tpu targets); a placement written in the topology
+    string (`SLICE@in-order`, `SLICE@AXIS=PHYS,...`); where `jax.make_mesh` would put each mesh position on
+    the slice (given, or else the single slice of that many chips), computed with jax's own mesh utilities
+    over stand-in devices (`analyzer.compile.placement`); the axes in order when jax has no placement for
+    the hardware (GPUs, several slices over DCN, a spec without `device_kind`)."""
+    from analyzer.compile.placement import jax_placement
+    from analyzer.theory.topology import Topology, parse_slice, product_slice, smallest_slice, split_placement
 
     gen = target.split(":")[1] if target.startswith("tpu:") and target.count(":") >= 2 else None
     if coords is not None and gen is not None and gen != hw.topology_prefix:
@@ -371,12 +379,35 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
         coords = _trim_coords(coords, hw)
         topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, device_coords=coords)
         return topo, f"Priced on {hw.name} with the TPU devices' torus coordinates: {_describe_topology(topo)}."
+    spec = None
+    if isinstance(topology, str):
+        slice_text, spec = split_placement(topology)
+    if spec is None:
+        declared = topology is not None
+        if declared:
+            sl = topology if not isinstance(topology, str) else parse_slice(slice_text, hw)
+        else:
+            sl = product_slice(hw, mesh.size) or smallest_slice(hw, mesh.axis_sizes)
+        placed = jax_placement(sl, mesh.axis_names, mesh.axis_sizes) if sl.size == mesh.size else None
+        if placed is not None:
+            placed_coords, how = placed
+            topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=sl, device_coords=placed_coords,
+                                     coords_origin="jax.make_mesh", declared=declared)
+            where = f"the declared slice {sl.name}" if declared else f"the {sl.name} slice of {mesh.size} chips"
+            via = "" if how == "jax.make_mesh" else f" (jax.make_mesh refused this shape; placed by {how})"
+            return topo, (f"Priced on {hw.name} with the mesh placed on {where} as jax.make_mesh would place it"
+                          f"{via}; write the topology as '{sl.name}@in-order' or '{sl.name}@AXIS=PHYS,...' to "
+                          f"choose another placement: {_describe_topology(topo)}.")
     topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=topology)
     if topology is None:
         how = ("the mesh laid on the smallest slice of the hardware that holds it, axes in order"
-               + (" (the cpu target has no physical layout)" if target == "cpu" else ""))
+               + (" (jax.make_mesh has no placement for this hardware)" if hw.kind == "tpu" else ""))
+    elif spec == "in order":
+        how = f"the declared topology {topology}, axes in order"
+    elif isinstance(spec, dict):
+        how = f"the declared topology and mapping {topology}"
     else:
-        how = f"the declared topology {topology}"
+        how = f"the declared topology {topology}, axes in order (jax.make_mesh has no placement for it)"
     return topo, f"Priced on {hw.name} with {how}: {_describe_topology(topo)}."
 
 

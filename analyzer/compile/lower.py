@@ -480,11 +480,11 @@ def _tpu_devices(topology: str) -> list[Any]:
 def _tpu_mesh_devices(mesh: Any, abstract: Any, devices: list[Any], topology: str) -> list[Any]:
     """The topology's devices in mesh order: the user's own order for a Mesh of these devices, else the layout
     `jax.make_mesh` gives on that slice (what a real run with `jax.make_mesh` would use; on an 8-chip v5e
-    tray that is jax's ring order 0 1 2 3 7 6 5 4 whatever the mesh shape), else device-id order."""
-    import jax
-    import numpy as np
-    from jax.experimental import mesh_utils
+    tray that is jax's ring order 0 1 2 3 7 6 5 4 whatever the mesh shape), else device-id order
+    (`analyzer.compile.placement.make_mesh_devices`, which the cpu target applies to stand-in devices)."""
     from jax.sharding import Mesh
+
+    from analyzer.compile.placement import make_mesh_devices
 
     if abstract.size != len(devices):
         raise MeshError(
@@ -498,17 +498,9 @@ def _tpu_mesh_devices(mesh: Any, abstract: Any, devices: list[Any], topology: st
             return [by_id[d.id] for d in mesh.devices.flat]
         except KeyError as e:
             raise MeshError(f"mesh device {e.args[0]} is not in TPU topology {topology!r}") from None
-    shape = tuple(abstract.axis_sizes)
-    try:
-        return list(jax.make_mesh(shape, tuple(abstract.axis_names), axis_types=tuple(abstract.axis_types),
-                                  devices=devices).devices.flat)
-    except Exception:  # shapes jax's physical layout cannot honour
-        pass
-    try:
-        return list(np.asarray(mesh_utils.create_device_mesh(shape, devices=devices,
-                                                             allow_split_physical_axes=True)).flat)
-    except Exception:
-        return list(devices)
+    ordered, _ = make_mesh_devices(tuple(abstract.axis_sizes), tuple(abstract.axis_names), devices,
+                                   axis_types=tuple(abstract.axis_types))
+    return ordered
 
 
 def _cpu_devices_in_process(n: int) -> list[Any] | None:

@@ -139,6 +139,8 @@ class HardwareSpec:
       kind: "tpu" or "gpu".
       description: one line for people.
       topology_prefix: the prefix of topology strings (`v5e` in `v5e:8x4`, `h100` in `h100:4x8`).
+      device_kind: what jax reports as `Device.device_kind` for this chip ("TPU v5 lite"), or "" when the
+        spec does not say; jax's mesh utilities choose device orders by it (analyzer.compile.placement).
       flops: FLOPs/s per chip as `(dtype, rate)` pairs (a tuple keeps the spec hashable).
       hbm_bytes, hbm_bandwidth: HBM capacity and bandwidth per chip.
       ici: the TPU torus, or None for GPUs.
@@ -161,6 +163,7 @@ class HardwareSpec:
     nvlink: NvlinkSpec | None = None
     scale_out: ScaleOutSpec | None = None
     path: str = ""
+    device_kind: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("tpu", "gpu"):
@@ -213,7 +216,7 @@ class HardwareSpec:
         """A flat, JSON-ready dict of every number (for `hlo-analyzer hardware show --json`)."""
         out: dict[str, Any] = {
             "name": self.name, "kind": self.kind, "description": self.description,
-            "topology_prefix": self.topology_prefix, "flops": self.flops_table,
+            "topology_prefix": self.topology_prefix, "device_kind": self.device_kind, "flops": self.flops_table,
             "hbm_bytes": self.hbm_bytes, "hbm_bandwidth": self.hbm_bandwidth,
             "dcn_bandwidth_per_chip": self.dcn_bandwidth_per_chip,
             "pcie_bandwidth_per_chip": self.pcie_bandwidth_per_chip, "path": self.path,
@@ -244,7 +247,7 @@ class HardwareSpec:
 _NUM = (int, float)
 _SCHEMA: Mapping[str, Mapping[str, tuple[Any, bool]]] = {
     "": {"name": (str, True), "kind": (str, True), "description": (str, False),
-         "topology_prefix": (str, True), "flops": (dict, True), "hbm": (dict, True), "ici": (dict, False),
+         "topology_prefix": (str, True), "device_kind": (str, False), "flops": (dict, True), "hbm": (dict, True), "ici": (dict, False),
          "dcn": (dict, False), "pcie": (dict, False), "nvlink": (dict, False), "scale_out": (dict, False)},
     "hbm": {"bytes": (_NUM, True), "bandwidth": (_NUM, True)},
     "ici": {"link_bandwidth_one_way": (_NUM, True), "link_bandwidth_bidi": (_NUM, True),
@@ -360,7 +363,7 @@ def spec_from_dict(data: Mapping[str, Any], *, path: str = "<dict>") -> Hardware
             raise HardwareError(f"{path}: table [{section}] is only valid for kind {allowed!r}, not {kind!r}")
     return HardwareSpec(
         name=top["name"], kind=kind, description=top.get("description", ""),
-        topology_prefix=top["topology_prefix"],
+        topology_prefix=top["topology_prefix"], device_kind=top.get("device_kind", ""),
         flops=tuple((k, float(v)) for k, v in flops.items()),
         hbm_bytes=float(hbm["bytes"]), hbm_bandwidth=float(hbm["bandwidth"]), ici=ici,
         dcn_bandwidth_per_chip=float(_check_table(path, "dcn", top["dcn"])["bandwidth_per_chip"])

@@ -7,17 +7,21 @@ A *slice* is the hardware a program runs on, written `PREFIX:DIMS`:
 - GPU: `h100:8` (one NVLink domain of 8), `h100:4x8` (4 nodes of 8 GPUs), `gb200:2x72`.
 
 A `Topology` places every logical device of a mesh (position `i` of `mesh.devices.flat`) at a physical
-coordinate, in one of three ways:
+coordinate, in one of four ways:
 
-1. *in order* (the default): logical device `i` is the `i`-th chip of the slice in row-major order, so the
-   mesh axes fill the physical axes major to minor (a mesh axis may span several physical axes, or part of
-   one);
+1. *in order*: logical device `i` is the `i`-th chip of the slice in row-major order, so the mesh axes fill
+   the physical axes major to minor (a mesh axis may span several physical axes, or part of one);
 2. an explicit `mapping` from each mesh axis to the physical axes it spans (major to minor);
 3. the TPU devices' own torus coordinates (`device.coords` from jax), for meshes built from real or
-   ahead-of-time topologies, including meshes whose devices are permuted.
+   ahead-of-time topologies, including meshes whose devices are permuted;
+4. *jax.make_mesh*: the coordinates `jax.make_mesh` would give each mesh position on the slice (computed
+   by `analyzer.compile.placement` with jax's own mesh utilities and passed in as device coords). This is
+   what the analysis uses by default for TPU slices, so that the cpu target prices the placement a real
+   run gets; a mesh axis may then straddle physical axes (`Topology.placement()` says which do).
 
-When no slice is given, the mesh is laid on the smallest slice of the hardware that holds it, axes in
-order, and `describe()` says so.
+A topology string can name the placement after the slice: `v5e:2x4@in-order`, or a mapping
+`v5e:2x4@data=y,model=x` (several physical axes joined by `+`: `v5p:4x4x4@data=x+y,model=z`); see
+`split_placement`.
 
 Each collective runs over *groups* of devices. `Topology.geometry(axes)` describes one group's shape on
 the hardware: for a TPU, one `Ring` per physical axis the group spans (its size, the physical hops between
@@ -51,6 +55,9 @@ __all__ = [
     "Topology",
     "parse_slice",
     "smallest_slice",
+    "product_slice",
+    "split_placement",
+    "AxisPlacement",
     "AxisLike",
 ]
 
@@ -249,6 +256,66 @@ def smallest_slice(hardware: HardwareSpec | str, axis_sizes: Sequence[int]) -> P
     return parse_slice(f"{hw.topology_prefix}:{'x'.join(map(str, best))}", hw)
 
 
+def product_slice(hardware: HardwareSpec | str, n: int) -> PhysicalSlice | None:
+    """The single TPU slice of `n` chips in the shape the products come in, for placing a mesh the way
+    `jax.make_mesh` does: the most compact torus (smallest longest axis, then the fewest hops around), dims
+    ascending as libtpu names them (`v5e:2x4`, `v5e:4x8`, `v5p:2x2x4`). None for GPUs, for `n` beyond one
+    pod, or when no torus of `n` chips fits the pod.
+
+    Example:
+      >>> product_slice("tpu-v5e", 8).name, product_slice("tpu-v5e", 32).name, product_slice("tpu-v5p", 16).name
+      ('v5e:2x4', 'v5e:4x8', 'v5p:2x2x4')
+    """
+    hw = load_hardware(hardware)
+    if hw.ici is None or n > int(np.prod(hw.ici.max_topology)):
+        return None
+    candidates = list(_factorizations(n, hw.ici.max_topology))
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda d: (max(d), sum(d), tuple(d) != tuple(sorted(d)), d))
+    return parse_slice(f"{hw.topology_prefix}:{'x'.join(map(str, best))}", hw)
+
+
+_PLACEMENT_RE = re.compile(r"^\s*(?P<slice>[^@]*?)\s*(?:@\s*(?P<placement>.*?)\s*)?$")
+
+
+def split_placement(text: str) -> tuple[str, str | dict[str, tuple[str, ...]] | None]:
+    """Split a topology string into the slice and the placement it asks for.
+
+    `SLICE` leaves the placement to the analysis (jax.make_mesh's on TPU slices); `SLICE@in-order` lays
+    the mesh axes on the physical axes in order; `SLICE@AXIS=PHYS[+PHYS],...` maps each mesh axis to the
+    physical axes it spans, major to minor (`x`, `y`, `z`, `slice`; `node`, `gpu`).
+
+    Raises:
+      HardwareError: an empty slice or a malformed mapping.
+
+    Example:
+      >>> split_placement("v5e:2x4@data=y,model=x")
+      ('v5e:2x4', {'data': ('y',), 'model': ('x',)})
+      >>> split_placement("v5p:4x4x4@in-order")
+      ('v5p:4x4x4', 'in order')
+    """
+    m = _PLACEMENT_RE.match(str(text))
+    assert m is not None
+    sl, spec = m.group("slice"), m.group("placement")
+    if not sl:
+        raise HardwareError(f"bad topology {text!r}: give the slice before '@', e.g. 'v5e:2x4@data=y,model=x'")
+    if spec is None:
+        return sl, None
+    if spec.replace("_", "-").lower() in ("in-order", "inorder"):
+        return sl, "in order"
+    mapping: dict[str, tuple[str, ...]] = {}
+    for item in spec.split(","):
+        name, eq, phys = item.partition("=")
+        name = name.strip()
+        axes = tuple(p.strip() for p in phys.split("+"))
+        if not eq or not name or not all(axes) or name in mapping:
+            raise HardwareError(f"bad placement {spec!r} in topology {text!r}: expected 'in-order' or "
+                                f"AXIS=PHYS[+PHYS],... such as 'data=x+y,model=z', each mesh axis once")
+        mapping[name] = axes
+    return sl, mapping
+
+
 # ---------------------------------------------------------------------------------------------- geometry
 @dataclass(frozen=True)
 class Ring:
@@ -432,6 +499,35 @@ class AxisInfo:
         return f"{self.name}={self.size}: {self.network} on {on} ({where}), {wrap}, {self.links} links, {self.hops} hops"
 
 
+@dataclass(frozen=True)
+class AxisPlacement:
+    """How the device groups of one mesh axis lie on the physical axes.
+
+    Attributes:
+      name, size: the mesh axis.
+      physical_axes: labels of the physical axes its groups span.
+      extent: per spanned physical axis, how many distinct coordinates one group covers there.
+      regular: each group is an evenly spaced grid of whole or partial physical lines (extents multiply to
+        the group size). False when the groups zig-zag across physical axes, as jax's ring orders make them.
+      straddles: the axis spans several physical axes without being such a grid: its collectives cannot ride
+        one ring per physical axis, and the cost model prices each spanned axis as a line without wraparound.
+    """
+
+    name: str
+    size: int
+    physical_axes: tuple[str, ...]
+    extent: tuple[int, ...]
+    regular: bool
+    straddles: bool
+
+    def describe(self) -> str:
+        on = "+".join(self.physical_axes) or "-"
+        if self.straddles:
+            return (f"straddles {on}: a group of {self.size} covers {'x'.join(map(str, self.extent))} chips' "
+                    f"extent, not a grid of physical lines")
+        return f"on {on} ({'x'.join(map(str, self.extent)) or '1'})"
+
+
 # --------------------------------------------------------------------------------------------- topology
 @dataclass(frozen=True)
 class Topology:
@@ -441,7 +537,7 @@ class Topology:
       slice: the physical slice.
       axis_names, axis_sizes: the mesh (major to minor).
       coords: the physical coordinate of each logical device (position in `mesh.devices.flat`).
-      origin: how the placement was decided: "in order", "mapping", "device coords".
+      origin: how the placement was decided: "in order", "mapping", "device coords", "jax.make_mesh".
       declared: False when the slice was chosen here (the smallest that holds the mesh).
     """
 
@@ -472,6 +568,8 @@ class Topology:
         topology: str | PhysicalSlice | None = None,
         mapping: Mapping[str, str | int | Sequence[str | int]] | None = None,
         device_coords: Sequence[Sequence[int]] | None = None,
+        coords_origin: str = "device coords",
+        declared: bool | None = None,
     ) -> Topology:
         """Lay a mesh on hardware.
 
@@ -484,6 +582,12 @@ class Topology:
             "node", "gpu") or index. Every physical axis is used once; sizes must multiply out.
           device_coords: the physical coordinate of each logical device, in `mesh.devices.flat` order (for
             TPUs, `device.coords`). Takes precedence over `mapping`.
+          coords_origin: what `device_coords` are: "device coords" (the devices' own) or "jax.make_mesh"
+            (where jax.make_mesh puts each position on the slice, `analyzer.compile.placement`).
+          declared: whether the slice was the user's choice (default: `topology` is not None).
+
+        A topology string may carry the placement after '@' (`split_placement`): `v5e:2x4@in-order` or
+        `v5e:2x4@data=y,model=x`; without it, and without `mapping` or `device_coords`, axes go in order.
 
         Raises:
           MeshError: the mesh and the slice disagree (device count, mapping sizes, duplicate coords).
@@ -503,7 +607,16 @@ class Topology:
         if any(s <= 0 for s in sizes):
             raise MeshError(f"mesh axis sizes must be positive, got {sizes}")
         n = int(np.prod(sizes)) if sizes else 1
-        declared = topology is not None
+        declared = topology is not None if declared is None else declared
+        if coords_origin not in ("device coords", "jax.make_mesh"):
+            raise ValueError(f"coords_origin must be 'device coords' or 'jax.make_mesh', got {coords_origin!r}")
+        if isinstance(topology, str):
+            topology, spec = split_placement(topology)
+            if isinstance(spec, dict):
+                if mapping is not None:
+                    raise MeshError(f"the topology {topology!r} carries a mapping and a mapping was passed too; "
+                                    "give one")
+                mapping = spec
         if device_coords is not None:
             coords = tuple(tuple(int(c) for c in xyz) for xyz in device_coords)
             if len(coords) != n:
@@ -523,7 +636,7 @@ class Topology:
             if any(len(c) != len(sl.dims) or any(not 0 <= v < d for v, d in zip(c, sl.dims)) for c in coords):
                 raise MeshError(f"device coords do not fit the slice {sl.name} (dims {sl.dims})")
             coords, sl = _add_core_axis(coords, sl)
-            return cls(sl, names, sizes, coords, origin="device coords", declared=declared)
+            return cls(sl, names, sizes, coords, origin=coords_origin, declared=declared)
         if topology is None:
             sl = smallest_slice(hw, sizes)
         else:
@@ -588,6 +701,37 @@ class Topology:
             links=hw.nvlink.links_per_gpu if network == "nvlink" else 0,
             hops=len(active),
         )
+
+    def placement(self) -> dict[str, AxisPlacement]:
+        """Per mesh axis, the physical axes its groups span and whether it straddles them.
+
+        Example:
+          >>> t = Topology.for_mesh("tpu-v5e", ("data", "model"), (4, 2), topology="v5e:2x4",
+          ...                       device_coords=[(0, 0), (1, 0), (0, 1), (1, 1), (1, 3), (0, 3), (1, 2), (0, 2)])
+          >>> t.placement()["data"].straddles, t.placement()["model"].straddles
+          (True, False)
+        """
+        key = ("placement",)
+        if key not in self._cache:
+            out: dict[str, AxisPlacement] = {}
+            for name, size in zip(self.axis_names, self.axis_sizes):
+                geo = self.geometry(name)
+                rings = geo.rings if geo.kind == "torus" else ()
+                if geo.kind == "torus":
+                    labels = tuple(self.slice.axis_labels[r.physical_axis] for r in rings)
+                    extent = tuple(r.size for r in rings)
+                else:
+                    active = [lv for lv in geo.levels if lv.degree > 1]
+                    labels, extent = tuple(lv.name for lv in active), tuple(lv.degree for lv in active)
+                regular = geo.regular
+                out[name] = AxisPlacement(name, size, labels, extent, regular,
+                                          straddles=not regular and len(labels) > 1)
+            self._cache[key] = out
+        return dict(self._cache[key])
+
+    def straddling_axes(self) -> tuple[str, ...]:
+        """The mesh axes that straddle physical axes (see `placement`), major to minor."""
+        return tuple(n for n, p in self.placement().items() if p.straddles)
 
     def _axis_index(self, name: str) -> int:
         try:
@@ -695,9 +839,13 @@ class Topology:
         """A few lines for people: the slice, how it was chosen, and each mesh axis's network and rings."""
         how = {"in order": "mesh axes laid on the physical axes in order",
                "mapping": "mesh axes placed by the given mapping",
-               "device coords": "placed by the devices' physical coords"}[self.origin]
+               "device coords": "placed by the devices' physical coords",
+               "jax.make_mesh": "placed where jax.make_mesh puts each mesh position on it (jax's mesh "
+                                "utilities over the chips' coords)"}[self.origin]
         if self.declared:
             chosen = "declared"
+        elif self.origin == "jax.make_mesh":
+            chosen = "the single slice of that many chips (none was given)"
         elif self.origin == "device coords":
             chosen = "the bounding box of the devices' coords"
         else:
@@ -705,8 +853,10 @@ class Topology:
         lines = [f"{self.hardware.name} slice {self.slice.name}: {chosen}; {how}."]
         if self.hardware.ici is not None:
             lines.append(f"  ICI {self.hardware.ici.wraparound.describe()}.")
+        placement = self.placement()
         for name in self.axis_names:
-            lines.append("  " + self.axis_info(name).describe())
+            extra = f" ({placement[name].describe()})" if placement[name].straddles else ""
+            lines.append("  " + self.axis_info(name).describe() + extra)
         return "\n".join(lines)
 
     def __str__(self) -> str:
