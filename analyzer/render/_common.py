@@ -268,7 +268,15 @@ def headline(report: Report) -> list[tuple[str, str]]:
     """The figures a reader wants first, as (label, value) pairs."""
     t = report.totals
     n = 0 if report.collectives is None else len(report.collectives)
-    pairs = [
+    pairs = []
+    if t.step_seconds > 0:
+        # The predicted step (analyzer.analysis.step): compute back to back plus the time it waits for links.
+        pairs += [
+            ("Predicted step", format_seconds(t.step_seconds)),
+            ("Exposed communication / step", format_seconds(t.exposed_comm_seconds)),
+            ("MFU (predicted)", f"{100 * t.mfu:.1f}%"),
+        ]
+    pairs += [
         ("Communication / step", format_seconds(t.comm_seconds)),
         ("Compute / step", format_seconds(t.compute_seconds)),
         ("Comm / compute", format_ratio(t.comm_compute_ratio)),
@@ -281,6 +289,21 @@ def headline(report: Report) -> list[tuple[str, str]]:
         # once; budget overages are not savings and never count.
         pairs.append(("Top fix saves / step", format_seconds(top.saving_seconds)))
     return pairs
+
+
+def step_sentence(report: Report) -> str | None:
+    """How the predicted step relates to compute and communication, in one sentence; None without a step.
+
+    Every figure is a field of `report.totals` (see docs/step.md for the overlap rules).
+    """
+    t = report.totals
+    if t.step_seconds <= 0:
+        return None
+    hidden = max(0.0, t.comm_seconds - t.exposed_comm_seconds)
+    return (f"Predicted step {format_seconds(t.step_seconds)} = compute {format_seconds(t.compute_seconds)} + "
+            f"{format_seconds(t.exposed_comm_seconds)} waiting for communication; of the "
+            f"{format_seconds(t.comm_seconds)} the collectives take, {format_seconds(hidden)} runs behind compute "
+            f"or on another link at the same time (docs/step.md).")
 
 
 def top_cause(report: Report) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    step_sentence,
     whatif_rows,
     argument_rows,
     collective_groups,
@@ -134,6 +135,9 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         parts.append(f"**{todo}**")
     parts.append(table(["", ""], [[f"**{k}**", v] for k, v in plan_lines(report)]))
     parts.append("## Summary\n\n" + table(["per step", ""], [[k, v] for k, v in headline(report)], align="lr"))
+    sentence = step_sentence(report)
+    if sentence:
+        parts.append(sentence)
     arguments = argument_rows(report)
     if arguments:
         parts.append("## Arguments, as sharded\n\nDimension letters I, J, K, ... in order; `J_data` is split over "

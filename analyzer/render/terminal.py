@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    step_sentence,
     whatif_rows,
     collective_groups,
     headline,
@@ -316,6 +317,9 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
         console.print("No collectives: XLA inserted no communication into this program.")
     console.print()
     console.print(totals_table(report))
+    sentence = step_sentence(report)
+    if sentence:
+        console.print(sentence)
     console.print()
     n = len(report.diagnostics)
     console.print(Text(f"Findings ({n})", style="bold") if n else Text("No findings.", style="bold green"))
