@@ -41,7 +41,7 @@ class DemoPlan:
     strategy: str = "fsdp+tp"
     mesh: tuple[tuple[str, int], ...] = (("data", 4), ("model", 2))
     hardware: str = "tpu-v5e"
-    topology: str | None = "v5e:4x2"
+    topology: str | None = "v5e:4x2@data=x,model=y"  # each mesh axis on a whole physical axis
     target: str = "cpu"
 
     @property

@@ -95,11 +95,13 @@ def idle_axis(use_z: bool, b: int = 1024, d: int = 4096, shape: tuple[int, int, 
 # ---------------------------------------------------------------------------------------------- HA202
 def gather_on_axis(axis: str, e: int = 2048, f: int = 8192) -> Program:
     """Pop quiz 2 on v5e: `AllGather_axis [E_axis, F] -> [E, F]` on a {Y: 4, X: 2} mesh laid on a v5e 4x2
-    slice, where neither physical axis has the 16 chips that give wraparound."""
+    slice, where neither physical axis has the 16 chips that give wraparound. The book lays Y on the 4-chip
+    axis x and X on y, so the slice is declared with that mapping (without one, the mesh would be placed
+    where jax.make_mesh puts it)."""
     m = mesh((4, 2), ("Y", "X"))
     x = arg(m, (e, f), P(axis, None))
     fn = jax.jit(lambda x: x * 2, out_shardings=NamedSharding(m, P()))
-    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5e", topology="v5e:4x2"))
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5e", topology="v5e:4x2@Y=x,X=y"))
 
 
 # ---------------------------------------------------------------------------------------------- HA301

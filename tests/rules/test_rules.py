@@ -167,7 +167,7 @@ def test_problem_2_part_2_gather_over_two_axes(analysed):
 def test_missing_wraparound_pop_quiz_2(analysed):
     d = only(analysed("gather_on_axis('Y')"), "HA202")
     assert_complete(d)
-    assert d.severity == Severity.WARNING  # the slice was declared (topology="v5e:4x2"), not assumed
+    assert d.severity == Severity.WARNING  # the slice was declared (topology="v5e:4x2@Y=x,X=y"), not assumed
     V = 2048 * 8192 * 2
     one_way = 3 * (V / 4) / V5E_W1      # 3 hops one way on a line of 4: 560 us in the book
     ring = V / V5E_W                    # with wraparound: 377 us in the book

@@ -202,7 +202,7 @@ def test_missing_wraparound_on_8_chips_says_why_and_prices_the_other_layout(anal
     fix must not send the user to a 16-chip topology; it prices the same program on the other 8-chip shapes."""
     import analyzer
 
-    r = analysed("gather_on_axis('Y')")  # the slice is declared: topology="v5e:4x2"
+    r = analysed("gather_on_axis('Y')")  # the slice is declared: topology="v5e:4x2@Y=x,X=y"
     d = next(d for d in r.diagnostics if d.code == "HA202")
     assert "no slice of 8 chips has wraparound" in d.fix and "topology 16x" not in d.fix
     # A closed ring no 8-chip slice has is no saving, and the declared slice is the hardware the user has:
