@@ -9,9 +9,10 @@ from typing import Any
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
+from analyzer.rules.messages import OverHbm, ReplicatedParameter
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA401", "HA402", "per_device_bytes", "replicated_parameters"]
+__all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "replicated_parameters"]
 
 
 def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
@@ -71,7 +72,7 @@ def _param_name(inst: Any) -> str:
     options=(Option("fraction", 1.0, "Fire when per-device bytes exceed this fraction of HBM."),),
     predicts_saving=False,
 )
-def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
+def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Adds the per-device arguments, outputs and temporaries that XLA's `compiled.memory_analysis()`
     reports (minus aliased buffers) and compares them with the chip's HBM. Names the replicated
@@ -126,9 +127,7 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
                          computation=where.computation, instruction=inst.name,
                          hlo_line=inst.position.line if inst.position else None)
     yield ctx.diagnostic(
-        f"needs {fmt_b(used)} per device, more than the {fmt_b(chip.hbm_bytes)} of HBM on {chip.name}"
-        + (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
-           if ctx.report.target == "cpu" else "."),
+        OverHbm(used_bytes=used, hbm_bytes=chip.hbm_bytes, hardware=chip.name, cpu_estimate=ctx.report.target == "cpu"),
         location=where,
         seconds=None,
         alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,
@@ -145,7 +144,7 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
     options=(Option("min_fraction", 0.1, "Fire for replicated parameters of at least this fraction of HBM."),),
     predicts_saving=False,
 )
-def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
+def replicated_large_parameter(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds function arguments (parameters, optimizer state) held whole by several devices whose
     per-device size is a sizeable fraction of HBM (10% by default), and says how much sharding them over
@@ -182,9 +181,8 @@ def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
                        computation=ctx.facts.module.entry.name if ctx.facts.module else None,
                        instruction=inst.name, hlo_line=inst.position.line if inst.position else None)
         yield ctx.diagnostic(
-            f"parameter {_param_name(inst)} ({inst.shape}) is replicated on {rep} devices: {fmt_b(nbytes)} each, "
-            f"{nbytes / chip.hbm_bytes:.0%} of the {fmt_b(chip.hbm_bytes)} HBM of {chip.name}; sharding it "
-            f"frees {fmt_b(freed)} per device.",
+            ReplicatedParameter(parameter=_param_name(inst), shape=str(inst.shape), replicas=rep, nbytes=nbytes,
+                                hbm_bytes=chip.hbm_bytes, hardware=chip.name, freed_bytes=freed),
             location=loc,
             alternative=f"{_param_name(inst)} sharded {rep} ways ({fmt_b(nbytes / rep)} per device)",
             fix=f"shard {_param_name(inst)} over its replicated mesh axes (FSDP: P('data', ...) on its largest dim)",

@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
-from analyzer.rules.common import axes_text, fmt_b, fmt_s
+from analyzer.rules.common import axes_text, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
 from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
+from analyzer.rules.messages import IdleAxisLinks, MissingWraparound, SlowLinkCollective
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA201", "HA202", "HA203"]
+__all__ = ["idle_mesh_axis", "missing_wraparound", "slow_link"]
 
 
 @rule(
@@ -27,7 +28,7 @@ __all__ = ["HA201", "HA202", "HA203"]
         Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),
     ),
 )
-def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
+def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds all-gathers over some mesh axes of an array that is replicated over another mesh axis lying on
     its own physical links. Those links carry nothing during the gather.
@@ -88,10 +89,8 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         idle_text = axes_text(idle)
         yield ctx.diagnostic(
-            f"all-gather over {axes_text(c.axes)} of an array replicated over {idle_text}, whose links sit idle: "
-            f"shard it over {idle_text} too and gather over {axes_text(new_axes)} "
-            f"({fmt_s(c.seconds)} -> {fmt_s(alt)} per call, {len(new_axes)} axes of bandwidth instead of "
-            f"{len(c.axes)}).",
+            IdleAxisLinks(axes=axes_text(c.axes), idle_axes=idle_text, new_axes=axes_text(new_axes), seconds=c.seconds,
+                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes)),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
@@ -115,7 +114,7 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
         Option("min_saving_seconds", 1e-7, "Ignore axes whose saving per step is below this."),
     ),
 )
-def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
+def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     For each mesh axis laid on a physical line of TPU chips without a wraparound link, adds up what its
     collectives would save on a closed ring.
@@ -167,11 +166,8 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
         topo = facts.topology
         assumed = topo is not None and getattr(topo, "declared", True) is False
         yield ctx.diagnostic(
-            f"mesh axis {name!r} ({link.size} chips) lies on a line without wraparound, so its "
-            f"{len(rows)} collective(s) send one way: {fmt_s(current)} per step, {fmt_s(better)} on a closed ring "
-            f"({current / better:.2f}x)"
-            + (f" (on the assumed slice {topo.slice.name}: pass topology= to check the one you will use)."
-               if assumed else "."),
+            MissingWraparound(axis=name, chips=link.size, collectives=len(rows), seconds=current,
+                              alternative_seconds=better, assumed_slice=topo.slice.name if assumed else ""),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
@@ -204,8 +200,10 @@ def _wrap_fix(ctx: RuleContext, axis: str, size: int,
     than that cannot get one, and the fix says so instead of suggesting a slice it does not have.
     """
     chips = ctx.report.mesh.size if ctx.report.mesh else 0
-    instead = (f"; on these {chips} chips the mesh laid on {layout[0]} instead ({layout[1]}) brings the step's "
-               f"communication from {fmt_s(layout[2])} to {fmt_s(layout[3])}" if layout else "")
+    # The layout changes every axis, so its figures are the whole step's communication, not this axis's.
+    instead = (f"; on these {chips} chips the mesh laid on {layout[0]} instead ({layout[1]}) brings the whole step's "
+               f"communication (every axis) from {fmt_s(layout[2])} to {fmt_s(layout[3])}, saving "
+               f"{fmt_s(layout[2] - layout[3])}" if layout else "")
     if _cube_rule(ctx):
         if chips and chips < 64:
             return (f"no slice of {chips} chips has wraparound here (it takes full 4x4x4 cubes, 64 chips), so this "
@@ -282,7 +280,7 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
                "Also flag backward-pass all-reduces (data parallelism across slices is the usual design)."),
     ),
 )
-def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
+def slow_link(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds bandwidth-bound collectives whose mesh axes cross the data-centre network between TPU slices,
     or leave a GPU NVLink domain for the scale-out network, and prices them as if the axis lay on the fast
@@ -327,8 +325,8 @@ def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
         net = "DCN" if facts.axes[slow[0]].network == "dcn" else "the scale-out network"
         inside = "inside a slice (ICI)" if facts.hardware.kind == "tpu" else "inside the NVLink domain"
         yield ctx.diagnostic(
-            f"{c.kind} of {fmt_b(c.bytes)} over {axes_text(slow)} crosses {net}: {fmt_s(c.seconds)} per call "
-            f"against {fmt_s(alt)} {inside} (x{c.count:g} per step).",
+            SlowLinkCollective(kind=c.kind, nbytes=c.bytes, slow_axes=axes_text(slow), network=net, seconds=c.seconds,
+                               alternative_seconds=alt, inside=inside, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
