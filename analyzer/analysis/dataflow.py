@@ -20,6 +20,7 @@ __all__ = [
     "users_map",
     "dot_uses",
     "dot_producer",
+    "upstream_dot",
     "partition_dependent",
     "only_used_sliced",
     "contracting_dims",
@@ -154,6 +155,23 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
                     if param is not None:
                         found.extend(dot_uses(called, param, d, None, module, depth + 1))
     return tuple(found)
+
+
+def upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
+    """A dot feeding `dot`'s operands through element-wise and transparent ops only (no collective between):
+    the first matmul of a chain like Megatron's W_in then W_out, whose output is reduced once."""
+    stack = [(comp.by_name.get(n), 0) for n in dot.operand_names]
+    seen: set[str] = set()
+    while stack:
+        cur, depth = stack.pop()
+        if cur is None or cur.name in seen or depth > 12:
+            continue
+        seen.add(cur.name)
+        if cur.opcode in DOT_OPCODES:
+            return cur
+        if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
+            stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
+    return None
 
 
 def dot_producer(comp: Computation, inst: Instruction) -> Instruction | None:

@@ -17,14 +17,13 @@ from analyzer.rules.facts import Coll
 from analyzer.rules.messages import CommBoundMatmul, GatherCouldBeLocal, ReductionCouldBeGather
 from analyzer.theory.notation import dtype_bytes
 from analyzer.analysis.dataflow import (
-    ELEMENTWISE,
-    TRANSPARENT,
     callers,
     dot_producer,
     dot_uses,
     free_size,
     is_program_argument,
     sliced_by_partition,
+    upstream_dot,
     uniform_over,
 )
 from analyzer.rules.registry import Option, rule
@@ -73,26 +72,10 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
         for c, use in pairs:
             if use is not None or c.kind not in _REDUCING or c.comp is None or c.comp.name != comp_name:
                 continue
-            first = _upstream_dot(c.comp, dot)
+            first = upstream_dot(c.comp, dot)
             if first is not None and (comp_name, first.name) not in out:
                 add(comp_name, first, c, None)
     return out
-
-
-def _upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
-    """A dot feeding `dot`'s operands through element-wise and transparent ops only (no collective between)."""
-    stack = [(comp.by_name.get(n), 0) for n in dot.operand_names]
-    seen: set[str] = set()
-    while stack:
-        cur, depth = stack.pop()
-        if cur is None or cur.name in seen or depth > 12:
-            continue
-        seen.add(cur.name)
-        if cur.opcode in DOT_OPCODES:
-            return cur
-        if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
-            stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
-    return None
 
 
 # Bytes a collective costs relative to an AllGather of the same array (sharding chapter summary table).
@@ -217,22 +200,29 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                       hlo_line=main.hlo_line)
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
         quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
+        all_reduced = 0.0
         if roof.strategy == "megatron" and main.kind in _REDUCING and reducer is not None:
             # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
             # (an AllReduce moves each element twice, so one matmul alone gives half its F/Y).
             contracted = math.prod(reducer.operands[0].shape.dims[d] for d in contracting_dims(reducer, 0)
                                    if reducer.operands[0].shape is not None)
             if abs(contracted - batch) > 0.01 * contracted:
-                quantity = _QUANTITY[("", False)]
+                halved = main.kind == "all-reduce" and abs(contracted / 2 - batch) <= 0.01 * contracted
+                quantity = ("F/Y / 2", "per output element all-reduced over") if halved else _QUANTITY[("", False)]
+                all_reduced = contracted if halved else 0.0
         sizes = {a: facts.axes[a].size for a in main.axes if a in facts.axes}
         mesh = ctx.report.mesh
         others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in main.axes] if mesh else []
-        fix = roofline_fix(roof.strategy, batch, needed, main.axes, math.prod(sizes.values()) if sizes else 1,
-                           others, roof.other, ridge)
+        # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
+        # twice the per-element quantity (the same roofline, so the same plan passes).
+        scale = 2.0 if all_reduced else 1.0
+        fix = roofline_fix(roof.strategy, batch * scale, needed * scale, main.axes,
+                           math.prod(sizes.values()) if sizes else 1, others, roof.other, ridge)
         yield ctx.diagnostic(
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
-                            ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing),
+                            ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
+                            all_reduced_contraction=all_reduced),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,

@@ -7,11 +7,12 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
 from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.errors import AnalyzerError
 from analyzer.rules.common import axes_text, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
 from analyzer.rules.messages import IdleAxisLinks, MissingWraparound, SlowLinkCollective
 from analyzer.rules.registry import Option, rule
 
@@ -231,42 +232,39 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
     topo, mesh = facts.topology, ctx.report.mesh
     if topo is None or mesh is None or not facts.collectives:
         return None
-    try:
-        from itertools import product
+    from itertools import product
 
-        from analyzer.theory.cost import collective_cost
-        from analyzer.theory.topology import Topology
+    from analyzer.theory.cost import collective_cost
+    from analyzer.theory.topology import Topology
 
-        sl = topo.slice
-        torus = [d for d, n in zip(sl.dims, sl.networks) if n == "ici"]
-        if len(torus) != len(sl.dims):
-            return None  # multi-slice (DCN): the layout across slices is another question (HA203)
-        n = sl.size
-        divisors = [d for d in range(1, n + 1) if n % d == 0]
-        shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
+    sl = topo.slice
+    torus = [d for d, n in zip(sl.dims, sl.networks) if n == "ici"]
+    if len(torus) != len(sl.dims):
+        return None  # multi-slice (DCN): the layout across slices is another question (HA203)
+    n = sl.size
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
 
-        def cost(t: Any) -> float:
-            return sum(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
-                       * c.count for c in facts.collectives if c.axes)
+    def cost(t: Any) -> float:
+        return sum(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
+                   * c.count for c in facts.collectives if c.axes)
 
-        now = cost(topo)
-        best: tuple[str, str, float, float] | None = None
-        prefix = sl.name.split(":")[0]
-        for dims in sorted(shapes):
-            name = f"{prefix}:{'x'.join(map(str, dims))}"
-            if name == sl.name:
-                continue
-            try:
-                t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
-                there = cost(t)
-            except Exception:  # noqa: BLE001, S112 - a shape the mesh cannot be laid on in order
-                continue
-            if there < 0.99 * now and (best is None or there < best[3]):
-                where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
-                best = (name, where, now, there)
-        return best
-    except Exception:  # noqa: BLE001 - no alternative layout is better than a wrong one
-        return None
+    now = cost(topo)
+    best: tuple[str, str, float, float] | None = None
+    prefix = sl.name.split(":")[0]
+    for dims in sorted(shapes):
+        name = f"{prefix}:{'x'.join(map(str, dims))}"
+        if name == sl.name:
+            continue
+        try:
+            t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
+            there = cost(t)
+        except AnalyzerError:  # a shape the mesh cannot be laid on in order: not an alternative
+            continue
+        if there < 0.99 * now and (best is None or there < best[3]):
+            where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
+            best = (name, where, now, there)
+    return best
 
 
 @rule(

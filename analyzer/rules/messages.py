@@ -108,10 +108,11 @@ class CommBoundMatmul(Message):
     t_comm: float
     t_math: float
     listing: str
+    all_reduced_contraction: float = 0.0  # F/Y of the one matmul whose output an AllReduce reduces, else 0
 
     template: ClassVar[str] = (
         "{what} communication-bound on the {roofline} roofline: {quantity_name} = {quantity:,.0f} {per_element} "
-        "'{axes}', below {threshold_text}. Its collectives take {t_comm:time} per call against {t_math:time} of "
+        "'{axes}'{contraction}, below {threshold_text}. Its collectives take {t_comm:time} per call against {t_math:time} of "
         "FLOPs ({ratio:.1f}x): {listing}."
     )
 
@@ -122,6 +123,13 @@ class CommBoundMatmul(Message):
     @property
     def ratio(self) -> float:
         return self.t_comm / self.t_math
+
+    @property
+    def contraction(self) -> str:
+        if not self.all_reduced_contraction:
+            return ""
+        return (f" (F/Y = {self.all_reduced_contraction:,.0f} features contracted per chip; an AllReduce moves each "
+                "element twice)")
 
     @property
     def threshold_text(self) -> str:

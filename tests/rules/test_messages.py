@@ -87,3 +87,16 @@ def test_rule_messages_are_rendered_from_their_findings(analysed):
                 continue
             assert isinstance(d.finding, Message), d.code
             assert d.message.startswith(d.finding.render()), d.code
+
+
+@pytest.mark.slow
+def test_ha101_names_the_contraction_the_matmul_has(analysed):
+    """Issue 9: "F/Y = 32 features contracted per chip" for a dot that contracts 64. Here A[N, M_X] . B[M, K]
+    contracts M/X = 1024/8 = 128 per chip and its output is all-reduced: FLOPs / (2 x elements moved) is 64
+    (an AllReduce moves each element twice). The text says both, each for what it is, and the fix speaks of
+    F/Y = 128 against twice C/W_ici."""
+    d = next(d for d in analysed("sliced_weight_then_psum(False)").diagnostics if d.code == "HA101")
+    assert "F/Y / 2 = 64 per output element all-reduced over 'X'" in d.message
+    assert "F/Y = 128 features contracted per chip" in d.message
+    assert "F/Y = 64 features" not in d.message and "F/Y = 64 means" not in d.fix
+    assert "F/Y = 128 means F = 1,024 output features" in d.fix and "F/5,100" in d.fix
