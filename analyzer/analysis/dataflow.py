@@ -21,6 +21,7 @@ __all__ = [
     "dot_uses",
     "dot_producer",
     "upstream_dot",
+    "replicated_parameters",
     "partition_dependent",
     "only_used_sliced",
     "contracting_dims",
@@ -664,3 +665,24 @@ def free_size(dot: Instruction, operand: int) -> float:
         if k not in skip:
             n *= d
     return n
+
+
+def replicated_parameters(module: HloModule, devices: int) -> list[tuple[Instruction, float, int]]:
+    """Entry parameters held whole by several devices, from their `sharding=`: (instruction, per-device
+    bytes, how many devices hold each element). A replicated parameter is held by all `devices`."""
+    out = []
+    for inst in module.entry.instructions:
+        if inst.opcode != "parameter" or not inst.shape.is_array:
+            continue
+        s = inst.sharding
+        if s is None:
+            continue
+        if s.kind == "replicated":
+            rep = devices
+        elif s.kind == "tiled":
+            rep = s.replication
+        else:
+            continue
+        if rep > 1:
+            out.append((inst, float(inst.shape.byte_size), rep))
+    return out

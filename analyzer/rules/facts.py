@@ -295,9 +295,9 @@ def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
     if mesh is None:
         return None
     text = str(report.topology or "")
-    if "device coords" in text or "devices' physical coords" in text or "given mapping" in text:
+    if "devices' physical coords" in text or "devices' coords" in text or "given mapping" in text:
         return None
-    m = re.search(r"slice (\S+?):", text)
+    m = re.search(r"slice (\S+): declared", text)  # else the smallest slice, chosen again the same way
     return Topology.for_mesh(hardware, mesh.axis_names, mesh.axis_sizes, topology=m.group(1) if m else None)
 
 

@@ -10,6 +10,7 @@ from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
 from analyzer.rules.messages import OverHbm, ReplicatedParameter
+from analyzer.analysis.dataflow import replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "replicated_parameters"]
@@ -35,28 +36,13 @@ def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
 
 
 def replicated_parameters(ctx: RuleContext) -> list[tuple[Any, float, int]]:
-    """Entry parameters held whole by several devices: (instruction, per-device bytes, replication)."""
+    """Entry parameters held whole by several devices: (instruction, per-device bytes, replication)
+    (`analyzer.analysis.dataflow.replicated_parameters` on the report's module and mesh)."""
     module = ctx.facts.module
-    mesh = ctx.report.mesh
     if module is None:
         return []
-    n = mesh.size if mesh is not None else module.num_partitions
-    out = []
-    for inst in module.entry.instructions:
-        if inst.opcode != "parameter" or not inst.shape.is_array:
-            continue
-        s = inst.sharding
-        if s is None:
-            continue
-        if s.kind == "replicated":
-            rep = n
-        elif s.kind == "tiled":
-            rep = s.replication
-        else:
-            continue
-        if rep > 1:
-            out.append((inst, float(inst.shape.byte_size), rep))
-    return out
+    mesh = ctx.report.mesh
+    return replicated_parameters_of(module, mesh.size if mesh is not None else module.num_partitions)
 
 
 def _param_name(inst: Any) -> str:
