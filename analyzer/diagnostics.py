@@ -6,7 +6,7 @@ Rules (analyzer.rules) build these; renderers (analyzer.render) print them; noth
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -66,6 +66,8 @@ class Diagnostic:
       saving_seconds: predicted saving per step (seconds - alternative_seconds, or the rule's own estimate).
       fix: the change to make (PartitionSpec, mesh, topology, config).
       details: rule-specific figures for JSON/SARIF consumers.
+      finding: the message as data (an `analyzer.rules.messages.Message`: its kind and figures) that
+        `message` was rendered from; None for findings made without one. Not serialised, not compared.
     """
 
     code: str
@@ -80,9 +82,11 @@ class Diagnostic:
     saving_seconds: float | None = None
     fix: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    finding: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, finding=None))
+        d.pop("finding")
         d["severity"] = self.severity.value
         return d
 

@@ -369,7 +369,7 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
     the slice (given, or else the single slice of that many chips), computed with jax's own mesh utilities
     over stand-in devices (`analyzer.compile.placement`); the axes in order when jax has no placement for
     the hardware (GPUs, several slices over DCN, a spec without `device_kind`)."""
-    from analyzer.compile.placement import jax_placement
+    from analyzer.compile.placement import placed_topology
     from analyzer.theory.topology import Topology, parse_slice, product_slice, smallest_slice, split_placement
 
     gen = target.split(":")[1] if target.startswith("tpu:") and target.count(":") >= 2 else None
@@ -388,11 +388,9 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
             sl = topology if not isinstance(topology, str) else parse_slice(slice_text, hw)
         else:
             sl = product_slice(hw, mesh.size) or smallest_slice(hw, mesh.axis_sizes)
-        placed = jax_placement(sl, mesh.axis_names, mesh.axis_sizes) if sl.size == mesh.size else None
+        placed = placed_topology(hw, sl, mesh.axis_names, mesh.axis_sizes, declared=declared)
         if placed is not None:
-            placed_coords, how = placed
-            topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=sl, device_coords=placed_coords,
-                                     coords_origin="jax.make_mesh", declared=declared)
+            topo, how = placed
             where = f"the declared slice {sl.name}" if declared else f"the {sl.name} slice of {mesh.size} chips"
             via = "" if how == "jax.make_mesh" else f" (jax.make_mesh refused this shape; placed by {how})"
             return topo, (f"Priced on {hw.name} with the mesh placed on {where} as jax.make_mesh would place it"

@@ -20,6 +20,8 @@ __all__ = [
     "users_map",
     "dot_uses",
     "dot_producer",
+    "upstream_dot",
+    "replicated_parameters",
     "partition_dependent",
     "only_used_sliced",
     "contracting_dims",
@@ -154,6 +156,23 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
                     if param is not None:
                         found.extend(dot_uses(called, param, d, None, module, depth + 1))
     return tuple(found)
+
+
+def upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
+    """A dot feeding `dot`'s operands through element-wise and transparent ops only (no collective between):
+    the first matmul of a chain like Megatron's W_in then W_out, whose output is reduced once."""
+    stack = [(comp.by_name.get(n), 0) for n in dot.operand_names]
+    seen: set[str] = set()
+    while stack:
+        cur, depth = stack.pop()
+        if cur is None or cur.name in seen or depth > 12:
+            continue
+        seen.add(cur.name)
+        if cur.opcode in DOT_OPCODES:
+            return cur
+        if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
+            stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
+    return None
 
 
 def dot_producer(comp: Computation, inst: Instruction) -> Instruction | None:
@@ -646,3 +665,24 @@ def free_size(dot: Instruction, operand: int) -> float:
         if k not in skip:
             n *= d
     return n
+
+
+def replicated_parameters(module: HloModule, devices: int) -> list[tuple[Instruction, float, int]]:
+    """Entry parameters held whole by several devices, from their `sharding=`: (instruction, per-device
+    bytes, how many devices hold each element). A replicated parameter is held by all `devices`."""
+    out = []
+    for inst in module.entry.instructions:
+        if inst.opcode != "parameter" or not inst.shape.is_array:
+            continue
+        s = inst.sharding
+        if s is None:
+            continue
+        if s.kind == "replicated":
+            rep = devices
+        elif s.kind == "tiled":
+            rep = s.replication
+        else:
+            continue
+        if rep > 1:
+            out.append((inst, float(inst.shape.byte_size), rep))
+    return out

@@ -122,3 +122,29 @@ def jax_placement(sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequ
     ordered, how = make_mesh_devices(axis_sizes, axis_names, devices)
     rank = len(sl.dims)
     return tuple(tuple(int(v) for v in d.coords[:rank]) for d in ordered), how
+
+
+def placed_topology(hw: Any, sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequence[int], *,
+                    declared: bool) -> tuple[Any, str] | None:
+    """The `Topology` of the mesh placed on `sl` where `jax.make_mesh` would place it, and how it was placed
+    ("jax.make_mesh" or the fallback named by `jax_placement`); None when jax has no placement for it.
+
+    The one place that turns a slice into jax's placement: the pipeline uses it for the cpu target, and a
+    report rebuilt from JSON uses it to rebuild the topology its description names.
+    """
+    from analyzer.theory.topology import Topology
+
+    placed = jax_placement(sl, axis_names, axis_sizes) if sl.size == _product(axis_sizes) else None
+    if placed is None:
+        return None
+    coords, how = placed
+    topo = Topology.for_mesh(hw, tuple(axis_names), tuple(axis_sizes), topology=sl, device_coords=coords,
+                             coords_origin="jax.make_mesh", declared=declared)
+    return topo, how
+
+
+def _product(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n

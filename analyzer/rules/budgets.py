@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.common import fmt_s
 from analyzer.rules.context import RuleContext
+from analyzer.rules.messages import CommBudgetExceeded, CommComputeRatioExceeded
 from analyzer.rules.registry import rule
 
-__all__ = ["HA501", "HA502"]
+__all__ = ["comm_budget_exceeded", "comm_compute_ratio_exceeded"]
 
 
 def _top(ctx: RuleContext, n: int = 3) -> tuple[str, Location]:
@@ -20,7 +21,7 @@ def _top(ctx: RuleContext, n: int = 3) -> tuple[str, Location]:
 
 @rule(code="HA501", name="comm-budget-exceeded", severity=Severity.ERROR,
       summary="Predicted communication per step is over `budgets.comm-seconds-per-step`.", predicts_saving=False)
-def HA501(ctx: RuleContext) -> Iterator[Diagnostic]:
+def comm_budget_exceeded(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Compares the predicted communication time per call of the function (every collective, times its
     executions) with `comm-seconds-per-step` under `[tool.hlo-analyzer.budgets]`.
@@ -48,8 +49,7 @@ def HA501(ctx: RuleContext) -> Iterator[Diagnostic]:
         return
     top, loc = _top(ctx)
     yield ctx.diagnostic(
-        f"predicted communication {fmt_s(totals.comm_seconds)} per step is over the budget of {fmt_s(budget)}"
-        + (f"; largest: {top}" if top else "") + ".",
+        CommBudgetExceeded(comm_seconds=totals.comm_seconds, budget=budget, largest=top or ""),
         location=loc,
         seconds=totals.comm_seconds,
         alternative=f"a plan within {fmt_s(budget)}",
@@ -62,7 +62,7 @@ def HA501(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 @rule(code="HA502", name="comm-compute-ratio-exceeded", severity=Severity.ERROR,
       summary="Predicted communication / compute per step is over `budgets.comm-compute-ratio`.", predicts_saving=False)
-def HA502(ctx: RuleContext) -> Iterator[Diagnostic]:
+def comm_compute_ratio_exceeded(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Compares predicted communication seconds over compute seconds (the dots' FLOPs at the chip's peak)
     per step with `comm-compute-ratio` under `[tool.hlo-analyzer.budgets]`.
@@ -93,9 +93,8 @@ def HA502(ctx: RuleContext) -> Iterator[Diagnostic]:
     top, loc = _top(ctx)
     allowed = budget * totals.compute_seconds
     yield ctx.diagnostic(
-        f"predicted communication is {ratio:.2f}x compute per step ({fmt_s(totals.comm_seconds)} against "
-        f"{fmt_s(totals.compute_seconds)}), over the budget of {budget:g}x"
-        + (f"; largest: {top}" if top else "") + ".",
+        CommComputeRatioExceeded(comm_seconds=totals.comm_seconds, compute_seconds=totals.compute_seconds,
+                                 budget=budget, largest=top or ""),
         location=loc,
         seconds=totals.comm_seconds,
         alternative=f"communication within {budget:g}x compute ({fmt_s(allowed)})",

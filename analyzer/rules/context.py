@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.rules.messages import Message
 
 if TYPE_CHECKING:
     from analyzer.workflows.config import Config
@@ -37,10 +38,16 @@ class RuleContext:
         assert self.rule is not None
         return self.config.option(self.rule.code, name, self.rule.option(name).default)
 
-    def diagnostic(self, message: str, *, location: Location | None = None, **fields: Any) -> Diagnostic:
-        """A `Diagnostic` of the running rule, at its configured severity (fields as in `Diagnostic`)."""
+    def diagnostic(self, message: Message | str, *, location: Location | None = None, **fields: Any) -> Diagnostic:
+        """A `Diagnostic` of the running rule, at its configured severity (fields as in `Diagnostic`).
+
+        `message` is a `Message` (analyzer.rules.messages): its text is rendered from its own figures and the
+        instance is kept as `Diagnostic.finding`. A plain string is taken as the text (meta rules).
+        """
         assert self.rule is not None
         explicit = fields.pop("severity", None)
         severity = self.config.option(self.rule.code, "severity", None) or explicit or self.rule.severity
-        return Diagnostic(code=self.rule.code, name=self.rule.name, message=message,
-                          severity=Severity(severity), location=location or Location(), **fields)
+        finding = message if isinstance(message, Message) else None
+        text = message.render() if isinstance(message, Message) else message
+        return Diagnostic(code=self.rule.code, name=self.rule.name, message=text,
+                          severity=Severity(severity), location=location or Location(), finding=finding, **fields)

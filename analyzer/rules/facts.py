@@ -285,7 +285,8 @@ class Facts:
 def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
     """The topology of a report that lost its live one (rebuilt from JSON, or made by hand), when its
     description says how to rebuild it: a mesh laid in order on a named slice (or, with no description, on
-    the smallest slice that holds the mesh, as the cpu target does). A mesh placed by TPU device coordinates
+    the smallest slice that holds the mesh, as the cpu target does), or placed on a named slice where
+    jax.make_mesh would place it (computed again with jax's mesh utilities). A mesh placed by TPU device coordinates
     cannot be rebuilt from text: None, and pricing says so."""
     import re
 
@@ -295,9 +296,19 @@ def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
     if mesh is None:
         return None
     text = str(report.topology or "")
-    if "device coords" in text or "devices' physical coords" in text or "given mapping" in text:
+    if "devices' physical coords" in text or "devices' coords" in text or "given mapping" in text:
         return None
-    m = re.search(r"slice (\S+?):", text)
+    if "placed where jax.make_mesh" in text:  # jax's placement on the named slice, computed again
+        from analyzer.compile.placement import placed_topology
+        from analyzer.theory.topology import parse_slice
+
+        named = re.search(r"slice (\S+):", text)
+        if named is None:
+            return None
+        placed = placed_topology(hardware, parse_slice(named.group(1), hardware), mesh.axis_names,
+                                 mesh.axis_sizes, declared=": declared" in text)
+        return placed[0] if placed is not None else None
+    m = re.search(r"slice (\S+): declared", text)  # else the smallest slice, chosen again the same way
     return Topology.for_mesh(hardware, mesh.axis_names, mesh.axis_sizes, topology=m.group(1) if m else None)
 
 

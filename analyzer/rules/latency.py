@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from analyzer.diagnostics import Diagnostic, Severity
-from analyzer.rules.common import axes_text, fmt_b, fmt_s
+from analyzer.rules.common import axes_text, fmt_b
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
+from analyzer.rules.messages import LatencyBoundGroup, LatencyBoundRepeated
 from analyzer.rules.registry import Option, rule
 from analyzer.theory.roofline import latency_threshold_bytes
 
-__all__ = ["HA301"]
+__all__ = ["latency_bound_collectives"]
 
 
 @rule(
@@ -26,7 +27,7 @@ __all__ = ["HA301"]
         Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),
     ),
 )
-def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
+def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds collectives whose per-hop chunk (the shard each device forwards) is smaller than one-way link
     bandwidth x hop latency (4.5e10 B/s x 1 us = 45 kB on TPU v5e), so they cost about `T_min` per hop
@@ -82,11 +83,9 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
                 continue
             main = max(members, key=lambda m: m.seconds)
             yield ctx.diagnostic(
-                f"{len(members)} latency-bound {kind}s over {axes_text(axes)} in one computation (chunks under "
-                f"{fmt_b(threshold)} per hop on {chip.name}): {fmt_s(current)} per call where one combined "
-                f"{kind} of {fmt_b(total)} takes {fmt_s(alt)} (x{count:g} per step)"
-                + (" (read before XLA's combiners, which may merge independent ones on TPU and GPU)."
-                   if ctx.report.target == "cpu" else "."),
+                LatencyBoundGroup(members=len(members), kind=kind, axes=axes_text(axes), threshold_bytes=threshold,
+                                  hardware=chip.name, seconds=current, total_bytes=total, alternative_seconds=alt,
+                                  count=count, before_combiners=ctx.report.target == "cpu"),
                 location=main.location(),
                 notation=main.notation or None,
                 seconds=current * count,
@@ -107,9 +106,10 @@ def HA301(ctx: RuleContext) -> Iterator[Diagnostic]:
                 if overhead * m.count < min_saving:
                     continue
                 yield ctx.diagnostic(
-                    f"latency-bound {kind} over {axes_text(axes)} run {m.count:g} times per step: "
-                    f"{fmt_b(m.bytes / max(m.group_size, 1))} per device is under the {fmt_b(threshold)} per-hop "
-                    f"threshold on {chip.name}, so each call costs {fmt_s(m.seconds)} of hop latency.",
+                    LatencyBoundRepeated(kind=kind, axes=axes_text(axes), count=m.count,
+                                         chunk_bytes=m.bytes / max(m.group_size, 1), threshold_bytes=threshold,
+                                         hardware=chip.name, seconds=m.seconds,
+                                         bandwidth_seconds=m.seconds - overhead),
                     severity=Severity.INFO,
                     location=m.location(),
                     notation=m.notation or None,

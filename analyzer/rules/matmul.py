@@ -14,21 +14,21 @@ from analyzer.analysis.dots import DOT_OPCODES, contracting_dims, dot_flops
 from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
+from analyzer.rules.messages import CommBoundMatmul, GatherCouldBeLocal, ReductionCouldBeGather
 from analyzer.theory.notation import dtype_bytes
 from analyzer.analysis.dataflow import (
-    ELEMENTWISE,
-    TRANSPARENT,
     callers,
     dot_producer,
     dot_uses,
     free_size,
     is_program_argument,
     sliced_by_partition,
+    upstream_dot,
     uniform_over,
 )
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA101", "HA102", "attached_collectives", "roofline_fix"]
+__all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix"]
 
 _FEEDING = ("all-gather", "all-to-all", "collective-permute")
 _REDUCING = ("all-reduce", "reduce-scatter")
@@ -72,26 +72,10 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
         for c, use in pairs:
             if use is not None or c.kind not in _REDUCING or c.comp is None or c.comp.name != comp_name:
                 continue
-            first = _upstream_dot(c.comp, dot)
+            first = upstream_dot(c.comp, dot)
             if first is not None and (comp_name, first.name) not in out:
                 add(comp_name, first, c, None)
     return out
-
-
-def _upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
-    """A dot feeding `dot`'s operands through element-wise and transparent ops only (no collective between)."""
-    stack = [(comp.by_name.get(n), 0) for n in dot.operand_names]
-    seen: set[str] = set()
-    while stack:
-        cur, depth = stack.pop()
-        if cur is None or cur.name in seen or depth > 12:
-            continue
-        seen.add(cur.name)
-        if cur.opcode in DOT_OPCODES:
-            return cur
-        if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
-            stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
-    return None
 
 
 # Bytes a collective costs relative to an AllGather of the same array (sharding chapter summary table).
@@ -113,7 +97,7 @@ def _elements(c: Coll) -> float:
         Option("min_saving_seconds", 1e-7, "Ignore dots whose exposed communication per step is below this."),
     ),
 )
-def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
+def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds dots (matmuls) whose communication (the all-gathers they wait for, and the reduce-scatter or
     all-reduce of their partial sums) takes longer on the target than the dot's FLOPs, and says which of
@@ -215,20 +199,30 @@ def HA101(ctx: RuleContext) -> Iterator[Diagnostic]:
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
         listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
-        what = "matmul is" if len(dots) == 1 else f"{len(dots)} matmuls sharing these collectives are"
         quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
-        quoted = "'" + axes_text(main.axes) + "'"
+        all_reduced = 0.0
+        if roof.strategy == "megatron" and main.kind in _REDUCING and reducer is not None:
+            # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
+            # (an AllReduce moves each element twice, so one matmul alone gives half its F/Y).
+            contracted = math.prod(reducer.operands[0].shape.dims[d] for d in contracting_dims(reducer, 0)
+                                   if reducer.operands[0].shape is not None)
+            if abs(contracted - batch) > 0.01 * contracted:
+                halved = main.kind == "all-reduce" and abs(contracted / 2 - batch) <= 0.01 * contracted
+                quantity = ("F/Y / 2", "per output element all-reduced over") if halved else _QUANTITY[("", False)]
+                all_reduced = contracted if halved else 0.0
         sizes = {a: facts.axes[a].size for a in main.axes if a in facts.axes}
         mesh = ctx.report.mesh
         others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in main.axes] if mesh else []
-        fix = roofline_fix(roof.strategy, batch, needed, main.axes, math.prod(sizes.values()) if sizes else 1,
-                           others, roof.other, ridge)
+        # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
+        # twice the per-element quantity (the same roofline, so the same plan passes).
+        scale = 2.0 if all_reduced else 1.0
+        fix = roofline_fix(roof.strategy, batch * scale, needed * scale, main.axes,
+                           math.prod(sizes.values()) if sizes else 1, others, roof.other, ridge)
         yield ctx.diagnostic(
-            f"{what} communication-bound on the {_STRATEGY[roof.strategy]} roofline: {quantity[0]} = {batch:,.0f} "
-            f"{quantity[1]} {quoted}, below C/W_ici = {ridge:,.0f} on {hw_name}"
-            + (f" ({needed:,.0f} on this slice's links)" if abs(needed - ridge) > 0.01 * ridge else "")
-            + f". Its collectives take {fmt_s(t_comm)} per call against {fmt_s(t_math)} of FLOPs "
-            f"({t_comm / t_math:.1f}x): {listing}.",
+            CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
+                            quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
+                            ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
+                            all_reduced_contraction=all_reduced),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
@@ -356,7 +350,8 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
 
     divisors = [d for d in range(size - 1, 0, -1) if size % d == 0]
     if strategy in ("fsdp", "megatron"):
-        fits = [d for d in divisors if load(d) <= 1.0]
+        # Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known.
+        fits = [d for d in divisors if load(d) <= 1.0 and (d > 1 or other is not None)]
         if fits:
             d = fits[0]
             parts = [f"{this_name} = {q * size / d:,.0f}"] if d > 1 else []
@@ -435,7 +430,7 @@ def _components(attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Co
         Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),
     ),
 )
-def HA102(ctx: RuleContext) -> Iterator[Diagnostic]:
+def gathered_larger_operand(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Looks at every matmul where one operand is sharded along its contracting dimension and the other is
     replicated over the same mesh axes (case 2 of the chapter). XLA can either all-gather the sharded
@@ -544,23 +539,21 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
     loc = replace(loc, computation=c.computation or loc.computation, instruction=c.instruction, hlo_line=c.hlo_line)
     axes = axes_text(c.axes)
     if gathered:
-        what = (f"the plan all-gathers the contracting operand ({fmt_b(c.bytes)}) before the matmul; multiplying "
-                f"the local shards and reduce-scattering the output over {axes} moves {fmt_b(v_other)} "
-                f"(ratio {c.bytes / v_other:.1f}, the M/K of Problem 9)")
+        message: GatherCouldBeLocal | ReductionCouldBeGather = GatherCouldBeLocal(
+            gathered_bytes=c.bytes, output_bytes=v_other, axes=axes, seconds=c.seconds, alternative_seconds=alt,
+            dot=dot_notation)
         alternative = f"local matmul, then ReduceScatter_{axes} of the output ({fmt_b(v_other)})"
         fix = ((f"shard {spec}" if spec else
                 f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
                 "for a [M, K] weight)") + f" so each device multiplies its own shards, and let the output be "
                f"sharded over {axes} (out_shardings) so XLA reduce-scatters it")
     else:
-        what = (f"the plan multiplies a sliced replicated operand and reduces the output ({fmt_b(c.bytes)}) over "
-                f"{axes}; all-gathering the sharded operand ({fmt_b(v_other)}) and multiplying moves "
-                f"{c.bytes / v_other:.1f}x fewer bytes")
+        message = ReductionCouldBeGather(reduced_bytes=c.bytes, gathered_bytes=v_other, axes=axes, seconds=c.seconds,
+                                         alternative_seconds=alt, dot=dot_notation)
         alternative = f"AllGather_{axes} of the sharded operand ({fmt_b(v_other)}), then a local matmul"
         fix = f"keep the output replicated over {axes} and leave the other operand unsharded on its contracting dim"
     yield ctx.diagnostic(
-        f"{what}: {fmt_s(c.seconds)} -> {fmt_s(alt)} per call"
-        + (f" for {dot_notation}" if dot_notation else "") + ".",
+        message,
         location=loc,
         notation=c.notation or None,
         seconds=c.seconds * c.count,

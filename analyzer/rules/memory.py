@@ -9,9 +9,11 @@ from typing import Any
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
+from analyzer.rules.messages import OverHbm, ReplicatedParameter
+from analyzer.analysis.dataflow import replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA401", "HA402", "per_device_bytes", "replicated_parameters"]
+__all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "replicated_parameters"]
 
 
 def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
@@ -49,28 +51,13 @@ def _contributors(memory: Mapping[str, Any] | None, used: float) -> list[tuple[s
 
 
 def replicated_parameters(ctx: RuleContext) -> list[tuple[Any, float, int]]:
-    """Entry parameters held whole by several devices: (instruction, per-device bytes, replication)."""
+    """Entry parameters held whole by several devices: (instruction, per-device bytes, replication)
+    (`analyzer.analysis.dataflow.replicated_parameters` on the report's module and mesh)."""
     module = ctx.facts.module
-    mesh = ctx.report.mesh
     if module is None:
         return []
-    n = mesh.size if mesh is not None else module.num_partitions
-    out = []
-    for inst in module.entry.instructions:
-        if inst.opcode != "parameter" or not inst.shape.is_array:
-            continue
-        s = inst.sharding
-        if s is None:
-            continue
-        if s.kind == "replicated":
-            rep = n
-        elif s.kind == "tiled":
-            rep = s.replication
-        else:
-            continue
-        if rep > 1:
-            out.append((inst, float(inst.shape.byte_size), rep))
-    return out
+    mesh = ctx.report.mesh
+    return replicated_parameters_of(module, mesh.size if mesh is not None else module.num_partitions)
 
 
 def _param_name(inst: Any) -> str:
@@ -86,7 +73,7 @@ def _param_name(inst: Any) -> str:
     options=(Option("fraction", 1.0, "Fire when per-device bytes exceed this fraction of HBM."),),
     predicts_saving=False,
 )
-def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
+def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Adds the per-device arguments, outputs and temporaries that XLA's `compiled.memory_analysis()`
     reports (minus aliased buffers) and compares them with the chip's HBM. Names the replicated
@@ -153,10 +140,8 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
                          computation=where.computation, instruction=inst.name,
                          hlo_line=inst.position.line if inst.position else None)
     yield ctx.diagnostic(
-        f"needs {fmt_b(used)} per device, more than the {fmt_b(chip.hbm_bytes)} of HBM on {chip.name}"
-        + (f" ({', '.join(f'{name} {fmt_b(n)}' for name, n in parts)})" if parts else "")
-        + (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
-           if ctx.report.target == "cpu" else "."),
+        OverHbm(used_bytes=used, hbm_bytes=chip.hbm_bytes, hardware=chip.name, cpu_estimate=ctx.report.target == "cpu",
+                parts=tuple(parts)),
         location=where,
         seconds=None,
         alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,
@@ -174,7 +159,7 @@ def HA401(ctx: RuleContext) -> Iterator[Diagnostic]:
     options=(Option("min_fraction", 0.1, "Fire for replicated parameters of at least this fraction of HBM."),),
     predicts_saving=False,
 )
-def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
+def replicated_large_parameter(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds function arguments (parameters, optimizer state) held whole by several devices whose
     per-device size is a sizeable fraction of HBM (10% by default), and says how much sharding them over
@@ -211,9 +196,8 @@ def HA402(ctx: RuleContext) -> Iterator[Diagnostic]:
                        computation=ctx.facts.module.entry.name if ctx.facts.module else None,
                        instruction=inst.name, hlo_line=inst.position.line if inst.position else None)
         yield ctx.diagnostic(
-            f"parameter {_param_name(inst)} ({inst.shape}) is replicated on {rep} devices: {fmt_b(nbytes)} each, "
-            f"{nbytes / chip.hbm_bytes:.0%} of the {fmt_b(chip.hbm_bytes)} HBM of {chip.name}; sharding it "
-            f"frees {fmt_b(freed)} per device.",
+            ReplicatedParameter(parameter=_param_name(inst), shape=str(inst.shape), replicas=rep, nbytes=nbytes,
+                                hbm_bytes=chip.hbm_bytes, hardware=chip.name, freed_bytes=freed),
             location=loc,
             alternative=f"{_param_name(inst)} sharded {rep} ways ({fmt_b(nbytes / rep)} per device)",
             fix=f"shard {_param_name(inst)} over its replicated mesh axes (FSDP: P('data', ...) on its largest dim)",

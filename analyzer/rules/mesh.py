@@ -7,14 +7,16 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
 from analyzer.diagnostics import Diagnostic, Severity
-from analyzer.rules.common import axes_text, fmt_b, fmt_s
+from analyzer.errors import AnalyzerError
+from analyzer.rules.common import axes_text, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
+from analyzer.rules.messages import IdleAxisLinks, MissingWraparound, SlowLinkCollective
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA201", "HA202", "HA203"]
+__all__ = ["idle_mesh_axis", "missing_wraparound", "slow_link"]
 
 
 @rule(
@@ -27,7 +29,7 @@ __all__ = ["HA201", "HA202", "HA203"]
         Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),
     ),
 )
-def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
+def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds all-gathers over some mesh axes of an array that is replicated over another mesh axis lying on
     its own physical links. Those links carry nothing during the gather.
@@ -88,10 +90,8 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         idle_text = axes_text(idle)
         yield ctx.diagnostic(
-            f"all-gather over {axes_text(c.axes)} of an array replicated over {idle_text}, whose links sit idle: "
-            f"shard it over {idle_text} too and gather over {axes_text(new_axes)} "
-            f"({fmt_s(c.seconds)} -> {fmt_s(alt)} per call, {len(new_axes)} axes of bandwidth instead of "
-            f"{len(c.axes)}).",
+            IdleAxisLinks(axes=axes_text(c.axes), idle_axes=idle_text, new_axes=axes_text(new_axes), seconds=c.seconds,
+                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes)),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
@@ -115,7 +115,7 @@ def HA201(ctx: RuleContext) -> Iterator[Diagnostic]:
         Option("min_saving_seconds", 1e-7, "Ignore axes whose saving per step is below this."),
     ),
 )
-def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
+def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     For each mesh axis laid on a physical line of TPU chips without a wraparound link, adds up what its
     collectives would save on a closed ring.
@@ -173,11 +173,8 @@ def HA202(ctx: RuleContext) -> Iterator[Diagnostic]:
         if impossible:
             saving = layout[2] - layout[3] if layout else None
         yield ctx.diagnostic(
-            f"mesh axis {name!r} ({link.size} chips) lies on a line without wraparound, so its "
-            f"{len(rows)} collective(s) send one way: {fmt_s(current)} per step, {fmt_s(better)} on a closed ring "
-            f"({current / better:.2f}x)"
-            + (f" (on the assumed slice {topo.slice.name}: pass topology= to check the one you will use)."
-               if assumed else "."),
+            MissingWraparound(axis=name, chips=link.size, collectives=len(rows), seconds=current,
+                              alternative_seconds=better, assumed_slice=topo.slice.name if assumed else ""),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
@@ -211,8 +208,10 @@ def _wrap_fix(ctx: RuleContext, axis: str, size: int,
     than that cannot get one, and the fix says so instead of suggesting a slice it does not have.
     """
     chips = ctx.report.mesh.size if ctx.report.mesh else 0
-    instead = (f"; on these {chips} chips the mesh laid on {layout[0]} instead ({layout[1]}) brings the step's "
-               f"communication from {fmt_s(layout[2])} to {fmt_s(layout[3])}" if layout else "")
+    # The layout changes every axis, so its figures are the whole step's communication, not this axis's.
+    instead = (f"; on these {chips} chips the mesh laid on {layout[0]} instead ({layout[1]}) brings the whole step's "
+               f"communication (every axis) from {fmt_s(layout[2])} to {fmt_s(layout[3])}, saving "
+               f"{fmt_s(layout[2] - layout[3])}" if layout else "")
     if _cube_rule(ctx):
         if chips and chips < 64:
             return (f"no slice of {chips} chips has wraparound here (it takes full 4x4x4 cubes, 64 chips), so this "
@@ -240,42 +239,39 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
     topo, mesh = facts.topology, ctx.report.mesh
     if topo is None or mesh is None or not facts.collectives:
         return None
-    try:
-        from itertools import product
+    from itertools import product
 
-        from analyzer.theory.cost import collective_cost
-        from analyzer.theory.topology import Topology
+    from analyzer.theory.cost import collective_cost
+    from analyzer.theory.topology import Topology
 
-        sl = topo.slice
-        torus = [d for d, n in zip(sl.dims, sl.networks) if n == "ici"]
-        if len(torus) != len(sl.dims):
-            return None  # multi-slice (DCN): the layout across slices is another question (HA203)
-        n = sl.size
-        divisors = [d for d in range(1, n + 1) if n % d == 0]
-        shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
+    sl = topo.slice
+    torus = [d for d, n in zip(sl.dims, sl.networks) if n == "ici"]
+    if len(torus) != len(sl.dims):
+        return None  # multi-slice (DCN): the layout across slices is another question (HA203)
+    n = sl.size
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
 
-        def cost(t: Any) -> float:
-            return sum(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
-                       * c.count for c in facts.collectives if c.axes)
+    def cost(t: Any) -> float:
+        return sum(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
+                   * c.count for c in facts.collectives if c.axes)
 
-        now = cost(topo)
-        best: tuple[str, str, float, float] | None = None
-        prefix = sl.name.split(":")[0]
-        for dims in sorted(shapes):
-            name = f"{prefix}:{'x'.join(map(str, dims))}"
-            if name == sl.name:
-                continue
-            try:
-                t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
-                there = cost(t)
-            except Exception:  # noqa: BLE001, S112 - a shape the mesh cannot be laid on in order
-                continue
-            if there < 0.99 * now and (best is None or there < best[3]):
-                where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
-                best = (name, where, now, there)
-        return best
-    except Exception:  # noqa: BLE001 - no alternative layout is better than a wrong one
-        return None
+    now = cost(topo)
+    best: tuple[str, str, float, float] | None = None
+    prefix = sl.name.split(":")[0]
+    for dims in sorted(shapes):
+        name = f"{prefix}:{'x'.join(map(str, dims))}"
+        if name == sl.name:
+            continue
+        try:
+            t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
+            there = cost(t)
+        except AnalyzerError:  # a shape the mesh cannot be laid on in order: not an alternative
+            continue
+        if there < 0.99 * now and (best is None or there < best[3]):
+            where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
+            best = (name, where, now, there)
+    return best
 
 
 @rule(
@@ -289,7 +285,7 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
                "Also flag backward-pass all-reduces (data parallelism across slices is the usual design)."),
     ),
 )
-def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
+def slow_link(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds bandwidth-bound collectives whose mesh axes cross the data-centre network between TPU slices,
     or leave a GPU NVLink domain for the scale-out network, and prices them as if the axis lay on the fast
@@ -334,8 +330,8 @@ def HA203(ctx: RuleContext) -> Iterator[Diagnostic]:
         net = "DCN" if facts.axes[slow[0]].network == "dcn" else "the scale-out network"
         inside = "inside a slice (ICI)" if facts.hardware.kind == "tpu" else "inside the NVLink domain"
         yield ctx.diagnostic(
-            f"{c.kind} of {fmt_b(c.bytes)} over {axes_text(slow)} crosses {net}: {fmt_s(c.seconds)} per call "
-            f"against {fmt_s(alt)} {inside} (x{c.count:g} per step).",
+            SlowLinkCollective(kind=c.kind, nbytes=c.bytes, slow_axes=axes_text(slow), network=net, seconds=c.seconds,
+                               alternative_seconds=alt, inside=inside, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,

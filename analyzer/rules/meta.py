@@ -9,12 +9,12 @@ from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.context import RuleContext
 from analyzer.rules.registry import rule
 
-__all__ = ["HA900", "HA901"]
+__all__ = ["rule_failed", "unused_suppression"]
 
 
 @rule(code="HA900", name="rule-failed", severity=Severity.WARNING,
       summary="A rule raised an error on this program; its findings are missing.", predicts_saving=False)
-def HA900(ctx: RuleContext) -> Iterator[Diagnostic]:
+def rule_failed(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Reports a rule that failed on the program (the runner adds it; the rule's own findings are missing
     while the other rules' are kept).
@@ -36,7 +36,7 @@ def HA900(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 @rule(code="HA901", name="unused-suppression", severity=Severity.WARNING,
       summary="An ignore entry, inline comment or baseline entry that suppresses nothing.", predicts_saving=False)
-def HA901(ctx: RuleContext, unused: Iterable[Any] = ()) -> Iterator[Diagnostic]:
+def unused_suppression(ctx: RuleContext, unused: Iterable[Any] = ()) -> Iterator[Diagnostic]:
     """## What it does
     Reports suppressions that hid no finding: an `ignore` entry in `[tool.hlo-analyzer]` or in the
     decorator's arguments, a `# hlo-analyzer: ignore[CODE]` comment on a source line, or a baseline entry

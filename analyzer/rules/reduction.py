@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from analyzer.diagnostics import Diagnostic, Severity
-from analyzer.rules.common import axes_text, fmt_s
+from analyzer.rules.common import axes_text
 from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import only_used_sliced
+from analyzer.rules.messages import CollectiveCouldScatter
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA103"]
+__all__ = ["all_reduce_not_reduce_scatter"]
 
 
 @rule(
@@ -21,7 +22,7 @@ __all__ = ["HA103"]
     summary="An all-reduce whose result is only ever used sharded: a reduce-scatter costs half.",
     options=(Option("min_saving_seconds", 1e-7, "Ignore findings that save less than this per step."),),
 )
-def HA103(ctx: RuleContext) -> Iterator[Diagnostic]:
+def all_reduce_not_reduce_scatter(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds all-reduces whose result every device only reads a shard of: every use ends, through
     element-wise ops, in a slice at the device's own offset.
@@ -62,8 +63,7 @@ def HA103(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         axes = axes_text(c.axes)
         yield ctx.diagnostic(
-            f"all-reduce over {axes} whose result each device only reads its shard of: a reduce-scatter "
-            f"moves half as much ({fmt_s(c.seconds)} -> {fmt_s(alt)} per call, x{c.count:g} per step).",
+            CollectiveCouldScatter(axes=axes, seconds=c.seconds, alternative_seconds=alt, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from analyzer.diagnostics import Diagnostic, Severity
-from analyzer.rules.common import axes_text, fmt_b, fmt_s, is_explicit_collective, partition_spec, sides
+from analyzer.rules.common import axes_text, is_explicit_collective, partition_spec, sides
 from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import dot_uses, only_used_sliced
+from analyzer.rules.messages import FullRematerialization, ReshardingCollective
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["HA302", "HA303"]
+__all__ = ["resharding_traffic", "full_rematerialization"]
 
 _RESHARD_KINDS = ("all-to-all", "collective-permute", "all-gather")
 
@@ -28,7 +29,7 @@ def _rematerialized(c, facts) -> bool:
     summary="An all-to-all, permute or all-gather caused by a sharding mismatch, not by a contraction.",
     options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
 )
-def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
+def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds all-to-alls, collective-permutes and all-gathers that no matmul needs: the value is not
     contracted afterwards; it only changes layout because the producer emits one sharding and the
@@ -81,7 +82,7 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
             change = (f"only changes the layout {before or '?'} -> {after or '?'} over {axes_text(c.axes)}: the "
                       "producer and its consumer disagree on the sharding")
         yield ctx.diagnostic(
-            f"{c.kind} {change} ({fmt_b(c.bytes)}, {fmt_s(c.seconds)} per call, x{c.count:g} per step).",
+            ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
@@ -102,7 +103,7 @@ def HA302(ctx: RuleContext) -> Iterator[Diagnostic]:
     summary="An array all-gathered only to be sliced again: full rematerialization to reshard.",
     options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
 )
-def HA303(ctx: RuleContext) -> Iterator[Diagnostic]:
+def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Finds all-gathers whose result each device only slices its own piece out of: XLA rematerialized the
     whole array on every device to change its sharding.
@@ -136,9 +137,8 @@ def HA303(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         before, after = sides(c.notation)
         yield ctx.diagnostic(
-            f"all-gather over {axes_text(c.axes)} of {fmt_b(c.bytes)} whose result each device immediately "
-            f"slices: full rematerialization to reshard ({fmt_s(c.seconds)} per call where an all-to-all takes "
-            f"{fmt_s(alt)}, x{c.count:g} per step).",
+            FullRematerialization(axes=axes_text(c.axes), nbytes=c.bytes, seconds=c.seconds, alternative_seconds=alt,
+                                  count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,

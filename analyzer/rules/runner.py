@@ -112,14 +112,14 @@ def _order(d: Diagnostic) -> tuple[Any, ...]:
 
 def _failed(rule: Rule, error: BaseException) -> Diagnostic:
     """A rule that raised becomes a finding of HA900, so the other rules' findings still reach the user."""
-    from analyzer.rules.meta import HA900
+    from analyzer.rules.meta import rule_failed
 
     where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
     place = f" ({Path(where.filename).name}:{where.lineno})" if where else ""
-    return Diagnostic(code=HA900.code, name=HA900.name, severity=HA900.severity,
+    return Diagnostic(code=rule_failed.code, name=rule_failed.name, severity=rule_failed.severity,
                       message=f"rule {rule.code} ({rule.name}) failed on this program: "
                               f"{type(error).__name__}: {error}{place}; its findings are missing. "
-                              "Please report it with the HLO (`report.context['lowered'].spmd_hlo`, or the "
+                              "Please report it with the HLO (`report.analysis.lowered.spmd_hlo`, or the "
                               "--xla_dump_to folder) and the traceback from `hlo-analyzer --debug ...`.",
                       details={"rule": rule.code, "error": f"{type(error).__name__}: {error}"})
 
@@ -279,7 +279,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
     from analyzer.rules.facts import Facts
-    from analyzer.rules.meta import HA900, HA901
+    from analyzer.rules.meta import rule_failed, unused_suppression
 
     config = config if config is not None else Config()
     select = expand_names(config.select)
@@ -290,7 +290,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     # Every rule that is selected runs; config-ignored ones run too, to tell used ignores from unused.
     raw: list[Diagnostic] = []
     for r in all_rules():
-        if r.code in (HA900.code, HA901.code) or not is_enabled(r.code, select, ()):
+        if r.code in (rule_failed.code, unused_suppression.code) or not is_enabled(r.code, select, ()):
             continue
         try:
             raw.extend(r(replace(base, rule=r)))
@@ -302,7 +302,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     used: set[tuple[str, str]] = set()
     kept: list[Diagnostic] = []
     for d in raw:
-        if d.code != HA900.code and not is_enabled(d.code, select, ignore):
+        if d.code != rule_failed.code and not is_enabled(d.code, select, ignore):
             entry = max((s for s in ignore if d.code.startswith(s)), key=len)
             suppressed.append((d, Suppression("config", entry, config.where(entry))))
             used.add(("config", entry))
@@ -349,7 +349,7 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
 
     unused: list[Suppression] = []
     for entry in ignore:
-        if entry in (HA901.code,) or HA901.code.startswith(entry) and len(entry) < len(HA901.code):
+        if entry in (unused_suppression.code,) or unused_suppression.code.startswith(entry) and len(entry) < len(unused_suppression.code):
             continue  # ignoring the meta rule itself, or a whole family containing it, is never "unused"
         if ("config", entry) not in used and is_enabled_any(entry, select):
             unused.append(Suppression("config", entry, config.where(entry)))
@@ -361,9 +361,9 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     comm = float(getattr(getattr(report, "totals", None), "comm_seconds", 0.0) or 0.0)
     # Judged by root cause: one decision's many small findings stand or fall together (analyzer.rules.rootcause)
     final, negligible = split_negligible(final, config, comm, report=report)
-    if is_enabled(HA901.code, select, ignore):
-        ctx = replace(base, rule=HA901)
-        final.extend(HA901.check(ctx, unused))  # type: ignore[call-arg]
+    if is_enabled(unused_suppression.code, select, ignore):
+        ctx = replace(base, rule=unused_suppression)
+        final.extend(unused_suppression.check(ctx, unused))  # type: ignore[call-arg]
     from analyzer.rules.rootcause import annotate
 
     final = annotate(final, report)

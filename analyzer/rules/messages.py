@@ -1,0 +1,443 @@
+"""Findings as data: one small frozen class per kind of message, with its template and its figures.
+
+Like pyflakes' `messages.py` (a class per message, its arguments as attributes) and ruff's violations (a
+struct per violation that renders its own text): a rule builds the finding's *fields* (seconds, bytes,
+quantities, axis names) and the text is rendered from those fields only, so a message can never state a
+number the finding does not carry, and never two different numbers for the same thing.
+
+Templates are `str.format` strings over the fields, with two extra format specs for the units a person
+reads: `{x:time}` (`format_seconds`: "23.3 us", "1.20 ms") and `{x:bytes}` (`format_bytes`: "34.0 MB").
+Every other spec is Python's (`{x:,.0f}`, `{x:.2f}`). A field may be a property of the class when the
+text needs a derived figure (a ratio, a saving): it is then computed from the other fields, never passed.
+
+Extending: a new message kind is a subclass with a `template` and its fields; the rule passes an instance
+to `RuleContext.diagnostic`, which renders it into `Diagnostic.message` and keeps the instance as
+`Diagnostic.finding` (not serialised, not compared) for code that groups or re-words findings.
+`Message.fields()` gives the figures as a dict (for JSON `details`).
+
+Example:
+    >>> CollectiveCouldScatter(axes="X", seconds=2e-3, alternative_seconds=1e-3, count=4).render()
+    'all-reduce over X whose result each device only reads its shard of: a reduce-scatter moves half as much (2.00 ms -> 1.00 ms per call, x4 per step).'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from analyzer.units import format_bytes, format_seconds
+
+__all__ = [
+    "Message",
+    "CommBoundMatmul",
+    "GatherCouldBeLocal",
+    "ReductionCouldBeGather",
+    "CollectiveCouldScatter",
+    "IdleAxisLinks",
+    "MissingWraparound",
+    "SlowLinkCollective",
+    "LatencyBoundGroup",
+    "LatencyBoundRepeated",
+    "ReshardingCollective",
+    "FullRematerialization",
+    "OverHbm",
+    "ReplicatedParameter",
+    "CommBudgetExceeded",
+    "CommComputeRatioExceeded",
+]
+
+
+class _Figures(string.Formatter):
+    """`str.format` with `time` and `bytes` specs for seconds and byte counts."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec == "time":
+            return format_seconds(value)
+        if format_spec == "bytes":
+            return format_bytes(value)
+        return super().format_field(value, format_spec)
+
+
+_FORMATTER = _Figures()
+
+
+@dataclass(frozen=True)
+class Message:
+    """A finding's text as data: subclasses set `template` and declare the fields it reads."""
+
+    template: ClassVar[str] = ""
+
+    def fields(self) -> dict[str, Any]:
+        """The figures of this message, by field name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def render(self) -> str:
+        """The text: `template` formatted with the fields (and the class's derived properties)."""
+        return _FORMATTER.vformat(self.template, (), _Lookup(self))
+
+
+class _Lookup(dict):  # type: ignore[type-arg]
+    """Template names looked up as attributes of the message (fields and properties alike)."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__()
+        self.message = message
+
+    def __missing__(self, key: str) -> Any:
+        return getattr(self.message, key)
+
+
+# ------------------------------------------------------------------------------------------------ HA1xx
+@dataclass(frozen=True)
+class CommBoundMatmul(Message):
+    """HA101. `quantity` is what the chapter's roofline compares with C/W (FLOPs / (2 x elements moved):
+    the per-chip batch of FSDP, F/Y of Megatron); `threshold` is its compute-bound value on this slice's
+    links, `ridge` the chip's C/W_ici."""
+
+    matmuls: int
+    roofline: str
+    quantity_name: str
+    quantity: float
+    per_element: str
+    axes: str
+    threshold: float
+    ridge: float
+    hardware: str
+    t_comm: float
+    t_math: float
+    listing: str
+    all_reduced_contraction: float = 0.0  # F/Y of the one matmul whose output an AllReduce reduces, else 0
+
+    template: ClassVar[str] = (
+        "{what} communication-bound on the {roofline} roofline: {quantity_name} = {quantity:,.0f} {per_element} "
+        "'{axes}'{contraction}, below {threshold_text}. Its collectives take {t_comm:time} per call against {t_math:time} of "
+        "FLOPs ({ratio:.1f}x): {listing}."
+    )
+
+    @property
+    def what(self) -> str:
+        return "matmul is" if self.matmuls == 1 else f"{self.matmuls} matmuls sharing these collectives are"
+
+    @property
+    def ratio(self) -> float:
+        return self.t_comm / self.t_math
+
+    @property
+    def contraction(self) -> str:
+        if not self.all_reduced_contraction:
+            return ""
+        return (f" (F/Y = {self.all_reduced_contraction:,.0f} features contracted per chip; an AllReduce moves each "
+                "element twice)")
+
+    @property
+    def threshold_text(self) -> str:
+        if abs(self.threshold - self.ridge) <= 0.01 * self.ridge:
+            return f"C/W_ici = {self.ridge:,.0f} on {self.hardware}"
+        return (f"{self.threshold:,.0f}, its compute-bound value on this slice's links (C/W_ici = {self.ridge:,.0f} "
+                f"on {self.hardware} with every link in use)")
+
+
+@dataclass(frozen=True)
+class GatherCouldBeLocal(Message):
+    """HA102, gather side: the contracting operand is all-gathered where a local matmul and a reduce-scatter
+    of the output would move fewer bytes."""
+
+    gathered_bytes: float
+    output_bytes: float
+    axes: str
+    seconds: float
+    alternative_seconds: float
+    dot: str
+
+    template: ClassVar[str] = (
+        "the plan all-gathers the contracting operand ({gathered_bytes:bytes}) before the matmul; multiplying the "
+        "local shards and reduce-scattering the output over {axes} moves {output_bytes:bytes} (ratio {ratio:.1f}, "
+        "the M/K of Problem 9): {seconds:time} -> {alternative_seconds:time} per call{for_dot}."
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.gathered_bytes / self.output_bytes
+
+    @property
+    def for_dot(self) -> str:
+        return f" for {self.dot}" if self.dot else ""
+
+
+@dataclass(frozen=True)
+class ReductionCouldBeGather(Message):
+    """HA102, reduction side: a sliced replicated operand multiplied and the output reduced, where gathering
+    the sharded operand moves fewer bytes."""
+
+    reduced_bytes: float
+    gathered_bytes: float
+    axes: str
+    seconds: float
+    alternative_seconds: float
+    dot: str
+
+    template: ClassVar[str] = (
+        "the plan multiplies a sliced replicated operand and reduces the output ({reduced_bytes:bytes}) over {axes}; "
+        "all-gathering the sharded operand ({gathered_bytes:bytes}) and multiplying moves {ratio:.1f}x fewer bytes: "
+        "{seconds:time} -> {alternative_seconds:time} per call{for_dot}."
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.reduced_bytes / self.gathered_bytes
+
+    @property
+    def for_dot(self) -> str:
+        return f" for {self.dot}" if self.dot else ""
+
+
+@dataclass(frozen=True)
+class CollectiveCouldScatter(Message):
+    """HA103: an all-reduce whose result each device only reads its shard of."""
+
+    axes: str
+    seconds: float
+    alternative_seconds: float
+    count: float
+
+    template: ClassVar[str] = (
+        "all-reduce over {axes} whose result each device only reads its shard of: a reduce-scatter moves half as "
+        "much ({seconds:time} -> {alternative_seconds:time} per call, x{count:g} per step)."
+    )
+
+
+# ------------------------------------------------------------------------------------------------ HA2xx
+@dataclass(frozen=True)
+class IdleAxisLinks(Message):
+    """HA201: an all-gather of an array replicated over mesh axes whose links sit idle."""
+
+    axes: str
+    idle_axes: str
+    new_axes: str
+    seconds: float
+    alternative_seconds: float
+    axes_now: int
+    axes_then: int
+
+    template: ClassVar[str] = (
+        "all-gather over {axes} of an array replicated over {idle_axes}, whose links sit idle: shard it over "
+        "{idle_axes} too and gather over {new_axes} ({seconds:time} -> {alternative_seconds:time} per call, "
+        "{axes_then} axes of bandwidth instead of {axes_now})."
+    )
+
+
+@dataclass(frozen=True)
+class MissingWraparound(Message):
+    """HA202: a mesh axis on a line without wraparound. `seconds` / `alternative_seconds` are per step, for
+    this axis's collectives only (the saving is their difference)."""
+
+    axis: str
+    chips: int
+    collectives: int
+    seconds: float
+    alternative_seconds: float
+    assumed_slice: str = ""
+
+    template: ClassVar[str] = (
+        "mesh axis '{axis}' ({chips} chips) lies on a line without wraparound, so its {collectives} collective(s) "
+        "send one way: {seconds:time} per step, {alternative_seconds:time} on a closed ring ({ratio:.2f}x, "
+        "saves {saving:time}){assumed}"
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.seconds / self.alternative_seconds
+
+    @property
+    def saving(self) -> float:
+        return self.seconds - self.alternative_seconds
+
+    @property
+    def assumed(self) -> str:
+        if self.assumed_slice:
+            return f" (on the assumed slice {self.assumed_slice}: pass topology= to check the one you will use)."
+        return "."
+
+
+@dataclass(frozen=True)
+class SlowLinkCollective(Message):
+    """HA203: a bulk collective over DCN or the GPU scale-out network."""
+
+    kind: str
+    nbytes: float
+    slow_axes: str
+    network: str
+    seconds: float
+    alternative_seconds: float
+    inside: str
+    count: float
+
+    template: ClassVar[str] = (
+        "{kind} of {nbytes:bytes} over {slow_axes} crosses {network}: {seconds:time} per call against "
+        "{alternative_seconds:time} {inside} (x{count:g} per step)."
+    )
+
+
+# ------------------------------------------------------------------------------------------------ HA3xx
+@dataclass(frozen=True)
+class LatencyBoundGroup(Message):
+    """HA301, several: latency-bound collectives of one kind over the same axes that could be one."""
+
+    members: int
+    kind: str
+    axes: str
+    threshold_bytes: float
+    hardware: str
+    seconds: float
+    total_bytes: float
+    alternative_seconds: float
+    count: float
+    before_combiners: bool
+
+    template: ClassVar[str] = (
+        "{members} latency-bound {kind}s over {axes} in one computation (chunks under {threshold_bytes:bytes} per "
+        "hop on {hardware}): {seconds:time} per call where one combined {kind} of {total_bytes:bytes} takes "
+        "{alternative_seconds:time} (x{count:g} per step){tail}"
+    )
+
+    @property
+    def tail(self) -> str:
+        return (" (read before XLA's combiners, which may merge independent ones on TPU and GPU)."
+                if self.before_combiners else ".")
+
+
+@dataclass(frozen=True)
+class LatencyBoundRepeated(Message):
+    """HA301, one: a latency-bound collective run many times per step."""
+
+    kind: str
+    axes: str
+    count: float
+    chunk_bytes: float
+    threshold_bytes: float
+    hardware: str
+    seconds: float
+    bandwidth_seconds: float
+
+    template: ClassVar[str] = (
+        "latency-bound {kind} over {axes} run {count:g} times per step: {chunk_bytes:bytes} per device is under "
+        "the {threshold_bytes:bytes} per-hop threshold on {hardware}, so each call costs {seconds:time} where its "
+        "bytes alone take {bandwidth_seconds:time} at full bandwidth."
+    )
+
+
+@dataclass(frozen=True)
+class ReshardingCollective(Message):
+    """HA302: a collective that only changes the layout of an array."""
+
+    kind: str
+    change: str
+    nbytes: float
+    seconds: float
+    count: float
+
+    template: ClassVar[str] = "{kind} {change} ({nbytes:bytes}, {seconds:time} per call, x{count:g} per step)."
+
+
+@dataclass(frozen=True)
+class FullRematerialization(Message):
+    """HA303: an all-gather whose result each device immediately slices."""
+
+    axes: str
+    nbytes: float
+    seconds: float
+    alternative_seconds: float
+    count: float
+
+    template: ClassVar[str] = (
+        "all-gather over {axes} of {nbytes:bytes} whose result each device immediately slices: full "
+        "rematerialization to reshard ({seconds:time} per call where an all-to-all takes "
+        "{alternative_seconds:time}, x{count:g} per step)."
+    )
+
+
+# ------------------------------------------------------------------------------------------------ HA4xx
+@dataclass(frozen=True)
+class OverHbm(Message):
+    """HA401: the program needs more bytes per device than the chip's HBM."""
+
+    used_bytes: float
+    hbm_bytes: float
+    hardware: str
+    cpu_estimate: bool
+    parts: tuple[tuple[str, float], ...] = ()  # (temporaries | arguments | outputs, bytes), largest first
+
+    template: ClassVar[str] = ("needs {used_bytes:bytes} per device, more than the {hbm_bytes:bytes} of HBM on "
+                               "{hardware}{breakdown}{tail}")
+
+    @property
+    def breakdown(self) -> str:
+        return f" ({', '.join(f'{name} {format_bytes(n)}' for name, n in self.parts)})" if self.parts else ""
+
+    @property
+    def tail(self) -> str:
+        return (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
+                if self.cpu_estimate else ".")
+
+
+@dataclass(frozen=True)
+class ReplicatedParameter(Message):
+    """HA402: a large parameter replicated on many devices."""
+
+    parameter: str
+    shape: str
+    replicas: int
+    nbytes: float
+    hbm_bytes: float
+    hardware: str
+    freed_bytes: float
+
+    template: ClassVar[str] = (
+        "parameter {parameter} ({shape}) is replicated on {replicas} devices: {nbytes:bytes} each, {share:.0%} of "
+        "the {hbm_bytes:bytes} HBM of {hardware}; sharding it frees {freed_bytes:bytes} per device."
+    )
+
+    @property
+    def share(self) -> float:
+        return self.nbytes / self.hbm_bytes
+
+
+# ------------------------------------------------------------------------------------------------ HA5xx
+@dataclass(frozen=True)
+class CommBudgetExceeded(Message):
+    """HA501."""
+
+    comm_seconds: float
+    budget: float
+    largest: str = ""
+
+    template: ClassVar[str] = "predicted communication {comm_seconds:time} per step is over the budget of {budget:time}{top}."
+
+    @property
+    def top(self) -> str:
+        return f"; largest: {self.largest}" if self.largest else ""
+
+
+@dataclass(frozen=True)
+class CommComputeRatioExceeded(Message):
+    """HA502."""
+
+    comm_seconds: float
+    compute_seconds: float
+    budget: float
+    largest: str = ""
+
+    template: ClassVar[str] = (
+        "predicted communication is {ratio:.2f}x compute per step ({comm_seconds:time} against "
+        "{compute_seconds:time}), over the budget of {budget:g}x{top}."
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.comm_seconds / self.compute_seconds
+
+    @property
+    def top(self) -> str:
+        return f"; largest: {self.largest}" if self.largest else ""

@@ -1,0 +1,102 @@
+"""Findings as data: every message is rendered from its own fields, so its text cannot contradict them.
+
+The cases below are the contradictions the old f-strings printed (issue 9), each written as the figures that
+produced it and the text that must come out now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+import pytest
+
+from analyzer.diagnostics import Diagnostic
+from analyzer.rules import messages
+from analyzer.rules.matmul import roofline_fix
+from analyzer.rules.messages import CommBoundMatmul, Message, MissingWraparound
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*\.?\d*", text)]
+
+
+def test_every_message_kind_is_a_frozen_class_with_a_template():
+    kinds = [c for _, c in inspect.getmembers(messages, inspect.isclass)
+             if issubclass(c, Message) and c is not Message]
+    assert len(kinds) == len(messages.__all__) - 1
+    for kind in kinds:
+        assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen, kind
+        assert kind.template, kind
+        names = {f.name for f in dataclasses.fields(kind)} | {n for n, v in vars(kind).items()
+                                                              if isinstance(v, property)}
+        used = set(re.findall(r"\{(\w+)", kind.template))
+        assert used <= names, (kind, used - names)  # the text reads nothing but the finding's figures
+
+
+def test_comm_bound_matmul_compares_with_the_threshold_it_is_below():
+    """Issue 9: "F/Y = 2,816 ... below C/W_ici = 2,189" -- 2,816 is above C/W_ici; it is below the threshold
+    on this slice's links (here 3,500: a line without wraparound). The text names that threshold."""
+    m = CommBoundMatmul(matmuls=1, roofline="tensor-parallel (Megatron)", quantity_name="F/Y", quantity=2816,
+                        per_element="weight columns per chip for each activation element gathered over", axes="Y",
+                        threshold=3500, ridge=2189, hardware="tpu-v5e", t_comm=1.243e-3, t_math=1e-3,
+                        listing="AllGather_Y 1.24 ms")
+    text = m.render()
+    assert "F/Y = 2,816" in text and "below 3,500, its compute-bound value on this slice's links" in text
+    assert not re.search(r"below C/W_ici = 2,189", text)
+    below = float(re.search(r"below ([\d,]+)", text).group(1).replace(",", ""))
+    assert m.quantity < below
+    # On ideal links the two thresholds agree and the chip's C/W_ici is the one named.
+    ideal = dataclasses.replace(m, quantity=1024, threshold=2189).render()
+    assert "below C/W_ici = 2,189 on tpu-v5e" in ideal
+    assert "(1.2x)" in text  # t_comm / t_math from the fields
+
+
+def test_missing_wraparound_saving_is_the_difference_it_prints():
+    """Issue 9: HA202 printed "saves 2.94 ms" beside "from 23.8 ms to 18.9 ms" (another scope). The message's
+    saving is its own two figures' difference."""
+    m = MissingWraparound(axis="data", chips=8, collectives=3, seconds=23.8e-3, alternative_seconds=18.9e-3)
+    text = m.render()
+    assert "23.8 ms per step, 18.9 ms on a closed ring" in text and "saves 4.90 ms" in text
+
+
+def test_roofline_fix_never_prints_an_empty_plan():
+    """Issue 9: "fold 'data' (4 ways) into 'model' (2 -> 8): , compute-bound together (... summed = 0.00 <= 1)"
+    -- folding the axis away was claimed compute-bound with no figure for the other roofline."""
+    fix = roofline_fix("fsdp", 500, 2189, ("data",), 4, [("model", 2)], None, 2189)
+    assert ": ," not in fix and "summed = 0.00" not in fix
+    assert "fold 'data'" not in fix and "raise the batch per chip" in fix
+
+
+def test_diagnostic_keeps_its_finding_out_of_json_and_equality():
+    m = MissingWraparound(axis="X", chips=8, collectives=1, seconds=2e-3, alternative_seconds=1e-3)
+    d = Diagnostic("HA202", "missing-wraparound", m.render(), finding=m)
+    assert d == Diagnostic("HA202", "missing-wraparound", m.render())
+    assert "finding" not in d.to_dict()
+    assert d.finding.fields()["seconds"] == 2e-3
+
+
+@pytest.mark.slow
+def test_rule_messages_are_rendered_from_their_findings(analysed):
+    """On real programs every finding of a rule with a message class carries it, and its text is exactly the
+    rendering of that finding (nothing appended or edited afterwards but the merge note)."""
+    for expr in ("fsdp_matmul(128)", "megatron_mlp(f=8192)", "gather_on_axis('X')", "many_small_psums(False)"):
+        for d in analysed(expr).diagnostics:
+            if d.code.startswith("HA9"):
+                continue
+            assert isinstance(d.finding, Message), d.code
+            assert d.message.startswith(d.finding.render()), d.code
+
+
+@pytest.mark.slow
+def test_ha101_names_the_contraction_the_matmul_has(analysed):
+    """Issue 9: "F/Y = 32 features contracted per chip" for a dot that contracts 64. Here A[N, M_X] . B[M, K]
+    contracts M/X = 1024/8 = 128 per chip and its output is all-reduced: FLOPs / (2 x elements moved) is 64
+    (an AllReduce moves each element twice). The text says both, each for what it is, and the fix speaks of
+    F/Y = 128 against twice C/W_ici."""
+    d = next(d for d in analysed("sliced_weight_then_psum(False)").diagnostics if d.code == "HA101")
+    assert "F/Y / 2 = 64 per output element all-reduced over 'X'" in d.message
+    assert "F/Y = 128 features contracted per chip" in d.message
+    assert "F/Y = 64 features" not in d.message and "F/Y = 64 means" not in d.fix
+    assert "F/Y = 128 means F = 1,024 output features" in d.fix and "F/5,100" in d.fix
