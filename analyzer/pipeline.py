@@ -790,32 +790,19 @@ def _seconds(c: Collective) -> float:
     return float(c.cost.seconds) if c.cost is not None else 0.0
 
 
-def _branch_max(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
-    """Sum of values, taking for each conditional only its costliest branch (recursively)."""
-    total = 0.0
-    nested: dict[str, dict[int, list]] = {}
-    for key, v in items:
-        if not key:
-            total += v
-        else:
-            (cond, idx), rest = key[0], key[1:]
-            nested.setdefault(cond, {}).setdefault(idx, []).append((rest, v))
-    for branches in nested.values():
-        total += max(_branch_max(b) for b in branches.values())
-    return total
-
-
 def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: StepPrediction) -> Totals:
-    comm = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows])
+    from analyzer.analysis.step import branch_sum  # each conditional counted by its costliest branch
+
+    comm = branch_sum([(c.branch, _seconds(c) * c.count) for c in rows])
     by_kind: dict[str, float] = {}
     by_axis: dict[str, float] = {}
     for kind in sorted({c.kind for c in rows}):
-        by_kind[kind] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if c.kind == kind])
+        by_kind[kind] = branch_sum([(c.branch, _seconds(c) * c.count) for c in rows if c.kind == kind])
     for label in sorted({_axis_key(c) for c in rows}):
-        by_axis[label] = _branch_max([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
-    comm_bytes = round(_branch_max([(c.branch, float(c.bytes) * c.count) for c in rows]))
-    flops = _branch_max([(d.branch, d.flops * d.count) for d in dots])
-    matmul = _branch_max([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
+        by_axis[label] = branch_sum([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
+    comm_bytes = round(branch_sum([(c.branch, float(c.bytes) * c.count) for c in rows]))
+    flops = branch_sum([(d.branch, d.flops * d.count) for d in dots])
+    matmul = branch_sum([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
     return Totals(comm_seconds=comm, compute_seconds=step.compute_seconds, by_kind=by_kind, by_axis=by_axis,
                   comm_bytes=comm_bytes, flops=flops, step_seconds=step.step_seconds,
                   exposed_comm_seconds=step.exposed_comm_seconds, exposed_by_axis=dict(step.exposed_by_axis),

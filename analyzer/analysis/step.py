@@ -737,8 +737,8 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     tl = w.timeline(module.entry.name)
     n = chips if chips is not None else max(1, module.num_partitions * max(1, module.replica_count))
     peak = float(hardware.peak_flops)
-    executed = _branch_sum([(d.branch, d.flops * d.count) for d in dots])
-    model = _branch_sum([(d.branch, d.flops * d.count) for d in dots if not _is_remat(d)])
+    executed = branch_sum([(d.branch, d.flops * d.count) for d in dots])
+    model = branch_sum([(d.branch, d.flops * d.count) for d in dots if not _is_remat(d)])
     step = tl.duration
     exposed_rows = tuple(float(tl.exposed.get(r, 0.0)) for r in range(len(collectives)))
     by_axis: dict[str, float] = {}
@@ -764,7 +764,7 @@ def _is_remat(d: Dot) -> bool:
     return "remat" in name or "checkpoint" in name
 
 
-def _branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
+def branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
     """Sum over dots, each conditional counted by its costliest branch (as the totals do)."""
     total = 0.0
     nested: dict[str, dict[int, list]] = {}
@@ -775,5 +775,5 @@ def _branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float
             (cond, idx), rest = key[0], key[1:]
             nested.setdefault(cond, {}).setdefault(idx, []).append((rest, v))
     for branches in nested.values():
-        total += max(_branch_sum(b) for b in branches.values())
+        total += max(branch_sum(b) for b in branches.values())
     return total
