@@ -174,7 +174,8 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
             saving = layout[2] - layout[3] if layout else None
         yield ctx.diagnostic(
             MissingWraparound(axis=name, chips=link.size, collectives=len(rows), seconds=current,
-                              alternative_seconds=better, assumed_slice=topo.slice.name if assumed else ""),
+                              alternative_seconds=better, assumed_slice=topo.slice.name if assumed else "",
+                              wraparound_possible=not impossible),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,

@@ -239,12 +239,19 @@ class MissingWraparound(Message):
     seconds: float
     alternative_seconds: float
     assumed_slice: str = ""
+    wraparound_possible: bool = True  # False: no slice of this many chips wraps, so the ring is no saving
 
     template: ClassVar[str] = (
         "mesh axis '{axis}' ({chips} chips) lies on a line without wraparound, so its {collectives} collective(s) "
         "send one way: {seconds:time} per step, {alternative_seconds:time} on a closed ring ({ratio:.2f}x, "
-        "saves {saving:time}){assumed}"
+        "{gain}){assumed}"
     )
+
+    @property
+    def gain(self) -> str:
+        if self.wraparound_possible:
+            return f"saves {format_seconds(self.saving)}"
+        return "a ring no slice of this size can have, so not a saving"
 
     @property
     def ratio(self) -> float:
