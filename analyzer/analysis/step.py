@@ -768,9 +768,13 @@ def _first_repeat(keys: Sequence[tuple], repeated: set, max_offset: int = 8) -> 
     """
     n = len(keys)
     for first in range(min(max_offset, n)):
-        for period in range(max(1, len(repeated)), (n - first) // 2 + 1):
-            if keys[first:first + period] == keys[first + period:first + 2 * period] and \
-                    repeated <= set(keys[first:first + period]):
+        # a repeat starts where the run's first key comes back: only those periods can match
+        for j in range(first + max(1, len(repeated)), n):
+            period = j - first
+            if j + period > n:
+                break
+            if keys[j] == keys[first] and all(keys[first + i] == keys[j + i] for i in range(period)) and \
+                    repeated <= set(keys[first:j]):
                 return first, period
     return None
 
