@@ -410,12 +410,12 @@ def layer_timeline(report: Report) -> list[Panel]:
     windows = layer_windows(step.windows)
     if not windows:
         return []
-    try:
-        slices = step_slices(report)
-    except AnalyzerError:
-        return []
     cut: list[tuple[tuple[str, float, float], list[Any]]] = []
     for label, a, b in windows:
+        try:
+            slices = step_slices(report, between=(a, b))
+        except AnalyzerError:
+            return []
         bars = []
         for s in slices:
             lo, hi = max(s.start, a), min(s.start + s.seconds, b)
