@@ -330,7 +330,8 @@ def breakdown_plot(report: Report) -> str | None:
     y = list(range(len(rows)))[::-1]
     left = 0.0
     for p in on:
-        ax.barh(y[0], p.seconds, left=left, color=colors[p.label], height=0.6, label=f"{p.label} ({format_seconds(p.seconds)})")
+        ax.barh(y[0], p.seconds, left=left, color=colors[p.label], height=0.6,
+                label=f"{p.label} ({format_seconds(p.seconds)})")
         left += p.seconds
     h_left = 0.0
     for p in hidden:
@@ -350,7 +351,7 @@ def breakdown_plot(report: Report) -> str | None:
     if hidden:
         ax.text(h_left + top * 0.01, y[1], format_seconds(h_left), va="center", fontsize=8.5, color=_TEXT)
     ax.set_xlabel(f"seconds per step ({unit})", color=_TEXT, fontsize=9)
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(len(on), 3), fontsize=8, frameon=False,
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=max(1, min(len(on), 3)), fontsize=8, frameon=False,
               borderaxespad=0.2, handlelength=1.2, columnspacing=1.2)
     return _to_svg(fig, "The predicted step, part by part")
 
