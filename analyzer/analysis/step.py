@@ -110,7 +110,9 @@ class StepPrediction:
       mfu, hfu: model_flops / (step x peak x chips), executed_flops / (same).
       overlap: "schedule" (the module's own schedule) or "model" (the overlap model of an unscheduled module).
       spans: the timeline (every instruction that takes time, every collective, loops unrolled).
-      windows: (label, start, end) of one iteration of each loop whose body holds dots, for the timeline plot.
+      windows: (label, start, end) of one layer, for the timeline plot: one iteration of each loop whose body
+        holds dots (`forward layer`, `backward layer`, or `layer` when the op names do not say); in a model
+        without such loops (unrolled), one repeat of the forward and of the backward dots' sequence.
       chips: devices the step runs on; peak_flops: per chip.
     """
 
@@ -306,6 +308,12 @@ class _Walker:
                         total += sum(self.flops_in(c) for c in i.called_computations)
             self.comp_flops[comp_name] = total
         return self.comp_flops[comp_name]
+
+    def holds_dot(self, inst: Instruction) -> bool:
+        """A dot, or a fusion/call whose computations hold one."""
+        if inst.opcode in _DOT_OPS:
+            return True
+        return inst.opcode in ("fusion", "call") and any(self.flops_in(c) for c in inst.called_computations)
 
     def _dot_dtype(self, comp_name: str) -> str:
         for (c, _), (_, dtype) in self.dot_flops.items():
@@ -554,7 +562,7 @@ class _Walker:
                     tl.spans.append((COMPUTE_TRACK, offset + own, excess, f"wait for {busiest[0]} ({inst.name})",
                                      comp.name, "wait", None, None))
         if b.has_dots and n:
-            label = _loop_label(self.module.by_name[body])
+            label = _loop_label(self.module.by_name[body], self.holds_dot)
             tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
         tl.windows.extend((lab, a + start, e + start) for lab, a, e in b.windows[:4])
         total = (fill if n else 0.0) + n * iteration + (drain if n else 0.0)
@@ -695,17 +703,80 @@ def _loop_parts(inst: Instruction) -> tuple[str | None, str | None]:
     return (body.lstrip("%") if body else None), (cond.lstrip("%") if cond else None)
 
 
-def _loop_label(body: Computation) -> str:
+def _loop_label(body: Computation, holds_dot: Any) -> str:
+    """`backward layer` when a dot of the body (or a fusion holding one) was transposed by autodiff,
+    `forward layer` when its dots are only differentiated, else `layer`. A backward body may recompute
+    forward dots (remat), so any transposed dot makes it backward."""
     from analyzer.analysis.mapping import pass_of
 
-    passes = {pass_of((i.metadata.op_name if i.metadata else None)) for i in body.instructions
-              if i.opcode in _DOT_OPS}
-    passes.discard("")
-    if passes == {"backward"}:
+    passes = {pass_of((i.metadata.op_name if i.metadata else None)) for i in body.instructions if holds_dot(i)}
+    if "backward" in passes:
         return "backward layer"
-    if passes == {"forward"}:
+    if "forward" in passes:
         return "forward layer"
     return "layer"
+
+
+def _repeat_windows(spans: Sequence[tuple], holds_dot: Any) -> list[tuple[str, float, float]]:
+    """One repeat of each pass of an unrolled model: (label, start, end) on the step's clock.
+
+    The dots of each pass (forward, backward: `mapping.pass_of`), in the order they run, are keyed by their
+    source (stack frame, file, line) and op. One layer is the shortest run of dots, starting at one of the
+    pass's first dots, that the next dots repeat exactly and that holds every key occurring more than once
+    in the pass (so two dots from one helper line are not taken for two layers). Only a prefix must repeat:
+    XLA may defer a backward pass's last weight gradients to its end. The window runs from the run's first
+    dot to the first dot of its repeat.
+
+    Example:
+        dot keys a b c a b c a b c d (forward)  ->  one window, from the first a to the second a
+    """
+    from analyzer.analysis.mapping import op_label, pass_of
+
+    seqs: dict[str, list[tuple[tuple, float]]] = {"forward": [], "backward": []}
+    for s in spans:
+        inst = s[7]
+        if s[0] != COMPUTE_TRACK or s[5] == "wait" or inst is None or not holds_dot(inst):
+            continue
+        md = inst.metadata
+        pass_ = pass_of(md.op_name if md is not None else None)
+        if pass_ in seqs:
+            key = ((md.stack_frame_id, md.source_file, md.source_line, op_label(md.op_name))
+                   if md is not None else (None, None, None, inst.opcode))
+            seqs[pass_].append((key, s[1]))
+    out = []
+    for pass_, seq in seqs.items():
+        keys = [k for k, _ in seq]
+        counts: dict[tuple, int] = {}
+        for k in keys:
+            counts[k] = counts.get(k, 0) + 1
+        repeated = {k for k, c in counts.items() if c > 1}
+        found = _first_repeat(keys, repeated)
+        if found is not None:
+            first, period = found
+            out.append((f"{pass_} layer (unrolled: {period} dots repeated, the first repeat)",
+                        seq[first][1], seq[first + period][1]))
+    return out
+
+
+def _first_repeat(keys: Sequence[tuple], repeated: set, max_offset: int = 8) -> tuple[int, int] | None:
+    """(first, period) of the earliest, shortest run keys[first:first+period] equal to the next `period` keys
+    and holding every key of `repeated`; None when there is none.
+
+    Example:
+        >>> _first_repeat(list("xabcabcabd"), set("abc"))
+        (1, 3)
+    """
+    n = len(keys)
+    for first in range(min(max_offset, n)):
+        # a repeat starts where the run's first key comes back: only those periods can match
+        for j in range(first + max(1, len(repeated)), n):
+            period = j - first
+            if j + period > n:
+                break
+            if keys[j] == keys[first] and all(keys[first + i] == keys[j + i] for i in range(period)) and \
+                    repeated <= set(keys[first:j]):
+                return first, period
+    return None
 
 
 # ---------------------------------------------------------------------- entry point
@@ -747,6 +818,7 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
         by_axis[key] = by_axis.get(key, 0.0) + exposed_rows[r]
     busy = {COMPUTE_TRACK: tl.compute, **tl.busy}
     spans = tuple(Span(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]) for s in tl.spans)
+    windows = tuple(tl.windows) or tuple(_repeat_windows(tl.spans, w.holds_dot))
     denom = step * peak * n
     return StepPrediction(
         step_seconds=step, compute_seconds=tl.compute, matmul_seconds=tl.matmul, memory_bound_seconds=tl.memory,
@@ -754,7 +826,7 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
         exposed_rows=exposed_rows, model_flops=model * n, executed_flops=executed * n,
         mfu=model * n / denom if denom > 0 else 0.0, hfu=executed * n / denom if denom > 0 else 0.0,
         overlap="schedule" if w.scheduled else "model", chips=n, peak_flops=peak, spans=spans,
-        windows=tuple(tl.windows), track_axes=dict(w.track_axes),
+        windows=windows, track_axes=dict(w.track_axes),
     )
 
 

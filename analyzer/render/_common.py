@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["what_to_do", "top_cause", "where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["StepPart", "step_breakdown", "step_rows", "what_to_do", "top_cause", "where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -304,6 +304,76 @@ def step_sentence(report: Report) -> str | None:
             f"{format_seconds(t.exposed_comm_seconds)} waiting for communication; of the "
             f"{format_seconds(t.comm_seconds)} the collectives take, {format_seconds(hidden)} runs behind compute "
             f"or on another link at the same time (docs/step.md).")
+
+
+@dataclass(frozen=True)
+class StepPart:
+    """One part of the predicted step (or of the communication hidden behind it).
+
+    Attributes:
+      label: what the reader sees, e.g. `compute, bound by HBM bandwidth`, `communication exposed over data`.
+      seconds: per step.
+      part: "flops" (compute bound by FLOPs), "memory" (compute bound by HBM bandwidth), "exposed"
+        (communication the compute stream waits for) or "hidden" (communication that runs behind compute or
+        on another link meanwhile: not part of the step).
+      axis: the mesh axis set of a communication part, else "".
+    """
+
+    label: str
+    seconds: float
+    part: str
+    axis: str = ""
+
+    @property
+    def on_step(self) -> bool:
+        return self.part != "hidden"
+
+
+def step_breakdown(report: Report) -> list[StepPart]:
+    """The predicted step split into parts that add up to `Totals.step_seconds`, then the hidden
+    communication per axis; empty without a step prediction.
+
+    The parts on the step: compute bound by FLOPs (`compute_seconds - memory_bound_seconds`), compute bound by
+    HBM bandwidth (`memory_bound_seconds`), and the exposed communication of each axis set
+    (`exposed_by_axis`). Since `exposed_comm_seconds = step_seconds - compute_seconds`, they add up to the
+    step; any exposed time the model could not charge to an axis is its own part. Hidden per axis:
+    `by_axis - exposed_by_axis`.
+
+    Example:
+        >>> parts = step_breakdown(report)
+        >>> abs(sum(p.seconds for p in parts if p.on_step) - report.totals.step_seconds) < 1e-12
+        True
+    """
+    t = report.totals
+    if t.step_seconds <= 0:
+        return []
+    memory = max(0.0, min(t.memory_bound_seconds, t.compute_seconds))
+    parts = [StepPart("compute, bound by FLOPs (matmuls)", t.compute_seconds - memory, "flops"),
+             StepPart("compute, bound by HBM bandwidth", memory, "memory")]
+    exposed = {k: float(v) for k, v in t.exposed_by_axis.items() if v > 0}
+    for axis, seconds in sorted(exposed.items(), key=lambda kv: -kv[1]):
+        parts.append(StepPart(f"communication exposed over {axis or '—'}", seconds, "exposed", axis))
+    rest = t.step_seconds - t.compute_seconds - sum(exposed.values())
+    if abs(rest) > 1e-6 * t.step_seconds:  # float noise is no part
+        parts.append(StepPart("communication exposed, not charged to an axis", rest, "exposed"))
+    hidden = {k: float(v) - exposed.get(k, 0.0) for k, v in t.by_axis.items()}
+    for axis, seconds in sorted(hidden.items(), key=lambda kv: -kv[1]):
+        if seconds > 1e-6 * t.step_seconds:
+            parts.append(StepPart(f"communication hidden over {axis or '—'}", seconds, "hidden", axis))
+    return parts
+
+
+def step_rows(report: Report) -> list[tuple[str, str, str]]:
+    """The step breakdown as (part, per step, share of the step) text rows for the tables of every renderer:
+    the parts on the step, a `predicted step` total, then the hidden communication (share `—`)."""
+    parts = step_breakdown(report)
+    if not parts:
+        return []
+    step = report.totals.step_seconds
+    rows = [(p.label, format_seconds(p.seconds), f"{100 * p.seconds / step:.1f}%") for p in parts if p.on_step]
+    rows.append(("predicted step", format_seconds(step), "100%"))
+    rows += [(f"{p.label} (not on the step)", format_seconds(p.seconds), "—") for p in parts if not p.on_step]
+    return rows
 
 
 def top_cause(report: Report) -> Any:

@@ -19,6 +19,9 @@ from analyzer.render._common import (
     dot_label,
     short_source,
     headline,
+    step_breakdown,
+    step_rows,
+    step_sentence,
     memory_lines,
     plan_lines,
     sorted_diagnostics,
@@ -208,6 +211,25 @@ def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:
     return [r for _, r in rows[:limit]]
 
 
+def _step_parts(report: Report) -> list[dict[str, str]]:
+    """The step breakdown (`_common.step_breakdown`) formatted: the parts on the step with their share of it,
+    then the hidden communication (no share: it is not part of the step)."""
+    from analyzer.render.plots import part_colors
+
+    parts = step_breakdown(report)  # on-step parts first, then hidden: step_rows' order, less its total row
+    colors = part_colors(parts)
+    on = sum(1 for p in parts if p.on_step)
+    out = []
+    for k, (label, seconds, share) in enumerate(step_rows(report)):
+        if k == on:  # the total, between the parts on the step and the hidden communication
+            out.append({"label": label, "seconds": seconds, "share": share, "part": "total", "color": ""})
+        else:
+            j = k if k < on else k - 1
+            out.append({"label": label, "seconds": seconds, "share": share, "part": parts[j].part,
+                        "color": colors[j]})
+    return out
+
+
 def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
     if sweep is None:
         return []
@@ -284,6 +306,8 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "kind": svg(plots.kind_plot(report)),
         "axis": svg(plots.axis_plot(report)),
         "layer": svg(plots.layer_plot(report)),
+        "breakdown": svg(plots.breakdown_plot(report)),
+        "timeline": svg(plots.timeline_plot(report)),
         "sweep": svg(plots.sweep_plot(sweep)) if sweep is not None else None,
     }
     context = {
@@ -291,6 +315,8 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "plan_lines": [(k, _short_topology(v) if k == "Topology" else v) for k, v in plan_lines(report)],
         "topology": report.topology,
         "headline": headline(report),
+        "step_sentence": step_sentence(report),
+        "step_parts": _step_parts(report),
         "what_to_do": what_to_do(report),
         "counts": counts,
         "mesh_axes": _mesh_axes(report),

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    step_rows,
     step_sentence,
     whatif_rows,
     argument_rows,
@@ -138,6 +139,11 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     sentence = step_sentence(report)
     if sentence:
         parts.append(sentence)
+    breakdown_rows = step_rows(report)
+    if breakdown_rows:
+        parts.append("### The step, part by part\n\n" + table(
+            ["part", "per step", "share of the step"],
+            [[f"**{a}**" if a == "predicted step" else a, b, c] for a, b, c in breakdown_rows], align="lrr"))
     arguments = argument_rows(report)
     if arguments:
         parts.append("## Arguments, as sharded\n\nDimension letters I, J, K, ... in order; `J_data` is split over "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.units import format_seconds, seconds_unit
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.sweep import SweepResult
 
-__all__ = ["Block", "layer_blocks", "kind_plot", "axis_plot", "layer_plot", "sweep_plot", "KIND_COLORS"]
+__all__ = ["Block", "layer_blocks", "kind_plot", "axis_plot", "layer_plot", "sweep_plot", "KIND_COLORS",
+           "Panel", "part_colors", "layer_windows", "layer_timeline", "timeline_plot", "breakdown_plot", "STEP_COLORS"]
 
 # One colour per collective kind, the same in every plot and in the HTML legend.
 KIND_COLORS: dict[str, str] = {
@@ -41,6 +42,14 @@ HALF_WIDTH = 5.5
 FULL_WIDTH = 11.4
 COMM_COLOR = "#c8463d"
 COMPUTE_COLOR = "#3b6fb6"
+MEMORY_COLOR = "#8fb3e0"
+WAIT_COLOR = "#9aa3ad"
+HIDDEN_COLOR = "#e8c4c1"
+# The parts of the step (render._common.step_breakdown), the same in the breakdown and timeline plots.
+STEP_COLORS: dict[str, str] = {"flops": COMPUTE_COLOR, "memory": MEMORY_COLOR, "exposed": COMM_COLOR,
+                               "hidden": HIDDEN_COLOR, "wait": WAIT_COLOR}
+# Exposed communication of each axis set: shades of the communication colour, most exposed first.
+_AXIS_SHADES = ("#c8463d", "#8e2a23", "#e27d72", "#5e1a16", "#f0aba3")
 _TEXT = "#222831"
 _GRID = "#e3e6ea"
 
@@ -279,3 +288,208 @@ def sweep_plot(sweep: SweepResult) -> str | None:
     ax.set_xlabel(f"predicted step time, compute + communication ({unit})", color=_TEXT, fontsize=9)
     _legend(ax, 2)
     return _to_svg(fig, "Predicted step time per candidate plan")
+
+
+# ---------------------------------------------------------------------- the step
+def part_colors(parts: Sequence[Any]) -> list[str]:
+    """The colour of each part of the step breakdown (`render._common.step_breakdown`), in order: compute in
+    blues, each exposed axis set its own shade of the communication red,
+    hidden communication pale.
+
+    Example:
+        >>> from analyzer.render._common import StepPart
+        >>> part_colors([StepPart("a", 1.0, "memory"), StepPart("b", 1.0, "exposed", "X"),
+        ...              StepPart("c", 1.0, "exposed", "Y")])
+        ['#8fb3e0', '#c8463d', '#8e2a23']
+    """
+    out, k = [], 0
+    for p in parts:
+        if p.part == "exposed":
+            out.append(_AXIS_SHADES[k % len(_AXIS_SHADES)])
+            k += 1
+        else:
+            out.append(STEP_COLORS[p.part])
+    return out
+
+
+def breakdown_plot(report: Report) -> str | None:
+    """The predicted step as one stacked bar (compute bound by FLOPs, by HBM bandwidth, exposed communication
+    per axis set: they add up to `step_seconds`), and the communication hidden behind it as a second bar."""
+    from analyzer.render._common import step_breakdown
+
+    parts = step_breakdown(report)
+    if not parts:
+        return None
+    colors = dict(zip((p.label for p in parts), part_colors(parts)))
+    on = [p for p in parts if p.on_step and p.seconds > 0]
+    hidden = [p for p in parts if not p.on_step]
+    rows = ["predicted step"] + (["communication hidden"] if hidden else [])
+    fig = _figure(FULL_WIDTH, 1.3 + 0.42 * len(rows))
+    ax = fig.add_subplot()
+    _style(ax)
+    y = list(range(len(rows)))[::-1]
+    left = 0.0
+    for p in on:
+        ax.barh(y[0], p.seconds, left=left, color=colors[p.label], height=0.6,
+                label=f"{p.label} ({format_seconds(p.seconds)})")
+        left += p.seconds
+    h_left = 0.0
+    for p in hidden:
+        ax.barh(y[1], p.seconds, left=h_left, color=HIDDEN_COLOR, edgecolor="#ffffff", linewidth=1.0, height=0.6)
+        h_left += p.seconds
+    top = max(left, h_left)
+    h_left = 0.0
+    for p in hidden:  # name each axis where its segment is wide enough to hold the name
+        if p.seconds >= 0.06 * top:
+            ax.text(h_left + p.seconds / 2, y[1], p.axis or "—", ha="center", va="center", fontsize=8, color=_TEXT)
+        h_left += p.seconds
+    ax.set_yticks(y, rows)
+    unit = _seconds_axis(ax, [top])
+    ax.set_xlim(0, top * 1.16 if top > 0 else 1)
+    ax.text(left + top * 0.01, y[0], format_seconds(report.totals.step_seconds), va="center", fontsize=8.5,
+            color=_TEXT)
+    if hidden:
+        ax.text(h_left + top * 0.01, y[1], format_seconds(h_left), va="center", fontsize=8.5, color=_TEXT)
+    ax.set_xlabel(f"seconds per step ({unit})", color=_TEXT, fontsize=9)
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=max(1, min(len(on), 3)), fontsize=8, frameon=False,
+              borderaxespad=0.2, handlelength=1.2, columnspacing=1.2)
+    return _to_svg(fig, "The predicted step, part by part")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One layer's stretch of the predicted step, ready to draw.
+
+    Attributes:
+      label: the window's label (`forward layer (while.34, iteration 1 of 4)`).
+      start, end: the window on the step's clock (seconds).
+      tracks: the tracks drawn, top to bottom: `compute`, `compute waits`, then the links.
+      bars: the trace's slices (`analyzer.render.trace.Slice`) that overlap the window, clipped to it, with
+        `start` relative to the window's start.
+    """
+
+    label: str
+    start: float
+    end: float
+    tracks: tuple[str, ...]
+    bars: tuple[Any, ...]
+
+
+def layer_windows(windows: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """The windows of one layer to draw: the first forward and the first backward one.
+
+    Of the step model's windows (`StepPrediction.windows`) only the innermost count (a loop over micro-batches
+    holds the layer loops); among them the first labelled `forward layer` and the first labelled
+    `backward layer`, or, when the op names said neither, the first two in time.
+
+    Example:
+        >>> layer_windows([("layer (while.1, iteration 1 of 2)", 0.0, 9.0), ("forward layer (while.2, ...)", 1.0, 2.0),
+        ...                ("backward layer (while.3, ...)", 4.0, 6.0)])
+        [('forward layer (while.2, ...)', 1.0, 2.0), ('backward layer (while.3, ...)', 4.0, 6.0)]
+    """
+    inner = [w for w in windows if not any(v != w and w[1] <= v[1] and v[2] <= w[2] for v in windows)]
+    chosen = []
+    for prefix in ("forward layer", "backward layer"):
+        first = next((w for w in inner if w[0].startswith(prefix)), None)
+        if first is not None:
+            chosen.append(first)
+    if not chosen:
+        chosen = sorted(inner, key=lambda w: w[1])[:2]
+    return sorted(chosen, key=lambda w: w[1])
+
+
+def layer_timeline(report: Report) -> list[Panel]:
+    """The predicted step of one layer, forward and backward, as panels of bars on tracks; empty when the
+    report has no step prediction or no layer window (`layer_windows`)."""
+    from analyzer.analysis.step import COMPUTE_TRACK
+    from analyzer.errors import AnalyzerError
+    from analyzer.render.trace import WAIT_TRACK, step_slices
+
+    step = getattr(getattr(report, "analysis", None), "step", None)
+    if step is None:
+        return []
+    windows = layer_windows(step.windows)
+    if not windows:
+        return []
+    cut: list[tuple[tuple[str, float, float], list[Any]]] = []
+    for label, a, b in windows:
+        try:
+            slices = step_slices(report, between=(a, b))
+        except AnalyzerError:
+            return []
+        bars = []
+        for s in slices:
+            lo, hi = max(s.start, a), min(s.start + s.seconds, b)
+            if hi > lo:
+                bars.append(replace(s, start=lo - a, seconds=hi - lo))
+        cut.append(((label, a, b), bars))
+    present = {s.track for _, bars in cut for s in bars}
+    links = sorted(present - {COMPUTE_TRACK, WAIT_TRACK})
+    tracks = tuple(t for t in (COMPUTE_TRACK, WAIT_TRACK) if t in present) + tuple(links)
+    return [Panel(label, a, b, tracks, tuple(bars)) for (label, a, b), bars in cut]
+
+
+_KIND_NAMES = {"matmul": "compute, bound by FLOPs", "memory": "compute, bound by HBM bandwidth",
+               "wait": "compute waits"}
+
+
+def _bar_color(s: Any) -> str:
+    if s.kind == "collective":
+        return KIND_COLORS.get(s.collective, COMM_COLOR)
+    return {"matmul": COMPUTE_COLOR, "memory": MEMORY_COLOR, "wait": WAIT_COLOR}.get(s.kind, "#777777")
+
+
+def _bar_title(s: Any) -> str:
+    kind = s.collective if s.kind == "collective" else _KIND_NAMES.get(s.kind, s.kind)
+    lines = [f"{s.name}: {format_seconds(s.seconds)} ({kind})"]
+    if s.notation:
+        lines.append(s.notation)
+    lines.append(f"source: {s.source}" if s.source else f"in {s.computation}")
+    return "\n".join(lines)
+
+
+def timeline_plot(report: Report) -> str | None:
+    """One layer of the predicted step, forward and backward: a panel each, one row per track (compute, its
+    waits, each link), a bar per instruction coloured by kind. Hovering a bar shows the HLO instruction, its
+    time, kind, collective notation and the user's source line (an SVG `<title>`).
+
+    Bars carry ids `tl-P-T-K` (panel P, track T in `Panel.tracks`, bar K) so the page and tests can find them.
+    """
+    from matplotlib.patches import Patch, Rectangle
+
+    panels = layer_timeline(report)
+    if not panels:
+        return None
+    tracks = panels[0].tracks
+    fig = _figure(FULL_WIDTH, 0.9 + len(panels) * (0.75 + 0.36 * max(len(tracks), 2)))
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    titles: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    for p, (panel, ax) in enumerate(zip(panels, axes)):
+        _style(ax)
+        row = {t: len(tracks) - 1 - k for k, t in enumerate(tracks)}
+        for k, s in enumerate(panel.bars):
+            gid = f"tl-{p}-{tracks.index(s.track)}-{k}"
+            color = _bar_color(s)
+            ax.add_patch(Rectangle((s.start, row[s.track] - 0.32), s.seconds, 0.64, facecolor=color,
+                                   edgecolor="none", gid=gid))
+            titles[gid] = _bar_title(s)
+            name = s.collective if s.kind == "collective" else _KIND_NAMES.get(s.kind, s.kind)
+            kinds.setdefault(name, color)
+        width = panel.end - panel.start
+        ax.set_ylim(-0.6, len(tracks) - 0.4)
+        ax.set_xlim(0, width if width > 0 else 1)
+        ax.set_yticks(list(row.values()), list(row))
+        unit = _seconds_axis(ax, [width])
+        ax.set_title(f"{panel.label}: {format_seconds(width)}", loc="left", fontsize=9, color=_TEXT)
+        ax.set_xlabel(f"time from the layer's start ({unit})", color=_TEXT, fontsize=9)
+    handles = [Patch(facecolor=c, label=n) for n, c in kinds.items()]
+    fig.legend(handles=handles, loc="outside upper left", ncol=max(len(handles), 1), fontsize=8, frameon=False,
+               handlelength=1.2, columnspacing=1.2)
+    svg = _to_svg(fig, "One layer of the predicted step, forward and backward")
+    return re.sub(r'<g id="(tl-\d+-\d+-\d+)">',
+                  lambda m: f'<g id="{m.group(1)}"><title>{_text(titles.get(m.group(1), ""))}</title>', svg)
+
+
+def _text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    step_rows,
     step_sentence,
     whatif_rows,
     collective_groups,
@@ -37,6 +38,7 @@ __all__ = [
     "plan_table",
     "collectives_table",
     "totals_table",
+    "step_table",
     "findings_renderables",
     "fit_columns",
     "sweep_table",
@@ -192,6 +194,28 @@ def totals_table(report: Report):
     return table
 
 
+def step_table(report: Report):
+    """The predicted step, part by part (`_common.step_rows`); None without a step prediction."""
+    from rich import box
+    from rich.table import Table
+
+    rows = step_rows(report)
+    if not rows:
+        return None
+    table = Table(title="The step, part by part", title_justify="left", box=box.SIMPLE, title_style="bold")
+    table.add_column("part")
+    table.add_column("per step", justify="right")
+    table.add_column("share of the step", justify="right")
+    for label, seconds, share in rows:
+        if label == "predicted step":
+            table.add_section()
+            table.add_row(label, seconds, share, style="bold")
+            table.add_section()
+        else:
+            table.add_row(label, seconds, share)
+    return table
+
+
 def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | None = None) -> list[RenderableType]:
     """One block per finding: `severity CODE name at location`, the message, the change and its saving.
 
@@ -320,6 +344,9 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     sentence = step_sentence(report)
     if sentence:
         console.print(sentence)
+    breakdown = step_table(report)
+    if breakdown is not None:
+        console.print(breakdown)
     console.print()
     n = len(report.diagnostics)
     console.print(Text(f"Findings ({n})", style="bold") if n else Text("No findings.", style="bold green"))

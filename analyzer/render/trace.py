@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from analyzer.errors import AnalyzerError
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
 
-__all__ = ["WAIT_TRACK", "check_trace_path", "trace_events", "write_trace"]
+__all__ = ["WAIT_TRACK", "Slice", "check_trace_path", "step_slices", "trace_events", "write_trace"]
 
 WAIT_TRACK = "compute waits"
 
@@ -51,6 +52,82 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+@dataclass(frozen=True)
+class Slice:
+    """One span of the predicted step as renderers show it (the trace here, the HTML timeline plot).
+
+    Attributes:
+      track: `compute`, `compute waits` (`WAIT_TRACK`) or a link (`ICI X`, `DCN data`).
+      start, seconds: on the step's clock, in seconds.
+      name: the HLO instruction (or, for a wait, what is waited for); computation: where it is.
+      kind: "matmul", "memory", "collective" or "wait" (`analyzer.analysis.step.Span.kind`).
+      source: the user's `file:line`, "" when unknown; op_name: the jax op name, "" when unknown.
+      row: the collective's row in `Report.collectives`, else None; notation: that row's notation, else "".
+      collective: that row's kind (`all-gather`, ...), else "".
+    """
+
+    track: str
+    start: float
+    seconds: float
+    name: str
+    computation: str
+    kind: str
+    source: str = ""
+    op_name: str = ""
+    row: int | None = None
+    notation: str = ""
+    collective: str = ""
+
+    @property
+    def label(self) -> str:
+        """The instruction with its source line: `fusion.3 (model.py:41)`."""
+        return f"{self.name} ({self.source})" if self.source else self.name
+
+
+def step_slices(report: Report, between: tuple[float, float] | None = None) -> list[Slice]:
+    """Every span of the report's predicted step that takes time, with its source line and collective row.
+
+    Waits of the compute stream go on their own track, `WAIT_TRACK`. Spans are in the order the step model
+    recorded them (loops unrolled, up to its `max_spans`). With `between=(start, end)` only the spans that
+    overlap that stretch of the step (unclipped).
+
+    Raises:
+      AnalyzerError: the report carries no step prediction (a report read back from JSON).
+    """
+    from analyzer.analysis.mapping import user_frame
+
+    analysis = getattr(report, "analysis", None)
+    step = getattr(analysis, "step", None)
+    if step is None:
+        raise AnalyzerError("this report carries no step prediction (was it read back from JSON?); a trace "
+                            "needs a report from analyze() or analyze_hlo()")
+    module = getattr(analysis, "module", None)
+    frame = report.collectives
+    notations = list(frame["notation"]) if frame is not None and "notation" in frame else []
+    kinds = list(frame["kind"]) if frame is not None and "kind" in frame else []
+    sources: dict[Any, str] = {}
+    out: list[Slice] = []
+    for s in step.spans:
+        if s.seconds <= 0 or (between is not None and not (s.start < between[1] and s.start + s.seconds > between[0])):
+            continue
+        source = op_name = ""
+        inst = s.instruction
+        if inst is not None and module is not None and inst.metadata is not None:
+            md = inst.metadata
+            key = (md.stack_frame_id, md.source_file, md.source_line)
+            if key not in sources:
+                sources[key] = user_frame(module, md.stack_frame_id, md.source_file, md.source_line)
+            source = sources[key]
+            op_name = md.op_name or ""
+        in_frame = s.row is not None and s.row < len(notations)
+        out.append(Slice(
+            track=WAIT_TRACK if s.kind == "wait" else s.track, start=s.start, seconds=s.seconds, name=s.name,
+            computation=s.computation, kind=s.kind, source=source, op_name=op_name, row=s.row,
+            notation=str(notations[s.row]) if in_frame else "",
+            collective=str(kinds[s.row]) if in_frame and s.row < len(kinds) and s.kind != "wait" else ""))
+    return out
+
+
 def trace_events(report: Report) -> dict[str, Any]:
     """The report's predicted step as Chrome trace data (`{"traceEvents": [...]}`).
 
@@ -62,18 +139,11 @@ def trace_events(report: Report) -> dict[str, Any]:
         >>> sorted(e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name")
         ['ICI X', 'ICI X,Y', 'ICI Y', 'compute', 'compute waits']
     """
-    from analyzer.analysis.mapping import user_frame
     from analyzer.analysis.step import COMPUTE_TRACK
 
-    analysis = getattr(report, "analysis", None)
-    step = getattr(analysis, "step", None)
-    if step is None:
-        raise AnalyzerError("this report carries no step prediction (was it read back from JSON?); a trace "
-                            "needs a report from analyze() or analyze_hlo()")
-    module = getattr(analysis, "module", None)
-    frame = report.collectives
-    notations = list(frame["notation"]) if frame is not None and "notation" in frame else []
-    links = sorted({s.track for s in step.spans if s.track != COMPUTE_TRACK and s.kind != "wait"})
+    slices = step_slices(report)
+    step = report.analysis.step
+    links = sorted({s.track for s in slices if s.track not in (COMPUTE_TRACK, WAIT_TRACK)})
     tids = {COMPUTE_TRACK: 1, WAIT_TRACK: 2, **{t: 3 + k for k, t in enumerate(links)}}
     title = f"{report.name or 'step'}: predicted on {report.hardware} ({report.target})"
     events: list[dict[str, Any]] = [
@@ -82,28 +152,16 @@ def trace_events(report: Report) -> dict[str, Any]:
     for track, tid in tids.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": track}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
-    sources: dict[Any, str] = {}
-    for s in step.spans:
-        if s.seconds <= 0:
-            continue
-        track = WAIT_TRACK if s.kind == "wait" else s.track
+    for s in slices:
         args: dict[str, Any] = {"computation": s.computation, "kind": s.kind}
-        inst = s.instruction
-        if inst is not None and module is not None:
-            md = inst.metadata
-            if md is not None:
-                key = (md.stack_frame_id, md.source_file, md.source_line)
-                if key not in sources:
-                    sources[key] = user_frame(module, md.stack_frame_id, md.source_file, md.source_line)
-                if sources[key]:
-                    args["source"] = sources[key]
-                if md.op_name:
-                    args["op_name"] = md.op_name
-        if s.row is not None and s.row < len(notations):
-            args["notation"] = str(notations[s.row])
-        label = s.name if not args.get("source") else f"{s.name} ({args['source']})"
-        events.append({"name": label, "cat": s.kind, "ph": "X", "ts": s.start * 1e6, "dur": s.seconds * 1e6,
-                       "pid": 1, "tid": tids[track], "args": args})
+        if s.source:
+            args["source"] = s.source
+        if s.op_name:
+            args["op_name"] = s.op_name
+        if s.notation:
+            args["notation"] = s.notation
+        events.append({"name": s.label, "cat": s.kind, "ph": "X", "ts": s.start * 1e6, "dur": s.seconds * 1e6,
+                       "pid": 1, "tid": tids[s.track], "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"step_seconds": step.step_seconds, "compute_seconds": step.compute_seconds,
                           "exposed_comm_seconds": step.exposed_comm_seconds, "hardware": report.hardware,

@@ -93,9 +93,14 @@ def _render(browser: str, page: Path, selectors: list[str], shot: Path, tmp: Pat
     probed = tmp / f"probed-{page.name}"
     text = page.read_text(encoding="utf-8")
     probed.write_text(text.replace("</body>", PROBE % json.dumps(selectors) + "</body>"), encoding="utf-8")
-    dom = _run(browser, [f"--window-size={WIDTH},1000", "--dump-dom", probed.as_uri()], tmp / "profile-dom")
+    dom = _run(browser, [f"--window-size={WIDTH},1000", "--enable-logging=stderr", "--v=0", "--dump-dom",
+                         probed.as_uri()], tmp / "profile-dom")
     match = re.search(r'<pre id="layout-probe"[^>]*>(.*?)</pre>', dom.stdout, re.S)
     assert match, f"Chromium did not run the page: {dom.stderr[-2000:]}"
+    # Chromium logs every console message (errors, failed loads) as `...:CONSOLE...] "text"`; the page has no
+    # script of its own and the probe logs nothing, so any such line is a fault of the page.
+    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, f"console messages while loading {page.name}: {console[:5]}"
     layout = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     height = int(layout["height"]) + 40
     result = _run(browser, [f"--window-size={WIDTH},{height}", f"--screenshot={shot}", page.as_uri()],
@@ -151,13 +156,19 @@ def test_report_renders_in_chromium(chromium, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     shutil.copy(page, ARTIFACTS / "report.html")
     selectors = ["#plot-kind svg", "#plot-axis svg", "#plot-layer svg", "#collectives-table", "#mesh-table",
-                 "#what-if-table", "#summary", "#findings", "#plan"]
+                 "#what-if-table", "#summary", "#findings", "#plan", "#plot-breakdown svg", "#plot-timeline svg",
+                 "#step-table"]
     layout, pixels = _render(chromium, page, selectors, ARTIFACTS / "report-chromium.png", tmp_path)
     assert layout["width"] <= WIDTH, "the page scrolls sideways"
     kinds = [plots.KIND_COLORS["all-gather"], plots.KIND_COLORS["reduce-scatter"]]
     _check_plot(pixels, layout, "#plot-kind svg", kinds)
     _check_plot(pixels, layout, "#plot-axis svg", kinds)
     _check_plot(pixels, layout, "#plot-layer svg", [plots.COMM_COLOR, plots.COMPUTE_COLOR])
+    # The step: its breakdown (HBM-bound compute and exposed communication at this size) and one layer's
+    # timeline (compute bars, gathers on a link).
+    _check_plot(pixels, layout, "#plot-breakdown svg", [plots.MEMORY_COLOR, plots.COMM_COLOR])
+    _check_plot(pixels, layout, "#plot-timeline svg", [plots.MEMORY_COLOR, plots.KIND_COLORS["all-gather"]])
+    _check_table(layout, "#step-table", 4)
     _check_table(layout, "#collectives-table", 4, min_width=800)
     _check_table(layout, "#mesh-table", 2)
     _check_table(layout, "#what-if-table", 2)

@@ -41,8 +41,10 @@ def test_self_contained_with_plots_and_tables(report):
     assert parser.external == []  # no scripts, stylesheets, images or fonts fetched
     assert "<link" not in text and "<script" not in text
     assert {"summary", "sweep", "plan", "plots", "findings", "collectives", "notes", "collectives-table",
-            "sweep-table", "plot-kind", "plot-axis", "plot-layer", "plot-sweep"} <= parser.ids
-    assert parser.tags.count("svg") == 4
+            "sweep-table", "plot-kind", "plot-axis", "plot-layer", "plot-sweep", "step", "step-table",
+            "plot-breakdown"} <= parser.ids
+    # kind, axis, layer, sweep and the step breakdown; no timeline: a hand-built report has no step spans
+    assert parser.tags.count("svg") == 5 and "plot-timeline" not in parser.ids
     rows = re.search(r'<table id="collectives-table">(.*?)</table>', text, re.S).group(1)
     assert rows.count("<tr>") == len(report.collectives) + 1  # header + one per collective
 
