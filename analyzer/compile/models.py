@@ -26,9 +26,9 @@ the *model* axis is the mesh's last axis, the *data* axes are all the others (ov
 | `fsdp+tp` | In[B_X, D_Y]       | W_in[D_X, F_Y], W_out[F_Y, D_X], H_Y     | needs two axes            |
 | `ep`      | In[B_XY, D]        | experts W_in[E_Y, D, F], attention repl. | In[B_X, D], W_in[E_X,...] |
 
-`dp` and `fsdp` use every axis as a data axis. `replica_axes=` names axes that split the batch but keep every
-weight whole (plain data parallelism beside FSDP: MaxText's `data` axis, or the DCN axis between slices). In `ep` the tokens are sharded over all axes and the experts
-over the model axis; dispatching tokens to experts is an AllToAll over the model axis (and back).
+`dp` and `fsdp` use every axis as a data axis; axes named in `replica_axes=` split the batch but never the
+weights (data parallelism beside FSDP: MaxText's `data` axis, DCN slices). In `ep` the tokens are sharded over
+all axes and the experts over the model axis; dispatching tokens to experts is an AllToAll over it (and back).
 The template lets XLA choose intermediate shardings: `build`'s arguments live on an `AxisType.Auto` copy of
 the mesh, `with_sharding_constraint` pins the residual stream at each layer boundary, and when the step is
 traced on a mesh with Explicit axes (e.g. `lower(..., mesh={"X": (2, "explicit"), ...})`) the forward and
@@ -57,8 +57,8 @@ def _config_error(message: str, where: str = "TransformerConfig") -> ConfigError
     """A ConfigError that names the input (`TransformerConfig` or the strategy argument) as its place."""
     return ConfigError(message, path=where)
 
-__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "MLPS", "TransformerConfig", "Roles", "roles", "build", "param_specs"]
-
+__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "MLPS", "TransformerConfig", "Roles", "roles", "build",
+           "param_specs"]
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -528,7 +528,8 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
 
 
 def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Sequence[str] | None = None,
-          model_axis: str | None = None, replica_axes: Sequence[str] = ()) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+          model_axis: str | None = None,
+          replica_axes: Sequence[str] = ()) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """A training step of the template transformer sharded by a strategy, and its abstract arguments.
 
     Args:
