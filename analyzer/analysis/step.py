@@ -831,9 +831,12 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
 
 
 def _is_remat(d: Dot) -> bool:
+    """A dot that recomputes the forward pass for the backward pass. jax names that recomputation
+    `.../checkpoint/rematted_computation/...`; the other dots of a checkpointed block (its forward pass and its
+    backward pass) carry `checkpoint` too and are model FLOPs."""
     md = d.instruction.metadata
     name = (md.op_name or "") if md is not None else ""
-    return "remat" in name or "checkpoint" in name
+    return "rematted_computation" in name
 
 
 def branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:

@@ -6,10 +6,13 @@ optimizer update of a stack of transformer blocks, the layers in a `lax.scan`) a
 demo, report configs and sweeps.
 
 A block is a pre-norm transformer layer: parameter-free RMSNorm (optional), grouped-query causal attention
-(`W_q[D, H, K]`, `W_k[D, KV, K]`, `W_v[D, KV, K]`, `W_o[H, K, D]`) and an MLP (`W_in[D, F]`, `W_out[F, D]`), or
-for `ep` a mixture-of-experts MLP (router `W_r[D, E]`, experts `W_in[E, D, F]`, `W_out[E, F, D]`, top-1
-routing with a capacity, GShard-style dispatch). The loss is the mean squared error of the stack's output
-against a target of the input's shape (no embedding or vocabulary: the blocks are what the sharding is about).
+(`W_q[D, H, K]`, `W_k[D, KV, K]`, `W_v[D, KV, K]`, `W_o[H, K, D]`) and an MLP (`W_in[D, F]`, `W_out[F, D]`; with
+`mlp="gated_silu"` also `W_gate[D, F]`), or for `ep` a mixture-of-experts MLP (router `W_r[D, E]`, experts
+`W_in[E, D, F]`, `W_out[E, F, D]`, top-1 routing with a capacity, GShard-style dispatch). By default the loss is
+the mean squared error of the stack's output against a target of the input's shape (no embedding or vocabulary:
+the blocks are what the sharding is about); with `vocab=V` the step is a language model's (token ids in, an
+embedding `W_emb[V, D]`, an unembedding `W_unemb[D, V]`, cross-entropy), configured like MaxText's runs in
+`examples/maxtext_v5p.py`.
 
 Mesh axes and roles. The mesh is the user's, with the user's axis names. Each strategy gives the axes roles:
 the *model* axis is the mesh's last axis, the *data* axes are all the others (override with `data_axes=` and
@@ -23,8 +26,9 @@ the *model* axis is the mesh's last axis, the *data* axes are all the others (ov
 | `fsdp+tp` | In[B_X, D_Y]       | W_in[D_X, F_Y], W_out[F_Y, D_X], H_Y     | needs two axes            |
 | `ep`      | In[B_XY, D]        | experts W_in[E_Y, D, F], attention repl. | In[B_X, D], W_in[E_X,...] |
 
-`dp` and `fsdp` use every axis as a data axis. In `ep` the tokens are sharded over all axes and the experts
-over the model axis; dispatching tokens to experts is an AllToAll over the model axis (and back).
+`dp` and `fsdp` use every axis as a data axis; axes named in `replica_axes=` split the batch but never the
+weights (data parallelism beside FSDP: MaxText's `data` axis, DCN slices). In `ep` the tokens are sharded over
+all axes and the experts over the model axis; dispatching tokens to experts is an AllToAll over it (and back).
 The template lets XLA choose intermediate shardings: `build`'s arguments live on an `AxisType.Auto` copy of
 the mesh, `with_sharding_constraint` pins the residual stream at each layer boundary, and when the step is
 traced on a mesh with Explicit axes (e.g. `lower(..., mesh={"X": (2, "explicit"), ...})`) the forward and
@@ -53,16 +57,23 @@ def _config_error(message: str, where: str = "TransformerConfig") -> ConfigError
     """A ConfigError that names the input (`TransformerConfig` or the strategy argument) as its place."""
     return ConfigError(message, path=where)
 
-__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "TransformerConfig", "Roles", "roles", "build", "param_specs"]
-
+__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "MLPS", "TransformerConfig", "Roles", "roles", "build",
+           "param_specs"]
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "bfloat16", "float16")
 # Rematerialisation policies of a block (what the backward pass keeps from the forward pass):
 # "none" keeps every activation; "full" keeps only the block's input and recomputes the rest
 # (jax.checkpoint with nothing saveable); "dots" keeps the matmul outputs and recomputes the
-# elementwise work between them (jax.checkpoint_policies.checkpoint_dots).
-REMAT_POLICIES = ("none", "full", "dots")
+# elementwise work between them (jax.checkpoint_policies.checkpoint_dots); "minimal" keeps only the outputs of
+# matmuls without batch dimensions, i.e. the projections by weights, and recomputes attention's score and value
+# matmuls (jax.checkpoint_policies.dots_with_no_batch_dims_saveable, MaxText's `remat_policy=minimal`).
+REMAT_POLICIES = ("none", "full", "dots", "minimal")
+# MLP of a block: "gelu" is GELU(x W_in) W_out; "gated_silu" is (SiLU(x W_in) * (x W_gate)) W_out, the gated
+# linear unit of LLaMA-style models (MaxText's `mlp_activations: ["silu", "linear"]`), a third matrix W_gate[D, F].
+MLPS = ("gelu", "gated_silu")
+# Fields where 0 means "not used" (no embedding; head dim from d_model // heads).
+_ZERO_MEANS_DEFAULT = ("vocab", "head_dim")
 
 
 @dataclass(frozen=True)
@@ -72,8 +83,10 @@ class TransformerConfig:
     Attributes:
       d_model: D, the residual width.
       d_ff: F, the MLP hidden width (per expert for `ep`).
-      heads: H, query heads; `d_model` must be a multiple (head dim K = d_model // heads).
+      heads: H, query heads; `d_model` must be a multiple unless `head_dim` is set.
       kv_heads: KV heads for grouped-query attention; divides `heads`.
+      head_dim: K, the width of one head; 0 (default) means d_model // heads. With it set, H x K need not be
+        d_model (MaxText keeps K = 128 while scaling heads and d_model).
       layers: L, blocks in the `lax.scan`.
       seq: S, tokens per sequence.
       batch: B, sequences per step (global).
@@ -88,6 +101,11 @@ class TransformerConfig:
       remat: what the backward pass keeps of each block's forward pass: one of `REMAT_POLICIES`.
       microbatches: gradient accumulation: the step runs forward and backward on `batch // microbatches`
         sequences at a time (a `lax.scan`), sums the gradients, then updates once; `batch` must be a multiple.
+      mlp: the MLP of a block, one of `MLPS`: "gelu" (two matrices) or "gated_silu" (three).
+      vocab: V. 0 (default): the blocks alone, input and target are activations [B, S, D] and the loss is their
+        mean squared error. V > 0: a language model: the input and target are token ids int32[B, S], an
+        embedding table W_emb[V, D] turns ids into the residual stream (a gather), an unembedding W_unemb[D, V]
+        turns the last block's (normed) output into logits, and the loss is the mean cross-entropy.
     """
 
     d_model: int = 256
@@ -106,20 +124,30 @@ class TransformerConfig:
     learning_rate: float = 1e-3
     remat: str = "none"
     microbatches: int = 1
+    head_dim: int = 0
+    mlp: str = "gelu"
+    vocab: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise _config_error(f"{f.name} must be a positive integer, got {value!r}")
+            if f.type != "int":
+                continue
+            low = 0 if f.name in _ZERO_MEANS_DEFAULT else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                what = "a non-negative integer (0: not used)" if low == 0 else "a positive integer"
+                raise _config_error(f"{f.name} must be {what}, got {value!r}")
         if self.dtype not in DTYPES:
             raise _config_error(f"dtype {self.dtype!r}: " + valid_choices(self.dtype, DTYPES,
                                                                                            what="dtypes"))
         if self.optimizer not in OPTIMIZERS:
             raise _config_error(f"optimizer {self.optimizer!r}: "
                               + valid_choices(self.optimizer, OPTIMIZERS, what="optimizers"))
-        if self.d_model % self.heads:
-            raise _config_error(f"d_model={self.d_model} is not a multiple of heads={self.heads}")
+        if not self.head_dim and self.d_model % self.heads:
+            raise _config_error(f"d_model={self.d_model} is not a multiple of heads={self.heads} "
+                                "(or set head_dim)")
+        if self.mlp not in MLPS:
+            raise _config_error(f"mlp {self.mlp!r}: " + valid_choices(str(self.mlp), MLPS, what="MLPs"))
         if self.heads % self.kv_heads:
             raise _config_error(f"heads={self.heads} is not a multiple of "
                               f"kv_heads={self.kv_heads}")
@@ -132,8 +160,9 @@ class TransformerConfig:
             raise _config_error(f"batch={self.batch} is not a multiple of microbatches={self.microbatches}")
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
+    def k(self) -> int:
+        """K, the width of one head: `head_dim`, or d_model // heads when it is 0."""
+        return self.head_dim or self.d_model // self.heads
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,14 +171,21 @@ class TransformerConfig:
 @dataclass(frozen=True)
 class Roles:
     """Which mesh axes play which part: `data` axes shard the batch, the `model` axis the weights (tp) or
-    experts (ep); `fsdp` are the axes the weights are sharded over for FSDP (the data axes)."""
+    experts (ep); `fsdp` are the axes the weights are sharded over for FSDP (the data axes). `replica` axes
+    shard the batch too but never the weights (plain data parallelism next to FSDP, e.g. across DCN slices)."""
 
     data: tuple[str, ...]
     model: str | None
+    replica: tuple[str, ...] = ()
+
+    @property
+    def batch(self) -> tuple[str, ...]:
+        """The axes the batch is split over, major to minor: the replica axes, then the data axes."""
+        return self.replica + tuple(a for a in self.data if a not in self.replica)
 
 
 def roles(strategy: str, axis_names: Sequence[str], *, data_axes: Sequence[str] | None = None,
-          model_axis: str | None = None) -> Roles:
+          model_axis: str | None = None, replica_axes: Sequence[str] = ()) -> Roles:
     """The roles of the mesh axes under a strategy.
 
     Args:
@@ -158,35 +194,48 @@ def roles(strategy: str, axis_names: Sequence[str], *, data_axes: Sequence[str] 
       data_axes, model_axis: explicit choices; by default the model axis is the last axis and the data axes
         the others (`dp` and `fsdp` use every axis as a data axis; a one-axis mesh gives its axis to the
         strategy's own role).
+      replica_axes: axes that split the batch but keep every weight whole (taken out of the default data
+        axes); e.g. MaxText's `data` axis next to `fsdp`, or the DCN axis of a multi-slice run.
 
     Example:
         >>> roles("fsdp+tp", ("data", "model"))
-        Roles(data=('data',), model='model')
+        Roles(data=('data',), model='model', replica=())
+        >>> roles("fsdp+tp", ("slice", "fsdp", "tensor"), replica_axes=("slice",)).batch
+        ('slice', 'fsdp')
     """
     names = tuple(axis_names)
     if strategy not in STRATEGIES:
         raise _config_error(f"unknown strategy {strategy!r}: " + valid_choices(strategy, STRATEGIES, what="strategies"),
                             where="strategy")
-    for axis in (*(data_axes or ()), *((model_axis,) if model_axis else ())):
+    replica = tuple(replica_axes)
+    for axis in (*(data_axes or ()), *((model_axis,) if model_axis else ()), *replica):
         if axis not in names:
             raise MeshError(f"strategy {strategy!r}: mesh axis {axis!r} is not in the mesh {names}; "
                             + valid_choices(axis, names, what="axes"))
+    both = set(replica) & set(data_axes or ()) | ({model_axis} & set(replica))
+    if both:
+        raise MeshError(f"strategy {strategy!r}: axes {sorted(both)} cannot be replica axes and also data or "
+                        "model axes")
+    rest = tuple(n for n in names if n not in replica)
     if strategy in ("dp", "fsdp"):
         if model_axis is not None:
             raise MeshError(f"strategy {strategy!r} has no model axis; got model_axis={model_axis!r}")
-        return Roles(tuple(data_axes) if data_axes is not None else names, None)
+        return Roles(tuple(data_axes) if data_axes is not None else rest, None, replica)
     model = model_axis if model_axis is not None else names[-1]
+    if model in replica:
+        raise MeshError(f"strategy {strategy!r}: the model axis {model!r} cannot be a replica axis; name the "
+                        "model axis with model_axis=")
     if data_axes is not None:
         data = tuple(data_axes)
     elif strategy == "ep":
-        data = names  # tokens over every axis; experts over the model axis
+        data = rest  # tokens over every axis; experts over the model axis
     else:
-        data = tuple(n for n in names if n != model)
+        data = tuple(n for n in rest if n != model)
     if strategy != "ep" and model in data:
         raise MeshError(f"strategy {strategy!r}: axis {model!r} cannot be both a data axis and the model axis")
     if strategy == "fsdp+tp" and not data:
         raise MeshError(f"strategy 'fsdp+tp' needs two mesh axes (data and model); the mesh has only {names}")
-    return Roles(data, model)
+    return Roles(data, model, replica)
 
 
 def _spec_entry(axes: Sequence[str]) -> Any:
@@ -207,7 +256,9 @@ def param_specs(config: TransformerConfig, strategy: str, r: Roles,
 
     Returns:
       dict name -> PartitionSpec for "w_q", "w_k", "w_v", "w_o" (when `config.attention`), "w_in", "w_out",
-      and "w_r" for `ep`.
+      "w_gate" (gated MLP), "w_r" for `ep`, and "w_emb", "w_unemb" (not stacked by layer) when `config.vocab`.
+      The embedding tables are sharded as MaxText shards them: vocabulary over the model axis, d_model over
+      the FSDP axes.
     """
     from jax.sharding import PartitionSpec as P
 
@@ -230,9 +281,15 @@ def param_specs(config: TransformerConfig, strategy: str, r: Roles,
     else:  # ep: attention data parallel, experts over the model axis
         attn = dict(w_q=P(), w_k=P(), w_v=P(), w_o=P())
         mlp = dict(w_r=P(), w_in=P(None, m), w_out=P(None, m))
+    if config.mlp == "gated_silu":
+        mlp["w_gate"] = mlp["w_in"]
     if config.attention:
         specs.update(attn)
     specs.update(mlp)
+    if config.vocab:
+        fsdp_d = d if strategy in ("fsdp", "fsdp+tp") else None
+        vocab_m = m if strategy in ("tp", "fsdp+tp") else None
+        specs.update(w_emb=P(vocab_m, fsdp_d), w_unemb=P(fsdp_d, vocab_m))
     return specs
 
 
@@ -241,12 +298,12 @@ def _activation_spec(strategy: str, r: Roles) -> Any:
     from jax.sharding import PartitionSpec as P
 
     if strategy == "fsdp+tp":
-        return P(_spec_entry(r.data), None, r.model)
-    return P(_spec_entry(r.data), None, None)
+        return P(_spec_entry(r.batch), None, r.model)
+    return P(_spec_entry(r.batch), None, None)
 
 
 def _param_shapes(c: TransformerConfig, strategy: str) -> dict[str, tuple[int, ...]]:
-    L, D, F, H, KV, K, E = c.layers, c.d_model, c.d_ff, c.heads, c.kv_heads, c.head_dim, c.experts
+    L, D, F, H, KV, K, E = c.layers, c.d_model, c.d_ff, c.heads, c.kv_heads, c.k, c.experts
     shapes: dict[str, tuple[int, ...]] = {}
     if c.attention:
         shapes.update(w_q=(L, D, H, K), w_k=(L, D, KV, K), w_v=(L, D, KV, K), w_o=(L, H, K, D))
@@ -254,7 +311,15 @@ def _param_shapes(c: TransformerConfig, strategy: str) -> dict[str, tuple[int, .
         shapes.update(w_r=(L, D, E), w_in=(L, E, D, F), w_out=(L, E, F, D))
     else:
         shapes.update(w_in=(L, D, F), w_out=(L, F, D))
+    if c.mlp == "gated_silu":
+        shapes["w_gate"] = shapes["w_in"]
+    if c.vocab:
+        shapes.update(w_emb=(c.vocab, D), w_unemb=(D, c.vocab))
     return shapes
+
+
+# Parameters outside the scanned stack of blocks.
+_TOP_LEVEL = ("w_emb", "w_unemb")
 
 
 def _check_divides(shape: Sequence[int], spec: Any, sizes: dict[str, int], what: str, hint: str) -> None:
@@ -290,20 +355,24 @@ def _attention(x: Any, p: dict[str, Any], c: TransformerConfig) -> Any:
     q = jnp.einsum("bsd,dhk->bshk", x, p["w_q"])
     k = jnp.einsum("bsd,dgk->bsgk", x, p["w_k"])
     v = jnp.einsum("bsd,dgk->bsgk", x, p["w_v"])
-    q = q.reshape(B, S, c.kv_heads, groups, c.head_dim)
-    scores = jnp.einsum("bsgrk,btgk->bgrst", q, k).astype(jnp.float32) / math.sqrt(c.head_dim)
+    q = q.reshape(B, S, c.kv_heads, groups, c.k)
+    scores = jnp.einsum("bsgrk,btgk->bgrst", q, k).astype(jnp.float32) / math.sqrt(c.k)
     causal = jnp.tril(jnp.ones((S, S), dtype=bool))
     scores = jnp.where(causal, scores, -1e30)
     weights = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
-    out = jnp.einsum("bgrst,btgk->bsgrk", weights, v).reshape(B, S, c.heads, c.head_dim)
+    out = jnp.einsum("bgrst,btgk->bsgrk", weights, v).reshape(B, S, c.heads, c.k)
     return jnp.einsum("bshk,hkd->bsd", out, p["w_o"])
 
 
-def _mlp(x: Any, p: dict[str, Any]) -> Any:
+def _mlp(x: Any, p: dict[str, Any], c: TransformerConfig) -> Any:
     import jax
     import jax.numpy as jnp
 
-    h = jax.nn.gelu(jnp.einsum("bsd,df->bsf", x, p["w_in"]))
+    h = jnp.einsum("bsd,df->bsf", x, p["w_in"])
+    if c.mlp == "gated_silu":
+        h = jax.nn.silu(h) * jnp.einsum("bsd,df->bsf", x, p["w_gate"])
+    else:
+        h = jax.nn.gelu(h)
     return jnp.einsum("bsf,fd->bsd", h, p["w_out"])
 
 
@@ -329,15 +398,19 @@ def _moe(x: Any, p: dict[str, Any], c: TransformerConfig, r: Roles, groups: int)
     keep = (position >= 0) & (position < capacity)
     dispatch = (jax.nn.one_hot(position, capacity, dtype=x.dtype) * keep[..., None].astype(x.dtype))  # [G,T,E,C]
     combine = dispatch * gate[..., None, None].astype(x.dtype)
-    by_group = P(None, _spec_entry(r.data), None, None)  # [E, G_data, C, D]: where the tokens are
-    by_expert = P(r.model, _spec_entry(tuple(a for a in r.data if a != r.model)), None, None)  # [E_model, ...]
+    by_group = P(None, _spec_entry(r.batch), None, None)  # [E, G_data, C, D]: where the tokens are
+    by_expert = P(r.model, _spec_entry(tuple(a for a in r.batch if a != r.model)), None, None)  # [E_model, ...]
     expert_in = jax.lax.with_sharding_constraint(jnp.einsum("gtec,gtd->egcd", dispatch, tokens), by_group)
     expert_in = jax.lax.with_sharding_constraint(expert_in, by_expert)  # AllToAll: tokens to their experts
-    h = jax.nn.gelu(jnp.einsum("egcd,edf->egcf", expert_in, p["w_in"]))
+    h = jnp.einsum("egcd,edf->egcf", expert_in, p["w_in"])
+    if c.mlp == "gated_silu":
+        h = jax.nn.silu(h) * jnp.einsum("egcd,edf->egcf", expert_in, p["w_gate"])
+    else:
+        h = jax.nn.gelu(h)
     expert_out = jax.lax.with_sharding_constraint(jnp.einsum("egcf,efd->egcd", h, p["w_out"]), by_expert)
     expert_out = jax.lax.with_sharding_constraint(expert_out, by_group)  # AllToAll: results back home
     out = jnp.einsum("egcd,gtec->gtd", expert_out, combine)
-    out = jax.lax.with_sharding_constraint(out, P(_spec_entry(r.data), None, None))
+    out = jax.lax.with_sharding_constraint(out, P(_spec_entry(r.batch), None, None))
     return out.reshape(B, S, D)
 
 
@@ -349,6 +422,8 @@ def _remat(block: Callable[..., Any], policy: str) -> Callable[..., Any]:
         return jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)
     if policy == "dots":
         return jax.checkpoint(block, policy=jax.checkpoint_policies.checkpoint_dots)
+    if policy == "minimal":
+        return jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
     return block
 
 
@@ -391,23 +466,32 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
     from jax.sharding import PartitionSpec as P
 
     act = _activation_spec(strategy, r)
-    groups = math.prod(sizes[a] for a in r.data) if r.data else 1
+    tokens_spec = P(_spec_entry(r.batch), None)
+    groups = math.prod(sizes[a] for a in r.batch) if r.batch else 1
 
     def block(x: Any, p: dict[str, Any]) -> tuple[Any, None]:
         norm = _rms_norm if c.norm else (lambda v: v)
         if c.attention:
             x = x + _attention(norm(x), p, c)
         h = norm(x)
-        x = x + (_moe(h, p, c, r, groups) if strategy == "ep" else _mlp(h, p))
+        x = x + (_moe(h, p, c, r, groups) if strategy == "ep" else _mlp(h, p, c))
         x = jax.lax.with_sharding_constraint(x, act)
         return x, None
 
     block = _remat(block, c.remat)
 
     def loss_fn(params: dict[str, Any], x: Any, y: Any) -> Any:
+        stack = {k: v for k, v in params.items() if k not in _TOP_LEVEL}
+        if c.vocab:
+            x = jnp.take(params["w_emb"], x, axis=0)  # token ids [B, S] -> [B, S, D]
         x = jax.lax.with_sharding_constraint(x, act)
-        out, _ = jax.lax.scan(block, x, params)
-        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+        out, _ = jax.lax.scan(block, x, stack)
+        if not c.vocab:
+            return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+        out = _rms_norm(out) if c.norm else out
+        logits = jnp.einsum("bsd,dv->bsv", out, params["w_unemb"]).astype(jnp.float32)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.sum(logp * jax.nn.one_hot(y, c.vocab, dtype=jnp.float32), axis=-1))
 
     param_specs_tree = {k: v.spec for k, v in shardings[0].items()}
 
@@ -420,7 +504,7 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
         explicit = tuple(n for n, t in zip(context.axis_names, context.axis_types) if t == AxisType.Explicit)
         if explicit:
             grad_fn = jax.sharding.auto_axes(grad_fn, axes=explicit, out_sharding=(P(), param_specs_tree))
-        loss, grads = _accumulate(grad_fn, params, batch, c.microbatches, act)
+        loss, grads = _accumulate(grad_fn, params, batch, c.microbatches, tokens_spec if c.vocab else act)
         lr = c.learning_rate
         if c.optimizer == "sgd":
             new_params = jax.tree.map(lambda w, g: w - (lr * g).astype(w.dtype), params, grads)
@@ -444,7 +528,8 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
 
 
 def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Sequence[str] | None = None,
-          model_axis: str | None = None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+          model_axis: str | None = None,
+          replica_axes: Sequence[str] = ()) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """A training step of the template transformer sharded by a strategy, and its abstract arguments.
 
     Args:
@@ -453,12 +538,15 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
       mesh: a `jax.sharding.Mesh`, `AbstractMesh`, dict `{"data": 4, "model": 2}` or string "data=4,model=2";
         only its axis names and sizes matter.
       data_axes, model_axis: override the default roles (model = last axis, data = the others).
+      replica_axes: axes that split the batch and keep the weights whole (see `roles`).
 
     Returns:
       `(step, (params, opt_state, (x, y)))`: `step` is jitted; the arguments are `jax.ShapeDtypeStruct`s with
       `NamedSharding`s on an Auto-typed `AbstractMesh` of the same axes. `params` maps "w_q", "w_k", "w_v",
-      "w_o", "w_in", "w_out" (and "w_r" for ep) to stacked arrays with a leading layer dimension; `opt_state`
-      is `()` for sgd and `{"count", "mu", "nu"}` for adam.
+      "w_o", "w_in", "w_out" (and "w_gate" for a gated MLP, "w_r" for ep) to stacked arrays with a leading
+      layer dimension, and "w_emb", "w_unemb" to the embedding tables when `config.vocab`; `opt_state` is `()`
+      for sgd and `{"count", "mu", "nu"}` for adam. `x` and `y` are activations [B, S, D], or token ids
+      int32[B, S] when `config.vocab`.
 
     Raises:
       ConfigError: unknown strategy. MeshError: roles that do not fit the mesh. ShardingError: a size that an
@@ -479,7 +567,7 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     abstract = AbstractMesh(tuple(user_mesh.axis_sizes), tuple(user_mesh.axis_names),
                             axis_types=(AxisType.Auto,) * len(user_mesh.axis_names))
     sizes = dict(zip(abstract.axis_names, abstract.axis_sizes))
-    r = roles(strategy, abstract.axis_names, data_axes=data_axes, model_axis=model_axis)
+    r = roles(strategy, abstract.axis_names, data_axes=data_axes, model_axis=model_axis, replica_axes=replica_axes)
     c = config
     specs = param_specs(c, strategy, r, sizes)
     if strategy == "ep" and r.model is not None and c.experts % sizes[r.model]:
@@ -489,7 +577,8 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     dtype = jnp.dtype(c.dtype)
     hints = {"w_q": "d_model and heads", "w_k": "d_model and kv_heads", "w_v": "d_model and kv_heads",
              "w_o": "heads and d_model", "w_in": "d_model, d_ff (and experts)", "w_out": "d_ff, d_model (and experts)",
-             "w_r": "d_model and experts"}
+             "w_r": "d_model and experts", "w_gate": "d_model, d_ff (and experts)",
+             "w_emb": "vocab and d_model", "w_unemb": "d_model and vocab"}
     params = {}
     for name, shape in shapes.items():
         _check_divides(shape, specs[name], sizes, f"{strategy}: parameter {name}",
@@ -504,13 +593,20 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
                        f"{strategy}: a microbatch [batch/microbatches, seq, d_model]",
                        "choose batch / microbatches divisible by the data axes")
     if strategy == "ep":
-        groups = math.prod(sizes[a] for a in r.data) if r.data else 1
+        groups = math.prod(sizes[a] for a in r.batch) if r.batch else 1
         tokens = c.batch // c.microbatches * c.seq
         if tokens % groups:
             raise ShardingError(f"ep: {tokens} tokens per microbatch (batch/microbatches*seq) do not split into "
                                 f"{groups} groups")
-    x = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
-    y = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
+    if c.vocab:
+        from jax.sharding import PartitionSpec as P
+
+        ids = NamedSharding(abstract, P(_spec_entry(r.batch), None))
+        x = jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32, sharding=ids)
+        y = jax.ShapeDtypeStruct((c.batch, c.seq), jnp.int32, sharding=ids)
+    else:
+        x = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
+        y = jax.ShapeDtypeStruct(x_shape, dtype, sharding=NamedSharding(abstract, act))
     param_sh = {k: v.sharding for k, v in params.items()}
     if c.optimizer == "adam":
         from jax.sharding import PartitionSpec as P

@@ -28,7 +28,7 @@ rules to apply. The program is either the user's own entry point or the built-in
     optimizer = "adam"                   # sgd | adam
     # experts = 8                        # ep only; also capacity_factor
     # attention = true
-    # remat = "full"                     # none | full | dots: what backward keeps of each block
+    # remat = "full"                     # none | full | dots | minimal: what backward keeps of each block
     # microbatches = 4                   # gradient accumulation; divides batch
 
     [rules]                              # as [tool.hlo-analyzer] in pyproject.toml
@@ -43,7 +43,7 @@ rules to apply. The program is either the user's own entry point or the built-in
     mesh-shapes = ["8x1", "4x2", "2x4"]
     strategies = ["fsdp", "tp", "fsdp+tp"]
     # batch-sizes = [16, 32]             # template dimensions, crossed with the above
-    # remat = ["none", "full"]           # none | full | dots
+    # remat = ["none", "full"]           # none | full | dots | minimal
     # microbatches = [1, 4]
     # executor = "ray"                   # local (default) | ray; ray-address = "ray://head:10001"
     # ray-cpus = 1                       # per compile (Ray task); ray-memory = "2GiB"
@@ -107,6 +107,7 @@ MODEL_KEYS: Mapping[str, tuple[type, ...]] = MappingProxyType({
     "d_model": (int,), "d_ff": (int,), "heads": (int,), "kv_heads": (int,), "layers": (int,), "seq": (int,),
     "batch": (int,), "dtype": (str,), "optimizer": (str,), "experts": (int,), "capacity_factor": (int, float),
     "attention": (bool,), "learning_rate": (int, float), "remat": (str,), "microbatches": (int,),
+    "head_dim": (int,), "mlp": (str,), "vocab": (int,),
 })
 _RULES_KEYS = ("select", "ignore")
 _SWEEP_KEYS = ("mesh_shapes", "strategies", "batch_sizes", "remat", "microbatches", "executor", "ray_address",

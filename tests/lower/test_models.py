@@ -28,6 +28,10 @@ def _ops(hlo: str) -> list[str]:
         ("kv_heads", 3, "heads=4 is not a multiple of kv_heads=3"),
         ("dtype", "bf16", "did you mean 'bfloat16'"),
         ("optimizer", "adamw", "did you mean 'adam'"),
+        ("mlp", "gated_gelu", "did you mean 'gated_silu'"),
+        ("vocab", -1, "vocab must be a non-negative integer (0: not used)"),
+        ("head_dim", 1.5, "head_dim must be a non-negative integer"),
+        ("remat", "minimum", "did you mean 'minimal'"),
     ],
 )
 def test_config_errors(field, value, message):
@@ -47,6 +51,37 @@ def test_roles():
         roles("tp", ("X", "Y"), model_axis="model")
     with pytest.raises(ConfigError, match="did you mean 'fsdp'"):
         roles("fsdpp", ("X",))
+    # Replica axes split the batch and keep the weights whole (MaxText's data axis, DCN slices).
+    r = roles("fsdp+tp", ("slice", "fsdp", "tensor"), replica_axes=("slice",))
+    assert r == Roles(("fsdp",), "tensor", ("slice",)) and r.batch == ("slice", "fsdp")
+    assert roles("fsdp", ("D", "F"), replica_axes=("D",)) == Roles(("F",), None, ("D",))
+    with pytest.raises(MeshError, match="model axis 'Y' cannot be a replica axis"):
+        roles("tp", ("X", "Y"), replica_axes=("Y",))
+    with pytest.raises(MeshError, match="valid axes: X, Y"):
+        roles("fsdp", ("X", "Y"), replica_axes=("Z",))
+
+
+def test_head_dim_need_not_divide_d_model():
+    c = TransformerConfig(d_model=96, heads=4, head_dim=32)  # H x K = 128 != D
+    assert c.k == 32 and TransformerConfig().k == 256 // 4
+    _, (params, _, _) = build(c, "dp", {"X": 2})
+    assert params["w_q"].shape == (2, 96, 4, 32) and params["w_o"].shape == (2, 4, 32, 96)
+
+
+def test_language_model_shardings():
+    """Gated MLP: W_gate sharded like W_in. Vocabulary: token ids in, W_emb[V_Y, D_X] and W_unemb[D_X, V_Y]
+    (MaxText's layout); replica axes shard the batch only."""
+    config = TransformerConfig(**{**SMALL.to_dict(), "mlp": "gated_silu", "vocab": 512, "batch": 16})
+    mesh = {"R": 2, "X": 2, "Y": 4}
+    _, (params, _, (x, y)) = build(config, "fsdp+tp", mesh, replica_axes=("R",))
+    assert params["w_gate"].sharding.spec == params["w_in"].sharding.spec == P(None, "X", "Y")
+    assert params["w_emb"].shape == (512, 64) and params["w_emb"].sharding.spec == P("Y", "X")
+    assert params["w_unemb"].shape == (64, 512) and params["w_unemb"].sharding.spec == P("X", "Y")
+    assert x.shape == y.shape == (16, 16) and str(x.dtype) == "int32" and x.sharding.spec == P(("R", "X"), None)
+    _, (params, _, _) = build(config, "fsdp", {"X": 8})
+    assert params["w_emb"].sharding.spec == P(None, "X") and params["w_unemb"].sharding.spec == P("X", None)
+    _, (params, _, _) = build(config, "tp", MESH)
+    assert params["w_emb"].sharding.spec == P("Y", None) and params["w_unemb"].sharding.spec == P(None, "Y")
 
 
 def test_shardings_follow_the_chapter():
@@ -135,3 +170,18 @@ def test_explicit_axes_give_the_same_program(lowered_strategy):
     explicit = lower(step, *args, mesh={"X": (2, "explicit"), "Y": (4, "explicit")})
     assert explicit.mesh.axis_types == ("explicit", "explicit")
     assert sorted(_ops(explicit.spmd_hlo)) == sorted(_ops(auto.spmd_hlo))
+
+
+@pytest.mark.slow
+def test_minimal_remat_recomputes_only_attentions_batch_matmuls():
+    """remat="minimal" (MaxText's policy) saves the projections by weights and recomputes the S x S score and
+    value matmuls; "full" recomputes projections too. jax names recomputation `.../rematted_computation/...`."""
+    def recomputed(remat):
+        config = TransformerConfig(**{**SMALL.to_dict(), "remat": remat, "mlp": "gated_silu", "vocab": 128})
+        step, args = build(config, "fsdp", {"X": 2})
+        hlo = lower(step, *args, mesh={"X": 2}).spmd_hlo
+        return {m.group(1) for m in re.finditer(r'dot\(.*op_name="[^"]*rematted_computation/([^"/]*)/dot_general',
+                                                hlo)}
+
+    assert recomputed("minimal") == {"bsgrk,btgk->bgrst", "bgrst,btgk->bsgrk"}
+    assert {"bsd,df->bsf", "bsd,dhk->bshk"} <= recomputed("full")

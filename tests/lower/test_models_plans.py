@@ -17,7 +17,7 @@ BARE = dict(d_model=D, d_ff=F, heads=4, kv_heads=2, layers=L, seq=S, batch=B, at
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"remat": "fulll"}, "did you mean 'full'"),
-    ({"remat": "nothing"}, "valid remat policies: dots, full, none"),
+    ({"remat": "nothing"}, "valid remat policies: dots, full, minimal, none"),
     ({"batch": 16, "microbatches": 3}, "batch=16 is not a multiple of microbatches=3"),
     ({"microbatches": 0}, "microbatches must be a positive integer"),
 ])
