@@ -118,6 +118,11 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     size above 1 works, it says what has to change instead, with the numbers: move the axis's devices to
     the other strategy (when that one is compute-bound), a bigger batch per chip, or wider layers.
 
+    It judges exposed time: only dots whose collectives the predicted step waits for are flagged (a weight
+    gathered while the previous layer's matmul runs is hidden, docs/step.md), and the saving is what the fix
+    removes from the step: the collectives' exposed time, at most `(T_comms - T_math) x calls` (docs/rules.md,
+    "Savings in step time").
+
     ## Why is this bad?
     A sharded matmul overlaps its communication with its FLOPs at best, so its time is
     `max(T_math, T_comms)`. When `T_comms > T_math` the chips idle waiting for the network. For FSDP,

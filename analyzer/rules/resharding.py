@@ -27,7 +27,7 @@ def _rematerialized(c, facts) -> bool:
     name="resharding-traffic",
     severity=Severity.WARNING,
     summary="An all-to-all, permute or all-gather caused by a sharding mismatch, not by a contraction.",
-    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
+    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives whose change saves less than this per step."),),
 )
 def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
@@ -103,7 +103,7 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     name="full-rematerialization",
     severity=Severity.ERROR,
     summary="An array all-gathered only to be sliced again: full rematerialization to reshard.",
-    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
+    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives whose change saves less than this per step."),),
 )
 def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
