@@ -300,3 +300,16 @@ def straddled_fsdp(topology: str = "v5e:2x4", b: int = 2048, d: int = 4096, f: i
     w2 = arg(m, (f, d), P("model", "data"))
     fn = jax.jit(lambda x, a, c: jax.nn.gelu(x @ a) @ c, out_shardings=NamedSharding(m, P("data", None)))
     return Program(fn, (x, w1, w2), dict(mesh=m, hardware="tpu-v5e", topology=topology))
+
+
+def gather_behind_matmul(d: int, b: int = 128, f: int = 8192, g: int = 256) -> Program:
+    """h = x[B_X, D] . W1[D, F] (W1 replicated: no communication), then h . W2[F_X, G] with W2 gathered over X
+    (FSDP, per-chip batch b = 128 < 2550 on v5p: comm-bound against its own FLOPs). XLA's latency-hiding
+    scheduler (the overlap model, docs/step.md) issues the gather at the start of the first matmul: with
+    d = 8192 that matmul (37 us) hides the gather (23 us); with d = 512 (2.3 us) it does not."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (8 * b, d), P("X", None))
+    w1 = arg(m, (d, f), P())
+    w2 = arg(m, (f, g), P("X", None))
+    fn = jax.jit(lambda c, x, a: jnp.tanh(x @ a) @ c, out_shardings=NamedSharding(m, P("X", None)))
+    return Program(fn, (w2, x, w1), dict(mesh=m, hardware="tpu-v5p", model="ideal"))
