@@ -250,7 +250,7 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
         if d.alternative:
             alt = f"    instead: {d.alternative}"
             if d.alternative_seconds is not None and d.seconds is not None:
-                alt += f"  ({format_seconds(d.seconds)} -> {format_seconds(d.alternative_seconds)})"
+                alt += f"  (communication {format_seconds(d.seconds)} -> {format_seconds(d.alternative_seconds)})"
             out.append(Text(alt))
         if d.fix:
             out.append(Text(f"    fix: {d.fix}", style="green"))
