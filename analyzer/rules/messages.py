@@ -98,20 +98,20 @@ class Message:
         Example:
             >>> ReshardingCollective(kind="all-to-all", change="x", nbytes=1e6, seconds=1e-3, count=1,
             ...                      comm_saving=1e-3, exposed_seconds=0.0, step_saving=0.0).in_step
-            ' In the predicted step all of it runs behind compute (0 s exposed), so the change saves no step time.'
+            ' In the predicted step this communication runs behind compute (the compute never waits for it), so the change saves no step time.'
         """
         if self.step_saving is None or self.exposed_seconds is None:
             return ""
         if self.exposed_seconds <= 0:
-            return (f" In the predicted step all of it runs behind compute ({format_seconds(0.0)} exposed), so the "
-                    "change saves no step time.")
+            return (" In the predicted step this communication runs behind compute (the compute never waits for "
+                    "it), so the change saves no step time.")
         exposed, saving = format_seconds(self.exposed_seconds), format_seconds(self.step_saving)
         comm = self.comm_saving if self.comm_saving is not None else self.step_saving
         if self.step_saving < comm * (1 - 1e-6):
-            return (f" In the predicted step {exposed} of it is exposed (the rest runs behind compute), so of the "
-                    f"{format_seconds(comm)} it takes off the links the change saves {saving} per step.")
-        return (f" In the predicted step {exposed} of it is exposed, so the change saves the {saving} it takes off "
-                "the links per step.")
+            return (f" In the predicted step the compute waits {exposed} per step for this communication, so of "
+                    f"the {format_seconds(comm)} per step the change takes off the links it saves {saving}.")
+        return (f" In the predicted step the compute waits {exposed} per step for this communication, so the "
+                f"change saves all {saving} per step it takes off the links.")
 
 
 class _Lookup(dict):  # type: ignore[type-arg]
@@ -296,9 +296,7 @@ class MissingWraparound(Message):
         if not self.wraparound_possible and text:
             # the step figures are those of the other layout of the same chips, not of the ring
             return text.replace(" In the predicted step", f" Laid on {self.layout} instead (the fix): in the "
-                                "predicted step", 1).replace("of it is exposed", "of the collectives it makes "
-                                                              "cheaper is exposed").replace("all of it runs",
-                                                                                             "all of those run")
+                                "predicted step", 1).replace("this communication", "the collectives it makes cheaper")
         return text
 
     @property

@@ -62,14 +62,16 @@ def test_missing_wraparound_saving_is_the_difference_it_prints():
     assert "saves" not in text  # no step figures: no step saving claimed
     # With the step's figures (3.10 ms of these collectives exposed), the saving is the step's, and says so.
     step = dataclasses.replace(m, comm_saving=4.9e-3, exposed_seconds=3.1e-3, step_saving=3.1e-3).render()
-    assert "3.10 ms of it is exposed" in step and "of the 4.90 ms it takes off the links the change saves 3.10 ms" in step
+    assert "waits 3.10 ms per step" in step and "of the 4.90 ms per step the change takes off the links it saves 3.10 ms" in step
 
 
 @pytest.mark.parametrize("exposed,saving,says", [
-    (0.0, 0.0, "all of it runs behind compute (0 s exposed), so the change saves no step time."),
-    (0.4e-3, 0.4e-3, "400 µs of it is exposed (the rest runs behind compute), so of the 1.00 ms it takes off the "
-                     "links the change saves 400 µs per step."),
-    (1.5e-3, 1.0e-3, "1.50 ms of it is exposed, so the change saves the 1.00 ms it takes off the links per step."),
+    (0.0, 0.0, "this communication runs behind compute (the compute never waits for it), so the change saves no "
+               "step time."),
+    (0.4e-3, 0.4e-3, "the compute waits 400 µs per step for this communication, so of the 1.00 ms per step the "
+                     "change takes off the links it saves 400 µs."),
+    (1.5e-3, 1.0e-3, "the compute waits 1.50 ms per step for this communication, so the change saves all 1.00 ms "
+                     "per step it takes off the links."),
 ])
 def test_step_sentence_says_the_step_saving_it_carries(exposed, saving, says):
     """Savings are in step time (issue 10): the sentence is rendered from comm_saving, exposed_seconds and
