@@ -376,7 +376,8 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     axis of 2 or 4 over both physical axes), whose collectives the step waits for. It prices every
     collective of the step again on each explicit placement of the same mesh on the same slice (every mesh
     axis on whole physical axes, `SLICE@AXIS=PHYS,...`, and the axes in order), with the analysis's own
-    cost model, and offers the one that saves most step time.
+    cost model, and offers the one that saves most step time. On a slice the analysis chose (no topology
+    given) the finding is info: the slice is an assumption.
 
     ## Why is this bad?
     A straddling group is not one ring: its members sit on a zig-zag across physical axes, so a collective
@@ -445,10 +446,13 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
         axis_seconds = sum(c.seconds * c.count for c in mine)
         main = max(mine, key=lambda c: c.exposed or c.seconds * c.count)
         where = ", ".join(f"'{a}' on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
+        assumed = getattr(topo, "declared", True) is False  # the slice was chosen here, not the user's hardware
         yield ctx.diagnostic(
             StraddlingAxis(axis=axis, size=placement[axis].size, physical="+".join(placement[axis].physical_axes),
                            axis_collectives=len(mine), axis_seconds=axis_seconds, placement=text, seconds=current,
-                           alternative_seconds=total, **step.fields()),
+                           alternative_seconds=total, assumed_slice=topo.slice.name if assumed else "",
+                           **step.fields()),
+            severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
             seconds=current,

@@ -510,13 +510,20 @@ class StraddlingAxis(Message):
     placement: str
     seconds: float
     alternative_seconds: float
+    assumed_slice: str = ""
 
     template: ClassVar[str] = (
         "mesh axis '{axis}' ({size} chips) straddles physical axes {physical}: jax.make_mesh laid its groups across "
         "them, not on one ring, and its {axis_collectives} collective(s) take {axis_seconds:time} per step. Placed "
         "as {placement}, the step's collectives (every axis) take {alternative_seconds:time} instead of "
-        "{seconds:time} ({ratio:.2f}x)."
+        "{seconds:time} ({ratio:.2f}x){assumed}"
     )
+
+    @property
+    def assumed(self) -> str:
+        if self.assumed_slice:
+            return f" (on the assumed slice {self.assumed_slice}: pass topology= to check the one you will use)."
+        return "."
 
     @property
     def ratio(self) -> float:
