@@ -612,7 +612,10 @@ class _Walker:
             use = first_use if first_use is not None else len(insts)
             j = bisect.bisect_left(heavy, use) - 1
             gate = heavy[j] if j >= 0 else 0
-            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos), default=0)
+            # a parameter or constant is there from the start, wherever the printer lists it (jit lists a
+            # weight's parameter just before its gather, after the matmul that could hide it)
+            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos
+                         and comp.by_name[o].opcode not in ("parameter", "constant")), default=0)
             target = max(gate, ready)
             if target != k and target < len(insts):
                 moves.setdefault(target, []).append(inst)

@@ -10,8 +10,8 @@ from typing import Any
 DESCRIPTION = """\
 Compile the config's training step for every combination of mesh shape and strategy, predict each one's
 step time and per-device memory on the hardware, and rank them: plans that fit in HBM first, then by
-predicted step time = compute + communication (no overlap assumed; the perfect-overlap time
-max(compute, communication) is shown too). Candidates compile in parallel worker processes, one per core
+the predicted step (compute plus the communication it waits for, docs/step.md), with each plan's exposed
+communication and MFU shown. Candidates compile in parallel worker processes, one per core
 while memory allows, or with --executor ray as Ray tasks (one compile per task) on a Ray cluster.
 
 Mesh shapes give one size per axis of the config's [mesh], in order, and must all use the same number of

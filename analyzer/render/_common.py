@@ -512,6 +512,21 @@ def _short_dtype(name: str) -> str:
         return name
 
 
+def exposed_text(seconds: float) -> str:
+    """Exposed communication per step, or "—" when no step was predicted (nan)."""
+    return format_seconds(seconds) if seconds == seconds else "—"
+
+
+def mfu_text(mfu: float) -> str:
+    """MFU as a percentage, or "—" when no step was predicted (nan).
+
+    Example:
+        >>> mfu_text(0.4797), mfu_text(float("nan"))
+        ('48.0%', '—')
+    """
+    return f"{100 * mfu:.1f}%" if mfu == mfu else "—"
+
+
 def whatif_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:
     """Formatted rows for the renderers, with each step time relative to the baseline."""
     base = next((w for w in whatifs if w.baseline), whatifs[0] if whatifs else None)
@@ -521,6 +536,7 @@ def whatif_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:
         rows.append({
             "hardware": w.hardware, "topology": w.topology, "comm": format_seconds(w.comm_seconds),
             "compute": format_seconds(w.compute_seconds), "step": format_seconds(w.step_seconds),
+            "exposed": exposed_text(w.exposed_comm_seconds), "mfu": mfu_text(w.mfu),
             "relative": "—" if rel != rel else f"{rel:.2f}x", "findings": w.findings,
             "saving": format_seconds(w.saving_seconds) if w.saving_seconds else "—", "baseline": w.baseline,
         })

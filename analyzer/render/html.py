@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyzer.render._common import (
+    exposed_text,
+    mfu_text,
     whatif_rows,
     argument_rows,
     collective_groups,
@@ -238,7 +240,8 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
         rows.append({
             "rank": e.rank, "strategy": e.plan, "mesh": e.mesh, "ok": e.ok, "error": e.error or "",
             "step": format_seconds(e.step_seconds) if e.ok else "",
-            "overlap": format_seconds(e.overlap_step_seconds) if e.ok else "",
+            "exposed": exposed_text(e.exposed_comm_seconds) if e.ok else "",
+            "mfu": mfu_text(e.mfu) if e.ok else "",
             "comm": format_seconds(e.comm_seconds) if e.ok else "",
             "compute": format_seconds(e.compute_seconds) if e.ok else "",
             "memory": format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—",

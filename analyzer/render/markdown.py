@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
     step_rows,
+    exposed_text,
+    mfu_text,
     step_sentence,
     whatif_rows,
     argument_rows,
@@ -97,15 +99,15 @@ def sweep_section(sweep: SweepResult) -> str:
     rows = []
     for e in sweep.entries:
         if not e.ok:
-            rows.append([e.rank, e.plan, e.mesh, "failed", "", "", "", "", "", "", e.error or ""])
+            rows.append([e.rank, e.plan, e.mesh, "failed", "", "", "", "", "", "", "", e.error or ""])
             continue
         fits = {True: "yes", False: "**no**", None: "?"}[e.fits]
         note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
-        rows.append([e.rank, e.plan, e.mesh, format_seconds(e.step_seconds), format_seconds(e.overlap_step_seconds),
-                     format_seconds(e.comm_seconds), format_seconds(e.compute_seconds),
+        rows.append([e.rank, e.plan, e.mesh, format_seconds(e.step_seconds), exposed_text(e.exposed_comm_seconds),
+                     mfu_text(e.mfu), format_seconds(e.comm_seconds), format_seconds(e.compute_seconds),
                      format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—", fits, e.findings, note])
-    body = table(["#", "strategy", "mesh", "step", "step (overlapped)", "comm", "compute", "memory/device", "fits",
-                  "findings", "note"], rows, align="rllrrrrrlrl")
+    body = table(["#", "strategy", "mesh", "step", "exposed comm", "MFU", "comm", "compute", "memory/device", "fits",
+                  "findings", "note"], rows, align="rllrrrrrrlrl")
     warning = ("\n\n**No candidate fits in HBM**: the ranking is by step time alone." if sweep.none_fit else "")
     return f"## Sweep ranking on {sweep.hardware}\n\n{body}\n\n_{sweep.combine}_{warning}"
 
@@ -113,12 +115,13 @@ def sweep_section(sweep: SweepResult) -> str:
 def whatif_section(whatif: Sequence[WhatIf]) -> str:
     """`## What-if`: the same plan repriced on other hardware."""
 
-    rows = [[("**" + r["hardware"] + "** (this report)") if r["baseline"] else r["hardware"], r["topology"], r["comm"],
-             r["compute"], r["step"], r["relative"], r["findings"]] for r in whatif_rows(whatif)]
-    body = table(["hardware", "topology", "comm", "compute", "step", "vs this", "findings"], rows,
-                 align="llrrrrr")
+    rows = [[("**" + r["hardware"] + "** (this report)") if r["baseline"] else r["hardware"], r["topology"], r["step"],
+             r["exposed"], r["mfu"], r["comm"], r["compute"], r["relative"], r["findings"]] for r in whatif_rows(whatif)]
+    body = table(["hardware", "topology", "step", "exposed comm", "MFU", "comm", "compute", "vs this", "findings"],
+                 rows, align="llrrrrrrr")
     return ("## What-if: the same plan on other hardware\n\nThe compiled program is unchanged; only the pricing "
-            "differs. Step = compute + communication.\n\n" + body)
+            "differs. Step = the predicted step (compute plus the communication it waits for, docs/step.md).\n\n"
+            + body)
 
 
 def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence[WhatIf] | None = None) -> str:

@@ -265,7 +265,8 @@ def layer_plot(report: Report) -> str | None:
 
 
 def sweep_plot(sweep: SweepResult) -> str | None:
-    """Predicted step time of each candidate: compute and communication stacked, best at the top."""
+    """Predicted step of each candidate: compute and the communication it waits for (exposed) stacked, best at
+    the top (entries without a predicted step: all their communication)."""
     entries = [e for e in sweep.entries if e.ok]
     if not entries:
         return None
@@ -274,9 +275,9 @@ def sweep_plot(sweep: SweepResult) -> str | None:
     _style(ax)
     y = list(range(len(entries)))[::-1]
     compute = [e.compute_seconds for e in entries]
-    comm = [e.comm_seconds for e in entries]
+    comm = [e.step_seconds - e.compute_seconds for e in entries]  # the wait: exposed communication
     ax.barh(y, compute, color=COMPUTE_COLOR, height=0.62, label="compute")
-    ax.barh(y, comm, left=compute, color=COMM_COLOR, height=0.62, label="communication")
+    ax.barh(y, comm, left=compute, color=COMM_COLOR, height=0.62, label="exposed communication")
     labels = [f"#{e.rank} {e.label}" + ("" if e.fits is not False else " (does not fit)") for e in entries]
     ax.set_yticks(y, labels)
     totals = [a + b for a, b in zip(compute, comm)]
@@ -285,7 +286,7 @@ def sweep_plot(sweep: SweepResult) -> str | None:
     ax.set_xlim(0, top * 1.22 if top > 0 else 1)
     for yi, t in zip(y, totals):
         ax.text(t + top * 0.01, yi, format_seconds(t), va="center", fontsize=8.5, color=_TEXT)
-    ax.set_xlabel(f"predicted step time, compute + communication ({unit})", color=_TEXT, fontsize=9)
+    ax.set_xlabel(f"predicted step, compute + exposed communication ({unit})", color=_TEXT, fontsize=9)
     _legend(ax, 2)
     return _to_svg(fig, "Predicted step time per candidate plan")
 

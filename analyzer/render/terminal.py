@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
     step_rows,
+    exposed_text,
+    mfu_text,
     step_sentence,
     whatif_rows,
     collective_groups,
@@ -248,7 +250,7 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
         if d.alternative:
             alt = f"    instead: {d.alternative}"
             if d.alternative_seconds is not None and d.seconds is not None:
-                alt += f"  ({format_seconds(d.seconds)} -> {format_seconds(d.alternative_seconds)})"
+                alt += f"  (communication {format_seconds(d.seconds)} -> {format_seconds(d.alternative_seconds)})"
             out.append(Text(alt))
         if d.fix:
             out.append(Text(f"    fix: {d.fix}", style="green"))
@@ -272,14 +274,15 @@ def sweep_table(sweep: SweepResult):
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("strategy", no_wrap=True)
     table.add_column("mesh", no_wrap=True)
-    for name in ("step", "overlapped", "comm", "compute", "memory/device"):
+    for name in ("step", "exposed", "MFU", "comm", "compute", "memory/device"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("fits", no_wrap=True)
     table.add_column("findings", justify="right", no_wrap=True)
     table.add_column("note", overflow="fold")
     for e in sweep.entries:
         if not e.ok:
-            table.add_row(str(e.rank), _escape(e.plan), e.mesh, "[red]failed[/]", "", "", "", "", "", "", _escape(e.error or ""))
+            table.add_row(str(e.rank), _escape(e.plan), e.mesh, "[red]failed[/]", "", "", "", "", "", "", "",
+                          _escape(e.error or ""))
             continue
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "?"}[e.fits]
         mem = format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—"
@@ -287,7 +290,7 @@ def sweep_table(sweep: SweepResult):
         note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
         findings = f"{e.findings}" + (f" ({e.errors} error{'s' if e.errors != 1 else ''})" if e.errors else "")
         table.add_row(str(e.rank), _escape(e.plan), e.mesh, format_seconds(e.step_seconds),
-                      format_seconds(e.overlap_step_seconds), format_seconds(e.comm_seconds),
+                      exposed_text(e.exposed_comm_seconds), mfu_text(e.mfu), format_seconds(e.comm_seconds),
                       format_seconds(e.compute_seconds), mem, fits, findings, _escape(note), style=style)
     return table
 
@@ -300,12 +303,14 @@ def whatif_table(whatif: Sequence[WhatIf]):
 
     table = Table(title="What-if: the same plan on other hardware (not recompiled)", title_justify="left",
                   box=box.SIMPLE_HEAD, title_style="bold")
-    for name, justify in (("hardware", "left"), ("topology", "left"), ("comm", "right"), ("compute", "right"),
-                          ("step", "right"), ("vs this", "right"), ("findings", "right")):
+    for name, justify in (("hardware", "left"), ("topology", "left"), ("step", "right"), ("exposed", "right"),
+                          ("MFU", "right"), ("comm", "right"), ("compute", "right"), ("vs this", "right"),
+                          ("findings", "right")):
         table.add_column(name, justify=justify)
     for r in whatif_rows(whatif):
-        table.add_row(r["hardware"] + (" (this)" if r["baseline"] else ""), _escape(r["topology"]), r["comm"],
-                      r["compute"], r["step"], r["relative"], str(r["findings"]), style="bold" if r["baseline"] else "")
+        table.add_row(r["hardware"] + (" (this)" if r["baseline"] else ""), _escape(r["topology"]), r["step"],
+                      r["exposed"], r["mfu"], r["comm"], r["compute"], r["relative"], str(r["findings"]),
+                      style="bold" if r["baseline"] else "")
     return table
 
 

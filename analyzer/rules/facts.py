@@ -6,7 +6,10 @@ topology the analysis priced them on (from `report.analysis`, an `AnalysisContex
   - `hardware`: the `HardwareSpec` the report was priced on (FLOPs/s, links, HBM);
   - `axes`: per mesh axis, the topology's `AxisInfo` (size, wraparound, network, physical axes);
   - `price(kind, nbytes, axes)`: `analyzer.theory.cost.collective_cost` on the report's `Topology`, the one
-    model that priced the rows, for pricing alternatives.
+    model that priced the rows, for pricing alternatives;
+  - `step_saving(changes)`: what a change to some collectives removes from the predicted step (not from the
+    sum of collectives): the exposed time that disappears, `min(e_C, t_C - t'_C)` (docs/rules.md, "Savings
+    in step time").
 
 There is one price: a report without its topology (rebuilt from JSON) cannot price alternatives, and
 `price` says so with an `AnalyzerError` instead of guessing another model.
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from analyzer.theory.hardware import HardwareSpec
     from analyzer.theory.topology import AxisInfo, Topology
 
-__all__ = ["Coll", "Price", "Facts"]
+__all__ = ["Coll", "Price", "Facts", "StepSaving", "step_saving"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Coll:
     instruction: str
     hlo_line: int | None
     overlapped: bool
+    exposed_seconds: float = 0.0  # seconds of the step the compute waits for it, all executions together
     inst: Instruction | None = None
     comp: Computation | None = None
     record: Any = None
@@ -70,6 +74,12 @@ class Coll:
     @property
     def total_seconds(self) -> float:
         return self.seconds * self.count
+
+    @property
+    def exposed(self) -> float:
+        """Its exposed seconds per step, at most its own seconds per step: a wait the step model charges to
+        this collective beyond its own time is another collective's on the same link (queued behind it)."""
+        return max(0.0, min(self.exposed_seconds, self.seconds * self.count))
 
     def location(self) -> Location:
         file, line = _split_source(self.source)
@@ -95,6 +105,70 @@ def _num(v: Any, default: float = 0.0) -> float:
 
 
 @dataclass(frozen=True)
+class StepSaving:
+    """What a change to some collectives removes from the predicted step.
+
+    Attributes:
+      comm: the communication the change removes per step, `t_C - t'_C` (summed over the collectives it
+        changes, each `(seconds - alternative) x count`; negative when it adds communication).
+      exposed: the exposed seconds per step of the collectives it makes cheaper, `e_C` (each capped at its
+        own seconds per step).
+      seconds: the step saving, `max(0, min(e_C, t_C - t'_C))`; the comm saving when `known` is False.
+      known: whether the report has a predicted step (exposed times); without one, the comm saving is taken.
+    """
+
+    comm: float
+    exposed: float
+    seconds: float
+    known: bool = True
+
+    def fields(self) -> dict[str, float | None]:
+        """The message fields that render the step sentence (`analyzer.rules.messages.Message.in_step`)."""
+        if not self.known:
+            return {"comm_saving": self.comm, "exposed_seconds": None, "step_saving": None}
+        return {"comm_saving": self.comm, "exposed_seconds": self.exposed, "step_saving": self.seconds}
+
+    def details(self) -> dict[str, float | bool]:
+        """The same figures for a finding's JSON `details`."""
+        return {"comm_saving_seconds": self.comm, "exposed_seconds": self.exposed, "step_known": self.known}
+
+    @property
+    def hidden(self) -> bool:
+        """Whether the communication concerned is all hidden behind compute (the change saves no step time)."""
+        return self.known and self.exposed <= 0.0
+
+
+def step_saving(changes: Sequence[tuple[Coll, float]], known: bool = True) -> StepSaving:
+    """The step saving of replacing each collective `c` by an alternative costing `alt` seconds per call.
+
+    A collective hidden behind compute saves nothing when it gets cheaper: the step is the compute stream's
+    end, and the compute never waited for it. An exposed one saves at most its exposed time, and at most what
+    the change removes from the link. So for the set C of collectives changed,
+
+        saving = max(0, min(e_C, t_C - t'_C)),
+        e_C = sum over C made cheaper of min(exposed_c, seconds_c x count_c),
+        t_C - t'_C = sum over C of (seconds_c - alt_c) x count_c.
+
+    It is the step model's first-order answer (docs/step.md): the waits shrink one for one with the link time
+    until nothing is exposed. It can miss a second-order gain (a cheaper collective lets a queued one on the
+    same link start sooner) and never claims more than is exposed.
+
+    Example:
+        >>> c = Coll(row=0, kind="all-gather", axes=("X",), notation="", dtype="bf16", bytes=1e6, count=2,
+        ...          seconds=1e-3, regime="bandwidth", op_name="", source="", per_device_bytes=0, group_size=8,
+        ...          computation="", instruction="", hlo_line=None, overlapped=False, exposed_seconds=0.5e-3)
+        >>> s = step_saving([(c, 0.25e-3)])    # 2 x 0.75 ms less on the link, 0.5 ms of it exposed
+        >>> round(s.comm * 1e3, 3), round(s.exposed * 1e3, 3), round(s.seconds * 1e3, 3)
+        (1.5, 0.5, 0.5)
+    """
+    comm = sum((c.seconds - alt) * c.count for c, alt in changes)
+    exposed = sum(c.exposed for c, alt in changes if alt < c.seconds)
+    if not known:
+        return StepSaving(comm=comm, exposed=0.0, seconds=max(0.0, comm), known=False)
+    return StepSaving(comm=comm, exposed=exposed, seconds=max(0.0, min(exposed, comm)))
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything the rules read, computed once per report.
 
@@ -106,6 +180,9 @@ class Facts:
       mesh_axes: the mesh's axis names.
       topology: the `Topology` the rows were priced on, or None (a report rebuilt from JSON).
       cost_model: "topology" or "ideal", as for the report.
+      step_known: whether the report has a predicted step (`Totals.step_seconds` and the rows' exposed
+        seconds): savings are then step savings (`step_saving`), else communication savings.
+      exposed_comm_seconds: the step's exposed communication (`Totals.exposed_comm_seconds`).
     """
 
     module: HloModule | None
@@ -115,6 +192,8 @@ class Facts:
     mesh_axes: tuple[str, ...] = ()
     topology: Topology | None = None
     cost_model: str = "topology"
+    step_known: bool = False
+    exposed_comm_seconds: float = 0.0
     # users_map of each computation, built on first use: a 32-layer unrolled step has hundreds of
     # collectives in one entry computation, and rebuilding its map for each cost ~30 s.
     _users: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -223,6 +302,11 @@ class Facts:
         cost = collective_cost(coll.kind, float(coll.bytes), tuple(coll.axes), new, model=self.cost_model)
         return float(cost.seconds)
 
+    def step_saving(self, changes: Sequence[tuple[Coll, float]]) -> StepSaving:
+        """What replacing each collective by an alternative of `alt` seconds per call removes from the
+        predicted step (`step_saving` on this report; the comm saving when it has no step)."""
+        return step_saving(changes, known=self.step_known)
+
     def instruction(self, computation: str, name: str) -> tuple[Computation | None, Instruction | None]:
         return _find_instruction(self.module, computation, name)
 
@@ -274,12 +358,17 @@ class Facts:
                     instruction=first,
                     hlo_line=int(_num(row.get("hlo_line"))) or None,
                     overlapped=bool(row.get("overlapped", False) is True),
+                    exposed_seconds=_num(row.get("exposed_seconds")),
                     inst=inst,
                     comp=comp,
                     record=records[i] if i < len(records) else None,
                 ))
+        totals = report.totals
+        step_known = (float(getattr(totals, "step_seconds", 0.0) or 0.0) > 0 and frame is not None
+                      and "exposed_seconds" in frame)
         return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
-                     topology=topology, cost_model=ctx.cost_model)
+                     topology=topology, cost_model=ctx.cost_model, step_known=step_known,
+                     exposed_comm_seconds=float(getattr(totals, "exposed_comm_seconds", 0.0) or 0.0))
 
 
 def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:

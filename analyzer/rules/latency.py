@@ -78,23 +78,25 @@ def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
             total = sum(m.bytes for m in members)
             alt = facts.price_like(members[0], kind, total, axes)
             current = sum(m.seconds for m in members)
-            saving = (current - alt) * count
-            if saving < min_saving:
+            # one combined collective: each member's share of it, by its own time
+            step = facts.step_saving([(m, m.seconds * alt / current if current > 0 else 0.0) for m in members])
+            if step.seconds < min_saving:
                 continue
             main = max(members, key=lambda m: m.seconds)
             yield ctx.diagnostic(
                 LatencyBoundGroup(members=len(members), kind=kind, axes=axes_text(axes), threshold_bytes=threshold,
                                   hardware=chip.name, seconds=current, total_bytes=total, alternative_seconds=alt,
-                                  count=count, before_combiners=ctx.report.target == "cpu"),
+                                  count=count, before_combiners=ctx.report.target == "cpu", **step.fields()),
                 location=main.location(),
                 notation=main.notation or None,
                 seconds=current * count,
                 alternative=f"one {kind} over {axes_text(axes)} of {fmt_b(total)}",
                 alternative_seconds=alt * count,
-                saving_seconds=saving,
+                saving_seconds=step.seconds,
                 fix="combine them: reduce the whole pytree in one call (jax.lax.psum(tree, axis)) or concatenate "
                     "the arrays before the collective; or pick a layout with fewer, larger collectives",
-                details={"members": [m.instruction for m in members], "threshold_bytes": threshold},
+                details={**step.details(), "members": [m.instruction for m in members],
+                         "threshold_bytes": threshold},
             )
         else:
             for m in members:
@@ -103,21 +105,22 @@ def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
                 # What the same bytes cost at full bandwidth, with no hop latency (the chapter's V / W forms).
                 bandwidth_only = facts.price(kind, m.bytes, axes).bandwidth_seconds
                 overhead = max(0.0, m.seconds - bandwidth_only)
-                if overhead * m.count < min_saving:
+                step = facts.step_saving([(m, m.seconds - overhead)])
+                if step.seconds < min_saving:
                     continue
                 yield ctx.diagnostic(
                     LatencyBoundRepeated(kind=kind, axes=axes_text(axes), count=m.count,
                                          chunk_bytes=m.bytes / max(m.group_size, 1), threshold_bytes=threshold,
                                          hardware=chip.name, seconds=m.seconds,
-                                         bandwidth_seconds=m.seconds - overhead),
+                                         bandwidth_seconds=m.seconds - overhead, **step.fields()),
                     severity=Severity.INFO,
                     location=m.location(),
                     notation=m.notation or None,
                     seconds=m.seconds * m.count,
                     alternative="the same bytes moved at full bandwidth (batched, or over fewer hops)",
                     alternative_seconds=(m.seconds - overhead) * m.count,
-                    saving_seconds=overhead * m.count,
+                    saving_seconds=step.seconds,
                     fix="batch the work so each collective carries more (e.g. several layers or micro-batches at "
                         "once), or shard this dimension over a smaller axis (fewer hops)",
-                    details={"threshold_bytes": threshold, "count": m.count},
+                    details={**step.details(), "threshold_bytes": threshold, "count": m.count},
                 )

@@ -94,7 +94,8 @@ def _elements(c: Coll) -> float:
     summary="A matmul whose collectives take longer than its FLOPs on the target.",
     options=(
         Option("margin", 0.0, "Fire only when communication exceeds compute by more than this fraction."),
-        Option("min_saving_seconds", 1e-7, "Ignore dots whose exposed communication per step is below this."),
+        Option("min_saving_seconds", 1e-7,
+               "Ignore dots whose fix saves less than this per step (exposed communication it removes)."),
     ),
 )
 def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -116,6 +117,11 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     divisor, the freed factor moved to the mesh's other axis, whose own roofline is checked too). When no
     size above 1 works, it says what has to change instead, with the numbers: move the axis's devices to
     the other strategy (when that one is compute-bound), a bigger batch per chip, or wider layers.
+
+    It judges exposed time: only dots whose collectives the predicted step waits for are flagged (a weight
+    gathered while the previous layer's matmul runs is hidden, docs/step.md), and the saving is what the fix
+    removes from the step: the collectives' exposed time, at most `(T_comms - T_math) x calls` (docs/rules.md,
+    "Savings in step time").
 
     ## Why is this bad?
     A sharded matmul overlaps its communication with its FLOPs at best, so its time is
@@ -181,8 +187,14 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         t_comm = sum(c.seconds for c in colls)
         count = max(c.count for c in colls)
-        if t_comm <= t_math * (1 + margin) or (t_comm - t_math) * count < min_saving:
+        if t_comm <= t_math * (1 + margin):
             continue
+        # The roofline says comm-bound; the step says whether it costs anything: the fix takes the collectives
+        # down to the FLOPs' time, which removes from the step at most the time the compute waits for them.
+        to_math = t_math / t_comm
+        step = facts.step_saving([(c, c.seconds * to_math) for c in colls])
+        if step.seconds < min_saving:
+            continue  # hidden behind other compute (or under the threshold): nothing exposed to win back
         main = max(colls, key=lambda c: c.seconds)
         # The roofline quantity of the collective that costs most: FLOPs per element it moves / 2 (the
         # per-chip batch of FSDP, F/Y of Megatron), and its threshold on this slice's links. The others
@@ -222,15 +234,15 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
                             ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
-                            all_reduced_contraction=all_reduced),
+                            all_reduced_contraction=all_reduced, **step.fields()),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
             alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}",
             alternative_seconds=t_math * count,
-            saving_seconds=(t_comm - t_math) * count,
+            saving_seconds=step.seconds,
             fix=fix,
-            details={"per_chip_batch": batch, "threshold": ridge, "threshold_topology": needed,
+            details={**step.details(), "per_chip_batch": batch, "threshold": ridge, "threshold_topology": needed,
                      "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "dot_notation": dot_notation,
@@ -531,8 +543,8 @@ def _contracting_spec(comp: Computation, dot: Instruction, k: int, whole: Instru
 
 def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: float, min_saving: float, *,
           gathered: bool, v_other: float, spec: str = "") -> Iterator[Diagnostic]:
-    saving = (c.seconds - alt) * c.count
-    if saving < min_saving or alt >= c.seconds:
+    step = ctx.facts.step_saving([(c, alt)])
+    if step.seconds < min_saving or alt >= c.seconds:
         return
     loc, dot_notation = dot_location(ctx.report, ctx.facts.module, comp, dot, c.location(),
                                       ctx.facts.dot_rows)
@@ -541,7 +553,7 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
     if gathered:
         message: GatherCouldBeLocal | ReductionCouldBeGather = GatherCouldBeLocal(
             gathered_bytes=c.bytes, output_bytes=v_other, axes=axes, seconds=c.seconds, alternative_seconds=alt,
-            dot=dot_notation)
+            dot=dot_notation, **step.fields())
         alternative = f"local matmul, then ReduceScatter_{axes} of the output ({fmt_b(v_other)})"
         fix = ((f"shard {spec}" if spec else
                 f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
@@ -549,7 +561,7 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
                f"sharded over {axes} (out_shardings) so XLA reduce-scatters it")
     else:
         message = ReductionCouldBeGather(reduced_bytes=c.bytes, gathered_bytes=v_other, axes=axes, seconds=c.seconds,
-                                         alternative_seconds=alt, dot=dot_notation)
+                                         alternative_seconds=alt, dot=dot_notation, **step.fields())
         alternative = f"AllGather_{axes} of the sharded operand ({fmt_b(v_other)}), then a local matmul"
         fix = f"keep the output replicated over {axes} and leave the other operand unsharded on its contracting dim"
     yield ctx.diagnostic(
@@ -559,8 +571,8 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
         seconds=c.seconds * c.count,
         alternative=alternative,
         alternative_seconds=alt * c.count,
-        saving_seconds=(c.seconds - alt) * c.count,
+        saving_seconds=step.seconds,
         fix=fix,
-        details={"bytes": c.bytes, "alternative_bytes": v_other, "ratio": c.bytes / v_other if v_other else None,
+        details={**step.details(), "bytes": c.bytes, "alternative_bytes": v_other, "ratio": c.bytes / v_other if v_other else None,
                  "dot": dot.name, "count": c.count},
     )

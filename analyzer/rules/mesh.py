@@ -13,10 +13,10 @@ from analyzer.errors import AnalyzerError
 from analyzer.rules.common import axes_text, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.rules.messages import IdleAxisLinks, MissingWraparound, SlowLinkCollective
+from analyzer.rules.messages import IdleAxisLinks, MissingWraparound, SlowLinkCollective, StraddlingAxis
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["idle_mesh_axis", "missing_wraparound", "slow_link"]
+__all__ = ["idle_mesh_axis", "missing_wraparound", "slow_link", "straddling_mesh_axis", "explicit_placements"]
 
 
 @rule(
@@ -85,23 +85,23 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         new_axes = tuple(a for a in mesh.axis_names if a in used or a in idle)
         alt = facts.price_like(c, "all-gather", c.bytes, new_axes)
-        saving = (c.seconds - alt) * c.count
-        if saving < min_saving or alt > c.seconds * (1 - min_fraction):
+        step = facts.step_saving([(c, alt)])
+        if step.seconds < min_saving or alt > c.seconds * (1 - min_fraction):
             continue
         idle_text = axes_text(idle)
         yield ctx.diagnostic(
             IdleAxisLinks(axes=axes_text(c.axes), idle_axes=idle_text, new_axes=axes_text(new_axes), seconds=c.seconds,
-                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes)),
+                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes), **step.fields()),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"AllGather_{''.join(new_axes) if all(len(a) == 1 for a in new_axes) else axes_text(new_axes)}"
                         f" after a free reshard onto {idle_text}",
             alternative_seconds=alt * c.count,
-            saving_seconds=saving,
+            saving_seconds=step.seconds,
             fix=f"add {idle_text} to the PartitionSpec entry of the gathered dimension "
                 f"(e.g. P(({', '.join(repr(a) for a in new_axes)}), ...)) so the gather runs over {axes_text(new_axes)}",
-            details={"idle_axes": idle, "bytes": c.bytes, "count": c.count},
+            details={**step.details(), "idle_axes": idle, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -159,9 +159,9 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         current = sum(c.seconds * c.count for c, _ in rows)
         better = sum(alt * c.count for c, alt in rows)
-        saving = current - better
-        if saving < min_saving or saving < min_fraction * current:
+        if current - better < min_fraction * current:
             continue
+        step = facts.step_saving(rows)
         main = max(rows, key=lambda r: (r[0].seconds - r[1]) * r[0].count)[0]
         topo = facts.topology
         assumed = topo is not None and getattr(topo, "declared", True) is False
@@ -169,13 +169,19 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
         # saving (issue 11). What is offered is another layout of the same chips, and only when the slice was
         # assumed: a declared slice is the hardware the user has.
         impossible = _no_wrap_at_this_size(ctx)
-        layout = _same_chips_layout(ctx) if impossible and assumed else None
+        found = _same_chips_layout(ctx) if impossible and assumed else None
+        layout = found[:4] if found else None
         if impossible:
-            saving = layout[2] - layout[3] if layout else None
+            # the saving is the other layout's, in step time (every collective repriced on it)
+            step = facts.step_saving(list(zip(facts.collectives, found[4]))) if found else None
+        saving = step.seconds if step is not None else None
+        if saving is not None and saving < min_saving:
+            continue  # hidden behind compute (or under the threshold)
         yield ctx.diagnostic(
             MissingWraparound(axis=name, chips=link.size, collectives=len(rows), seconds=current,
                               alternative_seconds=better, assumed_slice=topo.slice.name if assumed else "",
-                              wraparound_possible=not impossible),
+                              wraparound_possible=not impossible, layout=layout[0] if layout else "",
+                              **(step.fields() if step is not None else {})),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
@@ -184,8 +190,8 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative_seconds=better,
             saving_seconds=saving,
             fix=_wrap_fix(ctx, name, link.size, layout),
-            details={"axis": name, "collectives": len(rows), "same_chips_layout": layout,
-                     "wraparound_possible": not impossible},
+            details={**(step.details() if step is not None else {}), "axis": name, "collectives": len(rows),
+                     "same_chips_layout": layout, "wraparound_possible": not impossible},
         )
 
 
@@ -211,8 +217,7 @@ def _wrap_fix(ctx: RuleContext, axis: str, size: int,
     chips = ctx.report.mesh.size if ctx.report.mesh else 0
     # The layout changes every axis, so its figures are the whole step's communication, not this axis's.
     instead = (f"; on these {chips} chips the mesh laid on {layout[0]} instead ({layout[1]}) brings the whole step's "
-               f"communication (every axis) from {fmt_s(layout[2])} to {fmt_s(layout[3])}, saving "
-               f"{fmt_s(layout[2] - layout[3])}" if layout else "")
+               f"communication (every axis) from {fmt_s(layout[2])} to {fmt_s(layout[3])}" if layout else "")
     if _cube_rule(ctx):
         if chips and chips < 64:
             return (f"no slice of {chips} chips has wraparound here (it takes full 4x4x4 cubes, 64 chips), so this "
@@ -228,9 +233,10 @@ def _wrap_fix(ctx: RuleContext, axis: str, size: int,
             f" with {axis!r} of size 16), or give the heavy collectives to an axis that wraps")
 
 
-def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None:
+def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[float, ...]] | None:
     """The slice of the same chips (another torus shape, mesh axes laid in order) whose collectives cost
-    least, when it beats the analysed one by at least 1%: (slice, where the axes lie, seconds now, seconds there).
+    least, when it beats the analysed one by at least 1%: (slice, where the axes lie, seconds now, seconds
+    there, each row's seconds per call there on the footing of its own row (for its step saving)).
 
     Every collective of the report is priced on both with the analysis's own cost model, so the comparison
     is like for like (e.g. a 4-way axis on a 2x2 sub-grid of a v5e:2x4 uses both physical axes' links,
@@ -253,12 +259,16 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
     divisors = [d for d in range(1, n + 1) if n % d == 0]
     shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
 
-    def cost(t: Any) -> float:
-        return sum(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
-                   * c.count for c in facts.collectives if c.axes)
+    def per_row(t: Any) -> list[float]:
+        return [float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
+                if c.axes else 0.0 for c in facts.collectives]
 
+    def cost(t: Any) -> float:
+        return sum(s * c.count for s, c in zip(per_row(t), facts.collectives))
+
+    mine = per_row(topo)
     now = cost(topo)
-    best: tuple[str, str, float, float] | None = None
+    best: tuple[str, str, float, float, tuple[float, ...]] | None = None
     prefix = sl.name.split(":")[0]
     for dims in sorted(shapes):
         name = f"{prefix}:{'x'.join(map(str, dims))}"
@@ -271,7 +281,9 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float] | None
             continue
         if there < 0.99 * now and (best is None or there < best[3]):
             where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
-            best = (name, where, now, there)
+            alts = tuple(c.seconds * s / m if m > 0 else c.seconds
+                         for c, s, m in zip(facts.collectives, per_row(t), mine))
+            best = (name, where, now, there, alts)
     return best
 
 
@@ -325,21 +337,192 @@ def slow_link(ctx: RuleContext) -> Iterator[Diagnostic]:
             if pass_ == "backward" or "transpose" in c.op_name:
                 continue
         alt = facts.price_changed(c, fast_axes=slow)
-        saving = (c.seconds - alt) * c.count
-        if saving <= 0:
-            continue
+        step = facts.step_saving([(c, alt)])
+        if step.seconds <= 0:
+            continue  # no cheaper, or hidden behind compute
         net = "DCN" if facts.axes[slow[0]].network == "dcn" else "the scale-out network"
         inside = "inside a slice (ICI)" if facts.hardware.kind == "tpu" else "inside the NVLink domain"
         yield ctx.diagnostic(
             SlowLinkCollective(kind=c.kind, nbytes=c.bytes, slow_axes=axes_text(slow), network=net, seconds=c.seconds,
-                               alternative_seconds=alt, inside=inside, count=c.count),
+                               alternative_seconds=alt, inside=inside, count=c.count, **step.fields()),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"the same {c.kind} with {axes_text(slow)} laid {inside}",
             alternative_seconds=alt * c.count,
-            saving_seconds=saving,
+            saving_seconds=step.seconds,
             fix=f"reorder the mesh so {axes_text(slow)} stays {inside} and the axis that spans {net} only "
                 "carries data parallelism (e.g. jax.make_mesh((slices, chips), ('data', 'model')))",
-            details={"slow_axes": slow, "bytes": c.bytes, "count": c.count},
+            details={**step.details(), "slow_axes": slow, "bytes": c.bytes, "count": c.count},
         )
+
+
+@rule(
+    code="HA204",
+    name="straddling-mesh-axis",
+    severity=Severity.WARNING,
+    summary="A mesh axis jax.make_mesh laid across physical axes, whose exposed collectives an explicit placement "
+            "makes cheaper.",
+    options=(
+        Option("min_fraction", 0.05, "Fire when the placement cuts the step's communication by at least this "
+               "fraction."),
+        Option("min_saving_seconds", 1e-7, "Ignore axes whose placement saves less than this per step."),
+    ),
+)
+def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Finds mesh axes that `jax.make_mesh` laid across more than one physical axis of the slice without
+    making a grid of them (`Topology.straddling_axes()`: jax's ring orders on v5e's 8-chip trays zig-zag an
+    axis of 2 or 4 over both physical axes), whose collectives the step waits for. It prices every
+    collective of the step again on each explicit placement of the same mesh on the same slice (every mesh
+    axis on whole physical axes, `SLICE@AXIS=PHYS,...`, and the axes in order), with the analysis's own
+    cost model, and offers the one that saves most step time. On a slice the analysis chose (no topology
+    given) the finding is info: the slice is an assumption.
+
+    ## Why is this bad?
+    A straddling group is not one ring: its members sit on a zig-zag across physical axes, so a collective
+    over it takes more hops (latency: `hops x T_min`) or fewer links than the same axis laid on one physical
+    axis, and an AllToAll or permute over it crosses both axes' links. When those collectives are exposed
+    (the compute waits for them, docs/step.md), each microsecond they lose is a microsecond of step. jax's
+    order is often the better one for bulk AllGathers (a zig-zag of 4 on a 2x4 tray uses 3 links), so the
+    rule fires only when a placement makes the step's collectives cheaper in total, and prices the saving
+    in step time.
+
+    ## Example
+    ```python
+    # v5e:2x4 (x=2, y=4): jax.make_mesh lays 'data' (2) across x and y, 'model' (4) on the rest of the ring
+    mesh = jax.make_mesh((2, 4), ("data", "model"))
+    y = jax.lax.with_sharding_constraint(x, P(None, "data"))   # AllToAll_data, waited for
+    ```
+
+    ## Use instead
+    Place the mesh on the physical axes yourself, and check it with the same placement:
+    ```python
+    import numpy as np
+    devs = sorted(jax.devices(), key=lambda d: (d.coords[0], d.coords[1]))   # data on x, model on y
+    mesh = jax.sharding.Mesh(np.array(devs).reshape(2, 4), ("data", "model"))
+    ```
+    and `hlo-analyzer analyze ... --topology v5e:2x4@data=x,model=y` (`analyze(..., topology=...)`).
+
+    ## References
+    "How to Scale Your Model", TPU chapter, ICI topology (rings per physical axis, hops); sharding chapter,
+    "A note on ICI latency"; jax's `mesh_utils.create_device_mesh` (the ring orders of v5e trays).
+    """
+    facts = ctx.facts
+    topo, mesh = facts.topology, ctx.report.mesh
+    if topo is None or mesh is None or facts.hardware.kind != "tpu" or not facts.collectives:
+        return
+    straddling = topo.straddling_axes()
+    if not straddling:
+        return
+    min_fraction = float(ctx.option("min_fraction"))
+    min_saving = float(ctx.option("min_saving_seconds"))
+    candidates = explicit_placements(topo)
+    if not candidates:
+        return
+    now = _row_prices(facts, topo)
+    current = sum(c.seconds * c.count for c in facts.collectives)
+    placement = topo.placement()
+    for axis in straddling:
+        mine = [c for c in facts.collectives if axis in c.axes and c.seconds > 0]
+        if not mine:
+            continue
+        best = None
+        for text, t in candidates:
+            if axis in t.straddling_axes():
+                continue
+            alts = [c.seconds * there / here if here > 0 else c.seconds
+                    for c, there, here in zip(facts.collectives, _row_prices(facts, t), now)]
+            step = facts.step_saving(list(zip(facts.collectives, alts)))
+            total = sum(a * c.count for a, c in zip(alts, facts.collectives))
+            key = (step.seconds, current - total)
+            if best is None or key > best[0]:
+                best = (key, text, t, step, total)
+        if best is None:
+            continue
+        _, text, t, step, total = best
+        if step.seconds < min_saving or current - total < min_fraction * current:
+            continue
+        axis_seconds = sum(c.seconds * c.count for c in mine)
+        main = max(mine, key=lambda c: c.exposed or c.seconds * c.count)
+        where = ", ".join(f"'{a}' on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
+        assumed = getattr(topo, "declared", True) is False  # the slice was chosen here, not the user's hardware
+        yield ctx.diagnostic(
+            StraddlingAxis(axis=axis, size=placement[axis].size, physical="+".join(placement[axis].physical_axes),
+                           axis_collectives=len(mine), axis_seconds=axis_seconds, placement=text, seconds=current,
+                           alternative_seconds=total, assumed_slice=topo.slice.name if assumed else "",
+                           **step.fields()),
+            severity=Severity.INFO if assumed else None,
+            location=main.location(),
+            notation=main.notation or None,
+            seconds=current,
+            alternative=f"the same mesh placed as {text} ({where})",
+            alternative_seconds=total,
+            saving_seconds=step.seconds,
+            fix=(f"place the mesh yourself with {where}: build jax.sharding.Mesh from the devices ordered by those "
+                 f"coordinates instead of jax.make_mesh's order, and check it with --topology {text} "
+                 f"(analyze(..., topology={text!r}))"),
+            details={**step.details(), "axis": axis, "physical_axes": list(placement[axis].physical_axes),
+                     "placement": text, "collectives": len(mine), "axis_seconds": axis_seconds},
+        )
+
+
+def _row_prices(facts: Any, topo: Any) -> list[float]:
+    """Each row's collective priced on `topo` (seconds per call, the analysis's cost model; 0 without axes)."""
+    from analyzer.theory.cost import collective_cost
+
+    out = []
+    for c in facts.collectives:
+        if not c.axes or c.seconds <= 0:
+            out.append(0.0)
+            continue
+        try:
+            out.append(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), topo,
+                                             model=facts.cost_model).seconds))
+        except AnalyzerError:
+            out.append(0.0)
+    return out
+
+
+def explicit_placements(topo: Any) -> list[tuple[str, Any]]:
+    """Every explicit placement of `topo`'s mesh on its slice: the axes in order, and each mapping of mesh
+    axes onto whole physical axes (`SLICE@AXIS=PHYS[+PHYS],...`, each physical axis used once, the sizes
+    matching), as (topology string, `Topology`). Multi-slice (DCN) and GPU slices: none.
+
+    Example:
+        >>> from analyzer.theory.topology import Topology
+        >>> t = Topology.for_mesh("tpu-v5e", ("data", "model"), (2, 4), topology="v5e:2x4")
+        >>> [text for text, _ in explicit_placements(t)]
+        ['v5e:2x4@in-order']
+    """
+    from itertools import product
+
+    from analyzer.theory.topology import Topology
+
+    sl = topo.slice
+    if any(n != "ici" for n in sl.networks):
+        return []
+    names = [n for n, size in zip(topo.axis_names, topo.axis_sizes) if size > 1]
+    labels = list(sl.axis_labels)
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    out: list[tuple[str, Any]] = []
+
+    def add(text: str) -> None:
+        try:
+            t = Topology.for_mesh(sl.hardware, topo.axis_names, topo.axis_sizes, topology=text)
+        except (AnalyzerError, ValueError):
+            return
+        key = tuple(t.coords)
+        if key in seen:
+            return  # the same placement written another way
+        seen.add(key)
+        out.append((text, t))
+
+    add(f"{sl.name}@in-order")
+    sizes = dict(zip(topo.axis_names, topo.axis_sizes))
+    for owners in product(range(len(names)), repeat=len(labels)):
+        spans = {n: [labels[k] for k in range(len(labels)) if owners[k] == i] for i, n in enumerate(names)}
+        if any(math.prod(sl.dims[labels.index(p)] for p in spans[n]) != sizes[n] for n in names):
+            continue
+        add(f"{sl.name}@" + ",".join(f"{n}={'+'.join(spans[n])}" for n in names))
+    return out

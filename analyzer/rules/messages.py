@@ -10,6 +10,12 @@ reads: `{x:time}` (`format_seconds`: "23.3 us", "1.20 ms") and `{x:bytes}` (`for
 Every other spec is Python's (`{x:,.0f}`, `{x:.2f}`). A field may be a property of the class when the
 text needs a derived figure (a ratio, a saving): it is then computed from the other fields, never passed.
 
+Savings are in step time (docs/rules.md, "Savings in step time"): a message about a change that makes some
+collectives cheaper carries `comm_saving` (what the change removes from the links per step), `exposed_seconds`
+(how much of those collectives' time the step waits for) and `step_saving` (what it removes from the step,
+the finding's `saving_seconds`), and its text ends with a sentence rendered from these three: a message never
+says "saves" about a figure other than the one beside it.
+
 Extending: a new message kind is a subclass with a `template` and its fields; the rule passes an instance
 to `RuleContext.diagnostic`, which renders it into `Diagnostic.message` and keeps the instance as
 `Diagnostic.finding` (not serialised, not compared) for code that groups or re-words findings.
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from analyzer.units import format_bytes, format_seconds
@@ -46,6 +52,7 @@ __all__ = [
     "ReplicatedParameter",
     "CommBudgetExceeded",
     "CommComputeRatioExceeded",
+    "StraddlingAxis",
 ]
 
 
@@ -69,13 +76,42 @@ class Message:
 
     template: ClassVar[str] = ""
 
+    # The change in step time (None: the rule predicts no saving, or the report has no predicted step).
+    comm_saving: float | None = field(default=None, kw_only=True)
+    exposed_seconds: float | None = field(default=None, kw_only=True)
+    step_saving: float | None = field(default=None, kw_only=True)
+
     def fields(self) -> dict[str, Any]:
         """The figures of this message, by field name."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def render(self) -> str:
-        """The text: `template` formatted with the fields (and the class's derived properties)."""
-        return _FORMATTER.vformat(self.template, (), _Lookup(self))
+        """The text: `template` formatted with the fields (and the class's derived properties), then the
+        sentence saying what the change removes from the predicted step (`in_step`)."""
+        return _FORMATTER.vformat(self.template, (), _Lookup(self)) + self.in_step
+
+    @property
+    def in_step(self) -> str:
+        """What the change is worth in the predicted step, from `comm_saving`, `exposed_seconds` and
+        `step_saving` ('' without them).
+
+        Example:
+            >>> ReshardingCollective(kind="all-to-all", change="x", nbytes=1e6, seconds=1e-3, count=1,
+            ...                      comm_saving=1e-3, exposed_seconds=0.0, step_saving=0.0).in_step
+            ' In the predicted step this communication runs behind compute (the compute never waits for it), so the change saves no step time.'
+        """
+        if self.step_saving is None or self.exposed_seconds is None:
+            return ""
+        if self.exposed_seconds <= 0:
+            return (" In the predicted step this communication runs behind compute (the compute never waits for "
+                    "it), so the change saves no step time.")
+        exposed, saving = format_seconds(self.exposed_seconds), format_seconds(self.step_saving)
+        comm = self.comm_saving if self.comm_saving is not None else self.step_saving
+        if self.step_saving < comm * (1 - 1e-6):
+            return (f" In the predicted step the compute waits {exposed} per step for this communication, so of "
+                    f"the {format_seconds(comm)} per step the change takes off the links it saves {saving}.")
+        return (f" In the predicted step the compute waits {exposed} per step for this communication, so the "
+                f"change saves all {saving} per step it takes off the links.")
 
 
 class _Lookup(dict):  # type: ignore[type-arg]
@@ -240,6 +276,7 @@ class MissingWraparound(Message):
     alternative_seconds: float
     assumed_slice: str = ""
     wraparound_possible: bool = True  # False: no slice of this many chips wraps, so the ring is no saving
+    layout: str = ""  # with no ring possible: the slice of the same chips offered instead (its step figures)
 
     template: ClassVar[str] = (
         "mesh axis '{axis}' ({chips} chips) lies on a line without wraparound, so its {collectives} collective(s) "
@@ -250,8 +287,17 @@ class MissingWraparound(Message):
     @property
     def gain(self) -> str:
         if self.wraparound_possible:
-            return f"saves {format_seconds(self.saving)}"
+            return f"{format_seconds(self.saving)} less on the links"
         return "a ring no slice of this size can have, so not a saving"
+
+    @property
+    def in_step(self) -> str:
+        text = super().in_step
+        if not self.wraparound_possible and text:
+            # the step figures are those of the other layout of the same chips, not of the ring
+            return text.replace(" In the predicted step", f" Laid on {self.layout} instead (the fix): in the "
+                                "predicted step", 1).replace("this communication", "the collectives it makes cheaper")
+        return text
 
     @property
     def ratio(self) -> float:
@@ -448,3 +494,37 @@ class CommComputeRatioExceeded(Message):
     @property
     def top(self) -> str:
         return f"; largest: {self.largest}" if self.largest else ""
+
+
+@dataclass(frozen=True)
+class StraddlingAxis(Message):
+    """HA204: a mesh axis that jax.make_mesh laid across several physical axes, where an explicit placement
+    of the same mesh on the same slice makes the step's collectives cheaper. `seconds` and
+    `alternative_seconds` are every collective of the step (a placement moves every axis), per step."""
+
+    axis: str
+    size: int
+    physical: str
+    axis_collectives: int
+    axis_seconds: float
+    placement: str
+    seconds: float
+    alternative_seconds: float
+    assumed_slice: str = ""
+
+    template: ClassVar[str] = (
+        "mesh axis '{axis}' ({size} chips) straddles physical axes {physical}: jax.make_mesh laid its groups across "
+        "them, not on one ring, and its {axis_collectives} collective(s) take {axis_seconds:time} per step. Placed "
+        "as {placement}, the step's collectives (every axis) take {alternative_seconds:time} instead of "
+        "{seconds:time} ({ratio:.2f}x){assumed}"
+    )
+
+    @property
+    def assumed(self) -> str:
+        if self.assumed_slice:
+            return f" (on the assumed slice {self.assumed_slice}: pass topology= to check the one you will use)."
+        return "."
+
+    @property
+    def ratio(self) -> float:
+        return self.seconds / self.alternative_seconds if self.alternative_seconds > 0 else float("inf")

@@ -58,19 +58,20 @@ def all_reduce_not_reduce_scatter(ctx: RuleContext) -> Iterator[Diagnostic]:
         if not (marked or only_used_sliced(c.comp, c.inst, facts.users(c.comp))):
             continue
         alt = facts.price_like(c, "reduce-scatter", c.bytes, c.axes)
-        saving = (c.seconds - alt) * c.count
-        if saving < min_saving:
+        step = facts.step_saving([(c, alt)])
+        if step.seconds < min_saving:
             continue
         axes = axes_text(c.axes)
         yield ctx.diagnostic(
-            CollectiveCouldScatter(axes=axes, seconds=c.seconds, alternative_seconds=alt, count=c.count),
+            CollectiveCouldScatter(axes=axes, seconds=c.seconds, alternative_seconds=alt, count=c.count,
+                                   **step.fields()),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"ReduceScatter_{axes} (then the element-wise ops on the shard)",
             alternative_seconds=alt * c.count,
-            saving_seconds=saving,
+            saving_seconds=step.seconds,
             fix=f"reduce-scatter instead: jax.lax.psum_scatter(x, {c.axes[0]!r}, tiled=True) in shard_map, or "
                 f"constrain the result to the sharded layout right after the reduction",
-            details={"bytes": c.bytes, "count": c.count},
+            details={**step.details(), "bytes": c.bytes, "count": c.count},
         )

@@ -27,7 +27,7 @@ def _rematerialized(c, facts) -> bool:
     name="resharding-traffic",
     severity=Severity.WARNING,
     summary="An all-to-all, permute or all-gather caused by a sharding mismatch, not by a contraction.",
-    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
+    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives whose change saves less than this per step."),),
 )
 def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
@@ -62,8 +62,9 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     for c in facts.collectives:
         if c.kind not in _RESHARD_KINDS or c.overlapped or is_explicit_collective(c.op_name):
             continue
-        if c.seconds * c.count < min_saving:
-            continue
+        step = facts.step_saving([(c, 0.0)])
+        if step.seconds < min_saving:
+            continue  # hidden behind compute (or under the threshold): removing it saves no step time
         if c.inst is None or c.comp is None:
             continue  # without the HLO a reshard cannot be told from a matmul's gather
         if c.record is not None and getattr(c.record, "dot", None) is not None:
@@ -82,17 +83,18 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
             change = (f"only changes the layout {before or '?'} -> {after or '?'} over {axes_text(c.axes)}: the "
                       "producer and its consumer disagree on the sharding")
         yield ctx.diagnostic(
-            ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count),
+            ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count,
+                                 **step.fields()),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"produce {after or 'the consumer layout'} directly (no collective)",
             alternative_seconds=0.0,
-            saving_seconds=c.seconds * c.count,
+            saving_seconds=step.seconds,
             fix=(f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
                  f"or make the consumer accept {before}") if spec else
                 "give producer and consumer the same PartitionSpec, with the mesh axes in the same order",
-            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
+            details={**step.details(), "before": before, "after": after, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -101,7 +103,7 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     name="full-rematerialization",
     severity=Severity.ERROR,
     summary="An array all-gathered only to be sliced again: full rematerialization to reshard.",
-    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives costing less than this per step."),),
+    options=(Option("min_saving_seconds", 1e-7, "Ignore collectives whose change saves less than this per step."),),
 )
 def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
@@ -132,20 +134,20 @@ def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
         if c.kind != "all-gather" or not _rematerialized(c, facts):
             continue
         alt = facts.price_like(c, "all-to-all", c.bytes, c.axes)
-        saving = (c.seconds - alt) * c.count
-        if saving < min_saving:
+        step = facts.step_saving([(c, alt)])
+        if step.seconds < min_saving:
             continue
         before, after = sides(c.notation)
         yield ctx.diagnostic(
             FullRematerialization(axes=axes_text(c.axes), nbytes=c.bytes, seconds=c.seconds, alternative_seconds=alt,
-                                  count=c.count),
+                                  count=c.count, **step.fields()),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"AllToAll_{axes_text(c.axes)} (or matching shardings: no collective)",
             alternative_seconds=alt * c.count,
-            saving_seconds=saving,
+            saving_seconds=step.seconds,
             fix="keep the producer's and consumer's shardings equal, or reshard one mesh axis at a time "
                 "(each step an all-to-all)",
-            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
+            details={**step.details(), "before": before, "after": after, "bytes": c.bytes, "count": c.count},
         )

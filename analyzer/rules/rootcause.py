@@ -13,7 +13,9 @@ is judged and ranked:
   - else the rule, its mesh axes and the user's line (no decision in common is known: one line, one cause).
 
 A group's saving is the sum of its members' savings, each collective counted once (two rules may price the
-same collective: the larger saving is kept). `group_findings` gives the groups, largest saving first;
+same collective: the larger saving is kept). Savings are in step time (docs/rules.md, "Savings in step time"),
+so a group never saves more than the step's exposed communication: the sum is capped there when the report
+has a predicted step. `group_findings` gives the groups, largest saving first;
 `split_negligible_groups` applies the negligible threshold to each group's summed saving, keeping or
 dropping the whole group.
 """
@@ -30,7 +32,7 @@ from analyzer.diagnostics import Diagnostic
 __all__ = ["RootCause", "cause_of", "group_findings", "annotate", "split_negligible_groups", "top_cause"]
 
 _LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
-_PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203"})  # how a mesh axis lies on the links
+_PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203", "HA204"})  # how a mesh axis lies on the links
 _LAYER_INDEX = re.compile(r"(?<=[_\[\.'])\d+(?=['\]_\.]|$)")
 _AXES = re.compile(r"^[A-Za-z]+_([^:\s]+):")
 
@@ -142,6 +144,15 @@ def _summed(findings: Sequence[Diagnostic]) -> float:
     return loose + sum(best.values())
 
 
+def _exposed_cap(report: Any) -> float:
+    """The most any change of communication can remove from the predicted step: its exposed communication
+    (infinite when the report has no predicted step)."""
+    totals = getattr(report, "totals", None)
+    if totals is None or not float(getattr(totals, "step_seconds", 0.0) or 0.0) > 0:
+        return float("inf")
+    return float(getattr(totals, "exposed_comm_seconds", 0.0) or 0.0)
+
+
 def group_findings(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[RootCause]:
     """The findings grouped by the decision behind them, largest summed saving first.
 
@@ -154,8 +165,9 @@ def group_findings(diagnostics: Sequence[Diagnostic], report: Any = None) -> lis
     groups: dict[tuple[str, str], list[Diagnostic]] = {}
     for d in diagnostics:
         groups.setdefault(cause_of(d, arrays), []).append(d)
+    cap = _exposed_cap(report)
     out = [RootCause(kind, subject, tuple(sorted(members, key=lambda d: -(d.saving_seconds or 0.0))),
-                     _summed(members))
+                     min(_summed(members), cap))
            for (kind, subject), members in groups.items()]
     out.sort(key=lambda g: (-g.saving_seconds, g.key))
     return out

@@ -9,10 +9,12 @@ Memory fit: per-device bytes are arguments + outputs + temporaries - aliased buf
 `memory_analysis()` of the compile, against the hardware's HBM per chip. For the cpu target that is the CPU
 compiler's buffer assignment, a close but not exact stand-in for the accelerator's.
 
-How a step time is predicted: `step_seconds = compute_seconds + comm_seconds`, i.e. no overlap of
-communication with compute, an upper bound. `overlap_step_seconds = max(compute, comm)` is the lower bound
-if every collective overlapped perfectly; both are reported, candidates are ranked by the upper bound
-(ties broken by the lower bound). A candidate whose per-device memory exceeds the chip's HBM ranks after
+How a step time is predicted: `step_seconds` is the step model's (analyzer.analysis.step, docs/step.md): every
+instruction timed, collectives overlapped with compute where the schedule or the overlap model lets them, the
+step the compute stream's end. Candidates are ranked by it (ties broken by the exposed communication); each
+entry also shows its exposed communication, its MFU (model FLOPs / (step x peak x chips)), and the two bounds
+`max(compute, comm)` (perfect overlap) and `compute + comm` (none). An entry made without a step model (by
+hand) falls back to compute + comm. A candidate whose per-device memory exceeds the chip's HBM ranks after
 every candidate that fits, whatever its speed; one that failed to compile ranks last with its error.
 """
 
@@ -35,9 +37,8 @@ __all__ = [
 ]
 
 COMBINE_RULE = (
-    "Step time = compute + communication (no overlap assumed: an upper bound); "
-    "max(compute, communication) is the lower bound with perfect overlap. "
-    "Candidates that do not fit in HBM rank after those that do."
+    "Ranked by the predicted step (compute plus the communication it waits for: docs/step.md); exposed is that "
+    "wait, MFU = model FLOPs / (step x peak x chips). Candidates that do not fit in HBM rank after those that do."
 )
 
 
@@ -48,8 +49,12 @@ class SweepEntry:
     Attributes:
       strategy: `dp`, `fsdp`, `tp`, `fsdp+tp` or `ep`.
       mesh: the mesh as `name=size,...` (e.g. `data=4,model=2`).
-      comm_seconds: predicted communication seconds per step.
-      compute_seconds: predicted compute (roofline of the dots) seconds per step.
+      comm_seconds: predicted communication seconds per step (every collective priced alone, summed).
+      compute_seconds: predicted compute seconds per step (`Totals.compute_seconds`).
+      predicted_step_seconds: the step model's step (`Totals.step_seconds`); nan when not predicted.
+      exposed_comm_seconds: the communication the step waits for (`Totals.exposed_comm_seconds`); nan when not
+        predicted.
+      mfu: model FLOPs / (step x peak x chips) (`Totals.mfu`); nan when not predicted.
       memory_bytes: predicted per-device bytes (arguments + outputs + temporaries), None when unknown.
       hbm_bytes: HBM per chip of the hardware, None when unknown.
       findings: number of rule findings; `errors` of them at severity error.
@@ -80,6 +85,9 @@ class SweepEntry:
     batch: int | None = None
     remat: str | None = None
     microbatches: int | None = None
+    predicted_step_seconds: float = float("nan")
+    exposed_comm_seconds: float = float("nan")
+    mfu: float = float("nan")
     report: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -88,7 +96,14 @@ class SweepEntry:
 
     @property
     def step_seconds(self) -> float:
-        """compute + communication: no overlap assumed."""
+        """The predicted step (the step model's), or compute + communication when it was not predicted."""
+        if self.predicted_step_seconds == self.predicted_step_seconds and self.predicted_step_seconds > 0:
+            return self.predicted_step_seconds
+        return self.serial_step_seconds
+
+    @property
+    def serial_step_seconds(self) -> float:
+        """compute + communication: no overlap (the upper bound)."""
         return self.compute_seconds + self.comm_seconds
 
     @property
@@ -125,7 +140,10 @@ class SweepEntry:
         return to_jsonable({
             "rank": self.rank, "strategy": self.strategy, "mesh": self.mesh,
             "step_seconds": self.step_seconds if self.ok else None,
+            "exposed_comm_seconds": self.exposed_comm_seconds if self.ok else None,
+            "mfu": self.mfu if self.ok else None,
             "overlap_step_seconds": self.overlap_step_seconds if self.ok else None,
+            "serial_step_seconds": self.serial_step_seconds if self.ok else None,
             "comm_seconds": self.comm_seconds if self.ok else None,
             "compute_seconds": self.compute_seconds if self.ok else None,
             "memory_bytes": self.memory_bytes, "hbm_bytes": self.hbm_bytes, "fits": self.fits,
@@ -138,7 +156,8 @@ class SweepEntry:
 def _sort_key(e: SweepEntry) -> tuple:
     if not e.ok:
         return (2, 0.0, 0.0, e.label)
-    return (1 if e.fits is False else 0, e.step_seconds, e.overlap_step_seconds, e.label)
+    exposed = e.exposed_comm_seconds if e.exposed_comm_seconds == e.exposed_comm_seconds else e.comm_seconds
+    return (1 if e.fits is False else 0, e.step_seconds, exposed, e.overlap_step_seconds, e.label)
 
 
 def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
@@ -148,14 +167,14 @@ def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
       entries: analysed (or failed) candidates in any order.
 
     Returns:
-      The entries sorted by: fits in HBM (or unknown) first, then predicted step time (compute + comm),
-      then the perfect-overlap time; failed candidates last. `rank` is set 1..n; an entry whose predictions
+      The entries sorted by: fits in HBM (or unknown) first, then the predicted step (`step_seconds`), then
+      the exposed communication, then the perfect-overlap time; failed candidates last. `rank` is set 1..n; an entry whose predictions
       equal a better-ranked one's gets `same_as` (e.g. fsdp on 8x1 and on 4x2 shard the same way).
 
     Example:
-      >>> ranked = rank_entries([SweepEntry("tp", "data=1,model=8", 2e-3, 1e-3),
-      ...                        SweepEntry("fsdp", "data=8,model=1", 1e-3, 1e-3)])
-      >>> [e.strategy for e in ranked]
+      >>> ranked = rank_entries([SweepEntry("tp", "data=1,model=8", 2e-3, 1e-3, predicted_step_seconds=2.2e-3),
+      ...                        SweepEntry("fsdp", "data=8,model=1", 2e-3, 1e-3, predicted_step_seconds=1.1e-3)])
+      >>> [e.strategy for e in ranked]                 # the same communication, hidden better by fsdp
       ['fsdp', 'tp']
     """
     ordered = [replace(e, rank=i + 1) for i, e in enumerate(sorted(entries, key=_sort_key))]
@@ -163,7 +182,8 @@ def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
     for i, e in enumerate(ordered):
         if not e.ok:
             continue
-        key = (round(e.comm_seconds, 12), round(e.compute_seconds, 12), e.memory_bytes, e.findings)
+        key = (round(e.comm_seconds, 12), round(e.compute_seconds, 12), round(e.step_seconds, 12), e.memory_bytes,
+               e.findings)
         if key in seen:
             ordered[i] = replace(e, same_as=seen[key])
         else:
@@ -348,11 +368,21 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
         strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text, note=plan_note(config),
         batch=candidate.batch, remat=candidate.remat, microbatches=candidate.microbatches,
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
+        **_step_fields(report),
         memory_bytes=memory_per_device(report.memory), hbm_bytes=hbm, findings=len(diags),
         errors=sum(1 for d in diags if getattr(d.severity, "value", d.severity) == "error"),
         by_kind={str(k): float(v) for k, v in report.totals.by_kind.items()},
         report=report_to_dict(report),
     )
+
+
+def _step_fields(report: Report) -> dict[str, float]:
+    """The step model's figures of a report (`Totals`), or none when it predicted no step."""
+    t = report.totals
+    if not float(t.step_seconds or 0.0) > 0:
+        return {}
+    return {"predicted_step_seconds": float(t.step_seconds), "exposed_comm_seconds": float(t.exposed_comm_seconds),
+            "mfu": float(t.mfu)}
 
 
 def plan_note(config: ReportConfig) -> str:

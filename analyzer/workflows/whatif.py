@@ -27,6 +27,8 @@ class WhatIf:
       hardware: hardware spec name.
       topology: the slice the mesh was laid on, in words (first line of `Report.topology`).
       comm_seconds, compute_seconds: predicted per step.
+      predicted_step_seconds, exposed_comm_seconds, mfu: the step model's step, the communication it waits for
+        and the MFU (`Totals`); nan when no step was predicted.
       findings: number of rule findings on this hardware; `saving_seconds` their summed predicted saving.
       baseline: True for the report's own hardware (the row the others compare against).
     """
@@ -38,10 +40,15 @@ class WhatIf:
     findings: int = 0
     saving_seconds: float = 0.0
     baseline: bool = False
+    predicted_step_seconds: float = float("nan")
+    exposed_comm_seconds: float = float("nan")
+    mfu: float = float("nan")
 
     @property
     def step_seconds(self) -> float:
-        """compute + communication (no overlap assumed)."""
+        """The predicted step, or compute + communication (no overlap) when none was predicted."""
+        if self.predicted_step_seconds == self.predicted_step_seconds and self.predicted_step_seconds > 0:
+            return self.predicted_step_seconds
         return self.comm_seconds + self.compute_seconds
 
     def to_dict(self) -> dict[str, Any]:
@@ -50,6 +57,7 @@ class WhatIf:
         return to_jsonable({
             "hardware": self.hardware, "topology": self.topology, "comm_seconds": self.comm_seconds,
             "compute_seconds": self.compute_seconds, "step_seconds": self.step_seconds,
+            "exposed_comm_seconds": self.exposed_comm_seconds, "mfu": self.mfu,
             "findings": self.findings, "saving_seconds": self.saving_seconds, "baseline": self.baseline,
         })
 
@@ -76,6 +84,8 @@ def _row(report: Report, baseline: bool) -> WhatIf:
         findings=len(report.diagnostics),
         saving_seconds=float(sum(d.saving_seconds or 0.0 for d in report.diagnostics if (d.saving_seconds or 0) > 0)),
         baseline=baseline,
+        **({"predicted_step_seconds": float(t.step_seconds), "exposed_comm_seconds": float(t.exposed_comm_seconds),
+            "mfu": float(t.mfu)} if float((t := report.totals).step_seconds or 0.0) > 0 else {}),
     )
 
 

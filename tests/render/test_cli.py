@@ -100,6 +100,16 @@ def test_report_json_follows_the_schema(config, tmp_path, capsys):
     assert base["baseline"] and base["hardware"] == "tpu-v5e" and v5p["hardware"] == "tpu-v5p"
     assert base["comm_seconds"] == pytest.approx(data["totals"]["comm_seconds"], rel=1e-9)
     assert v5p["compute_seconds"] < base["compute_seconds"]
+    # issue 10: what-if rows are the predicted step (not compute + comm), with its wait and MFU
+    assert base["step_seconds"] == pytest.approx(data["totals"]["step_seconds"], rel=1e-9)
+    assert base["exposed_comm_seconds"] == pytest.approx(data["totals"]["exposed_comm_seconds"], rel=1e-9)
+    assert base["mfu"] == pytest.approx(data["totals"]["mfu"], rel=1e-9) and 0 < v5p["mfu"] < 1
+
+
+def parse_seconds(text: str) -> float:
+    """"1.20 ms" -> 1.2e-3 (analyzer.units.format_seconds's units)."""
+    value, unit = text.split()
+    return float(value) * {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}[unit]
 
 
 @pytest.mark.slow
@@ -116,3 +126,11 @@ def test_sweep_ranks_in_worker_processes(config, tmp_path, capsys):
     assert len(rows) == 2
     # dp all-reduces whole gradients; fsdp gathers weights and scatters gradients: both compile and rank.
     assert {r.split("|")[2].strip() for r in rows} == {"dp", "fsdp"}
+    # ranked by the predicted step, each with its exposed communication and MFU (issue 10)
+    header = next(l for l in text.splitlines() if l.startswith("| # |"))
+    cols = [c.strip() for c in header.split("|")]
+    assert "exposed comm" in cols and "MFU" in cols
+    cells = [[c.strip() for c in r.split("|")] for r in sorted(rows)]
+    assert all(c[cols.index("MFU")].endswith("%") for c in cells)
+    steps = [parse_seconds(c[cols.index("step")]) for c in cells]
+    assert steps == sorted(steps)

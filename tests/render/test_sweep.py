@@ -1,4 +1,5 @@
-"""Sweep ranking: step time = compute + comm, plans that fit in HBM first, failures last."""
+"""Sweep ranking: by the predicted step (compute + comm for entries made without one), plans that fit in HBM
+first, failures last."""
 
 import math
 
@@ -52,6 +53,33 @@ def test_rank_by_step_time_then_fit_then_failures():
     assert result.best.strategy == "fsdp"
     data = result.to_dict()
     assert data["entries"][3]["step_seconds"] is None and data["best"] == "fsdp @ data=8,model=1"
+
+
+def test_rank_by_the_predicted_step_not_the_sum_of_collectives():
+    """Issue 10: the same 3 ms of communication hidden behind compute (fsdp: step 1.2 ms) beats 2 ms of it
+    exposed (tp: step 2.9 ms). The entries show the wait and the MFU the step model predicted."""
+    tp = SweepEntry("tp", "data=1,model=8", comm_seconds=2e-3, compute_seconds=1e-3, predicted_step_seconds=2.9e-3,
+                    exposed_comm_seconds=1.9e-3, mfu=0.21)
+    fsdp = SweepEntry("fsdp", "data=8,model=1", comm_seconds=3e-3, compute_seconds=1e-3,
+                      predicted_step_seconds=1.2e-3, exposed_comm_seconds=0.2e-3, mfu=0.52)
+    ranked = rank_entries([tp, fsdp])
+    assert [e.strategy for e in ranked] == ["fsdp", "tp"]
+    assert ranked[0].step_seconds == pytest.approx(1.2e-3) and ranked[0].serial_step_seconds == pytest.approx(4e-3)
+    data = SweepResult(ranked, hardware="tpu-v5e").to_dict()["entries"][0]
+    assert data["step_seconds"] == pytest.approx(1.2e-3) and data["exposed_comm_seconds"] == pytest.approx(0.2e-3)
+    assert data["mfu"] == pytest.approx(0.52) and data["serial_step_seconds"] == pytest.approx(4e-3)
+    # by hand (no step model): compute + comm, and no exposed/MFU figures
+    plain = SweepEntry("dp", "data=8", 1e-3, 1e-3).to_dict()
+    assert plain["step_seconds"] == pytest.approx(2e-3) and plain["mfu"] is None and plain["exposed_comm_seconds"] is None
+
+
+def test_tables_show_exposed_communication_and_mfu():
+    from analyzer.render.markdown import sweep_section
+
+    e = SweepEntry("fsdp", "data=8,model=1", comm_seconds=3e-3, compute_seconds=1e-3, predicted_step_seconds=1.2e-3,
+                   exposed_comm_seconds=0.2e-3, mfu=0.52)
+    text = sweep_section(SweepResult(rank_entries([e]), hardware="tpu-v5e"))
+    assert "| exposed comm | MFU |" in text and "| 1.20 ms | 200 µs | 52.0% |" in text
 
 
 def test_equal_predictions_are_marked():

@@ -278,3 +278,38 @@ def sliced_weight_then_psum(gather: bool, n: int = 1024, m_: int = 1024, k: int 
 
     fn = jax.shard_map(body, mesh=mm, in_specs=(P(None, "X"), P()), out_specs=P(), check_vma=False)
     return Program(jax.jit(fn), (a, b), dict(mesh=mm, hardware="tpu-v5p", model="ideal"))
+
+
+# ---------------------------------------------------------------------------------------------- HA204
+def straddled_all_to_all(topology: str = "v5e:2x4", i: int = 4096, j: int = 8192) -> Program:
+    """[I_data, J] -> [I, J_data] (AllToAll_data) on a {data: 2, model: 4} mesh of v5e:2x4, waited for at the
+    end of the step. jax.make_mesh lays 'data' across x and y there (its tray ring order; tests/cost/
+    test_placement.py); `topology="v5e:2x4@in-order"` lays it on x."""
+    m = mesh((2, 4), ("data", "model"))
+    x = arg(m, (i, j), P("data", None))
+    fn = jax.jit(lambda x: jnp.sin(x), out_shardings=NamedSharding(m, P(None, "data")))
+    return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5e", topology=topology))
+
+
+def straddled_fsdp(topology: str = "v5e:2x4", b: int = 2048, d: int = 4096, f: int = 16384) -> Program:
+    """FSDP + TP MLP on {data: 4, model: 2} of v5e:2x4 (issue 10's case): jax.make_mesh lays 'data' across x
+    and y, and its weight gathers are cheaper there than on any explicit placement (3 links)."""
+    m = mesh((4, 2), ("data", "model"))
+    x = arg(m, (4 * b, d), P("data", None))
+    w1 = arg(m, (d, f), P("data", "model"))
+    w2 = arg(m, (f, d), P("model", "data"))
+    fn = jax.jit(lambda x, a, c: jax.nn.gelu(x @ a) @ c, out_shardings=NamedSharding(m, P("data", None)))
+    return Program(fn, (x, w1, w2), dict(mesh=m, hardware="tpu-v5e", topology=topology))
+
+
+def gather_behind_matmul(d: int, b: int = 128, f: int = 8192, g: int = 256) -> Program:
+    """h = x[B_X, D] . W1[D, F] (W1 replicated: no communication), then h . W2[F_X, G] with W2 gathered over X
+    (FSDP, per-chip batch b = 128 < 2550 on v5p: comm-bound against its own FLOPs). XLA's latency-hiding
+    scheduler (the overlap model, docs/step.md) issues the gather at the start of the first matmul: with
+    d = 8192 that matmul (37 us) hides the gather (23 us); with d = 512 (2.3 us) it does not."""
+    m = mesh((8,), ("X",))
+    x = arg(m, (8 * b, d), P("X", None))
+    w1 = arg(m, (d, f), P())
+    w2 = arg(m, (f, g), P("X", None))
+    fn = jax.jit(lambda c, x, a: jnp.tanh(x @ a) @ c, out_shardings=NamedSharding(m, P("X", None)))
+    return Program(fn, (w2, x, w1), dict(mesh=m, hardware="tpu-v5p", model="ideal"))

@@ -58,7 +58,27 @@ def test_missing_wraparound_saving_is_the_difference_it_prints():
     saving is its own two figures' difference."""
     m = MissingWraparound(axis="data", chips=8, collectives=3, seconds=23.8e-3, alternative_seconds=18.9e-3)
     text = m.render()
-    assert "23.8 ms per step, 18.9 ms on a closed ring" in text and "saves 4.90 ms" in text
+    assert "23.8 ms per step, 18.9 ms on a closed ring" in text and "4.90 ms less on the links" in text
+    assert "saves" not in text  # no step figures: no step saving claimed
+    # With the step's figures (3.10 ms of these collectives exposed), the saving is the step's, and says so.
+    step = dataclasses.replace(m, comm_saving=4.9e-3, exposed_seconds=3.1e-3, step_saving=3.1e-3).render()
+    assert "waits 3.10 ms per step" in step and "of the 4.90 ms per step the change takes off the links it saves 3.10 ms" in step
+
+
+@pytest.mark.parametrize("exposed,saving,says", [
+    (0.0, 0.0, "this communication runs behind compute (the compute never waits for it), so the change saves no "
+               "step time."),
+    (0.4e-3, 0.4e-3, "the compute waits 400 µs per step for this communication, so of the 1.00 ms per step the "
+                     "change takes off the links it saves 400 µs."),
+    (1.5e-3, 1.0e-3, "the compute waits 1.50 ms per step for this communication, so the change saves all 1.00 ms "
+                     "per step it takes off the links."),
+])
+def test_step_sentence_says_the_step_saving_it_carries(exposed, saving, says):
+    """Savings are in step time (issue 10): the sentence is rendered from comm_saving, exposed_seconds and
+    step_saving, and the only saving it states is step_saving."""
+    m = messages.ReshardingCollective(kind="all-to-all", change="x", nbytes=1e6, seconds=1e-3, count=1,
+                                      comm_saving=1e-3, exposed_seconds=exposed, step_saving=saving)
+    assert m.render().endswith(says)
 
 
 def test_roofline_fix_never_prints_an_empty_plan():
@@ -87,6 +107,9 @@ def test_rule_messages_are_rendered_from_their_findings(analysed):
                 continue
             assert isinstance(d.finding, Message), d.code
             assert d.message.startswith(d.finding.render()), d.code
+            # the step saving beside the message is the one the message states (issue 10)
+            if d.saving_seconds is not None and d.finding.step_saving is not None:
+                assert d.finding.step_saving == d.saving_seconds, d.code
 
 
 @pytest.mark.slow

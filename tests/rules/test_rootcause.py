@@ -76,3 +76,17 @@ def test_the_group_filter_keeps_exempt_rules():
     memory = Diagnostic("HA401", "memory-over-hbm", "over", saving_seconds=None)
     kept, dropped = split_negligible_groups([memory], None, lambda code: None)
     assert kept == [memory] and not dropped
+
+
+def test_a_root_cause_saves_at_most_the_steps_exposed_communication():
+    """Savings are in step time (issue 10): eleven 100 us findings sum to 1.1 ms, but a step that waits 0.6 ms
+    for communication in all cannot lose more than 0.6 ms by any change of its collectives."""
+    small = [reshard(i, 100e-6) for i in range(11)]
+    base = report_with({}, small)
+    stepped = Report(**{**base.__dict__, "totals": Totals(20e-3, 10e-3, step_seconds=10.6e-3,
+                                                          exposed_comm_seconds=0.6e-3)})
+    (group,) = group_findings(small, stepped)
+    assert group.saving_seconds == pytest.approx(0.6e-3)
+    assert dict(headline(stepped))["Top fix saves / step"] == "600 µs"
+    (uncapped,) = group_findings(small, base)  # no predicted step: the findings' own sum
+    assert uncapped.saving_seconds == pytest.approx(1.1e-3)
