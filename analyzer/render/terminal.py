@@ -108,8 +108,10 @@ def fit_columns(widths: dict[str, int], width: int | None) -> list[str]:
     shown = [name for name, _, _ in _COLUMNS if name in widths]
 
     def need(cols: list[str]) -> int:
+        # rich's SIMPLE_HEAD table: one space of padding each side of a cell, one separator between columns
+        # and one edge each side (so 3 per column + 1); counting 2 per column cropped the last (source) column
         return sum(min(widths[c], _NOTATION_MIN) if c == "collective" else widths[c] for c in cols) \
-            + 2 * len(cols) + 2
+            + 3 * len(cols) + 1
 
     hidden: list[str] = []
     for name, _, priority in sorted(_COLUMNS, key=lambda c: c[2]):

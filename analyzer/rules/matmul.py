@@ -200,7 +200,10 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         # per-chip batch of FSDP, F/Y of Megatron), and its threshold on this slice's links. The others
         # (e.g. FSDP's weight gathers next to Megatron's activation gather) are listed with their times.
         batch = flops / (2 * _elements(main)) if _elements(main) else 0.0
-        needed = batch * main.seconds / t_math
+        # The threshold is where all these collectives together take the FLOPs' time (they move the same
+        # elements per FLOP whatever the batch), so it is above `batch` whenever the rule fires: measuring it
+        # from the costliest collective alone printed "2,048 ... below 1,313" when several shared the dot.
+        needed = batch * t_comm / t_math
         roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of)
         # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
         # not the matmul before it in the chain); the HLO instruction is the collective that costs most.

@@ -179,6 +179,18 @@ def test_ha101_names_the_megatron_roofline(analysed):
     assert m and float(m.group(1).replace(",", "")) == pytest.approx(want, rel=REL)
 
 
+@pytest.mark.parametrize("program", ["fsdp_matmul(128)", "megatron_mlp(f=8192)", "sliced_weight_then_psum(False)"])
+def test_ha101_quantity_is_below_the_threshold_it_prints(analysed, program):
+    """The threshold is where the dot's collectives together take its FLOPs' time, so a flagged dot's quantity
+    is always below it (measured from the costliest collective alone it printed "2,048 ... below 1,313")."""
+    for d in (d for d in analysed(program).diagnostics if d.code == "HA101"):
+        q, needed = d.details["per_chip_batch"], d.details["threshold_topology"]
+        assert q < needed
+        assert needed == pytest.approx(q * d.details["t_comm"] / d.details["t_math"], rel=1e-9)
+        printed = re.search(r"below (?:C/W_ici = )?([\d,]+)", d.message)
+        assert printed and float(printed.group(1).replace(",", "")) >= q
+
+
 def test_roofline_fix_never_unshards_and_keeps_the_chips():
     # FSDP at 2048 tokens per chip over 256 chips, F = 16384 (v5p): 128-way FSDP x 2-way TP is compute-bound:
     # 2550/4096 + 2550/8192 = 0.93.
