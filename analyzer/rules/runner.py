@@ -265,7 +265,8 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
     Args:
       report: an `analyzer.analysis.report.Report`.
-      config: an `analyzer.workflows.config.Config` (None: the defaults). Its `baseline` path, when set, is read.
+      config: an `analyzer.workflows.config.Config`, or anything `as_config` takes (a dict of
+        `[tool.hlo-analyzer]` keys; None: the defaults). Its `baseline` path, when set, is read.
 
     Returns:
       a `RuleResult`.
@@ -275,13 +276,13 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
 
 def _check_rules(report: Any, config: Any) -> RuleResult:
-    from analyzer.workflows.config import Config
+    from analyzer.workflows.config import as_config
     from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
     from analyzer.rules.facts import Facts
     from analyzer.rules.meta import rule_failed, unused_suppression
 
-    config = config if config is not None else Config()
+    config = as_config(config)
     select = expand_names(config.select)
     ignore = expand_names(config.ignore)
     facts = Facts.from_report(report)

@@ -15,6 +15,7 @@ Units: bytes, bytes per second (one direction unless a name says `bidi`), FLOPs 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -400,12 +401,12 @@ def _read(path_label: str, text: str) -> HardwareSpec:
     return spec_from_dict(data, path=path_label)
 
 
-def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
+def load_hardware(name_or_path: str | Path | HardwareSpec | Mapping[str, Any]) -> HardwareSpec:
     """Load a hardware spec by packaged name (`"tpu-v5e"`, `"h100"`) or from a TOML file path.
 
     Args:
-      name_or_path: a name from `list_hardware()`, a path to a `.toml` spec, or a `HardwareSpec` (returned
-        as is, so callers can accept either).
+      name_or_path: a name from `list_hardware()`, a path to a `.toml` spec, a `HardwareSpec` (returned
+        as is, so callers can accept either), or a dict in the spec files' schema (checked like a file).
 
     Returns:
       The checked `HardwareSpec`.
@@ -420,6 +421,12 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     """
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
+    if isinstance(name_or_path, Mapping):
+        return spec_from_dict(name_or_path, path="the hardware dict")
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise HardwareError(f"hardware takes a name ({', '.join(list_hardware())}), a spec file path, a "
+                            f"HardwareSpec or a dict in the spec schema; got {type(name_or_path).__name__} "
+                            f"{name_or_path!r:.80}")
     text = str(name_or_path)
     looks_like_path = isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or "\\" in text
     if looks_like_path:

@@ -146,8 +146,8 @@ def audit(
       fail_on: lowest severity that counts as a violation: "info", "warning" (default) or "error".
       report_path: write the report of each analysed signature there (.html, .md, .json or .txt). With more
         than one signature, the second and later get `-2`, `-3`... before the suffix.
-      config: a `Config`, a path to a pyproject.toml, or None for the nearest pyproject.toml above the
-        current directory (when there is none, the defaults).
+      config: a `Config`, a dict of `[tool.hlo-analyzer]` keys, a path to a pyproject.toml, or None for the
+        nearest pyproject.toml above the current directory (when there is none, the defaults).
 
     Returns:
       an `Audited` wrapper (callable like `fn`), or a decorator when `fn` is not given.
@@ -334,7 +334,7 @@ def _message(fn: Callable, outcome: _Outcome) -> str:
 
 def _config(opts: AuditOptions) -> Config:
     """The rules config: the project's (or the one given) with the decorator's select/ignore/budgets on top."""
-    from analyzer.workflows.config import Config, find_config, load_config
+    from analyzer.workflows.config import Config, as_config, find_config, load_config
 
     base = opts.config
     if base is None:
@@ -342,8 +342,8 @@ def _config(opts: AuditOptions) -> Config:
         base = load_config(found) if found is not None else Config()
     elif isinstance(base, (str, Path)):
         base = load_config(base)
-    elif not isinstance(base, Config):
-        raise AnalyzerError(f"@audit(config=...) takes a Config or a path to a pyproject.toml, not {base!r}")
+    else:
+        base = as_config(base, what="@audit(config=...)")
     return base.override(
         select=opts.select, ignore=opts.ignore or None, budgets=opts.budgets or None, where="@audit(...)"
     )

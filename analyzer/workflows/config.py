@@ -45,7 +45,7 @@ from typing import Any
 
 from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
 
-__all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
+__all__ = ["Budgets", "Config", "as_config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
            "DEFAULT_MIN_SAVING_FRACTION", "DEFAULT_BASELINE_TOLERANCE"]
 
 TABLE = "tool.hlo-analyzer"
@@ -278,24 +278,59 @@ def load_config(path: str | Path | None = None) -> Config:
     return config_from_table(table, path=str(p), text=text)
 
 
-def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text: str | None = None) -> Config:
+def as_config(value: Any, *, what: str = "config") -> Config:
+    """The rules `Config` a public entry point was given: a `Config`, a mapping of `[tool.hlo-analyzer]` keys
+    (checked like the TOML table: kebab- or snake_case keys, values, rule codes), a path to a pyproject.toml,
+    or None (the defaults).
+
+    Raises:
+      ConfigError: a bad key or value in the mapping, naming it and the valid keys; or a value of another type,
+        saying what is accepted.
+
+    Example:
+        >>> as_config({"ignore": ["HA202"], "min-saving-seconds": 0}).ignore
+        ('HA202',)
+        >>> as_config({"ignor": ["HA202"]})
+        Traceback (most recent call last):
+          ...
+        analyzer.errors.ConfigError: error: unknown key 'ignor' in the config mapping; did you mean 'ignore'? valid keys: ...
+    """
+    if value is None:
+        return Config()
+    if isinstance(value, Config):
+        return value
+    if isinstance(value, Mapping):
+        return config_from_table(value, label="the config mapping")
+    if isinstance(value, (str, Path)):
+        return load_config(value)
+    raise ConfigError(f"{what}= takes a Config, a dict of [{TABLE}] keys (e.g. {{'ignore': ['HA202']}}), a path to "
+                      f"a pyproject.toml, or None; got {type(value).__name__} {value!r:.80}")
+
+
+def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text: str | None = None,
+                      label: str | None = None) -> Config:
     """Build a `Config` from the contents of a `[tool.hlo-analyzer]` table (already parsed TOML).
+
+    Args:
+      label: what to call the table in messages (default `[tool.hlo-analyzer]`; `as_config` says "the config
+        mapping").
 
     Raises:
       ConfigError: naming the bad key (with its line in `text` when given) and the valid ones.
     """
+    where = label or f"[{TABLE}]"
 
     def fail(message: str, key: str, table_name: str = TABLE) -> ConfigError:
         line = _find_key_line(text, key, table_name) if text else None
         return ConfigError(message, path=path, line=line, source_line=_line_text(text, line))
 
     if not isinstance(table, Mapping):
-        raise ConfigError(f"[{TABLE}] must be a table", path=path)
+        raise ConfigError(f"{where} must be a table", path=path)
     kwargs: dict[str, Any] = {"path": path}
     for raw_key, value in table.items():
-        key = _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(raw_key.replace("_", "-"))
+        key = _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(str(raw_key).replace("_", "-"))
         if key is None:
-            raise fail(f"unknown key {raw_key!r} in [{TABLE}]; " + valid_choices(raw_key, _TOP_KEYS, what="keys"),
+            raise fail(f"unknown key {raw_key!r} in {where}; " + valid_choices(str(raw_key), _TOP_KEYS, what="keys"),
                        raw_key)
         if key in ("select", "ignore", "entry_points"):
             if isinstance(value, str):
