@@ -110,6 +110,10 @@ def _order(d: Diagnostic) -> tuple[Any, ...]:
             d.code, str(d.location))
 
 
+# `hlo-analyzer --debug` sets this: a rule that raises propagates (with its traceback) instead of becoming HA900.
+RAISE_RULE_ERRORS = False
+
+
 def _failed(rule: Rule, error: BaseException) -> Diagnostic:
     """A rule that raised becomes a finding of HA900, so the other rules' findings still reach the user."""
     from analyzer.rules.meta import rule_failed
@@ -296,6 +300,8 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
         try:
             raw.extend(r(replace(base, rule=r)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
+            if RAISE_RULE_ERRORS:
+                raise
             raw.append(_failed(r, e))
     raw = merge_duplicates(with_context(raw, report))
 

@@ -347,3 +347,182 @@ def test_cli_argument_space_never_tracebacks(tmp_path, monkeypatch):
         assert not leftovers, (argv, leftovers)
 
     run()
+
+
+# ------------------------------------------------------------------------------------------- API values
+
+FIXTURE = ROOT / "fixtures" / "cpu" / "X2_Y4" / "matmul_case3.spmd.hlo"
+
+
+def test_a_dict_config_is_checked_like_the_toml_table():
+    import analyzer
+
+    plain = analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"min-saving-seconds": 0})
+    assert any(d.code == "HA101" for d in plain.diagnostics)
+    ignored = analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"ignore": ["HA101"], "min_saving_seconds": 0})
+    assert not any(d.code == "HA101" for d in ignored.diagnostics)
+    with pytest.raises(analyzer.ConfigError, match=r"unknown key 'ignor' in the config mapping; did you mean 'ignore'"):
+        analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"ignor": ["HA101"]})
+    with pytest.raises(analyzer.ConfigError, match=r"'min_saving_seconds' must be a number, got 'x'"):
+        analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"min_saving_seconds": "x"})
+    with pytest.raises(analyzer.ConfigError, match=r"config= takes a Config, a dict .* got int 3"):
+        analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config=3)
+
+
+def test_analyze_checks_a_dict_config_before_lowering():
+    import analyzer
+
+    def never(x):  # lowering this would fail differently: the config must be refused first
+        raise AssertionError("lowered")
+
+    with pytest.raises(analyzer.ConfigError, match="unknown key 'bogus'"):
+        analyzer.analyze(never, 1, config={"bogus": 1})
+
+
+def test_reprice_refuses_what_it_cannot_reprice():
+    import analyzer
+
+    report = analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4")
+    with pytest.raises(AnalyzerError, match="reprice takes a Report .* not a report's JSON form"):
+        analyzer.reprice(report.to_dict())
+    with pytest.raises(analyzer.HardwareError, match=r"the hardware dict: unknown key 'ignore' .* valid keys: .*flops"):
+        analyzer.reprice(report, {"ignore": ["HA202"]})
+    with pytest.raises(analyzer.HardwareError, match="hardware takes a name .* got int 5"):
+        analyzer.reprice(report, 5)
+
+
+# ------------------------------------------------------------------------------------------- diff inputs
+
+
+def test_diff_non_utf8_sides_are_input_errors(tmp_path, capsys):
+    (tmp_path / "r.json").write_bytes(b"\xff\xfe{")
+    (tmp_path / "c.toml").write_bytes(b'a = "\xff"\n')
+    for side, what in (("r.json", "report is UTF-8 JSON"), ("c.toml", "config is UTF-8 TOML")):
+        code, _, err = run_cli("diff", str(tmp_path / side), str(tmp_path / side), capsys=capsys)
+        assert code == 2 and f"{side}: error: not UTF-8 (byte 0xff" in err and what in err
+
+
+@pytest.mark.parametrize("side, message", [
+    ("HEAD:/etc/passwd", "'/etc/passwd' is outside the git repository"),
+    ("HEAD:../../../../etc/passwd", "'/etc/passwd' is outside the git repository"),
+    ("HEAD:README.md", "'README.md' is not one"),
+    ("HEAD:no/such.toml", "no file 'no/such.toml' at git revision 'HEAD'"),
+])
+def test_diff_git_sides_that_are_not_configs(side, message, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    if subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    code, _, err = run_cli("diff", side, "pyproject.toml", capsys=capsys)
+    assert code == 2 and message in err, err
+
+
+@pytest.fixture(scope="module")
+def report_dict():
+    import analyzer
+
+    return analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4").to_dict()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bytes", "lots", "'bytes' must be an integer or null, got 'lots'"),
+    ("bytes", 1.5, "'bytes' must be an integer or null, got 1.5"),
+    ("count", -1, "'count' must not be negative, got -1"),
+    ("axes", "X", "'axes' must be a list of strings or null, got 'X'"),
+    ("seconds", True, "'seconds' must be a number or null, got True"),
+    ("kind", None, "'kind' must be a string"),
+])
+def test_report_rows_of_the_wrong_type_name_file_row_and_field(report_dict, tmp_path, field, value, message,
+                                                               capsys):
+    import copy
+
+    from analyzer.analysis.report import report_from_dict
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(report_dict))
+    data = copy.deepcopy(report_dict)
+    data["collectives"][0][field] = value
+    bad.write_text(json.dumps(data))
+    code, _, err = run_cli("diff", str(bad), str(good), capsys=capsys)
+    assert code == 2 and f"{bad}: collectives[0]" in err and message in err, err
+    with pytest.raises(AnalyzerError, match=r"collectives\[0\].*" + message.split(" must")[0]):
+        report_from_dict(data)
+
+
+# ------------------------------------------------------------------------------------------- rules and messages
+
+
+@pytest.mark.parametrize("mesh", ["X=4,Y=2", "X=8", "X=1,Y=8"])
+def test_a_mesh_of_the_right_size_but_another_shape_is_analysed(mesh):
+    """The dump was partitioned for X=2,Y=4; on another mesh of 8 its all-reduce runs over a sub-axis, which
+    HA101 prices (it used to crash on it: HA900)."""
+    import analyzer
+
+    report = analyzer.analyze_hlo(FIXTURE, mesh=mesh)
+    assert not [d.message for d in report.diagnostics if d.code == "HA900"]
+    assert any(d.code == "HA101" for d in report.diagnostics)
+
+
+def test_a_failing_rule_exits_2_and_debug_shows_its_traceback(monkeypatch, capsys):
+    from analyzer.rules.registry import Rule
+
+    call = Rule.__call__
+
+    def broken(self, ctx):
+        if self.code == "HA101":
+            raise IndexError("list index out of range")
+        return call(self, ctx)
+
+    monkeypatch.setattr(Rule, "__call__", broken)
+    code, out, err = run_cli("inspect", str(FIXTURE), "--mesh", "X=2,Y=4", capsys=capsys)
+    assert code == 2 and "HA900" in out and "rules HA101 failed" not in err and "rule HA101 failed" in err
+    assert "--debug" in err
+    with pytest.raises(IndexError):
+        main(["--debug", "inspect", str(FIXTURE), "--mesh", "X=2,Y=4"])
+    code, _, _ = run_cli("inspect", str(FIXTURE), "--mesh", "X=2,Y=4", capsys=capsys)  # --debug did not stick
+    assert code == 2
+
+
+def _cli_options():
+    import argparse
+
+    from analyzer.cli import build_parser
+
+    found = set()
+
+    def walk(parser):
+        for action in parser._actions:
+            found.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    return found
+
+
+# Options in the package's strings that are not ours: XLA flags (--xla_*), git's (the diff runs git) and the
+# pytest option of analyzer.testing.
+_NOT_OURS = {"--format", "--show-toplevel", "--hlo-snapshot-update"}
+
+
+def test_no_message_names_an_option_the_cli_does_not_have():
+    import ast
+    import re
+
+    known = _cli_options()
+    assert {"--debug", "--timeout", "--mesh"} <= known
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*")
+    unknown = []
+    for path in sorted((ROOT / "analyzer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for m in flag.finditer(node.value):
+                    name = m.group(0).rstrip("-")
+                    if not name.startswith("--xla") and name not in known and name not in _NOT_OURS:
+                        unknown.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if "hlo-analyzer " in line:
+                unknown += [f"{path.relative_to(ROOT)}:{n}: {m.group(0)}" for m in flag.finditer(line)
+                            if not m.group(0).startswith("--xla") and m.group(0).rstrip("-") not in known | _NOT_OURS]
+    assert not unknown, unknown
