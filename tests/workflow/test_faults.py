@@ -190,6 +190,57 @@ def test_a_hang_is_reported_as_such(user_module):
     assert "bad.py:" in str(info.value)
 
 
+@pytest.mark.parametrize("body", ["hang", "except-exception"])
+def test_a_hang_in_another_thread_is_reported_too(user_module, body):
+    """The limit is a signal in the main thread; elsewhere (an @audit-ed call in a worker thread) it is raised
+    into the thread, which a user's `except Exception` does not swallow."""
+    from analyzer.compile.lower import load_entry, time_limit
+
+    (user_module / "busy.py").write_text(
+        "def f(mesh):\n"
+        "    while True:\n"
+        "        try:\n"
+        "            sum(range(1000))\n"
+        "        except Exception:\n"
+        "            pass\n")
+    entry = "bad.py:hang" if body == "hang" else "busy.py:f"
+    box = {}
+
+    def work():
+        start = time.monotonic()
+        try:
+            with time_limit(0.5, entry):
+                load_entry(entry, {"X": 2})
+        except BaseException as e:  # noqa: BLE001 - what reached the thread is the point
+            box["error"] = e
+        box["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert isinstance(box.get("error"), CompileTimeout), box
+    assert "did not finish within 0.5 s" in str(box["error"]) and f"{entry.split(':')[0]}:" in str(box["error"])
+    assert box["seconds"] < 3
+
+
+def test_a_thread_limit_that_does_not_expire_leaves_nothing_behind():
+    from analyzer.compile.lower import time_limit
+
+    def work():
+        for _ in range(50):
+            with time_limit(0.01, "quick:f"):
+                pass
+        time.sleep(0.1)  # past every limit: no late exception may arrive here
+        box["ok"] = True
+
+    box = {}
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert box == {"ok": True}
+
+
 def test_cli_user_code_errors_exit_2_without_traceback(user_module, capsys):
     for entry in ("synerr.py:f", "bad.py:quit", "bad.py:ret"):
         code, _, err = run_cli("analyze", entry, "--mesh", "X=2", capsys=capsys)
