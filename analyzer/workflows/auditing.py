@@ -272,16 +272,20 @@ class Audited:
         mesh = opts.mesh if opts.mesh is not None else _mesh_of(args, kwargs)
         if mesh is None and config.mesh:
             mesh = dict(config.mesh)
-        report = analyze(
-            fn,
-            *abstract,
-            mesh=mesh,
-            target=opts.target or config.target or "cpu",
-            hardware=opts.hardware or config.hardware or "tpu-v5e",
-            topology=opts.topology or config.topology,
-            config=config,
-        )
+        from analyzer.compile.lower import time_limit
+
         name = getattr(self.__wrapped__, "__qualname__", "") or getattr(self.__wrapped__, "__name__", "")
+        # The config's `timeout` bounds the compile, in whichever thread the first call came from.
+        with time_limit(config.timeout, f"@audit {name or 'function'}"):
+            report = analyze(
+                fn,
+                *abstract,
+                mesh=mesh,
+                target=opts.target or config.target or "cpu",
+                hardware=opts.hardware or config.hardware or "tpu-v5e",
+                topology=opts.topology or config.topology,
+                config=config,
+            )
         if name and not report.name:
             from dataclasses import replace
 

@@ -122,7 +122,8 @@ class Config:
       baseline_tolerance: a baselined finding whose predicted seconds grew by more than this fraction over
         the baseline's figure is reported as new (default 0.10).
       min_saving_seconds: findings that predict a saving per step under this are negligible (dropped).
-      timeout: seconds `check` allows each entry point (import, call, compile); None: no limit.
+      timeout: seconds `check` allows each entry point (import, call, compile), and `@audit` its compile
+        (in any thread; see `analyzer.compile.lower.time_limit`); None: no limit.
       min_saving_fraction: ... and so are those under this fraction of the step's predicted communication.
         The threshold is the larger of the two; a rule's own `min-saving-seconds` option, when set,
         replaces both for that rule. Budget, memory and meta rules are exempt.

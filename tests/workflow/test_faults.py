@@ -355,6 +355,36 @@ def test_audit_raise_in_every_thread(monkeypatch):
     assert len(raised) == 4  # and every thread with the violating signature raised
 
 
+def test_audit_in_a_worker_thread_keeps_the_config_timeout(monkeypatch):
+    import jax.numpy as jnp
+
+    import analyzer.pipeline
+    from analyzer.workflows import auditing
+
+    def endless(*args, **kwargs):
+        while True:
+            sum(range(1000))
+
+    monkeypatch.setattr(analyzer.pipeline, "analyze", endless)
+    audited = auditing.audit(lambda x: x * 2, on_violation="raise", config={"timeout": 0.5})
+    box = {}
+
+    def call():
+        start = time.monotonic()
+        try:
+            audited(jnp.ones(4))
+        except BaseException as e:  # noqa: BLE001 - what reached the thread is the point
+            box["error"] = e
+        box["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert isinstance(box.get("error"), CompileTimeout), box
+    assert "did not finish within 0.5 s" in str(box["error"]) and "@audit" in str(box["error"])
+    assert box["seconds"] < 10
+
+
 # ------------------------------------------------------------------------------------------- property test
 
 
