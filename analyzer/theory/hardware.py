@@ -398,7 +398,39 @@ def _read(path_label: str, text: str) -> HardwareSpec:
         data = load_toml(text, path=path_label)
     except ConfigError as e:
         raise HardwareError(str(e)) from None
-    return spec_from_dict(data, path=path_label)
+    try:
+        return spec_from_dict(data, path=path_label)
+    except HardwareError as e:
+        raise _placed(e, path_label, text) from None
+
+
+def _placed(error: HardwareError, path_label: str, text: str) -> HardwareError:
+    """The schema error at its line in the spec file: `path:line: error: message` and the source line.
+
+    The schema's messages name the key and its table (`key 'links_per_axis' in [ici]`, `unknown dtype 'bf8' in
+    [flops]`, `[ici] max_topology must ...`) or only the table (`missing key ... in [ici]`, `[flops] is
+    empty`): the key's line, else the table's header.
+    """
+    import re
+
+    from analyzer.errors import find_key_line, find_table_line, toml_line
+
+    message = str(error)
+    body = message[len(path_label) + 2:] if message.startswith(f"{path_label}: ") else message
+    line = None
+    named = re.search(r"(?:key|dtype) '([^']+)' in (?:\[([^\]]+)\]|the top level)", body)
+    listed = re.match(r"\[([^\]]+)\] (\w+) must", body)
+    if named and not body.startswith("missing"):
+        line = find_key_line(text, named.group(1), named.group(2) or "")
+    elif listed:
+        line = find_key_line(text, listed.group(2), listed.group(1))
+    else:
+        table = re.search(r"\[([^\]]+)\]", body)
+        line = find_table_line(text, table.group(1)) if table else None
+    if line is None:
+        return error
+    source = toml_line(text, line)
+    return HardwareError(f"{path_label}:{line}: error: {body}" + (f"\n{source}" if source is not None else ""))
 
 
 def load_hardware(name_or_path: str | Path | HardwareSpec | Mapping[str, Any]) -> HardwareSpec:

@@ -35,7 +35,7 @@ and `baseline` say what to compile and how; `run_rules(report, config)` applies 
 
 from __future__ import annotations
 
-import re
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -43,7 +43,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
+from analyzer.errors import (AnalyzerError, ConfigError, MeshError, find_key_line, find_value_line, load_toml, toml_line,
+                             valid_choices)
 
 __all__ = ["Budgets", "Config", "as_config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
            "DEFAULT_MIN_SAVING_FRACTION", "DEFAULT_BASELINE_TOLERANCE"]
@@ -322,8 +323,8 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
     where = label or f"[{TABLE}]"
 
     def fail(message: str, key: str, table_name: str = TABLE) -> ConfigError:
-        line = _find_key_line(text, key, table_name) if text else None
-        return ConfigError(message, path=path, line=line, source_line=_line_text(text, line))
+        line = (find_key_line(text, key, table_name, deep=True) or find_value_line(text, key)) if text else None
+        return ConfigError(message, path=path, line=line, source_line=toml_line(text, line))
 
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where} must be a table", path=path)
@@ -378,7 +379,7 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             kwargs["rules"] = {k: dict(v) for k, v in value.items()}
     # What to compile and price on is checked now, with its line, not after a compile.
     try:
-        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), kwargs.get("target"))
+        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), kwargs.get("target"), mesh=kwargs.get("mesh"))
     except AnalyzerError as e:
         key = getattr(e, "key", "hardware")
         raise fail(str(e), next(k for k in table if (_TOP_KEYS.get(k) or _TOP_KEYS.get(k.replace("_", "-"))) == key))\
@@ -391,11 +392,13 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
         raise
 
 
-def check_plan_keys(hardware: str | None, topology: str | None, target: str | None) -> None:
-    """Check hardware, topology and target values as a config gives them, before anything compiles.
+def check_plan_keys(hardware: str | None, topology: str | None, target: str | None,
+                    mesh: Mapping[str, int] | None = None) -> None:
+    """Check hardware, topology and target values as a config gives them, before anything compiles; with a
+    `mesh` and a `topology`, that the mesh has as many devices as the slice has chips.
 
     Raises:
-      AnalyzerError: with a `key` attribute naming the bad one ("hardware", "topology" or "target").
+      AnalyzerError: with a `key` attribute naming the bad one ("hardware", "topology", "target" or "mesh").
     """
     from analyzer.compile.lower import parse_target
     from analyzer.theory.hardware import load_hardware
@@ -414,42 +417,14 @@ def check_plan_keys(hardware: str | None, topology: str | None, target: str | No
             hw = result
     if topology is not None:
         try:
-            parse_slice(topology, hw)
+            sl = parse_slice(topology, hw)
         except AnalyzerError as e:
             e.key = "topology"  # type: ignore[attr-defined]
             raise
-
-
-def _line_text(text: str | None, line: int | None) -> str | None:
-    if text is None or line is None:
-        return None
-    lines = text.splitlines()
-    return lines[line - 1] if 0 < line <= len(lines) else None
-
-
-def _find_key_line(text: str, key: str, table_name: str = TABLE) -> int | None:
-    """The 1-based line where `key` is written inside `[table_name]` (or its sub-tables), or None.
-
-    TOML keys may be bare or quoted; a dotted table header whose last part is the key counts too
-    (`[tool.hlo-analyzer.rules.HA999]` for key HA999).
-    """
-    in_table = False
-    quoted = re.escape(key)
-    key_re = re.compile(rf"""^\s*(?:{quoted}|"{quoted}"|'{quoted}')\s*=""")
-    inline_re = re.compile(rf"""[{{,]\s*(?:{quoted}|"{quoted}"|'{quoted}')\s*=""")
-    header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    for n, line in enumerate(text.splitlines(), start=1):
-        m = header_re.match(line)
-        if m:
-            name = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
-            if name == f"{table_name}.{key}" or name.endswith(f".{key}") and name.startswith(TABLE):
-                return n
-            in_table = name == table_name or name.startswith(table_name + ".")
-            continue
-        if in_table and (key_re.match(line) or inline_re.search(line)):
-            return n
-    # A quoted string value (a code inside select = [...]) when the key itself is not found.
-    for n, line in enumerate(text.splitlines(), start=1):
-        if re.search(rf"""["']{quoted}["']""", line):
-            return n
-    return None
+        n = math.prod(mesh.values()) if mesh else None
+        if n is not None and n != sl.size:
+            err = MeshError(f"the mesh {', '.join(f'{k}={v}' for k, v in mesh.items())} has {n} devices but the "
+                              f"topology {topology!r} has {sl.size} chips; give a mesh of {sl.size} devices or "
+                              "another topology")
+            err.key = "mesh"  # type: ignore[attr-defined]
+            raise err

@@ -607,3 +607,88 @@ def test_no_message_names_an_option_the_cli_does_not_have():
                 unknown += [f"{path.relative_to(ROOT)}:{n}: {m.group(0)}" for m in flag.finditer(line)
                             if not m.group(0).startswith("--xla") and m.group(0).rstrip("-") not in known | _NOT_OURS]
     assert not unknown, unknown
+
+
+# ------------------------------------------------------------------------------------------- config places
+
+
+def test_one_toml_key_finder_for_every_config():
+    from analyzer.errors import find_key_line, find_table_line
+    from analyzer.workflows import config, reportconfig
+
+    assert reportconfig.find_key_line is find_key_line  # the report config's is the same function
+    assert not hasattr(config, "_find_key_line")
+    text = ('name = "x"\n[tool.hlo-analyzer]\nmesh = { X = 0 }\n"min_saving_seconds" = 1\n'
+            "[tool.hlo-analyzer.rules.HA301]\nmin-count = 8\n[model]\nd_model = 2\n")
+    assert find_key_line(text, "name") == 1
+    assert find_key_line(text, "X", "tool.hlo-analyzer.mesh") == 3
+    assert find_key_line(text, "min-saving-seconds", "tool.hlo-analyzer") == 4
+    assert find_key_line(text, "HA301", "tool.hlo-analyzer", deep=True) == 5
+    assert find_key_line(text, "min_count", "tool.hlo-analyzer", deep=True) == 6
+    assert find_key_line(text, "min_count", "tool.hlo-analyzer") is None  # in a sub-table: only when deep
+    assert find_key_line(text, "d-model", "model") == 8
+    assert find_table_line(text, "model") == 7 and find_table_line(text, "tool.hlo-analyzer.mesh") == 3
+
+
+@pytest.mark.parametrize("edit, line_of, message", [
+    (("links_per_axis", "links_per_axis = 0"), "links_per_axis = 0", "'links_per_axis' in [ici] must be a positive"),
+    (("[ici]", "[ici]\nbogus = 1"), "bogus = 1", "unknown key 'bogus' in [ici]"),
+    (("bf16", "bf8 = 1.97e14"), "bf8 =", "unknown dtype 'bf8' in [flops]"),
+    (("max_topology", "max_topology = [0]"), "max_topology = [0]", "[ici] max_topology must be a list"),
+    (("hop_latency", ""), "[ici]", "missing key 'hop_latency' in [ici]"),
+])
+def test_hardware_spec_errors_name_file_and_line(tmp_path, edit, line_of, message):
+    from analyzer.theory.hardware import hardware_dir, load_hardware
+
+    lines = (hardware_dir() / "tpu-v5e.toml").read_text().splitlines()
+    key, new = edit
+    i = next(n for n, text in enumerate(lines) if text.startswith(key))
+    lines[i:i + 1] = new.split("\n") if new else []
+    spec = tmp_path / "spec.toml"
+    spec.write_text("\n".join(lines) + "\n")
+    want = next(n for n, text in enumerate(lines, start=1) if text.startswith(line_of))
+    with pytest.raises(AnalyzerError) as info:
+        load_hardware(spec)
+    assert str(info.value).startswith(f"{spec}:{want}: error: ") and message in str(info.value)
+    assert str(info.value).endswith("\n" + lines[want - 1])
+
+
+def _example_with(tmp_path, **changes):
+    text = (ROOT / "examples" / "configs" / "fsdp-tp-v5e-8.toml").read_text()
+    for old, new in changes.values():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path, text.splitlines()
+
+
+def test_a_mesh_that_does_not_fill_the_topology_is_placed_at_mesh(tmp_path, capsys):
+    path, lines = _example_with(tmp_path, mesh=("data = 4", "data = 8"))
+    start = time.monotonic()
+    code, _, err = run_cli("report", str(path), "-o", str(tmp_path / "r.json"), capsys=capsys)
+    assert code == 2 and f"{path}:{lines.index('[mesh]') + 1}: error: the mesh data=8, model=2 has 16" in err
+    assert "topology 'v5e:2x4' has 8 chips" in err and time.monotonic() - start < 10
+
+
+def test_a_dimension_the_mesh_does_not_divide_is_placed_at_its_line(tmp_path):
+    from analyzer.errors import ConfigError
+    from analyzer.workflows.reportconfig import load_report_config
+
+    path, lines = _example_with(tmp_path, batch=("batch = 8", "batch = 7"))
+    cfg = load_report_config(path)
+    with pytest.raises(ConfigError) as info:
+        cfg.build()
+    assert info.value.line == lines.index("batch = 7") + 1 and "7 is not a multiple of 4" in str(info.value)
+    # A sweep's plan has its own mesh: its message is not placed at the file's lines.
+    with pytest.raises(AnalyzerError) as info:
+        cfg.with_plan((8, 1)).build()
+    assert getattr(info.value, "line", None) is None
+
+
+def test_pyproject_mesh_and_topology_are_checked_together(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hlo-analyzer]\nentry-points = ["m:f"]\nmesh = { X = 3 }\ntopology = "v5e:2x4"\n')
+    code, _, err = run_cli("check", capsys=capsys)
+    assert code == 2 and "pyproject.toml:3: error: the mesh X=3 has 3 devices" in err
