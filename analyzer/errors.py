@@ -28,6 +28,10 @@ __all__ = [
     "CompileTimeout",
     "valid_choices",
     "load_toml",
+    "find_key_line",
+    "find_table_line",
+    "find_value_line",
+    "toml_line",
 ]
 
 
@@ -155,6 +159,87 @@ def load_toml(text: str, *, path: str | None = None) -> dict[str, Any]:
         source = lines[line - 1] if line and 0 < line <= len(lines) else None
         raise ConfigError(f"not valid TOML: {message}", path=path, line=line, column=column,
                           source_line=source) from None
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def _header_name(raw: str) -> str:
+    return raw.replace('"', "").replace("'", "").replace(" ", "")
+
+
+def find_key_line(text: str, key: str, table: str = "", *, deep: bool = False) -> int | None:
+    """The 1-based line where `key` is written inside `[table]` ("" for the top level) of a TOML text, or None.
+
+    The one place that maps TOML keys back to lines, for every config (`[tool.hlo-analyzer]`, report configs,
+    hardware specs). It accepts bare and quoted keys, kebab- or snake_case spellings, a sub-table header
+    naming the key (`[rules.HA301]`), the table written inline from its parent (`mesh = { data = 4 }`) or as
+    dotted keys (`model.d_model = ...`). `deep`: keys of the table's sub-tables count too (the first match).
+
+    Example:
+        >>> find_key_line('a = 1\\n[model]\\nd_model = 2\\n', "d_model", "model")
+        3
+        >>> find_key_line('[tool.hlo-analyzer]\\nmesh = { X = 0 }\\n', "X", "tool.hlo-analyzer.mesh")
+        2
+    """
+    spellings = {key, key.replace("_", "-"), key.replace("-", "_")}
+    alt = "|".join(re.escape(s) for s in sorted(spellings))
+    key_re = re.compile(rf"""^\s*(?:(?:{alt})|"(?:{alt})"|'(?:{alt})')\s*=""")
+    inline_re = re.compile(rf"""[{{,]\s*(?:(?:{alt})|"(?:{alt})"|'(?:{alt})')\s*=""")
+    own_headers = {f"{table}.{s}" if table else s for s in spellings}
+    current = ""
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = _HEADER.match(line)
+        if m:
+            current = _header_name(m.group(1))
+            if current in own_headers:
+                return n
+            if deep and current.startswith(f"{table}.") and current.rsplit(".", 1)[-1] in spellings:
+                return n
+            continue
+        inside = current == table or (deep and current.startswith(f"{table}."))
+        if inside and (key_re.match(line) or (deep and inline_re.search(line))):
+            return n
+        # The table written from an enclosing one: `mesh = { X = 0 }` or `mesh.X = 0`.
+        if table and (current == "" or table.startswith(current + ".")):
+            rest = table[len(current) + 1:] if current else table
+            if re.match(rf"^\s*{re.escape(rest)}\s*=", line) and inline_re.search(line):
+                return n
+            if re.match(rf"^\s*{re.escape(rest)}\.(?:{alt})\s*=", line):
+                return n
+    return None
+
+
+def find_table_line(text: str, table: str) -> int | None:
+    """The 1-based line of the `[table]` header (or of `table = {...}` written inline in its parent), or None."""
+    parent, _, name = table.rpartition(".")
+    current = ""
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = _HEADER.match(line)
+        if m:
+            current = _header_name(m.group(1))
+            if current == table:
+                return n
+            continue
+        if current == parent and re.match(rf"""^\s*(?:{re.escape(name)}|"{re.escape(name)}")\s*=""", line):
+            return n
+    return None
+
+
+def find_value_line(text: str, value: str) -> int | None:
+    """The 1-based line of the first quoted string `value` (a rule code inside `select = [...]`), or None."""
+    for n, line in enumerate(text.splitlines(), start=1):
+        if re.search(rf"""["']{re.escape(value)}["']""", line):
+            return n
+    return None
+
+
+def toml_line(text: str | None, line: int | None) -> str | None:
+    """The text of 1-based `line`, for a positioned error's source line (None when there is none)."""
+    if text is None or line is None:
+        return None
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else None
 
 
 class EntryPointError(AnalyzerError):

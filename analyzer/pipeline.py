@@ -80,7 +80,8 @@ def analyze(
       hardware: hardware spec name or path (`hlo-analyzer hardware list`).
       topology: physical slice for pricing (e.g. "v5e:4x2"); default: from the TPU devices, or the smallest
         slice that holds the mesh.
-      config: rules configuration passed to `analyzer.rules.run_rules` (None: defaults).
+      config: the rules configuration: a `Config`, a dict of `[tool.hlo-analyzer]` keys (`{"ignore": ["HA202"]}`,
+        checked like the TOML table), a pyproject.toml path, or None (the defaults). Checked before compiling.
       model: cost model, "topology" (hops, wraparound, latency) or "ideal" (the chapter's V/W).
       **kwargs: keyword arguments of `fn`.
     Returns:
@@ -103,7 +104,9 @@ def analyze(
         The all-reduce moves Z[I_X, K]: 128 x 64 f32 = 32768 bytes per group of the Y axis.
     """
     from analyzer.compile.lower import lower
+    from analyzer.workflows.config import as_config
 
+    config = as_config(config)
     lowered = lower(fn, *args, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, target=target,
                     **kwargs)
     text = lowered.optimized_hlo if lowered.platform == "tpu" else lowered.spmd_hlo
@@ -145,7 +148,9 @@ def analyze_hlo(
     """
     from analyzer.hlo.parser import parse_hlo
     from analyzer.analysis.mapping import mesh_from_any
+    from analyzer.workflows.config import as_config
 
+    config = as_config(config)
     notes: list[str] = []
     path: str | None = None
     if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
@@ -193,7 +198,8 @@ def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology
 
     Args:
       report: a report from `analyze` or `analyze_hlo` (it carries its module in `report.analysis`).
-      hardware: new hardware (default: the report's).
+      hardware: new hardware: a name, a spec file, a `HardwareSpec` or a dict in the spec files' schema
+        (default: the report's).
       topology: new slice (default: the smallest slice of the new hardware that holds the mesh).
       model: "topology" or "ideal" (default: the report's).
     Returns:
@@ -204,6 +210,10 @@ def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology
         >>> v5p.totals.comm_seconds < report.totals.comm_seconds     # v5p's links are faster than v5e's
         True
     """
+    if not isinstance(report, Report):
+        what = ("a report's JSON form (it carries no HLO module to reprice; reanalyse the program or its dump)"
+                if isinstance(report, Mapping) else f"a {type(report).__name__}")
+        raise AnalyzerError(f"reprice takes a Report from analyze() or analyze_hlo(), not {what}")
     ctx = report.analysis
     module = ctx.module
     if module is None:

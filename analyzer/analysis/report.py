@@ -136,7 +136,8 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
       The `Report`.
 
     Raises:
-      AnalyzerError: the data is not a report of this schema version.
+      AnalyzerError: the data is not a report of this schema version, or a collective row has a field of the
+        wrong type (naming the row and the field).
 
     Example:
       >>> again = report_from_dict(report.to_dict())
@@ -152,7 +153,14 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
     if version != REPORT_SCHEMA_VERSION:
         raise AnalyzerError(f"not a hlo-analyzer report of schema version {REPORT_SCHEMA_VERSION} (got "
                             f"{version!r}); see docs/report-schema.json")
-    rows = [dict(r, axes=tuple(r.get("axes") or ())) for r in data.get("collectives", [])]
+    from analyzer.analysis.schema import check_collective_row
+
+    collectives = data.get("collectives", [])
+    if not isinstance(collectives, list):
+        raise AnalyzerError(f"report 'collectives' must be a list of rows, got {type(collectives).__name__}")
+    for i, r in enumerate(collectives):
+        check_collective_row(r, where=str(data.get("name") or "report"), index=i)
+    rows = [dict(r, axes=tuple(r.get("axes") or ())) for r in collectives]
     for r in rows:
         if isinstance(r.get("global_shape"), list):
             r["global_shape"] = tuple(r["global_shape"])

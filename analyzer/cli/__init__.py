@@ -73,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
     if debug:
         argv = [a for a in argv if a != "--debug"]
+    if debug:  # a failing rule shows its traceback instead of becoming HA900
+        from analyzer.rules import runner
+
+        runner.RAISE_RULE_ERRORS = True
     try:
         return _run(argv, debug)
     except KeyboardInterrupt:
@@ -80,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("hlo-analyzer: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if debug:
+            runner.RAISE_RULE_ERRORS = False
 
 
 def _run(argv: list[str], debug: bool) -> int:

@@ -7,7 +7,7 @@ import sys
 
 from analyzer.analysis.report import Report
 
-__all__ = ["add_output_options", "add_pricing_options", "add_timeout_option", "add_trace_option", "check_trace",
+__all__ = ["exit_status", "add_output_options", "add_pricing_options", "add_timeout_option", "add_trace_option", "check_trace",
            "emit", "emit_trace"]
 
 
@@ -66,8 +66,21 @@ def emit_trace(report: Report, args: argparse.Namespace) -> None:
         print(f"wrote the predicted step's trace to {path} (open it in ui.perfetto.dev)", file=sys.stderr)
 
 
+def exit_status(report: Report) -> int:
+    """0, or 2 when a rule failed on the program (HA900: an internal error; its findings are missing), said on
+    stderr so that the run does not look clean."""
+    failed = sorted({str(d.details.get("rule", "?")) for d in report.diagnostics if d.code == "HA900"})
+    if not failed:
+        return 0
+    print(f"hlo-analyzer: internal error: rule{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed on this "
+          "program (HA900 above), so the findings are incomplete; rerun with --debug for the traceback and report it",
+          file=sys.stderr)
+    return 2
+
+
 def emit(report: Report, args: argparse.Namespace) -> int:
-    """Write the report in the format the arguments ask for (and the trace `--trace` asks for); exit status 0."""
+    """Write the report in the format the arguments ask for (and the trace `--trace` asks for); the exit status
+    (`exit_status`)."""
     emit_trace(report, args)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
@@ -80,4 +93,4 @@ def emit(report: Report, args: argparse.Namespace) -> int:
         from analyzer.render.terminal import print_report
 
         print_report(report, limit=args.limit)
-    return 0
+    return exit_status(report)

@@ -63,4 +63,6 @@ def run(args: argparse.Namespace) -> int:
     console.print()
     console.print(next_steps(html_path), end="", markup=False)
     err.print(f"[dim]demo finished in {time.perf_counter() - start:.1f} s[/dim]")
-    return 0
+    from analyzer.cli._analysis_output import exit_status
+
+    return exit_status(report)

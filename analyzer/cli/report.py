@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from analyzer.units import format_seconds
-from analyzer.cli._analysis_output import add_trace_option, check_trace, emit_trace
+from analyzer.cli._analysis_output import add_trace_option, check_trace, emit_trace, exit_status
 
 DESCRIPTION = """\
 Compile the training step a config describes (your entry point, or the built-in transformer template with a
@@ -105,11 +105,11 @@ def run(args: argparse.Namespace) -> int:
         n = len(report.diagnostics)
         print(f"wrote {path} ({fmt}): {len(report.collectives)} collectives, "
               f"{format_seconds(report.totals.comm_seconds)} communication / step, {n} finding{'s' if n != 1 else ''}")
-        return 0
+        return exit_status(report)
     from rich.console import Console
 
     from analyzer.render.terminal import print_report
 
     print_report(report, Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160), whatif=whatif,
                  limit=args.limit)
-    return 0
+    return exit_status(report)

@@ -102,6 +102,10 @@ CONFIG_KEYS = (
     ("min-saving-seconds", "number", "findings that save less per step are negligible and dropped (default 10e-6)"),
     ("min-saving-fraction", "number",
      "... and so are those under this fraction of the step's communication (default 0.01)"),
+    ("baseline-tolerance", "number",
+     "a baselined finding whose cost grew more than this fraction is new again (default 0.10)"),
+    ("timeout", "number", "seconds each entry point (import, call, compile) may take in `check`; also bounds "
+     "`@audit`'s compile"),
     ("budgets.comm-seconds-per-step", "number", "HA501: predicted communication seconds per step"),
     ("budgets.comm-compute-ratio", "number", "HA502: predicted communication / compute per step"),
     ("rules.CODE.OPTION", "per rule", "a rule's thresholds (below), and `severity` for any rule"),
@@ -176,7 +180,12 @@ def markdown() -> str:
     out += ["", "## Configuration", "", "In `[tool.hlo-analyzer]` of `pyproject.toml`:", "",
             "| Key | Type | Meaning |", "|---|---|---|"]
     out += [f"| `{k}` | {t} | {m} |" for k, t, m in CONFIG_KEYS]
-    out += ["", "Inline: `# hlo-analyzer: ignore[HA101]` on the source line a finding points at.",
+    out += ["", "`mesh` and `topology` are checked together before anything compiles (as many devices as the slice",
+            "has chips); a bad key or value is reported at its `file:line`. From Python, `analyze(..., config=...)`,",
+            "`analyze_hlo(..., config=...)` and `@audit(config=...)` take the same keys as a dict",
+            "(`config={\"ignore\": [\"HA202\"], \"min-saving-seconds\": 0}`), checked the same way, or a `Config`, or a",
+            "path to a pyproject.toml.",
+            "", "Inline: `# hlo-analyzer: ignore[HA101]` on the source line a finding points at.",
             "Baseline: `hlo-analyzer check --write-baseline`, then `baseline = \"...\"`.", ""]
     out += HYGIENE
     for r in rules:

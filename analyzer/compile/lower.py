@@ -925,15 +925,23 @@ def user_code(entry: str, doing: str) -> Iterator[None]:
         raise EntryPointError(doing, entry=entry, where=_user_where(e.__traceback__), cause=_describe(e)) from None
 
 
+class _Expired(BaseException):
+    """Raised asynchronously into a thread other than the main one when its `time_limit` runs out; turned into
+    `CompileTimeout` at the limit's boundary. A BaseException, so a user's `except Exception` does not catch it."""
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) -> Iterator[None]:
     """Bound the time of what runs inside: past `seconds`, raise `CompileTimeout` naming where it was.
 
-    The limit is a SIGALRM timer, so it works in the main thread of a POSIX process (elsewhere, or with
-    None, nothing is bounded). Python code (an entry point stuck in a loop, a sleep) is interrupted where
-    it is, and the error names that `file:line`. Code that never returns to Python (a compile stuck inside
-    XLA) cannot be interrupted: with `hard_exit` (the command line), a watchdog then prints the error and
-    ends the process with status 2 ten seconds after the limit.
+    In the main thread of a POSIX process the limit is a SIGALRM timer: Python code (an entry point stuck in a
+    loop, a sleep) is interrupted where it is, and the error names that `file:line`. In any other thread (the
+    `@audit`ed function called from a worker thread, a sweep's compile thread) a timer thread raises the
+    error into this thread (`PyThreadState_SetAsyncExc`, repeated every 0.2 s for 10 s in case code on the
+    way swallowed it): it is delivered when the thread next runs Python bytecode, so a loop is stopped at
+    once but a blocking call (a long `time.sleep`, a lock) only when it returns. Either way, code that never returns to Python (a compile stuck inside XLA) cannot be
+    interrupted: with `hard_exit` (the command line), a watchdog then prints the error and ends the process
+    with status 2 ten seconds after the limit. None or a limit <= 0: nothing is bounded.
 
     Example:
         >>> with time_limit(0.1, "model:step"):
@@ -944,17 +952,12 @@ def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) ->
     import signal
     import threading
 
-    if not seconds or seconds <= 0 or not hasattr(signal, "setitimer") \
-            or threading.current_thread() is not threading.main_thread():
+    if not seconds or seconds <= 0:
         yield
         return
-
+    _quiet_swallowed_timeouts()
     message = (f"did not finish within {seconds:g} s (--timeout, or `timeout` in the config): an entry point "
                "that never returns, or a compile too large for the limit")
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise CompileTimeout(message, entry=entry, where=_user_where(frame))
-
     done = threading.Event()
 
     def watchdog() -> None:
@@ -964,16 +967,103 @@ def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) ->
             sys.stderr.flush()
             os._exit(2)
 
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     if hard_exit:
         threading.Thread(target=watchdog, name="hlo-analyzer-timeout", daemon=True).start()
+    try:
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            with _alarm(seconds, entry, message):
+                yield
+        else:
+            with _async_alarm(seconds, entry, message):
+                yield
+    finally:
+        done.set()
+
+
+def _quiet_swallowed_timeouts() -> None:
+    """A time limit that fires inside a callback Python calls itself (jax's gc callback) is printed as
+    "Exception ignored in ..." with a traceback, and fires again 0.2 s later: keep those prints off stderr.
+    The hook drops only this module's timeouts and passes everything else to the hook it replaced."""
+    previous = sys.unraisablehook
+    if getattr(previous, "_hlo_analyzer", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, (_Expired, CompileTimeout)):
+            previous(unraisable)
+
+    hook._hlo_analyzer = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float, entry: str, message: str) -> Iterator[None]:
+    """`time_limit` in the main thread: SIGALRM, again every 0.2 s until the block is left, since code that
+    swallows exceptions (jax's gc callback, a bare `except:`) may have eaten the first."""
+    import signal
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise CompileTimeout(message, entry=entry, where=_user_where(frame))
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-        done.set()
+
+
+@contextlib.contextmanager
+def _async_alarm(seconds: float, entry: str, message: str) -> Iterator[None]:
+    """`time_limit` in any other thread: a timer thread raises `_Expired` into this thread, again every 0.2 s
+    (for at most 10 s) until the block is left, since code that swallows exceptions (a library's gc callback,
+    a bare `except:`) may have eaten the first."""
+    import ctypes
+    import threading
+
+    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    target = ctypes.c_ulong(threading.get_ident())
+    lock = threading.Lock()
+    stop = threading.Event()
+    state = {"done": False}
+
+    def fire() -> None:
+        if stop.wait(seconds):
+            return
+        for _ in range(50):
+            with lock:
+                if state["done"]:
+                    return
+                set_async_exc(target, ctypes.py_object(_Expired))
+            if stop.wait(0.2):
+                return
+
+    def disarm() -> None:
+        # Under the lock: no further exception is set, and one set but not yet delivered is withdrawn.
+        with lock:
+            state["done"] = True
+            set_async_exc(target, None)
+        stop.set()
+
+    def disarmed() -> None:
+        while True:
+            try:
+                disarm()
+                return
+            except _Expired:  # delivered while disarming: the block is over; ignore it
+                continue
+
+    firer = threading.Thread(target=fire, name="hlo-analyzer-time-limit", daemon=True)
+    try:
+        firer.start()
+        try:
+            yield
+        finally:
+            disarmed()
+    except _Expired as e:
+        disarmed()
+        raise CompileTimeout(message, entry=entry, where=_user_where(e.__traceback__)) from None
 
 
 def load_entry(entry: str, mesh: Any) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:

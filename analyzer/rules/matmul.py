@@ -15,7 +15,7 @@ from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
 from analyzer.rules.messages import CommBoundMatmul, GatherCouldBeLocal, ReductionCouldBeGather
-from analyzer.theory.notation import dtype_bytes
+from analyzer.theory.notation import axis_size as _size_in, dtype_bytes
 from analyzer.analysis.dataflow import (
     callers,
     dot_producer,
@@ -225,14 +225,17 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                 halved = main.kind == "all-reduce" and abs(contracted / 2 - batch) <= 0.01 * contracted
                 quantity = ("F/Y / 2", "per output element all-reduced over") if halved else _QUANTITY[("", False)]
                 all_reduced = contracted if halved else 0.0
-        sizes = {a: facts.axes[a].size for a in main.axes if a in facts.axes}
         mesh = ctx.report.mesh
-        others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in main.axes] if mesh else []
+        # Sizes from the mesh, sub-axes (`X:(1)2`, a collective over part of an axis) included.
+        size = math.prod(_size_in(mesh.axis_names, mesh.axis_sizes, a) for a in main.axes) if mesh else \
+            math.prod(facts.axes[a].size for a in main.axes if a in facts.axes)
+        bases = {a.split(":(")[0] for a in main.axes}
+        others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in bases] if mesh else []
         # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
         # twice the per-element quantity (the same roofline, so the same plan passes).
         scale = 2.0 if all_reduced else 1.0
         fix = roofline_fix(roof.strategy, batch * scale, needed * scale, main.axes,
-                           math.prod(sizes.values()) if sizes else 1, others, roof.other, ridge)
+                           size, others, roof.other, ridge)
         yield ctx.diagnostic(
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
@@ -363,7 +366,7 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
         return (f"'{target}' ({others[0][1]} -> {others[0][1] * freed})" if others
                 else f"a new '{target}' axis of {freed}")
 
-    divisors = [d for d in range(size - 1, 0, -1) if size % d == 0]
+    divisors = [d for d in range(size - 1, 0, -1) if size % d == 0] or [1]
     if strategy in ("fsdp", "megatron"):
         # Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known.
         fits = [d for d in divisors if load(d) <= 1.0 and (d > 1 or other is not None)]

@@ -20,7 +20,9 @@ def rule_failed(ctx: RuleContext) -> Iterator[Diagnostic]:
     while the other rules' are kept).
 
     ## Why is this bad?
-    A silent failure would look like a clean program.
+    A silent failure would look like a clean program. So the command line also exits 2 (an internal
+    error) and says so on stderr, and `hlo-analyzer --debug ...` lets the rule's exception propagate with
+    its traceback.
 
     ## Example
     `HA102 (gathered-larger-operand) failed on this program: KeyError: 'dot.3'`.

@@ -110,6 +110,10 @@ def _order(d: Diagnostic) -> tuple[Any, ...]:
             d.code, str(d.location))
 
 
+# `hlo-analyzer --debug` sets this: a rule that raises propagates (with its traceback) instead of becoming HA900.
+RAISE_RULE_ERRORS = False
+
+
 def _failed(rule: Rule, error: BaseException) -> Diagnostic:
     """A rule that raised becomes a finding of HA900, so the other rules' findings still reach the user."""
     from analyzer.rules.meta import rule_failed
@@ -265,7 +269,8 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
     Args:
       report: an `analyzer.analysis.report.Report`.
-      config: an `analyzer.workflows.config.Config` (None: the defaults). Its `baseline` path, when set, is read.
+      config: an `analyzer.workflows.config.Config`, or anything `as_config` takes (a dict of
+        `[tool.hlo-analyzer]` keys; None: the defaults). Its `baseline` path, when set, is read.
 
     Returns:
       a `RuleResult`.
@@ -275,13 +280,13 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
 
 def _check_rules(report: Any, config: Any) -> RuleResult:
-    from analyzer.workflows.config import Config
+    from analyzer.workflows.config import as_config
     from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
     from analyzer.rules.facts import Facts
     from analyzer.rules.meta import rule_failed, unused_suppression
 
-    config = config if config is not None else Config()
+    config = as_config(config)
     select = expand_names(config.select)
     ignore = expand_names(config.ignore)
     facts = Facts.from_report(report)
@@ -295,6 +300,8 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
         try:
             raw.extend(r(replace(base, rule=r)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
+            if RAISE_RULE_ERRORS:
+                raise
             raw.append(_failed(r, e))
     raw = merge_duplicates(with_context(raw, report))
 

@@ -15,6 +15,7 @@ Units: bytes, bytes per second (one direction unless a name says `bidi`), FLOPs 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -397,15 +398,47 @@ def _read(path_label: str, text: str) -> HardwareSpec:
         data = load_toml(text, path=path_label)
     except ConfigError as e:
         raise HardwareError(str(e)) from None
-    return spec_from_dict(data, path=path_label)
+    try:
+        return spec_from_dict(data, path=path_label)
+    except HardwareError as e:
+        raise _placed(e, path_label, text) from None
 
 
-def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
+def _placed(error: HardwareError, path_label: str, text: str) -> HardwareError:
+    """The schema error at its line in the spec file: `path:line: error: message` and the source line.
+
+    The schema's messages name the key and its table (`key 'links_per_axis' in [ici]`, `unknown dtype 'bf8' in
+    [flops]`, `[ici] max_topology must ...`) or only the table (`missing key ... in [ici]`, `[flops] is
+    empty`): the key's line, else the table's header.
+    """
+    import re
+
+    from analyzer.errors import find_key_line, find_table_line, toml_line
+
+    message = str(error)
+    body = message[len(path_label) + 2:] if message.startswith(f"{path_label}: ") else message
+    line = None
+    named = re.search(r"(?:key|dtype) '([^']+)' in (?:\[([^\]]+)\]|the top level)", body)
+    listed = re.match(r"\[([^\]]+)\] (\w+) must", body)
+    if named and not body.startswith("missing"):
+        line = find_key_line(text, named.group(1), named.group(2) or "")
+    elif listed:
+        line = find_key_line(text, listed.group(2), listed.group(1))
+    else:
+        table = re.search(r"\[([^\]]+)\]", body)
+        line = find_table_line(text, table.group(1)) if table else None
+    if line is None:
+        return error
+    source = toml_line(text, line)
+    return HardwareError(f"{path_label}:{line}: error: {body}" + (f"\n{source}" if source is not None else ""))
+
+
+def load_hardware(name_or_path: str | Path | HardwareSpec | Mapping[str, Any]) -> HardwareSpec:
     """Load a hardware spec by packaged name (`"tpu-v5e"`, `"h100"`) or from a TOML file path.
 
     Args:
-      name_or_path: a name from `list_hardware()`, a path to a `.toml` spec, or a `HardwareSpec` (returned
-        as is, so callers can accept either).
+      name_or_path: a name from `list_hardware()`, a path to a `.toml` spec, a `HardwareSpec` (returned
+        as is, so callers can accept either), or a dict in the spec files' schema (checked like a file).
 
     Returns:
       The checked `HardwareSpec`.
@@ -420,6 +453,12 @@ def load_hardware(name_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     """
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
+    if isinstance(name_or_path, Mapping):
+        return spec_from_dict(name_or_path, path="the hardware dict")
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise HardwareError(f"hardware takes a name ({', '.join(list_hardware())}), a spec file path, a "
+                            f"HardwareSpec or a dict in the spec schema; got {type(name_or_path).__name__} "
+                            f"{name_or_path!r:.80}")
     text = str(name_or_path)
     looks_like_path = isinstance(name_or_path, Path) or text.endswith(".toml") or "/" in text or "\\" in text
     if looks_like_path:

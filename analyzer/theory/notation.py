@@ -31,6 +31,7 @@ from analyzer.hlo.sharding import HloSharding, parse_hlo_sharding
 from analyzer.theory.dtypes import dtype_bytes
 
 __all__ = [
+    "axis_size",
     "Dim",
     "Notation",
     "NotationSyntaxError",
@@ -85,8 +86,16 @@ def mesh_axes(mesh: Any) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return tuple(n for n, _ in pairs), tuple(s for _, s in pairs)
 
 
-def _axis_size(names: tuple[str, ...], sizes: tuple[int, ...], axis: str) -> int:
-    """Size of a mesh axis or of a sub-axis `NAME:(PRE)SIZE`."""
+def axis_size(names: tuple[str, ...], sizes: tuple[int, ...], axis: str) -> int:
+    """Size of a mesh axis or of a sub-axis `NAME:(PRE)SIZE`.
+
+    Raises:
+      ShardingError: the mesh has no such axis, or the sub-axis does not divide it.
+
+    Example:
+        >>> axis_size(("X", "Y"), (4, 2), "X:(1)2"), axis_size(("X", "Y"), (4, 2), "Y")
+        (2, 2)
+    """
     m = re.fullmatch(r"(.+?):\((\d+)\)(\d+)", axis)
     base = m.group(1) if m else axis
     if base not in names:
@@ -191,9 +200,9 @@ class Notation:
         sizes = tuple(s for _, s in self.mesh)
         for d in self.dims:
             for a in d.axes:
-                _axis_size(names, sizes, a)
+                axis_size(names, sizes, a)
         for a in (*self.unreduced, *self.manual):
-            _axis_size(names, sizes, a)
+            axis_size(names, sizes, a)
 
     def _check_divides(self) -> None:
         for d, n in zip(self.dims, self.shape):
@@ -341,7 +350,7 @@ class Notation:
         d = self._dim(dim)
         k = 1
         for a in d.axes:
-            k *= _axis_size(names, sizes, a)
+            k *= axis_size(names, sizes, a)
         return k
 
     def _dim(self, dim: Dim | int | str) -> Dim:
@@ -678,7 +687,7 @@ class Collective:
             names, sizes = self.before._mesh_lookup()
             group = 1
             for a in self.axes:
-                group *= _axis_size(names, sizes, a)
+                group *= axis_size(names, sizes, a)
             return self.before.bytes_per_device * group
         return self.before.bytes_per_device
 

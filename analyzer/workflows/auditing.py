@@ -146,8 +146,8 @@ def audit(
       fail_on: lowest severity that counts as a violation: "info", "warning" (default) or "error".
       report_path: write the report of each analysed signature there (.html, .md, .json or .txt). With more
         than one signature, the second and later get `-2`, `-3`... before the suffix.
-      config: a `Config`, a path to a pyproject.toml, or None for the nearest pyproject.toml above the
-        current directory (when there is none, the defaults).
+      config: a `Config`, a dict of `[tool.hlo-analyzer]` keys, a path to a pyproject.toml, or None for the
+        nearest pyproject.toml above the current directory (when there is none, the defaults).
 
     Returns:
       an `Audited` wrapper (callable like `fn`), or a decorator when `fn` is not given.
@@ -272,16 +272,20 @@ class Audited:
         mesh = opts.mesh if opts.mesh is not None else _mesh_of(args, kwargs)
         if mesh is None and config.mesh:
             mesh = dict(config.mesh)
-        report = analyze(
-            fn,
-            *abstract,
-            mesh=mesh,
-            target=opts.target or config.target or "cpu",
-            hardware=opts.hardware or config.hardware or "tpu-v5e",
-            topology=opts.topology or config.topology,
-            config=config,
-        )
+        from analyzer.compile.lower import time_limit
+
         name = getattr(self.__wrapped__, "__qualname__", "") or getattr(self.__wrapped__, "__name__", "")
+        # The config's `timeout` bounds the compile, in whichever thread the first call came from.
+        with time_limit(config.timeout, f"@audit {name or 'function'}"):
+            report = analyze(
+                fn,
+                *abstract,
+                mesh=mesh,
+                target=opts.target or config.target or "cpu",
+                hardware=opts.hardware or config.hardware or "tpu-v5e",
+                topology=opts.topology or config.topology,
+                config=config,
+            )
         if name and not report.name:
             from dataclasses import replace
 
@@ -334,7 +338,7 @@ def _message(fn: Callable, outcome: _Outcome) -> str:
 
 def _config(opts: AuditOptions) -> Config:
     """The rules config: the project's (or the one given) with the decorator's select/ignore/budgets on top."""
-    from analyzer.workflows.config import Config, find_config, load_config
+    from analyzer.workflows.config import Config, as_config, find_config, load_config
 
     base = opts.config
     if base is None:
@@ -342,8 +346,8 @@ def _config(opts: AuditOptions) -> Config:
         base = load_config(found) if found is not None else Config()
     elif isinstance(base, (str, Path)):
         base = load_config(base)
-    elif not isinstance(base, Config):
-        raise AnalyzerError(f"@audit(config=...) takes a Config or a path to a pyproject.toml, not {base!r}")
+    else:
+        base = as_config(base, what="@audit(config=...)")
     return base.override(
         select=opts.select, ignore=opts.ignore or None, budgets=opts.budgets or None, where="@audit(...)"
     )

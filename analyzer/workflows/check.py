@@ -140,8 +140,9 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        """2 when an entry point could not be analysed, else 1 when a finding fails, else 0."""
-        if self.errors:
+        """2 when an entry point could not be analysed or a rule failed on one (HA900, an internal error), else 1
+        when a finding fails, else 0."""
+        if self.errors or any(d.code == "HA900" for d in self.findings):
             return 2
         return 1 if self.failing else 0
 

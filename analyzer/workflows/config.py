@@ -35,7 +35,7 @@ and `baseline` say what to compile and how; `run_rules(report, config)` applies 
 
 from __future__ import annotations
 
-import re
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -43,9 +43,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
+from analyzer.errors import (AnalyzerError, ConfigError, MeshError, find_key_line, find_value_line, load_toml, toml_line,
+                             valid_choices)
 
-__all__ = ["Budgets", "Config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
+__all__ = ["Budgets", "Config", "as_config", "load_config", "find_config", "TABLE", "DEFAULT_MIN_SAVING_SECONDS",
            "DEFAULT_MIN_SAVING_FRACTION", "DEFAULT_BASELINE_TOLERANCE"]
 
 TABLE = "tool.hlo-analyzer"
@@ -122,7 +123,8 @@ class Config:
       baseline_tolerance: a baselined finding whose predicted seconds grew by more than this fraction over
         the baseline's figure is reported as new (default 0.10).
       min_saving_seconds: findings that predict a saving per step under this are negligible (dropped).
-      timeout: seconds `check` allows each entry point (import, call, compile); None: no limit.
+      timeout: seconds `check` allows each entry point (import, call, compile), and `@audit` its compile
+        (in any thread; see `analyzer.compile.lower.time_limit`); None: no limit.
       min_saving_fraction: ... and so are those under this fraction of the step's predicted communication.
         The threshold is the larger of the two; a rule's own `min-saving-seconds` option, when set,
         replaces both for that rule. Budget, memory and meta rules are exempt.
@@ -278,24 +280,59 @@ def load_config(path: str | Path | None = None) -> Config:
     return config_from_table(table, path=str(p), text=text)
 
 
-def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text: str | None = None) -> Config:
+def as_config(value: Any, *, what: str = "config") -> Config:
+    """The rules `Config` a public entry point was given: a `Config`, a mapping of `[tool.hlo-analyzer]` keys
+    (checked like the TOML table: kebab- or snake_case keys, values, rule codes), a path to a pyproject.toml,
+    or None (the defaults).
+
+    Raises:
+      ConfigError: a bad key or value in the mapping, naming it and the valid keys; or a value of another type,
+        saying what is accepted.
+
+    Example:
+        >>> as_config({"ignore": ["HA202"], "min-saving-seconds": 0}).ignore
+        ('HA202',)
+        >>> as_config({"ignor": ["HA202"]})
+        Traceback (most recent call last):
+          ...
+        analyzer.errors.ConfigError: error: unknown key 'ignor' in the config mapping; did you mean 'ignore'? valid keys: ...
+    """
+    if value is None:
+        return Config()
+    if isinstance(value, Config):
+        return value
+    if isinstance(value, Mapping):
+        return config_from_table(value, label="the config mapping")
+    if isinstance(value, (str, Path)):
+        return load_config(value)
+    raise ConfigError(f"{what}= takes a Config, a dict of [{TABLE}] keys (e.g. {{'ignore': ['HA202']}}), a path to "
+                      f"a pyproject.toml, or None; got {type(value).__name__} {value!r:.80}")
+
+
+def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text: str | None = None,
+                      label: str | None = None) -> Config:
     """Build a `Config` from the contents of a `[tool.hlo-analyzer]` table (already parsed TOML).
+
+    Args:
+      label: what to call the table in messages (default `[tool.hlo-analyzer]`; `as_config` says "the config
+        mapping").
 
     Raises:
       ConfigError: naming the bad key (with its line in `text` when given) and the valid ones.
     """
+    where = label or f"[{TABLE}]"
 
     def fail(message: str, key: str, table_name: str = TABLE) -> ConfigError:
-        line = _find_key_line(text, key, table_name) if text else None
-        return ConfigError(message, path=path, line=line, source_line=_line_text(text, line))
+        line = (find_key_line(text, key, table_name, deep=True) or find_value_line(text, key)) if text else None
+        return ConfigError(message, path=path, line=line, source_line=toml_line(text, line))
 
     if not isinstance(table, Mapping):
-        raise ConfigError(f"[{TABLE}] must be a table", path=path)
+        raise ConfigError(f"{where} must be a table", path=path)
     kwargs: dict[str, Any] = {"path": path}
     for raw_key, value in table.items():
-        key = _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(raw_key.replace("_", "-"))
+        key = _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(str(raw_key).replace("_", "-"))
         if key is None:
-            raise fail(f"unknown key {raw_key!r} in [{TABLE}]; " + valid_choices(raw_key, _TOP_KEYS, what="keys"),
+            raise fail(f"unknown key {raw_key!r} in {where}; " + valid_choices(str(raw_key), _TOP_KEYS, what="keys"),
                        raw_key)
         if key in ("select", "ignore", "entry_points"):
             if isinstance(value, str):
@@ -342,7 +379,7 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             kwargs["rules"] = {k: dict(v) for k, v in value.items()}
     # What to compile and price on is checked now, with its line, not after a compile.
     try:
-        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), kwargs.get("target"))
+        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), kwargs.get("target"), mesh=kwargs.get("mesh"))
     except AnalyzerError as e:
         key = getattr(e, "key", "hardware")
         raise fail(str(e), next(k for k in table if (_TOP_KEYS.get(k) or _TOP_KEYS.get(k.replace("_", "-"))) == key))\
@@ -355,11 +392,13 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
         raise
 
 
-def check_plan_keys(hardware: str | None, topology: str | None, target: str | None) -> None:
-    """Check hardware, topology and target values as a config gives them, before anything compiles.
+def check_plan_keys(hardware: str | None, topology: str | None, target: str | None,
+                    mesh: Mapping[str, int] | None = None) -> None:
+    """Check hardware, topology and target values as a config gives them, before anything compiles; with a
+    `mesh` and a `topology`, that the mesh has as many devices as the slice has chips.
 
     Raises:
-      AnalyzerError: with a `key` attribute naming the bad one ("hardware", "topology" or "target").
+      AnalyzerError: with a `key` attribute naming the bad one ("hardware", "topology", "target" or "mesh").
     """
     from analyzer.compile.lower import parse_target
     from analyzer.theory.hardware import load_hardware
@@ -378,42 +417,14 @@ def check_plan_keys(hardware: str | None, topology: str | None, target: str | No
             hw = result
     if topology is not None:
         try:
-            parse_slice(topology, hw)
+            sl = parse_slice(topology, hw)
         except AnalyzerError as e:
             e.key = "topology"  # type: ignore[attr-defined]
             raise
-
-
-def _line_text(text: str | None, line: int | None) -> str | None:
-    if text is None or line is None:
-        return None
-    lines = text.splitlines()
-    return lines[line - 1] if 0 < line <= len(lines) else None
-
-
-def _find_key_line(text: str, key: str, table_name: str = TABLE) -> int | None:
-    """The 1-based line where `key` is written inside `[table_name]` (or its sub-tables), or None.
-
-    TOML keys may be bare or quoted; a dotted table header whose last part is the key counts too
-    (`[tool.hlo-analyzer.rules.HA999]` for key HA999).
-    """
-    in_table = False
-    quoted = re.escape(key)
-    key_re = re.compile(rf"""^\s*(?:{quoted}|"{quoted}"|'{quoted}')\s*=""")
-    inline_re = re.compile(rf"""[{{,]\s*(?:{quoted}|"{quoted}"|'{quoted}')\s*=""")
-    header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    for n, line in enumerate(text.splitlines(), start=1):
-        m = header_re.match(line)
-        if m:
-            name = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
-            if name == f"{table_name}.{key}" or name.endswith(f".{key}") and name.startswith(TABLE):
-                return n
-            in_table = name == table_name or name.startswith(table_name + ".")
-            continue
-        if in_table and (key_re.match(line) or inline_re.search(line)):
-            return n
-    # A quoted string value (a code inside select = [...]) when the key itself is not found.
-    for n, line in enumerate(text.splitlines(), start=1):
-        if re.search(rf"""["']{quoted}["']""", line):
-            return n
-    return None
+        n = math.prod(mesh.values()) if mesh else None
+        if n is not None and n != sl.size:
+            err = MeshError(f"the mesh {', '.join(f'{k}={v}' for k, v in mesh.items())} has {n} devices but the "
+                              f"topology {topology!r} has {sl.size} chips; give a mesh of {sl.size} devices or "
+                              "another topology")
+            err.key = "mesh"  # type: ignore[attr-defined]
+            raise err

@@ -264,11 +264,16 @@ def diff_sides(old: Mapping[str, Sequence[Mapping[str, Any]]], new: Mapping[str,
 
 
 def _rows_of_report_dict(data: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    rows = data.get("collectives")
+    """The collective rows of a report dict, each checked against the schema's column types."""
+    from analyzer.analysis.schema import check_collective_row
+
+    rows = data.get("collectives") if isinstance(data, Mapping) else None
     if not isinstance(rows, list):
         raise ConfigError("not a hlo-analyzer report: it has no 'collectives' list (see docs/report-schema.json)",
                           path=where)
-    return [{c: r.get(c) for c in _ROW_COLUMNS} for r in rows if isinstance(r, Mapping)]
+    for i, r in enumerate(rows):
+        check_collective_row(r, where=where, index=i)
+    return [{c: r.get(c) for c in _ROW_COLUMNS} for r in rows]
 
 
 def _rows_of_report(report: Any) -> list[dict[str, Any]]:
@@ -282,6 +287,11 @@ def _load_json(path: Path) -> dict[str, list[dict[str, Any]]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ConfigError(f"not JSON: {e.msg}", path=str(path), line=e.lineno, column=e.colno) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 (byte {e.object[e.start]:#04x} at offset {e.start}); a report is UTF-8 JSON",
+                          path=str(path)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror or e}", path=str(path)) from None
     if isinstance(data, Mapping) and isinstance(data.get("programs"), Mapping):  # our own multi-program form
         return {str(k): _rows_of_report_dict(v, str(path)) for k, v in data["programs"].items()}
     if not isinstance(data, Mapping):
@@ -322,14 +332,24 @@ def _repo_root(start: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def _analyse_config_in_child(config: Path, options: Mapping[str, Any], timeout: float | None) -> dict:
-    """Run `python -m analyzer.workflows.diff` on a config file in a child process; returns name -> report dict."""
+def _analyse_config_in_child(config: Path, options: Mapping[str, Any], timeout: float | None,
+                             label: str | None = None) -> dict:
+    """Run `python -m analyzer.workflows.diff` on a config file in a child process; returns name -> report dict.
+    `label` (`REV:path`) replaces the file's temporary path in error messages."""
     job = json.dumps({"config": str(config), **options})
-    proc = subprocess.run([sys.executable, "-m", "analyzer.workflows.diff"], input=job, capture_output=True, text=True,
-                          cwd=str(config.parent), timeout=timeout, check=False)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "analyzer.workflows.diff"], input=job, capture_output=True,
+                              text=True, cwd=str(config.parent), timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise AnalyzerError(f"analysing {label or config.name} did not finish within {timeout:g} s") from None
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        raise AnalyzerError(f"analysing {config.name}: {lines[-1] if lines else 'the child process failed'}")
+        # The child's own message (it may span lines: a source line and a caret), else its last line.
+        err = proc.stderr.strip()
+        start = err.rfind("hlo-analyzer: ")
+        message = err[start + len("hlo-analyzer: "):] if start >= 0 else (err.splitlines() or [""])[-1]
+        if label:
+            message = message.replace(str(config), label)
+        raise AnalyzerError(f"analysing {label or config.name}: {message or 'the child process failed'}")
     return json.loads(proc.stdout)
 
 
@@ -345,6 +365,9 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config: {e.strerror or e}", path=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 (byte {e.object[e.start]:#04x} at offset {e.start}); a config is UTF-8 TOML",
+                          path=str(path)) from None
     data = load_toml(text, path=str(path))
     if "hlo-analyzer" in data.get("tool", {}):
         from analyzer.workflows.check import analyse_entry, resolve_entry, _on_path
@@ -388,16 +411,21 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
         rev, _, rel = spec.partition(":")
         repo = _repo_root(cwd)
         rel_path = Path(rel)
-        if rel_path.is_absolute():
-            rel_path = rel_path.resolve().relative_to(repo.resolve())
-        elif (cwd / rel_path).exists() or not (repo / rel_path).exists():
-            rel_path = (cwd / rel_path).resolve().relative_to(repo.resolve())
+        if rel_path.is_absolute() or (cwd / rel_path).exists() or not (repo / rel_path).exists():
+            full = (cwd / rel_path).resolve()
+            if not full.is_relative_to(repo.resolve()):
+                raise ConfigError(f"{str(full)!r} is outside the git repository {str(repo)!r}; a REV:path side names "
+                                  "a report config or pyproject.toml inside it (e.g. HEAD:pyproject.toml)", path=spec)
+            rel_path = full.relative_to(repo.resolve())
         with tempfile.TemporaryDirectory(prefix=f"hlo-analyzer-{re.sub(r'[^A-Za-z0-9]+', '-', rev)}-") as tmp:
             _export_revision(rev, repo, Path(tmp))
             config = Path(tmp) / rel_path
             if not config.is_file():
                 raise ConfigError(f"no file {rel_path.as_posix()!r} at git revision {rev!r}", path=spec)
-            programs = _analyse_config_in_child(config, {"hardware": hardware}, timeout)
+            if config.suffix != ".toml":
+                raise ConfigError("a REV:path side names a report config or a pyproject.toml (a .toml file) to "
+                                  f"analyse at that revision; {rel_path.as_posix()!r} is not one", path=spec)
+            programs = _analyse_config_in_child(config, {"hardware": hardware}, timeout, label=spec)
         return {name: _rows_of_report_dict(data, spec) for name, data in programs.items()}
     path = Path(spec)
     if not path.is_absolute():

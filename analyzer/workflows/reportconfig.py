@@ -61,7 +61,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from analyzer.errors import AnalyzerError, ConfigError, load_toml, valid_choices
+from analyzer.errors import (AnalyzerError, ConfigError, find_key_line, find_table_line, find_value_line, load_toml,
+                             valid_choices)
 from analyzer.theory.dtypes import numpy_name, spellings
 
 if TYPE_CHECKING:
@@ -236,12 +237,48 @@ class ReportConfig:
         if self.entry is None:
             from analyzer.compile.models import build
 
-            fn, args = build(self.transformer_config(), self.strategy, dict(self.mesh), data_axes=self.data_axes,
-                             model_axis=self.model_axis)
+            try:
+                fn, args = build(self.transformer_config(), self.strategy, dict(self.mesh), data_axes=self.data_axes,
+                                 model_axis=self.model_axis)
+            except AnalyzerError as e:
+                raise self._placed(e) from None
             return fn, tuple(args), {}
         from analyzer.compile.lower import load_entry
 
         return load_entry(self._resolved_entry(), dict(self.mesh))
+
+    def _placed(self, error: AnalyzerError) -> AnalyzerError:
+        """A mesh or dimension that does not fit the template, placed at its line of the config file: the [model]
+        size that does not divide (`but 7 is not a multiple of 4`, when one key holds 7), else the mesh axis the
+        message names (`sharded over data`), else the [model] key it names (`experts=6`), else [mesh].
+        Only while the mesh and sizes are the file's own (a sweep's plan changes them: its message stands alone).
+        """
+        if self.path is None or isinstance(error, ConfigError) and error.line is not None:
+            return error
+        try:
+            text = Path(self.path).read_text(encoding="utf-8")
+            own = parse_report_config(text, path=self.path)
+        except (OSError, UnicodeDecodeError, AnalyzerError):
+            return error
+        if dict(own.mesh) != dict(self.mesh) or dict(own.model) != dict(self.model):
+            return error
+        message = str(error)
+        axis = re.search(r"sharded over (\w+)", message)
+        size = next((k for k in MODEL_KEYS if re.search(rf"\b{k}=", message)), None)
+        # `... but 7 is not a multiple of 4`: the size that does not divide, when one [model] key holds it.
+        bad = re.search(r"but (\d+) is not a multiple", message)
+        holders = [k for k, v in self.model.items() if bad and v == int(bad.group(1)) and not isinstance(v, bool)]
+        if len(holders) == 1:
+            line = find_key_line(text, holders[0], "model")
+        elif axis and axis.group(1) in self.mesh:
+            line = find_key_line(text, axis.group(1), "mesh")
+        elif size is not None:
+            line = find_key_line(text, size, "model")
+        else:
+            line = find_table_line(text, "mesh")
+        lines = text.splitlines()
+        return ConfigError(message, path=self.path, line=line,
+                           source_line=lines[line - 1] if line and 0 < line <= len(lines) else None)
 
     def _resolved_entry(self) -> str:
         assert self.entry is not None
@@ -340,52 +377,6 @@ class _Checker:
         return self.error(f"unknown key {key!r} in {where}; " + valid_choices(key, shown, what="keys"), key, table)
 
 
-def find_table_line(text: str, table: str) -> int | None:
-    """The 1-based line of the `[table]` header, or None."""
-    for n, line in enumerate(text.splitlines(), start=1):
-        m = re.match(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$", line)
-        if m and m.group(1).replace('"', "").replace("'", "").replace(" ", "") == table:
-            return n
-    return None
-
-
-def find_key_line(text: str, key: str, table: str = "") -> int | None:
-    """The 1-based line where `key` is assigned inside `[table]` ("" for the top level), or None.
-
-    Accepts bare and quoted keys, kebab- or snake-case spellings, dotted keys (`model.d_model = ...` at the
-    top level), inline tables (`mesh = { data = 4 }`) and sub-table headers (`[rules.HA301]`).
-
-    Example:
-      >>> find_key_line('a = 1\\n[model]\\nd_model = 2\\n', "d_model", "model")
-      3
-    """
-    spellings = {key, key.replace("_", "-"), key.replace("-", "_")}
-    alt = "|".join(re.escape(s) for s in sorted(spellings))
-    key_re = re.compile(rf"""^\s*(?:(?:{alt})|"(?:{alt})"|'(?:{alt})')\s*=""")
-    inline_re = re.compile(rf"""[{{,]\s*(?:(?:{alt})|"(?:{alt})"|'(?:{alt})')\s*=""")
-    header_re = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    parent = table.split(".")[0] if table else ""
-    current = ""
-    for n, line in enumerate(text.splitlines(), start=1):
-        m = header_re.match(line)
-        if m:
-            current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
-            if table and current in {f"{table}.{s}" for s in spellings}:
-                return n
-            if not table and current in spellings:
-                return n
-            continue
-        if current == table and key_re.match(line):
-            return n
-        if not table and current == "" and key_re.match(line):
-            return n
-        if table and current == "" and re.match(rf"^\s*{re.escape(parent)}\s*=", line) and inline_re.search(line):
-            return n
-        if table and current == "" and re.match(rf"^\s*{re.escape(table)}\.(?:{alt})\s*=", line):
-            return n
-    return None
-
-
 def _check_strategy(strategy: Any, path: str | None, checker: _Checker | None = None) -> str:
     if not isinstance(strategy, str) or strategy not in STRATEGIES:
         message = f"unknown strategy {strategy!r}; " + valid_choices(str(strategy), STRATEGIES, what="strategies")
@@ -463,9 +454,11 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
     from analyzer.workflows.config import check_plan_keys
 
     try:
-        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), None)
+        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), None, mesh=kwargs["mesh"])
     except AnalyzerError as e:
         key = getattr(e, "key", "hardware")
+        if key == "mesh":
+            raise c.error(str(e), None, "mesh") from None
         raise c.error(str(e), next((r for r in data if _norm(r) == key), key)) from None
     rules_table = _rules(data.get("rules", {}), data.get("budgets", {}), c)
     kwargs["rules_table"] = MappingProxyType(rules_table)
@@ -642,13 +635,6 @@ def _check_rules(config: ReportConfig, c: _Checker) -> None:
             key = m.group(1) if m else None
         line = None
         if key is not None:
-            line = find_key_line(c.text, key, table) or _find_value_line(c.text, key)
+            line = find_key_line(c.text, key, table) or find_value_line(c.text, key)
         source = c.lines[line - 1] if line and 0 < line <= len(c.lines) else None
         raise ConfigError(e.message, path=c.path, line=line, source_line=source) from None
-
-
-def _find_value_line(text: str, value: str) -> int | None:
-    for n, line in enumerate(text.splitlines(), start=1):
-        if re.search(rf"""["']{re.escape(value)}["']""", line):
-            return n
-    return None

@@ -190,6 +190,57 @@ def test_a_hang_is_reported_as_such(user_module):
     assert "bad.py:" in str(info.value)
 
 
+@pytest.mark.parametrize("body", ["hang", "except-exception"])
+def test_a_hang_in_another_thread_is_reported_too(user_module, body):
+    """The limit is a signal in the main thread; elsewhere (an @audit-ed call in a worker thread) it is raised
+    into the thread, which a user's `except Exception` does not swallow."""
+    from analyzer.compile.lower import load_entry, time_limit
+
+    (user_module / "busy.py").write_text(
+        "def f(mesh):\n"
+        "    while True:\n"
+        "        try:\n"
+        "            sum(range(1000))\n"
+        "        except Exception:\n"
+        "            pass\n")
+    entry = "bad.py:hang" if body == "hang" else "busy.py:f"
+    box = {}
+
+    def work():
+        start = time.monotonic()
+        try:
+            with time_limit(0.5, entry):
+                load_entry(entry, {"X": 2})
+        except BaseException as e:  # noqa: BLE001 - what reached the thread is the point
+            box["error"] = e
+        box["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert isinstance(box.get("error"), CompileTimeout), box
+    assert "did not finish within 0.5 s" in str(box["error"]) and f"{entry.split(':')[0]}:" in str(box["error"])
+    assert box["seconds"] < 3
+
+
+def test_a_thread_limit_that_does_not_expire_leaves_nothing_behind():
+    from analyzer.compile.lower import time_limit
+
+    def work():
+        for _ in range(50):
+            with time_limit(0.01, "quick:f"):
+                pass
+        time.sleep(0.1)  # past every limit: no late exception may arrive here
+        box["ok"] = True
+
+    box = {}
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert box == {"ok": True}
+
+
 def test_cli_user_code_errors_exit_2_without_traceback(user_module, capsys):
     for entry in ("synerr.py:f", "bad.py:quit", "bad.py:ret"):
         code, _, err = run_cli("analyze", entry, "--mesh", "X=2", capsys=capsys)
@@ -304,6 +355,36 @@ def test_audit_raise_in_every_thread(monkeypatch):
     assert len(raised) == 4  # and every thread with the violating signature raised
 
 
+def test_audit_in_a_worker_thread_keeps_the_config_timeout(monkeypatch):
+    import jax.numpy as jnp
+
+    import analyzer.pipeline
+    from analyzer.workflows import auditing
+
+    def endless(*args, **kwargs):
+        while True:
+            sum(range(1000))
+
+    monkeypatch.setattr(analyzer.pipeline, "analyze", endless)
+    audited = auditing.audit(lambda x: x * 2, on_violation="raise", config={"timeout": 0.5})
+    box = {}
+
+    def call():
+        start = time.monotonic()
+        try:
+            audited(jnp.ones(4))
+        except BaseException as e:  # noqa: BLE001 - what reached the thread is the point
+            box["error"] = e
+        box["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert isinstance(box.get("error"), CompileTimeout), box
+    assert "did not finish within 0.5 s" in str(box["error"]) and "@audit" in str(box["error"])
+    assert box["seconds"] < 10
+
+
 # ------------------------------------------------------------------------------------------- property test
 
 
@@ -347,3 +428,267 @@ def test_cli_argument_space_never_tracebacks(tmp_path, monkeypatch):
         assert not leftovers, (argv, leftovers)
 
     run()
+
+
+# ------------------------------------------------------------------------------------------- API values
+
+FIXTURE = ROOT / "fixtures" / "cpu" / "X2_Y4" / "matmul_case3.spmd.hlo"
+
+
+def test_a_dict_config_is_checked_like_the_toml_table():
+    import analyzer
+
+    plain = analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"min-saving-seconds": 0})
+    assert any(d.code == "HA101" for d in plain.diagnostics)
+    ignored = analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"ignore": ["HA101"], "min_saving_seconds": 0})
+    assert not any(d.code == "HA101" for d in ignored.diagnostics)
+    with pytest.raises(analyzer.ConfigError, match=r"unknown key 'ignor' in the config mapping; did you mean 'ignore'"):
+        analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"ignor": ["HA101"]})
+    with pytest.raises(analyzer.ConfigError, match=r"'min_saving_seconds' must be a number, got 'x'"):
+        analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config={"min_saving_seconds": "x"})
+    with pytest.raises(analyzer.ConfigError, match=r"config= takes a Config, a dict .* got int 3"):
+        analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4", config=3)
+
+
+def test_analyze_checks_a_dict_config_before_lowering():
+    import analyzer
+
+    def never(x):  # lowering this would fail differently: the config must be refused first
+        raise AssertionError("lowered")
+
+    with pytest.raises(analyzer.ConfigError, match="unknown key 'bogus'"):
+        analyzer.analyze(never, 1, config={"bogus": 1})
+
+
+def test_reprice_refuses_what_it_cannot_reprice():
+    import analyzer
+
+    report = analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4")
+    with pytest.raises(AnalyzerError, match="reprice takes a Report .* not a report's JSON form"):
+        analyzer.reprice(report.to_dict())
+    with pytest.raises(analyzer.HardwareError, match=r"the hardware dict: unknown key 'ignore' .* valid keys: .*flops"):
+        analyzer.reprice(report, {"ignore": ["HA202"]})
+    with pytest.raises(analyzer.HardwareError, match="hardware takes a name .* got int 5"):
+        analyzer.reprice(report, 5)
+
+
+# ------------------------------------------------------------------------------------------- diff inputs
+
+
+def test_diff_non_utf8_sides_are_input_errors(tmp_path, capsys):
+    (tmp_path / "r.json").write_bytes(b"\xff\xfe{")
+    (tmp_path / "c.toml").write_bytes(b'a = "\xff"\n')
+    for side, what in (("r.json", "report is UTF-8 JSON"), ("c.toml", "config is UTF-8 TOML")):
+        code, _, err = run_cli("diff", str(tmp_path / side), str(tmp_path / side), capsys=capsys)
+        assert code == 2 and f"{side}: error: not UTF-8 (byte 0xff" in err and what in err
+
+
+@pytest.mark.parametrize("side, message", [
+    ("HEAD:/etc/passwd", "'/etc/passwd' is outside the git repository"),
+    ("HEAD:../../../../etc/passwd", "'/etc/passwd' is outside the git repository"),
+    ("HEAD:README.md", "'README.md' is not one"),
+    ("HEAD:no/such.toml", "no file 'no/such.toml' at git revision 'HEAD'"),
+])
+def test_diff_git_sides_that_are_not_configs(side, message, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    if subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    code, _, err = run_cli("diff", side, "pyproject.toml", capsys=capsys)
+    assert code == 2 and message in err, err
+
+
+@pytest.fixture(scope="module")
+def report_dict():
+    import analyzer
+
+    return analyzer.analyze_hlo(FIXTURE, mesh="X=2,Y=4").to_dict()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bytes", "lots", "'bytes' must be an integer or null, got 'lots'"),
+    ("bytes", 1.5, "'bytes' must be an integer or null, got 1.5"),
+    ("count", -1, "'count' must not be negative, got -1"),
+    ("axes", "X", "'axes' must be a list of strings or null, got 'X'"),
+    ("seconds", True, "'seconds' must be a number or null, got True"),
+    ("kind", None, "'kind' must be a string"),
+])
+def test_report_rows_of_the_wrong_type_name_file_row_and_field(report_dict, tmp_path, field, value, message,
+                                                               capsys):
+    import copy
+
+    from analyzer.analysis.report import report_from_dict
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(report_dict))
+    data = copy.deepcopy(report_dict)
+    data["collectives"][0][field] = value
+    bad.write_text(json.dumps(data))
+    code, _, err = run_cli("diff", str(bad), str(good), capsys=capsys)
+    assert code == 2 and f"{bad}: collectives[0]" in err and message in err, err
+    with pytest.raises(AnalyzerError, match=r"collectives\[0\].*" + message.split(" must")[0]):
+        report_from_dict(data)
+
+
+# ------------------------------------------------------------------------------------------- rules and messages
+
+
+@pytest.mark.parametrize("mesh", ["X=4,Y=2", "X=8", "X=1,Y=8"])
+def test_a_mesh_of_the_right_size_but_another_shape_is_analysed(mesh):
+    """The dump was partitioned for X=2,Y=4; on another mesh of 8 its all-reduce runs over a sub-axis, which
+    HA101 prices (it used to crash on it: HA900)."""
+    import analyzer
+
+    report = analyzer.analyze_hlo(FIXTURE, mesh=mesh)
+    assert not [d.message for d in report.diagnostics if d.code == "HA900"]
+    assert any(d.code == "HA101" for d in report.diagnostics)
+
+
+def test_a_failing_rule_exits_2_and_debug_shows_its_traceback(monkeypatch, capsys):
+    from analyzer.rules.registry import Rule
+
+    call = Rule.__call__
+
+    def broken(self, ctx):
+        if self.code == "HA101":
+            raise IndexError("list index out of range")
+        return call(self, ctx)
+
+    monkeypatch.setattr(Rule, "__call__", broken)
+    code, out, err = run_cli("inspect", str(FIXTURE), "--mesh", "X=2,Y=4", capsys=capsys)
+    assert code == 2 and "HA900" in out and "rules HA101 failed" not in err and "rule HA101 failed" in err
+    assert "--debug" in err
+    with pytest.raises(IndexError):
+        main(["--debug", "inspect", str(FIXTURE), "--mesh", "X=2,Y=4"])
+    code, _, _ = run_cli("inspect", str(FIXTURE), "--mesh", "X=2,Y=4", capsys=capsys)  # --debug did not stick
+    assert code == 2
+
+
+def _cli_options():
+    import argparse
+
+    from analyzer.cli import build_parser
+
+    found = set()
+
+    def walk(parser):
+        for action in parser._actions:
+            found.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(build_parser())
+    return found
+
+
+# Options in the package's strings that are not ours: XLA flags (--xla_*), git's (the diff runs git) and the
+# pytest option of analyzer.testing.
+_NOT_OURS = {"--format", "--show-toplevel", "--hlo-snapshot-update"}
+
+
+def test_no_message_names_an_option_the_cli_does_not_have():
+    import ast
+    import re
+
+    known = _cli_options()
+    assert {"--debug", "--timeout", "--mesh"} <= known
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*")
+    unknown = []
+    for path in sorted((ROOT / "analyzer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for m in flag.finditer(node.value):
+                    name = m.group(0).rstrip("-")
+                    if not name.startswith("--xla") and name not in known and name not in _NOT_OURS:
+                        unknown.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if "hlo-analyzer " in line:
+                unknown += [f"{path.relative_to(ROOT)}:{n}: {m.group(0)}" for m in flag.finditer(line)
+                            if not m.group(0).startswith("--xla") and m.group(0).rstrip("-") not in known | _NOT_OURS]
+    assert not unknown, unknown
+
+
+# ------------------------------------------------------------------------------------------- config places
+
+
+def test_one_toml_key_finder_for_every_config():
+    from analyzer.errors import find_key_line, find_table_line
+    from analyzer.workflows import config, reportconfig
+
+    assert reportconfig.find_key_line is find_key_line  # the report config's is the same function
+    assert not hasattr(config, "_find_key_line")
+    text = ('name = "x"\n[tool.hlo-analyzer]\nmesh = { X = 0 }\n"min_saving_seconds" = 1\n'
+            "[tool.hlo-analyzer.rules.HA301]\nmin-count = 8\n[model]\nd_model = 2\n")
+    assert find_key_line(text, "name") == 1
+    assert find_key_line(text, "X", "tool.hlo-analyzer.mesh") == 3
+    assert find_key_line(text, "min-saving-seconds", "tool.hlo-analyzer") == 4
+    assert find_key_line(text, "HA301", "tool.hlo-analyzer", deep=True) == 5
+    assert find_key_line(text, "min_count", "tool.hlo-analyzer", deep=True) == 6
+    assert find_key_line(text, "min_count", "tool.hlo-analyzer") is None  # in a sub-table: only when deep
+    assert find_key_line(text, "d-model", "model") == 8
+    assert find_table_line(text, "model") == 7 and find_table_line(text, "tool.hlo-analyzer.mesh") == 3
+
+
+@pytest.mark.parametrize("edit, line_of, message", [
+    (("links_per_axis", "links_per_axis = 0"), "links_per_axis = 0", "'links_per_axis' in [ici] must be a positive"),
+    (("[ici]", "[ici]\nbogus = 1"), "bogus = 1", "unknown key 'bogus' in [ici]"),
+    (("bf16", "bf8 = 1.97e14"), "bf8 =", "unknown dtype 'bf8' in [flops]"),
+    (("max_topology", "max_topology = [0]"), "max_topology = [0]", "[ici] max_topology must be a list"),
+    (("hop_latency", ""), "[ici]", "missing key 'hop_latency' in [ici]"),
+])
+def test_hardware_spec_errors_name_file_and_line(tmp_path, edit, line_of, message):
+    from analyzer.theory.hardware import hardware_dir, load_hardware
+
+    lines = (hardware_dir() / "tpu-v5e.toml").read_text().splitlines()
+    key, new = edit
+    i = next(n for n, text in enumerate(lines) if text.startswith(key))
+    lines[i:i + 1] = new.split("\n") if new else []
+    spec = tmp_path / "spec.toml"
+    spec.write_text("\n".join(lines) + "\n")
+    want = next(n for n, text in enumerate(lines, start=1) if text.startswith(line_of))
+    with pytest.raises(AnalyzerError) as info:
+        load_hardware(spec)
+    assert str(info.value).startswith(f"{spec}:{want}: error: ") and message in str(info.value)
+    assert str(info.value).endswith("\n" + lines[want - 1])
+
+
+def _example_with(tmp_path, **changes):
+    text = (ROOT / "examples" / "configs" / "fsdp-tp-v5e-8.toml").read_text()
+    for old, new in changes.values():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path, text.splitlines()
+
+
+def test_a_mesh_that_does_not_fill_the_topology_is_placed_at_mesh(tmp_path, capsys):
+    path, lines = _example_with(tmp_path, mesh=("data = 4", "data = 8"))
+    start = time.monotonic()
+    code, _, err = run_cli("report", str(path), "-o", str(tmp_path / "r.json"), capsys=capsys)
+    assert code == 2 and f"{path}:{lines.index('[mesh]') + 1}: error: the mesh data=8, model=2 has 16" in err
+    assert "topology 'v5e:2x4' has 8 chips" in err and time.monotonic() - start < 10
+
+
+def test_a_dimension_the_mesh_does_not_divide_is_placed_at_its_line(tmp_path):
+    from analyzer.errors import ConfigError
+    from analyzer.workflows.reportconfig import load_report_config
+
+    path, lines = _example_with(tmp_path, batch=("batch = 8", "batch = 7"))
+    cfg = load_report_config(path)
+    with pytest.raises(ConfigError) as info:
+        cfg.build()
+    assert info.value.line == lines.index("batch = 7") + 1 and "7 is not a multiple of 4" in str(info.value)
+    # A sweep's plan has its own mesh: its message is not placed at the file's lines.
+    with pytest.raises(AnalyzerError) as info:
+        cfg.with_plan((8, 1)).build()
+    assert getattr(info.value, "line", None) is None
+
+
+def test_pyproject_mesh_and_topology_are_checked_together(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.hlo-analyzer]\nentry-points = ["m:f"]\nmesh = { X = 3 }\ntopology = "v5e:2x4"\n')
+    code, _, err = run_cli("check", capsys=capsys)
+    assert code == 2 and "pyproject.toml:3: error: the mesh X=3 has 3 devices" in err
