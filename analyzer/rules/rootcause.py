@@ -195,9 +195,14 @@ def split_negligible_groups(diagnostics: Sequence[Diagnostic], report: Any, thre
     kept: list[Diagnostic] = []
     dropped: list[Diagnostic] = []
     for g in group_findings(diagnostics, report):
+        # a fix that does not fit in HBM (analyzer.rules.fit) saves nothing, but is weighed by what it would
+        # save: a negligible one is dropped, a large one is kept to say why it is no saving
+        unfit = g.saving_seconds + _summed([replace(d, saving_seconds=d.details["unfit_saving_seconds"])
+                                            for d in g.findings if d.details.get("unfit_saving_seconds")])
         for d in g.findings:
             limit = threshold_of(d.code)
-            if limit is not None and d.saving_seconds is not None and g.saving_seconds < limit:
+            judged = d.saving_seconds is not None or bool(d.details.get("unfit_saving_seconds"))
+            if limit is not None and judged and (unfit if d.saving_seconds is None else g.saving_seconds) < limit:
                 dropped.append(d)
             else:
                 kept.append(d)

@@ -228,3 +228,56 @@ def test_one_bad_layout_is_one_root_cause_kept_whole(reports):
         by_instruction[d.location.instruction] = max(by_instruction.get(d.location.instruction, 0.0), d.saving_seconds)
     assert layout.saving_seconds == pytest.approx(sum(by_instruction.values()))
     assert all(d.details["root_cause"] == "the activations' layout over 'data'" for d in layout.findings)
+
+
+@pytest.mark.slow
+def test_fixes_are_judged_by_the_memory_of_the_plan_they_lead_to(reports):
+    """HA101's roofline fix on the embedding plan folds `data` (4) into `model` (2 -> 8) and raises the batch:
+    its plan's per-device bytes, worked here from the arguments' shapes and XLA's figures; on a chip too small
+    for it, it is no saving and the report opens with the largest fix that fits (issue 11 item 3)."""
+    import dataclasses
+    import math
+
+    from analyzer.render._common import what_to_do
+    from analyzer.rules.rootcause import top_cause
+    from analyzer.rules.runner import check_rules
+
+    r = reports["embed-d-on-data"]
+    mem = r.memory
+    fold = [d for d in r.diagnostics if d.code == "HA101" and d.details.get("fix_mesh") == {"data": 1, "model": 8}]
+    assert fold, [(d.code, d.details.get("fix_mesh")) for d in r.diagnostics]
+    plan = PLANS["embed-d-on-data"]
+
+    def per_device(sizes):
+        total = 0
+        fn, args = abstract_step("embed-d-on-data", jax.make_mesh((4, 2), ("data", "model")))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+            spec = leaf.sharding.spec
+            n = leaf.dtype.itemsize
+            for k, dim in enumerate(leaf.shape):
+                entry = spec[k] if k < len(spec) else None
+                n *= math.ceil(dim / (sizes[entry] if entry else 1))
+            total += n
+        return total
+
+    assert plan["embedding"] == P(None, "data")
+    ratio = per_device({"data": 1, "model": 8}) / per_device({"data": 4, "model": 2})
+    for d in fold:
+        # arguments and outputs re-sharded (ratio), temporaries x4 tokens per chip x the batch the fix asks for
+        want = ((mem["argument_bytes"] + mem["output_bytes"] - mem["alias_bytes"]) * ratio
+                + mem["temp_bytes"] * 4 * d.details["fix_batch_factor"])
+        assert d.details["fix_memory_bytes"] == pytest.approx(want, rel=1e-9)
+        assert d.details["fix_fits"] is True and d.saving_seconds > 0  # 16 GiB of v5e holds it
+
+    # A chip of 40 MB: the plan now (about 21 MB) fits, no HA101 fix of this plan does
+    hw = dataclasses.replace(r.analysis.hardware, hbm_bytes=40e6)
+    small = dataclasses.replace(r, analysis=dataclasses.replace(r.analysis, hardware=hw))
+    found = check_rules(small).diagnostics
+    reshaping = [d for d in found if d.details.get("fix_mesh") or d.details.get("fix_batch_factor", 1.0) != 1.0]
+    assert reshaping and all(d.saving_seconds is None and d.details["fix_fits"] is False for d in reshaping)
+    assert all("Not counted as a saving" in d.message and "38.1 MiB of HBM" in d.message for d in reshaping)
+    top = top_cause(found, small)
+    assert top is not None and top.title == "the activations' layout over 'data'"
+    assert all(d.saving_seconds is not None for d in top.findings)
+    assert what_to_do(dataclasses.replace(small, diagnostics=found)).startswith(
+        "Fix the activations' layout over 'data' first")
