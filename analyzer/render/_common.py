@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.diagnostics import short_source  # re-exported for the renderers
 from analyzer.errors import ShardingError
 from analyzer.theory.dtypes import xla_dtype
 from analyzer.units import format_bytes, format_count, format_ratio, format_seconds
@@ -84,32 +85,6 @@ def common_name(names: Sequence[str]) -> str:
     head = os.path.commonprefix(names)
     tail = os.path.commonprefix([n[len(head):][::-1] for n in names])[::-1]
     return f"{head}*{tail}" if head or tail else ""
-
-
-def short_source(source: str, cwd: str | None = None) -> str:
-    """A `file:line` short enough for a table: relative to the working folder when inside it, else the last
-    two path parts.
-
-    Example:
-      >>> short_source("/home/me/proj/model/train.py:41", cwd="/home/me/proj")
-      'model/train.py:41'
-    """
-    import os
-
-    if not source or not source.startswith(("/", "\\")) and ":" not in source[:3]:
-        return source
-    path, sep, line = source.rpartition(":")
-    if not sep or not line.isdigit():
-        path, line = source, ""
-    base = cwd if cwd is not None else os.getcwd()
-    try:
-        rel = os.path.relpath(path, base)
-    except ValueError:  # another drive on Windows
-        rel = path
-    if rel.startswith(".."):
-        parts = path.replace("\\", "/").split("/")
-        rel = "…/" + "/".join(parts[-2:]) if len(parts) > 2 else path
-    return f"{rel}:{line}" if line else rel
 
 
 def where(d: Diagnostic) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from analyzer.diagnostics import Diagnostic
+from analyzer.diagnostics import Diagnostic, short_source
 
 __all__ = ["RootCause", "cause_of", "group_findings", "annotate", "split_negligible_groups", "top_cause"]
 
@@ -113,7 +113,9 @@ def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
         return "activation layout", axis
     if d.code in _PLACEMENT_RULES and axis:
         return "mesh axis", axis
-    where = f" at {d.location}" if d.location.file else ""
+    # the user's line as the reports print it: relative to the working folder (`check` makes it relative to
+    # the project root, titles included: analyzer.workflows.check.relative_to_root)
+    where = f" at {short_source(str(d.location))}" if d.location.file else ""
     return "rule", f"{d.code} {d.name}" + (f" over '{axis}'" if axis else "") + where
 
 
