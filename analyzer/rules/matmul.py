@@ -123,6 +123,11 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     removes from the step: the collectives' exposed time, at most `(T_comms - T_math) x calls` (docs/rules.md,
     "Savings in step time").
 
+    Megatron traffic over the mesh axes that shard the batch (the axes of the token ids' leading dim) is
+    not tensor parallelism: the activations carry the batch's axis on a feature dimension (an embedding
+    table's d_model sharded on `data`). Then the fix is that layout, the finding belongs to the activations'
+    layout root cause, and no mesh change is offered.
+
     ## Why is this bad?
     A sharded matmul overlaps its communication with its FLOPs at best, so its time is
     `max(T_math, T_comms)`. When `T_comms > T_math` the chips idle waiting for the network. For FSDP,
@@ -170,6 +175,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         for c, use in pairs:
             uses.setdefault(c.row, []).append((dot, use))
     callers_of = callers(facts.module) if facts.module is not None else {}
+    from analyzer.rules.fit import argument_arrays, batch_axes as batch_axes_of
+
+    batch_axes = batch_axes_of(argument_arrays(ctx.report))  # the mesh axes the tokens are sharded over
     for colls, dots in _components(attached):
         colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
         if not colls:
@@ -237,11 +245,22 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         change = roofline_change(roof.strategy, batch * scale, needed * scale, main.axes,
                                  size, others, roof.other, ridge)
         fix = change.text
+        # Megatron traffic (activations gathered, partial sums reduced) over the axes that shard the batch: the
+        # activations carry the batch's axis on a feature dim. Fixing that layout removes the collective; a
+        # mesh change would not (issue 11: the embedding's d_model on `data`).
+        layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(batch_axes)
+                  and not _moved_array(main))
+        if layout:
+            fix = (f"keep the activations sharded over {axes_text(main.axes)} on their batch dimension only, as the "
+                   f"tokens are: find the argument or with_sharding_constraint that puts {axes_text(main.axes)} on a "
+                   "feature dimension (the activations' layout findings point at it); the collective then goes away")
+            change = RooflineFix(fix)
         yield ctx.diagnostic(
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
                             ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
-                            all_reduced_contraction=all_reduced, **step.fields()),
+                            all_reduced_contraction=all_reduced, batch_axes=axes_text(main.axes) if layout else "",
+                            **step.fields()),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
@@ -255,8 +274,16 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                      "dot_notation": dot_notation,
                      "collectives": [c.instruction for c in colls],
                      # the plan the fix leads to, for analyzer.rules.fit's memory estimate
-                     "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor},
+                     "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor,
+                     # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
+                     **({"layout_axis": main.axes[0]} if layout else {})},
         )
+
+
+def _moved_array(c: Coll) -> str:
+    """The program argument a collective moves (its row's `array`), "" for a computed value."""
+    extra = getattr(c.record, "extra", None)
+    return str(extra.get("array") or "") if isinstance(extra, dict) else ""
 
 
 @dataclass(frozen=True)

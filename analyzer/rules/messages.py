@@ -146,12 +146,21 @@ class CommBoundMatmul(Message):
     t_math: float
     listing: str
     all_reduced_contraction: float = 0.0  # F/Y of the one matmul whose output an AllReduce reduces, else 0
+    batch_axes: str = ""  # set when the activations it moves are sharded over the batch's own mesh axes
 
     template: ClassVar[str] = (
         "{what} communication-bound on the {roofline} roofline: {quantity_name} = {quantity:,.0f} {per_element} "
         "'{axes}'{contraction}, below {threshold_text}. Its collectives take {t_comm:time} per call against {t_math:time} of "
-        "FLOPs ({ratio:.1f}x): {listing}."
+        "FLOPs ({ratio:.1f}x): {listing}.{layout}"
     )
+
+    @property
+    def layout(self) -> str:
+        if not self.batch_axes:
+            return ""
+        return (f" The activations it moves over '{self.axes}' are sharded over '{self.batch_axes}', the axis the "
+                "batch is sharded over, on a feature dimension: the activations' layout is the cause, not the split "
+                "between the two strategies.")
 
     @property
     def what(self) -> str:

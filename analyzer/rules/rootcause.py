@@ -103,6 +103,8 @@ def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
         >>> cause_of(replace(d, code="HA302", notation="AllToAll_data: [I_data, J] -> [I, J_data]"), {})
         ('activation layout', 'data')
     """
+    if d.details.get("layout_axis"):  # a matmul rule that found activations laid over the batch's axis
+        return "activation layout", str(d.details["layout_axis"])
     names = [n for n in (d.location.instruction or "").split(",") if n]
     names += [str(n) for n in d.details.get("merged_instructions", ()) if n]
     array = next((arrays[n] for n in names if n in arrays), "")
