@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -221,7 +221,7 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location(), facts.dot_rows)
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
-        listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
+        listing = collective_listing(colls)
         quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
         all_reduced = 0.0
         if roof.strategy == "megatron" and main.kind in _REDUCING and reducer is not None:
@@ -278,6 +278,31 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                      # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
                      **({"layout_axis": main.axes[0]} if layout else {})},
         )
+
+
+def collective_listing(colls: Sequence[Coll], shown: int = 4) -> str:
+    """The collectives of a comm-bound matmul in words, costliest first: identical ones (notation and time per
+    call) once with their count, at most `shown` kinds, the rest counted with their summed time per call (a
+    vocabulary projection shares its collectives with a hundred matmuls: issue 11's page was 8,000 px tall).
+
+    Example:
+        >>> from types import SimpleNamespace as C
+        >>> colls = [C(notation="AllGather_data: [I_data, J] -> [I, J]", kind="all-gather", seconds=6e-4)] * 3 + [
+        ...     C(notation="AllReduce_model: [I, J]{U_model} -> [I, J]", kind="all-reduce", seconds=2e-4),
+        ...     C(notation="", kind="all-to-all", seconds=1e-6)]
+        >>> collective_listing(colls, shown=1)
+        'AllGather_data: [I_data, J] -> [I, J] 600 µs x3; and 2 more (201 µs per call together)'
+    """
+    kinds: dict[tuple[str, str], list[Any]] = {}
+    for c in colls:
+        kinds.setdefault((c.notation or c.kind, fmt_s(c.seconds)), []).append(c)
+    ranked = sorted(kinds.items(), key=lambda kv: -sum(c.seconds for c in kv[1]))
+    parts = [f"{name} {each}" + (f" x{len(members)}" if len(members) > 1 else "")
+             for (name, each), members in ranked[:shown]]
+    rest = [c for _, members in ranked[shown:] for c in members]
+    if rest:
+        parts.append(f"and {len(rest)} more ({fmt_s(sum(c.seconds for c in rest))} per call together)")
+    return "; ".join(parts)
 
 
 def _moved_array(c: Coll) -> str:
