@@ -26,7 +26,8 @@ new size of each mesh axis the fix resizes) and a larger global batch (`details[
 HA101's roofline fixes carry. The other rules' fixes (a ring with wraparound, a mesh axis reordered, a
 producer's layout matched, collectives combined, a reduce-scatter for an all-reduce, an idle axis added to a
 spec) hold no more per device than the plan does now, so they are never judged by fit: a plan already over
-HBM is HA401's finding.
+HBM is HA401's finding. A report without its abstract arguments (an HLO dump) gets no estimate: its fixes
+are offered as they are, without `fix_memory_bytes`.
 """
 
 from __future__ import annotations
@@ -214,6 +215,9 @@ def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fra
             continue
         if arrays is None:
             arrays = argument_arrays(report)
+        if not arrays:  # an HLO dump: how its arguments are sharded over the mesh is not known, so no estimate
+            out.append(d)
+            continue
         est = estimate_memory(report.memory, arrays, now, new_mesh, factor, hbm)
         if est is None:
             out.append(d)

@@ -107,7 +107,7 @@ def test_an_unfit_fix_is_weighed_by_what_it_would_save_for_the_negligible_filter
     assert [d.location.line for d in kept] == [10] and not dropped
 
 
-def test_without_memory_figures_or_a_mesh_nothing_is_judged():
+def test_without_memory_figures_a_mesh_or_the_arguments_nothing_is_judged():
     d = _finding("HA101", 10, 10e-3, fix_mesh={"data": 1, "model": 8})
     hw = SimpleNamespace(hbm_bytes=HBM, name="tpu-v5e")
     r = _report()
@@ -115,4 +115,7 @@ def test_without_memory_figures_or_a_mesh_nothing_is_judged():
     assert judge_fit([d], r, hw) == [d]
     r = _report()
     r.mesh = None
+    assert judge_fit([d], r, hw) == [d]
+    r = _report()
+    r.analysis.args = None  # an HLO dump: how its arguments are sharded is unknown
     assert judge_fit([d], r, hw) == [d]
