@@ -28,7 +28,8 @@ from analyzer.analysis.dataflow import (
 )
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix", "roofline_change", "RooflineFix"]
+__all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix", "roofline_change",
+           "RooflineFix", "collective_listing"]
 
 _FEEDING = ("all-gather", "all-to-all", "collective-permute")
 _REDUCING = ("all-reduce", "reduce-scatter")
@@ -473,7 +474,8 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
                 f"the factor {size // own[0]} to tensor parallelism, {moved_to(own[0])}; or {bigger}",
                 mesh_for(own[0])) if own else RooflineFix(bigger, {}, ratio)
         return RooflineFix(f"{bigger}: no split of the {size} devices of {quoted} between FSDP and tensor parallelism "
-                           f"is compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)", {}, ratio)
+                           f"is compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)",
+                           {}, ratio)
     if strategy == "megatron":
         features = q * size
         own = [d for d in divisors if d == 1 or q * size / d >= needed]

@@ -465,8 +465,8 @@ class FixOverHbm(Message):
     parts: tuple[tuple[str, float], ...] = ()
     batch_axes: str = ""  # the mesh axes the batch is sharded over, "" when unknown
 
-    template: ClassVar[str] = ("Not counted as a saving ({saving_seconds:time} per step): the plan after this fix needs "
-                               "about {after_bytes:bytes} per device ({breakdown}{scaled}), up from {now_bytes:bytes} "
+    template: ClassVar[str] = ("Not counted as a saving ({saving_seconds:time} per step): the plan after this fix "
+                               "needs about {after_bytes:bytes} per device ({breakdown}{scaled}), up from {now_bytes:bytes} "
                                "and more than the {hbm_bytes:bytes} of HBM on {hardware}, so it would not run.")
 
     @property
