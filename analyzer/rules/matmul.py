@@ -252,8 +252,8 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(batch_axes)
                   and not _moved_array(main))
         if layout:
-            fix = (f"keep the activations sharded over {axes_text(main.axes)} on their batch dimension only, as the "
-                   f"tokens are: find the argument or with_sharding_constraint that puts {axes_text(main.axes)} on a "
+            fix = (f"keep the activations sharded over '{axes_text(main.axes)}' on their batch dimension only, as the "
+                   f"tokens are: find the argument or with_sharding_constraint that puts '{axes_text(main.axes)}' on a "
                    "feature dimension (the activations' layout findings point at it); the collective then goes away")
             change = RooflineFix(fix)
         yield ctx.diagnostic(
@@ -265,7 +265,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
-            alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}",
+            alternative=(f"{dot_notation or 'this matmul'} on batch-sharded activations: no collective over "
+                         f"'{axes_text(main.axes)}'" if layout else
+                         f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}"),
             alternative_seconds=t_math * count,
             saving_seconds=step.seconds,
             fix=fix,

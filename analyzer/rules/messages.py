@@ -158,9 +158,9 @@ class CommBoundMatmul(Message):
     def layout(self) -> str:
         if not self.batch_axes:
             return ""
-        return (f" The activations it moves over '{self.axes}' are sharded over '{self.batch_axes}', the axis the "
-                "batch is sharded over, on a feature dimension: the activations' layout is the cause, not the split "
-                "between the two strategies.")
+        return (f" The activations it moves are sharded over '{self.batch_axes}' on a feature dimension, though "
+                f"'{self.batch_axes}' is the axis the batch is sharded over: the activations' layout is the cause, not "
+                "the split between the two strategies.")
 
     @property
     def what(self) -> str:

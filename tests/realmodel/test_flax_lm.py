@@ -362,7 +362,7 @@ def test_the_embedding_layout_is_the_top_cause_and_saves_what_the_plans_differ_b
     top = top_cause(bad.diagnostics, bad)
     assert top is not None and top.title == "the activations' layout over 'data'"
     matmuls = [d for d in top.findings if d.code == "HA101"]
-    assert matmuls and all(not d.details["fix_mesh"] and "keep the activations sharded over data" in d.fix
+    assert matmuls and all(not d.details["fix_mesh"] and "keep the activations sharded over 'data'" in d.fix
                            for d in matmuls)
     assert all("the activations' layout is the cause" in d.message for d in matmuls)
     difference = bad.totals.comm_seconds - good.totals.comm_seconds
