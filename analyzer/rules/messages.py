@@ -454,7 +454,7 @@ class FixOverHbm(Message):
         >>> FixOverHbm(after_bytes=40 * 2**30, now_bytes=12 * 2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e",
         ...            parts=(("temporaries", 36 * 2**30), ("arguments", 4 * 2**30)), batch_axes="data",
         ...            saving_seconds=0.1).render()
-        "Not counted as a saving (100 ms per step): the plan after this fix needs about 40.0 GiB per device (temporaries 36.0 GiB, arguments 4.00 GiB; activations scaled with the tokens per chip over 'data'), up from 12.0 GiB and more than the 16.0 GiB of HBM on tpu-v5e, so it would not run."
+        "Not counted as a saving (100 ms per step): the plan after this fix needs about 40.0 GiB per device (temporaries 36.0 GiB, arguments 4.00 GiB; temporaries scaled with the tokens per chip over 'data' and grown with every other mesh axis that shrinks), up from 12.0 GiB and more than the 16.0 GiB of HBM on tpu-v5e, so it would not run."
     """
 
     after_bytes: float
@@ -476,8 +476,9 @@ class FixOverHbm(Message):
     @property
     def scaled(self) -> str:
         if not self.batch_axes:
-            return "; temporaries as they are: the batch's mesh axes are unknown"
-        return f"; activations scaled with the tokens per chip over '{self.batch_axes}'"
+            return "; temporaries grown with every mesh axis that shrinks: the batch's mesh axes are unknown"
+        return (f"; temporaries scaled with the tokens per chip over '{self.batch_axes}' and grown with every other "
+                "mesh axis that shrinks")
 
 
 @dataclass(frozen=True)

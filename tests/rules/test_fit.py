@@ -60,6 +60,13 @@ def test_folding_data_into_model_multiplies_what_data_sharded_by_four():
     assert e.temporaries == 16 * GiB
     assert e.after_bytes == pytest.approx(16 * GiB + 64.5 * MiB, rel=1e-12) and not e.fits
     assert e.batch_axes == ("data",)
+    # data 4 -> 8 (a batch axis: half the tokens per chip), model 2 -> 1 (taken to shard the activations: x2)
+    e3 = estimate_memory(_report().memory, arrays, {"data": 4, "model": 2}, {"data": 8, "model": 1}, 1.0, HBM)
+    assert e3.temporaries == TEMP and e3.arguments == W_NOW / 2 + TOK_NOW / 2
+    # without integer arguments the batch axes are unknown: data 4 -> 8 is not credited, model 2 -> 1 still grows
+    floats = [a for a in arrays if not a.integer]
+    e4 = estimate_memory(_report().memory, floats, {"data": 4, "model": 2}, {"data": 8, "model": 1}, 1.0, HBM)
+    assert e4.temporaries == 2 * TEMP and e4.batch_axes == ()
     # a larger global batch (HA101's "raise the batch per chip") multiplies the temporaries only
     e2 = estimate_memory(_report().memory, arrays, {"data": 4, "model": 2}, {}, 2.5, HBM)
     assert (e2.arguments, e2.temporaries) == (W_NOW + TOK_NOW, 10 * GiB)
