@@ -7,8 +7,8 @@ activation leaves the lookup as [.., D_data], issue 11's first plan); `fixed` sh
 
 Prints, per plan: predicted communication and step, XLA's per-device bytes, the root causes (largest summed
 saving first) and every finding with its user line, library context and the fix's memory when it reshapes the
-plan; then the acceptance figure: the top root cause's saving against the communication the two plans differ
-by. `--html DIR` writes both HTML reports there.
+plan; then the acceptance figure: the top root cause's saving against the predicted step and communication
+the two plans differ by. `--html DIR` writes both HTML reports there.
 
 Needs transformers 4.x (Flax Llama is gone from 5.x); it is not a dependency of hlo-analyzer. Install it
 apart, e.g. `pip install --target /tmp/llama/lib/python3.11/site-packages --no-deps 'transformers<5'
@@ -121,9 +121,11 @@ def main() -> None:
                 f.write(html.render(r))
     bad, good = reports["embed-d-on-data"], reports["fixed"]
     top = group_findings(bad.diagnostics, bad)[0]
-    difference = bad.totals.comm_seconds - good.totals.comm_seconds
+    step = bad.totals.step_seconds - good.totals.step_seconds
+    comm = bad.totals.comm_seconds - good.totals.comm_seconds
     print(f"top root cause of embed-d-on-data: {top.title}, {format_seconds(top.saving_seconds)} per step; the plans "
-          f"differ by {format_seconds(difference)} of communication ({top.saving_seconds / difference:.1%})")
+          f"differ by {format_seconds(step)} of predicted step ({top.saving_seconds / step:.1%}) and "
+          f"{format_seconds(comm)} of communication ({top.saving_seconds / comm:.1%})")
 
 
 if __name__ == "__main__":
