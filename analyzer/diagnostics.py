@@ -10,7 +10,33 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-__all__ = ["Severity", "Location", "Diagnostic"]
+__all__ = ["Severity", "Location", "Diagnostic", "short_source"]
+
+
+def short_source(source: str, cwd: str | None = None) -> str:
+    """A `file:line` short enough for a table: relative to the working folder when inside it, else the last
+    two path parts.
+
+    Example:
+      >>> short_source("/home/me/proj/model/train.py:41", cwd="/home/me/proj")
+      'model/train.py:41'
+    """
+    import os
+
+    if not source or not source.startswith(("/", "\\")) and ":" not in source[:3]:
+        return source
+    path, sep, line = source.rpartition(":")
+    if not sep or not line.isdigit():
+        path, line = source, ""
+    base = cwd if cwd is not None else os.getcwd()
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:  # another drive on Windows
+        rel = path
+    if rel.startswith(".."):
+        parts = path.replace("\\", "/").split("/")
+        rel = "…/" + "/".join(parts[-2:]) if len(parts) > 2 else path
+    return f"{rel}:{line}" if line else rel
 
 
 class Severity(str, Enum):

@@ -323,7 +323,10 @@ def build_report(
                      + "; counted once per step.")
     topo, topo_note = _topology(hw, mesh, topology, device_coords, target)
     notes.append(topo_note)
-    rows = [_map(c, module, g, mesh) for c in raw]
+    from analyzer.analysis.mapping import logical_names
+
+    declared = logical_names(context.get("args") or ())  # Flax's logical axis names, by argument path
+    rows = [_map(c, module, g, mesh, declared) for c in raw]
     rows, price_note = _price_all(rows, topo, model)
     if price_note:
         notes.append(price_note)
@@ -725,9 +728,15 @@ def _trace_to_argument(g: CallGraph, c: Collective, follow: frozenset[str] = fro
     return None
 
 
-def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Collective:
-    """Axes, notation, global shape, source line and pass of one collective."""
-    from analyzer.analysis.mapping import collective_notation, groups_to_axes, pairs_to_axes, pass_of, source_frames
+def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
+         declared: Mapping[str, tuple[str, ...]] | None = None) -> Collective:
+    """Axes, notation, global shape, source line and pass of one collective.
+
+    The notation's letters are the program's names for the dimensions: the logical axis names declared for
+    the argument it moves (`declared`, `analyzer.analysis.mapping.logical_names`), else the einsum subscripts
+    of the dot it feeds or reduces, else I, J, K... by position."""
+    from analyzer.analysis.mapping import (collective_notation, groups_to_axes, names_of_array, pairs_to_axes,
+                                           pass_of, source_frames)
 
     if c.kind == "collective-permute" and c.pairs is not None and not c.permute_steps:
         span, hops = pairs_to_axes(c.pairs, mesh)
@@ -747,8 +756,12 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
     else:
         shape, dims = tuple(c.operand_shape.dims), ()
     base = _argument_spec(g, c, mesh) if c.kind == "all-gather" and span.regular else None
+    array = _argument_name(g, c)
+    letters = names_of_array(array, declared) if array and declared else None
+    if letters is None or len(letters) != len(shape):
+        letters = _dim_letters(g, c, len(shape))
     notation, before, after, unreduced = collective_notation(c.kind, span.axes, len(shape), dims=dims, a2a=a2a,
-                                                             base=base, letters=_dim_letters(g, c, len(shape)))
+                                                             base=base, letters=letters)
     if base is not None and before == tuple(tuple(b) for b in base):
         # the other dims are sharded too: the notation's letters then stand for the whole array
         shape = tuple(n * _axes_size(axes, mesh) for n, axes in zip(shape, after))
@@ -766,7 +779,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo) -> Coll
                            md.source_line if md else None)
     source = frames.user
     extra["context"] = frames.context
-    extra["array"] = _argument_name(g, c)
+    extra["array"] = array
     extra["declared"] = _declared_at(g, c, module)
     return replace(c, axes=span.axes, axis_sizes=span.sizes, regular=span.regular, notation=notation,
                    before=before, after=after, unreduced=unreduced, global_shape=shape, source=source,

@@ -30,12 +30,15 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.errors import MeshError
 from analyzer.theory.mesh import MeshInfo, mesh_from_any, parse_mesh_spec
 
 __all__ = [
     "AxisSpan",
+    "logical_names",
+    "names_of_array",
     "einsum_subscripts",
     "groups_to_axes",
     "infer_mesh",
@@ -462,6 +465,56 @@ def einsum_subscripts(op_name: str | None) -> tuple[tuple[str, ...], str] | None
         if m:
             return tuple(s.upper() for s in m.group(1).split(",")), m.group(2).upper()
     return None
+
+
+def logical_names(args: Any) -> dict[str, tuple[str, ...]]:
+    """The dimension names the program declares for its arguments: Flax's logically partitioned parameters
+    (`nn.with_logical_partitioning(init, ('embed', 'mlp'))` makes `LogicallyPartitioned` boxes whose `names`
+    name each dimension), by the path of the boxed array inside its top-level argument, as jax names the
+    parameter after that argument's name (`['w_in']['kernel'].value` of `params['w_in']['kernel'].value`).
+    A dimension the box leaves unnamed (None) is named by position (I, J, K...). Boxes that name mesh axes
+    instead (`nn.Partitioned`) and arguments without boxes give nothing.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> import jax
+        >>> box = type("LogicallyPartitioned", (), {})()
+        >>> box.value, box.names = SimpleNamespace(shape=(4, 8)), ("embed", None)
+        >>> jax.tree_util.register_pytree_with_keys(type(box), lambda b: (((jax.tree_util.GetAttrKey("value"),
+        ...     b.value),), b.names), lambda names, kids: None)
+        >>> logical_names(({"w": box},))
+        {"['w'].value": ('embed', 'J')}
+    """
+    import jax
+
+    def is_box(x: Any) -> bool:
+        return type(x).__name__ == "LogicallyPartitioned" and isinstance(getattr(x, "names", None), tuple)
+
+    out: dict[str, tuple[str, ...]] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args), is_leaf=is_box)[0]:
+        if not is_box(leaf):
+            continue
+        inner = jax.tree_util.tree_flatten_with_path(leaf)[0]
+        if len(inner) != 1:
+            continue
+        key = jax.tree_util.keystr(tuple(path[1:]) + tuple(inner[0][0]))
+        out[key] = tuple(str(n) if n else _LETTERS[d % len(_LETTERS)] for d, n in enumerate(leaf.names))
+    return out
+
+
+_ARG_NAME = re.compile(r"^[A-Za-z_]\w*(\[\d+\])?$")
+
+
+def names_of_array(array: str, names: Mapping[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The declared dimension names (`logical_names`) of the argument jax calls `array`; None when it has
+    none, or when arguments of different names share its inner path (which one it is cannot be told).
+
+    Example:
+        >>> names_of_array("params['w_in']['kernel'].value", {"['w_in']['kernel'].value": ("embed", "mlp")})
+        ('embed', 'mlp')
+    """
+    found = {v for k, v in names.items() if array.endswith(k) and _ARG_NAME.match(array[: len(array) - len(k)])}
+    return found.pop() if len(found) == 1 else None
 
 
 def _array(spec: Sequence[Sequence[str]], unreduced: Sequence[str] = (), letters: Sequence[str] | None = None) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from analyzer.diagnostics import short_source  # re-exported for the renderers
 from analyzer.errors import ShardingError
 from analyzer.theory.dtypes import xla_dtype
 from analyzer.units import format_bytes, format_count, format_ratio, format_seconds
@@ -84,32 +85,6 @@ def common_name(names: Sequence[str]) -> str:
     head = os.path.commonprefix(names)
     tail = os.path.commonprefix([n[len(head):][::-1] for n in names])[::-1]
     return f"{head}*{tail}" if head or tail else ""
-
-
-def short_source(source: str, cwd: str | None = None) -> str:
-    """A `file:line` short enough for a table: relative to the working folder when inside it, else the last
-    two path parts.
-
-    Example:
-      >>> short_source("/home/me/proj/model/train.py:41", cwd="/home/me/proj")
-      'model/train.py:41'
-    """
-    import os
-
-    if not source or not source.startswith(("/", "\\")) and ":" not in source[:3]:
-        return source
-    path, sep, line = source.rpartition(":")
-    if not sep or not line.isdigit():
-        path, line = source, ""
-    base = cwd if cwd is not None else os.getcwd()
-    try:
-        rel = os.path.relpath(path, base)
-    except ValueError:  # another drive on Windows
-        rel = path
-    if rel.startswith(".."):
-        parts = path.replace("\\", "/").split("/")
-        rel = "…/" + "/".join(parts[-2:]) if len(parts) > 2 else path
-    return f"{rel}:{line}" if line else rel
 
 
 def where(d: Diagnostic) -> str:
@@ -465,7 +440,8 @@ def argument_rows(report: Report) -> list[dict[str, Any]]:
     """The program's arguments and their shardings in the chapter's notation: the plan as the user wrote it.
 
     Read from `report.analysis.args` (the abstract arguments `analyze` was given) or, for a report rebuilt
-    from JSON, `report.analysis.argument_rows`. Dimension letters are I, J, K, ... in order.
+    from JSON, `report.analysis.argument_rows`. Dimension letters are I, J, K, ... in order, or the logical axis
+    names a Flax parameter declares (`nn.with_logical_partitioning`: `[embed_data, mlp_model]`).
 
     Returns:
       One dict per array argument: `name`, `shape` (e.g. `bf16[16,2048,5632]`), `notation`
@@ -482,7 +458,10 @@ def argument_rows(report: Report) -> list[dict[str, Any]]:
     from analyzer.errors import AnalyzerError
     from analyzer.theory.notation import Notation
 
+    from analyzer.analysis.mapping import logical_names
+
     mesh = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
+    declared = logical_names(args)  # Flax's logical axis names, by the path inside each argument
     rows = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
         shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
@@ -497,6 +476,10 @@ def argument_rows(report: Report) -> list[dict[str, Any]]:
                 n = Notation.from_partition_spec(tuple(shape), spec, mesh, dtype=dtype)
                 # One axis prints bare (J_data), as the collectives' notation does; several keep braces.
                 row["notation"] = re.sub(r"_\{([^{},]+)\}", r"_\1", str(n))
+                names = declared.get(jax.tree_util.keystr(tuple(path[1:])))
+                if names is not None and len(names) == len(shape):  # the program's names for the dims
+                    dims = row["notation"][1:-1].split(", ") if shape else []
+                    row["notation"] = "[" + ", ".join(name + d[1:] for name, d in zip(names, dims)) + "]"
                 row["bytes_per_device"] = int(n.bytes_per_device)
             except AnalyzerError:
                 pass

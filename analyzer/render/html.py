@@ -266,6 +266,10 @@ def _short_topology(text: str) -> str:
 # Rows of the collectives table shown open; the rest are folded under one <details>, so that a deep model's
 # report stays a few screens tall (issue 11: a 12-layer model printed 552 rows, 33,000 px).
 COLLECTIVES_OPEN = 20
+# Lines of each pass in the plan shown open (costliest first); the rest fold under a <details> (a 12-layer
+# Llama's backward pass has 25 distinct collectives: with a folded rest its page stays under 8,000 px).
+PLAN_OPEN = 12
+DOTS_OPEN = 6  # the largest matmuls shown open, of the 12 listed
 
 
 def _environment():
@@ -329,6 +333,8 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "collectives": groups,
         "collective_sites": sum(g.sites for g in groups),
         "collectives_open": COLLECTIVES_OPEN,
+        "plan_open": PLAN_OPEN,
+        "dots_open": DOTS_OPEN,
         "findings": _findings(report.diagnostics),
         "finding_groups": _finding_groups(report.diagnostics),
         "memory": memory_lines(report),

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
@@ -28,7 +28,8 @@ from analyzer.analysis.dataflow import (
 )
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix"]
+__all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix", "roofline_change",
+           "RooflineFix", "collective_listing"]
 
 _FEEDING = ("all-gather", "all-to-all", "collective-permute")
 _REDUCING = ("all-reduce", "reduce-scatter")
@@ -123,6 +124,11 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     removes from the step: the collectives' exposed time, at most `(T_comms - T_math) x calls` (docs/rules.md,
     "Savings in step time").
 
+    Megatron traffic over the mesh axes that shard the batch (the axes of the token ids' leading dim) is
+    not tensor parallelism: the activations carry the batch's axis on a feature dimension (an embedding
+    table's d_model sharded on `data`). Then the fix is that layout, the finding belongs to the activations'
+    layout root cause, and no mesh change is offered.
+
     ## Why is this bad?
     A sharded matmul overlaps its communication with its FLOPs at best, so its time is
     `max(T_math, T_comms)`. When `T_comms > T_math` the chips idle waiting for the network. For FSDP,
@@ -170,6 +176,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         for c, use in pairs:
             uses.setdefault(c.row, []).append((dot, use))
     callers_of = callers(facts.module) if facts.module is not None else {}
+    from analyzer.rules.fit import argument_arrays, batch_axes as batch_axes_of
+
+    batch_axes = batch_axes_of(argument_arrays(ctx.report))  # the mesh axes the tokens are sharded over
     for colls, dots in _components(attached):
         colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
         if not colls:
@@ -213,7 +222,7 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location(), facts.dot_rows)
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
-        listing = "; ".join(f"{c.notation or c.kind} {fmt_s(c.seconds)}" for c in colls)
+        listing = collective_listing(colls)
         quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
         all_reduced = 0.0
         if roof.strategy == "megatron" and main.kind in _REDUCING and reducer is not None:
@@ -234,17 +243,31 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
         # twice the per-element quantity (the same roofline, so the same plan passes).
         scale = 2.0 if all_reduced else 1.0
-        fix = roofline_fix(roof.strategy, batch * scale, needed * scale, main.axes,
-                           size, others, roof.other, ridge)
+        change = roofline_change(roof.strategy, batch * scale, needed * scale, main.axes,
+                                 size, others, roof.other, ridge)
+        fix = change.text
+        # Megatron traffic (activations gathered, partial sums reduced) over the axes that shard the batch: the
+        # activations carry the batch's axis on a feature dim. Fixing that layout removes the collective; a
+        # mesh change would not (issue 11: the embedding's d_model on `data`).
+        layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(batch_axes)
+                  and not _moved_array(main))
+        if layout:
+            fix = (f"keep the activations sharded over '{axes_text(main.axes)}' on their batch dimension only, as the "
+                   f"tokens are: find the argument or with_sharding_constraint that puts '{axes_text(main.axes)}' on a "
+                   "feature dimension (the activations' layout findings point at it); the collective then goes away")
+            change = RooflineFix(fix)
         yield ctx.diagnostic(
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
                             ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
-                            all_reduced_contraction=all_reduced, **step.fields()),
+                            all_reduced_contraction=all_reduced, batch_axes=axes_text(main.axes) if layout else "",
+                            **step.fields()),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
-            alternative=f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}",
+            alternative=(f"{dot_notation or 'this matmul'} on batch-sharded activations: no collective over "
+                         f"'{axes_text(main.axes)}'" if layout else
+                         f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}"),
             alternative_seconds=t_math * count,
             saving_seconds=step.seconds,
             fix=fix,
@@ -252,8 +275,43 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                      "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "dot_notation": dot_notation,
-                     "collectives": [c.instruction for c in colls]},
+                     "collectives": [c.instruction for c in colls],
+                     # the plan the fix leads to, for analyzer.rules.fit's memory estimate
+                     "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor,
+                     # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
+                     **({"layout_axis": main.axes[0]} if layout else {})},
         )
+
+
+def collective_listing(colls: Sequence[Coll], shown: int = 4) -> str:
+    """The collectives of a comm-bound matmul in words, costliest first: identical ones (notation and time per
+    call) once with their count, at most `shown` kinds, the rest counted with their summed time per call (a
+    vocabulary projection shares its collectives with a hundred matmuls: issue 11's page was 8,000 px tall).
+
+    Example:
+        >>> from types import SimpleNamespace as C
+        >>> colls = [C(notation="AllGather_data: [I_data, J] -> [I, J]", kind="all-gather", seconds=6e-4)] * 3 + [
+        ...     C(notation="AllReduce_model: [I, J]{U_model} -> [I, J]", kind="all-reduce", seconds=2e-4),
+        ...     C(notation="", kind="all-to-all", seconds=1e-6)]
+        >>> collective_listing(colls, shown=1)
+        'AllGather_data: [I_data, J] -> [I, J] 600 µs x3; and 2 more (201 µs per call together)'
+    """
+    kinds: dict[tuple[str, str], list[Any]] = {}
+    for c in colls:
+        kinds.setdefault((c.notation or c.kind, fmt_s(c.seconds)), []).append(c)
+    ranked = sorted(kinds.items(), key=lambda kv: -sum(c.seconds for c in kv[1]))
+    parts = [f"{name} {each}" + (f" x{len(members)}" if len(members) > 1 else "")
+             for (name, each), members in ranked[:shown]]
+    rest = [c for _, members in ranked[shown:] for c in members]
+    if rest:
+        parts.append(f"and {len(rest)} more ({fmt_s(sum(c.seconds for c in rest))} per call together)")
+    return "; ".join(parts)
+
+
+def _moved_array(c: Coll) -> str:
+    """The program argument a collective moves (its row's `array`), "" for a computed value."""
+    extra = getattr(c.record, "extra", None)
+    return str(extra.get("array") or "") if isinstance(extra, dict) else ""
 
 
 @dataclass(frozen=True)
@@ -324,8 +382,30 @@ def _largest_divisor_at_most(n: int, bound: float) -> int:
     return max((d for d in range(1, n + 1) if n % d == 0 and d <= bound), default=1)
 
 
+@dataclass(frozen=True)
+class RooflineFix:
+    """The change `roofline_change` proposes: its `text`, the mesh it leads to (`mesh`: the new size of each
+    mesh axis it resizes, a new axis included; empty when the mesh stays) and `batch_factor`, what the global
+    batch is multiplied by (1 when the batch stays). `analyzer.rules.fit` estimates the plan's memory from them."""
+
+    text: str
+    mesh: Mapping[str, int] = field(default_factory=dict)
+    batch_factor: float = 1.0
+
+
 def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
                  others: list[tuple[str, int]], other: float | None, ridge: float) -> str:
+    """The text of `roofline_change`: the change that makes a comm-bound matmul compute-bound.
+
+    Example:
+        >>> roofline_fix("fsdp", 2048, 2550, ("data",), 256, [], 16384, 2550)
+        "shrink 'data' from 256 to 128 ways and give the factor 2 to a new 'model' axis of 2: per-chip batch = 4,096, F/Y = 8,192, compute-bound together (C/W over each quantity, summed = 0.93 <= 1)"
+    """
+    return roofline_change(strategy, q, needed, axes, size, others, other, ridge).text
+
+
+def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
+                    others: list[tuple[str, int]], other: float | None, ridge: float) -> RooflineFix:
     """The change that makes a comm-bound matmul compute-bound, derived from its roofline.
 
     With the chips fixed, the quantity `q` (per-chip batch for FSDP, F/Y for Megatron) grows as the
@@ -345,8 +425,9 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
       ridge: C / W_ici of the chip.
 
     Example:
-        >>> roofline_fix("fsdp", 2048, 2550, ("data",), 256, [], 16384, 2550)
-        "shrink 'data' from 256 to 128 ways and give the factor 2 to a new 'model' axis of 2: per-chip batch = 4,096, F/Y = 8,192, compute-bound together (C/W over each quantity, summed = 0.93 <= 1)"
+        >>> change = roofline_change("fsdp", 2048, 2550, ("data",), 256, [], 16384, 2550)
+        >>> dict(change.mesh), change.batch_factor
+        ({'data': 128, 'model': 2}, 1.0)
     """
     quoted = "'" + axes_text(axes) + "'"
     ratio = needed / q if q else float("inf")
@@ -366,6 +447,13 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
         return (f"'{target}' ({others[0][1]} -> {others[0][1] * freed})" if others
                 else f"a new '{target}' axis of {freed}")
 
+    def mesh_for(d: int) -> dict[str, int]:
+        """The mesh after giving the factor size/d of this axis to the target (empty: the axes are not one
+        plain mesh axis, so the resize cannot be written as mesh sizes)."""
+        if len(axes) != 1 or ":" in axes[0] or "{" in axes[0]:
+            return {}
+        return {axes[0]: d, target: (others[0][1] if others else 1) * (size // d)}
+
     divisors = [d for d in range(size - 1, 0, -1) if size % d == 0] or [1]
     if strategy in ("fsdp", "megatron"):
         # Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known.
@@ -377,17 +465,19 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
                 parts.append(f"{other_name} = {other * d / size:,.0f}")
             change = (f"shrink {quoted} from {size} to {d} ways and give the factor {size // d} to {moved_to(d)}"
                       if d > 1 else f"fold {quoted} ({size} ways) into {moved_to(d)}")
-            return (f"{change}: {', '.join(parts)}, compute-bound together (C/W over each quantity, "
-                    f"summed = {load(d):.2f} <= 1)")
+            return RooflineFix(f"{change}: {', '.join(parts)}, compute-bound together (C/W over each quantity, "
+                               f"summed = {load(d):.2f} <= 1)", mesh_for(d))
     if strategy == "fsdp":
         bigger = f"raise the batch per chip {ratio:.1f}x (per-chip batch >= {needed:,.0f})"
         if other is None:
             own = [d for d in divisors if d > 1 and q * size / d >= needed]
-            return (f"shrink {quoted} from {size} to {own[0]} ways (per-chip batch {q * size / own[0]:,.0f}) and give "
-                    f"the factor {size // own[0]} to tensor parallelism, {moved_to(own[0])}; or {bigger}") if own \
-                else bigger
-        return (f"{bigger}: no split of the {size} devices of {quoted} between FSDP and tensor parallelism is "
-                f"compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)")
+            return RooflineFix(
+                f"shrink {quoted} from {size} to {own[0]} ways (per-chip batch {q * size / own[0]:,.0f}) and give "
+                f"the factor {size // own[0]} to tensor parallelism, {moved_to(own[0])}; or {bigger}",
+                mesh_for(own[0])) if own else RooflineFix(bigger, {}, ratio)
+        return RooflineFix(f"{bigger}: no split of the {size} devices of {quoted} between FSDP and tensor parallelism "
+                           f"is compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)",
+                           {}, ratio)
     if strategy == "megatron":
         features = q * size
         own = [d for d in divisors if d == 1 or q * size / d >= needed]
@@ -400,18 +490,20 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
                     f"comm-bound (the chapter's bound: at most F/{needed:,.0f} = {features / needed:.1f} ways): give "
                     f"the {size} devices of {quoted} to {moved_to(d)} (FSDP) for this layer")
         if other is None:
-            return head
+            return RooflineFix(head, mesh_for(d))
         spare = 1.0 - (needed / (features / d) if d > 1 else 0.0)
         want = ridge / spare if spare > 0 else float("inf")
         have = other * d / size
-        return (f"{head}, and raise the batch per chip {want / have:.1f}x so FSDP there stays compute-bound "
-                f"(per-chip batch {have:,.0f} -> {want:,.0f})")
+        return RooflineFix(f"{head}, and raise the batch per chip {want / have:.1f}x so FSDP there stays compute-bound "
+                           f"(per-chip batch {have:,.0f} -> {want:,.0f})", mesh_for(d), want / have)
     own = [d for d in divisors if d > 1 and q * size / d >= needed]
     if own:
-        return (f"shrink {quoted} from {size} to {own[0]} ways (FLOPs per element moved / 2 = "
-                f"{q * size / own[0]:,.0f} >= {needed:,.0f}) and give the factor {size // own[0]} to {moved_to(own[0])}")
-    return (f"raise the FLOPs per element moved {ratio:.1f}x (a bigger batch per chip, or wider layers): at "
-            f"{q:,.0f} no size of {quoted} above 1 is compute-bound")
+        return RooflineFix(f"shrink {quoted} from {size} to {own[0]} ways (FLOPs per element moved / 2 = "
+                           f"{q * size / own[0]:,.0f} >= {needed:,.0f}) and give the factor {size // own[0]} to "
+                           f"{moved_to(own[0])}", mesh_for(own[0]))
+    # a bigger batch is one of the two ways named; the memory estimate takes it (wider layers grow it too)
+    return RooflineFix(f"raise the FLOPs per element moved {ratio:.1f}x (a bigger batch per chip, or wider layers): at "
+                       f"{q:,.0f} no size of {quoted} above 1 is compute-bound", {}, ratio)
 
 
 def _components(attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]

@@ -49,6 +49,7 @@ __all__ = [
     "ReshardingCollective",
     "FullRematerialization",
     "OverHbm",
+    "FixOverHbm",
     "ReplicatedParameter",
     "CommBudgetExceeded",
     "CommComputeRatioExceeded",
@@ -145,12 +146,21 @@ class CommBoundMatmul(Message):
     t_math: float
     listing: str
     all_reduced_contraction: float = 0.0  # F/Y of the one matmul whose output an AllReduce reduces, else 0
+    batch_axes: str = ""  # set when the activations it moves are sharded over the batch's own mesh axes
 
     template: ClassVar[str] = (
         "{what} communication-bound on the {roofline} roofline: {quantity_name} = {quantity:,.0f} {per_element} "
         "'{axes}'{contraction}, below {threshold_text}. Its collectives take {t_comm:time} per call against {t_math:time} of "
-        "FLOPs ({ratio:.1f}x): {listing}."
+        "FLOPs ({ratio:.1f}x): {listing}.{layout}"
     )
+
+    @property
+    def layout(self) -> str:
+        if not self.batch_axes:
+            return ""
+        return (f" The activations it moves are sharded over '{self.batch_axes}' on a feature dimension, though "
+                f"'{self.batch_axes}' is the axis the batch is sharded over: the activations' layout is the cause, not "
+                "the split between the two strategies.")
 
     @property
     def what(self) -> str:
@@ -433,6 +443,42 @@ class OverHbm(Message):
     def tail(self) -> str:
         return (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
                 if self.cpu_estimate else ".")
+
+
+@dataclass(frozen=True)
+class FixOverHbm(Message):
+    """Any rule whose fix reshapes the plan (analyzer.rules.fit): the plan after the fix needs more than HBM,
+    so its saving is not counted. Appended to the finding's own message.
+
+    Example:
+        >>> FixOverHbm(after_bytes=40 * 2**30, now_bytes=12 * 2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e",
+        ...            parts=(("temporaries", 36 * 2**30), ("arguments", 4 * 2**30)), batch_axes="data",
+        ...            saving_seconds=0.1).render()
+        "Not counted as a saving (100 ms per step): the plan after this fix needs about 40.0 GiB per device (temporaries 36.0 GiB, arguments 4.00 GiB; temporaries scaled with the tokens per chip over 'data' and grown with every other mesh axis that shrinks), up from 12.0 GiB and more than the 16.0 GiB of HBM on tpu-v5e, so it would not run."
+    """
+
+    after_bytes: float
+    now_bytes: float
+    hbm_bytes: float
+    hardware: str
+    saving_seconds: float
+    parts: tuple[tuple[str, float], ...] = ()
+    batch_axes: str = ""  # the mesh axes the batch is sharded over, "" when unknown
+
+    template: ClassVar[str] = ("Not counted as a saving ({saving_seconds:time} per step): the plan after this fix "
+                               "needs about {after_bytes:bytes} per device ({breakdown}{scaled}), up from {now_bytes:bytes} "
+                               "and more than the {hbm_bytes:bytes} of HBM on {hardware}, so it would not run.")
+
+    @property
+    def breakdown(self) -> str:
+        return ", ".join(f"{name} {format_bytes(n)}" for name, n in self.parts)
+
+    @property
+    def scaled(self) -> str:
+        if not self.batch_axes:
+            return "; temporaries grown with every mesh axis that shrinks: the batch's mesh axes are unknown"
+        return (f"; temporaries scaled with the tokens per chip over '{self.batch_axes}' and grown with every other "
+                "mesh axis that shrinks")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from analyzer.diagnostics import Diagnostic
+from analyzer.diagnostics import Diagnostic, short_source
 
 __all__ = ["RootCause", "cause_of", "group_findings", "annotate", "split_negligible_groups", "top_cause"]
 
@@ -103,6 +103,8 @@ def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
         >>> cause_of(replace(d, code="HA302", notation="AllToAll_data: [I_data, J] -> [I, J_data]"), {})
         ('activation layout', 'data')
     """
+    if d.details.get("layout_axis"):  # a matmul rule that found activations laid over the batch's axis
+        return "activation layout", str(d.details["layout_axis"])
     names = [n for n in (d.location.instruction or "").split(",") if n]
     names += [str(n) for n in d.details.get("merged_instructions", ()) if n]
     array = next((arrays[n] for n in names if n in arrays), "")
@@ -113,7 +115,9 @@ def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
         return "activation layout", axis
     if d.code in _PLACEMENT_RULES and axis:
         return "mesh axis", axis
-    where = f" at {d.location}" if d.location.file else ""
+    # the user's line as the reports print it: relative to the working folder (`check` makes it relative to
+    # the project root, titles included: analyzer.workflows.check.relative_to_root)
+    where = f" at {short_source(str(d.location))}" if d.location.file else ""
     return "rule", f"{d.code} {d.name}" + (f" over '{axis}'" if axis else "") + where
 
 
@@ -195,9 +199,14 @@ def split_negligible_groups(diagnostics: Sequence[Diagnostic], report: Any, thre
     kept: list[Diagnostic] = []
     dropped: list[Diagnostic] = []
     for g in group_findings(diagnostics, report):
+        # a fix that does not fit in HBM (analyzer.rules.fit) saves nothing, but is weighed by what it would
+        # save: a negligible one is dropped, a large one is kept to say why it is no saving
+        unfit = g.saving_seconds + _summed([replace(d, saving_seconds=d.details["unfit_saving_seconds"])
+                                            for d in g.findings if d.details.get("unfit_saving_seconds")])
         for d in g.findings:
             limit = threshold_of(d.code)
-            if limit is not None and d.saving_seconds is not None and g.saving_seconds < limit:
+            judged = d.saving_seconds is not None or bool(d.details.get("unfit_saving_seconds"))
+            if limit is not None and judged and (unfit if d.saving_seconds is None else g.saving_seconds) < limit:
                 dropped.append(d)
             else:
                 kept.append(d)

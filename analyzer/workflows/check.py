@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.diagnostics import Diagnostic, Severity, short_source
 from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.rules.baseline import Baseline
 
@@ -392,7 +392,14 @@ def relative_to_root(d: Diagnostic, root: Path, entry: EntryPoint) -> Diagnostic
             path = root / path
         with contextlib.suppress(ValueError, OSError):
             loc = replace(loc, file=path.resolve().relative_to(root.resolve()).as_posix())
-    return d if loc == d.location else replace(d, location=loc)
+    if loc == d.location:
+        return d
+    details = d.details
+    title = str(details.get("root_cause") or "")
+    was = f" at {short_source(str(d.location))}" if d.location.file else ""
+    if was and title.endswith(was):  # a root cause named by its line (analyzer.rules.rootcause): the same path
+        details = {**details, "root_cause": title[: -len(was)] + f" at {loc}"}
+    return replace(d, location=loc, details=details)
 
 
 def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Report:

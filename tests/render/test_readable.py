@@ -13,7 +13,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from analyzer.analysis.report import COLLECTIVE_COLUMNS
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.render import html, markdown, terminal
 from analyzer.render._common import collective_groups
@@ -139,3 +139,20 @@ def test_html_of_a_12_layer_model_is_under_8000_px_in_chromium(deep, tmp_path):
     layout, _ = _render(browser, page, ["#collectives-table", "#findings"], ARTIFACTS / "deep-chromium.png", tmp_path)
     assert layout["items"]["#collectives-table"]["rows"] == html.COLLECTIVES_OPEN
     assert layout["height"] < 8000, f"the page is {layout['height']} px tall"
+
+
+def test_html_plan_lists_fold_past_their_open_lines(deep):
+    """The plan's per-pass lists and the largest matmuls show their costliest lines open and fold the rest:
+    15 distinct forward collectives (12 open, 3 folded) and 9 matmuls (6 open, 3 folded)."""
+    rows = [_collective("all-gather", ["data"], f"AllGather_data: [I_data, J{k}] -> [I, J{k}]", "bf16", 1 << 20, 1,
+                        (k + 1) * 1e-5, "bandwidth", "jit(step)/layer/dot_general", f"model/layer.py:{k + 1}",
+                        "forward", 4, instruction=f"all-gather.{k}") for k in range(15)]
+    dots = pd.DataFrame([{**{c: None for c in DOT_COLUMNS}, "instruction": f"dot.{k}", "flops": 1e9 * (k + 1),
+                          "count": 1, "seconds": 1e-6 * (k + 1), "notation": f"[B, D{k}] x [D{k}, F] -> [B, F]"}
+                         for k in range(9)], columns=list(DOT_COLUMNS))
+    page = html.render(replace(deep, collectives=pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS)), dots=dots))
+    assert page.count('<details class="plan-more">') == 2
+    assert "<summary>3 more, each costing less</summary>" in page and "<summary>3 more matmuls</summary>" in page
+    plan = page[page.index("<h3>Forward pass</h3>"):page.index("<summary>3 more, each costing less")]
+    assert plan.count("<li>") == html.PLAN_OPEN == 12
+    assert "J14" in plan and "J2]" not in plan  # the costliest open, the cheapest folded

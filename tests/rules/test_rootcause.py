@@ -90,3 +90,28 @@ def test_a_root_cause_saves_at_most_the_steps_exposed_communication():
     assert dict(headline(stepped))["Top fix saves / step"] == "600 µs"
     (uncapped,) = group_findings(small, base)  # no predicted step: the findings' own sum
     assert uncapped.saving_seconds == pytest.approx(1.1e-3)
+
+
+def test_a_cause_named_by_its_line_prints_the_path_as_locations_do(tmp_path, monkeypatch):
+    """Issue 11: fallback titles printed absolute paths. They are relative to the working folder, as the
+    reports print locations, and `check` makes them relative to the project root with the locations."""
+    from pathlib import Path
+
+    from analyzer.rules.rootcause import annotate
+    from analyzer.workflows.check import EntryPoint, relative_to_root
+
+    project = tmp_path / "proj"
+    (project / "model").mkdir(parents=True)
+    d = Diagnostic("HA101", "comm-bound-matmul", "m", location=Location(str(project / "model" / "train.py"), 44),
+                   notation="AllGather_data: [I_data, J] -> [I, J]", saving_seconds=1e-3)
+    monkeypatch.chdir(project)
+    (titled,) = annotate([d])
+    assert titled.details["root_cause"] == "HA101 comm-bound-matmul over 'data' at model/train.py:44"
+    # `check` run from elsewhere: the title follows the location to the root-relative path
+    monkeypatch.chdir(tmp_path)
+    (titled,) = annotate([d])
+    assert titled.details["root_cause"] == "HA101 comm-bound-matmul over 'data' at proj/model/train.py:44"
+    moved = relative_to_root(titled, project, EntryPoint("model/train.py:step", None, None))
+    assert str(moved.location) == "model/train.py:44"
+    assert moved.details["root_cause"] == "HA101 comm-bound-matmul over 'data' at model/train.py:44"
+    assert str(Path(d.location.file)) not in str(moved.details)

@@ -1,0 +1,245 @@
+"""Whether a fix fits in HBM: the per-device bytes of the plan a finding's fix leads to (issue 11 item 3).
+
+A fix that makes the step faster but no longer fits on the chip is no saving: the program would not run.
+Issue 11's first plan was offered "fold 'data' (4 ways) into 'model' (2 -> 8)" as its top fix, a plan that
+needs more than the chip's HBM. So every finding whose fix changes the plan's shape carries what that plan
+would need per device, and a fix that grows it past HBM is not counted as a saving.
+
+The estimate starts from what XLA reported for the plan as it is (`Report.memory`, the numbers HA401 adds:
+`analyzer.rules.memory.per_device_bytes`) and scales each part as the change scales it:
+
+  - arguments (parameters, optimizer state, inputs): each array re-sharded on the new mesh sizes, dimension
+    by dimension, from its PartitionSpec (`ceil(dim / shards)`, as XLA pads); XLA's argument bytes are
+    scaled by the ratio of the arrays' sums after and before, so the figure stays XLA's own;
+  - outputs (the updated parameters and optimizer state of a training step) scale as the arguments do;
+  - temporaries (the activations the step keeps) scale with the tokens each chip holds, times any growth of
+    the global batch the fix asks for (the training chapter's activation memory, `B / X` tokens per chip):
+    activations carry the batch, sharded over the batch axes (the mesh axes of the leading dimension of the
+    program's integer arguments: token ids, labels), so a batch axis that grows or shrinks scales them by
+    old / new size; they may be sharded over any other axis as well (a Megatron layer's [B, S, F_model]), so
+    another axis that shrinks is taken to shard them all (old / new) and one that grows is not credited. That
+    is an upper bound: a fix judged not to fit may fit a little better than said, never worse. Checked on
+    transformers' Flax Llama (benchmarks/llama_acceptance.py's "fixed" plan, `model` 2 -> 1, `data` 4 -> 8,
+    compiled again on that mesh): 7.46 GB of temporaries estimated, 6.64 GB compiled. Without integer
+    arguments the batch axes are unknown and only shrinking axes scale the temporaries;
+  - the generated code is unchanged.
+
+The changes that are estimated are the ones rules describe as data: a new mesh (`details["fix_mesh"]`: the
+new size of each mesh axis the fix resizes) and a larger global batch (`details["fix_batch_factor"]`), as
+HA101's roofline fixes carry. The other rules' fixes (a ring with wraparound, a mesh axis reordered, a
+producer's layout matched, collectives combined, a reduce-scatter for an all-reduce, an idle axis added to a
+spec) hold no more per device than the plan does now, so they are never judged by fit: a plan already over
+HBM is HA401's finding. A report without its abstract arguments (an HLO dump) gets no estimate: its fixes
+are offered as they are, without `fix_memory_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from analyzer.diagnostics import Diagnostic
+
+__all__ = ["ArgumentArray", "MemoryEstimate", "argument_arrays", "estimate_memory", "judge_fit"]
+
+
+@dataclass(frozen=True)
+class ArgumentArray:
+    """One array argument: its global `shape`, bytes per element, and the mesh axes each dim is sharded over."""
+
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+    axes: tuple[tuple[str, ...], ...]
+    integer: bool = False
+
+    def bytes_on(self, sizes: Mapping[str, int]) -> int:
+        """Per-device bytes with the mesh axes at `sizes` (an axis not in `sizes` counts 1)."""
+        n = self.itemsize
+        for k, dim in enumerate(self.shape):
+            shards = math.prod(int(sizes.get(a, 1)) for a in (self.axes[k] if k < len(self.axes) else ()))
+            n *= -(-dim // max(shards, 1))
+        return n
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-device bytes of a plan after a change, by part, and the chip's HBM.
+
+    Attributes:
+      now_bytes: the plan as it is (`per_device_bytes(report.memory)`).
+      arguments, outputs, temporaries, code: the parts after the change (outputs less what they alias).
+      hbm_bytes: the chip's HBM (times HA401's `fraction` when configured).
+      batch_axes: the mesh axes the batch is sharded over (temporaries scale with them); empty when unknown.
+    """
+
+    now_bytes: float
+    arguments: float
+    outputs: float
+    temporaries: float
+    code: float
+    hbm_bytes: float
+    batch_axes: tuple[str, ...] = ()
+
+    @property
+    def after_bytes(self) -> float:
+        return self.arguments + self.outputs + self.temporaries + self.code
+
+    @property
+    def fits(self) -> bool:
+        return self.after_bytes <= self.hbm_bytes
+
+    def parts(self) -> tuple[tuple[str, float], ...]:
+        """(name, bytes) of the parts after the change, largest first, each at least 1% of the total."""
+        total = self.after_bytes
+        parts = [("temporaries", self.temporaries), ("arguments", self.arguments), ("outputs", self.outputs)]
+        return tuple(sorted(((k, v) for k, v in parts if v > 0 and v >= 0.01 * total), key=lambda kv: -kv[1]))
+
+
+def _spec_axes(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    return tuple(str(a) for a in entry if a is not None)
+
+
+def argument_arrays(report: Any) -> list[ArgumentArray]:
+    """The program's array arguments with their shardings, from the abstract arguments `analyze` was given
+    (`report.analysis.args`); empty for a report without them (an HLO dump, a report rebuilt from JSON)."""
+    args = getattr(getattr(report, "analysis", None), "args", None)
+    if not args:
+        return []
+    import jax
+    import numpy as np
+
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is None or dtype is None:
+            continue
+        spec = getattr(getattr(leaf, "sharding", None), "spec", None)
+        dims = tuple(_spec_axes(e) for e in spec) if spec is not None else ()
+        dt = np.dtype(dtype) if not hasattr(dtype, "itemsize") else dtype
+        out.append(ArgumentArray(jax.tree_util.keystr(path), tuple(int(d) for d in shape), int(dt.itemsize),
+                                 dims, integer=bool(np.issubdtype(dt, np.integer))))
+    return out
+
+
+def batch_axes(arrays: Sequence[ArgumentArray]) -> tuple[str, ...]:
+    """The mesh axes the batch is sharded over: those of the leading dim of the integer arguments (token ids,
+    labels), in order of first appearance; empty when no integer argument is sharded."""
+    seen: list[str] = []
+    for a in arrays:
+        if a.integer and a.shape and a.axes:
+            for ax in a.axes[0]:
+                if ax not in seen:
+                    seen.append(ax)
+    return tuple(seen)
+
+
+def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentArray], now: Mapping[str, int],
+                    after: Mapping[str, int], batch_factor: float, hbm_bytes: float) -> MemoryEstimate | None:
+    """Per-device bytes of the plan with the mesh at `after` sizes and the global batch times `batch_factor`.
+
+    Args:
+      memory: XLA's per-device figures of the plan as it is (`Report.memory`).
+      arrays: the array arguments (`argument_arrays`).
+      now, after: mesh axis sizes before and after the change (an axis missing from `after` keeps its size).
+      batch_factor: what the global batch is multiplied by.
+      hbm_bytes: the limit to judge against.
+
+    Returns:
+      None when XLA's figures are unknown.
+
+    Example (W[D_data, F] of 64 MiB in bf16 on {data: 4, model: 2}; 256 MiB of temporaries for tokens[B_data]):
+        >>> GiB, MiB = 2**30, 2**20
+        >>> w = ArgumentArray("w", (4096, 8192), 2, (("data",), ()))
+        >>> tok = ArgumentArray("tokens", (64, 2048), 4, (("data",), ()), integer=True)
+        >>> mem = {"argument_bytes": w.bytes_on({"data": 4}) + tok.bytes_on({"data": 4}), "output_bytes": 0,
+        ...        "temp_bytes": 256 * MiB, "alias_bytes": 0}
+        >>> e = estimate_memory(mem, [w, tok], {"data": 4, "model": 2}, {"data": 1, "model": 8}, 1.0, 16 * GiB)
+        >>> e.arguments / MiB, e.temporaries / MiB, e.fits     # w and the tokens whole again; 4x the tokens
+        (64.5, 1024.0, True)
+    """
+    from analyzer.rules.memory import per_device_bytes
+
+    used = per_device_bytes(memory)
+    if used is None or memory is None:
+        return None
+
+    def get(*names: str) -> float:
+        return next((float(memory[n]) for n in names if memory.get(n) is not None), 0.0)
+
+    sizes_after = {**now, **after}
+    arg_now = sum(a.bytes_on(now) for a in arrays)
+    arg_after = sum(a.bytes_on(sizes_after) for a in arrays)
+    ratio = arg_after / arg_now if arg_now > 0 else 1.0
+    args = get("argument_bytes", "argument_size_in_bytes")
+    outs = get("output_bytes", "output_size_in_bytes") - get("alias_bytes", "alias_size_in_bytes")
+    temps = get("temp_bytes", "temp_size_in_bytes")
+    code = get("generated_code_bytes", "generated_code_size_in_bytes")
+    if not (args or outs or temps):  # only a total is known: it is taken as temporaries
+        temps = used - code
+    axes = batch_axes(arrays)
+    # Activations carry the batch, sharded over the batch axes, and may be sharded over any other axis too: an
+    # axis that shrinks is taken to shard them (they grow by old/new size), one that grows is credited only
+    # when it is a batch axis. An upper bound for activations; unknown batch axes leave only the first part.
+    scale = 1.0
+    for a in set(now) | set(sizes_after):
+        old, new = int(now.get(a, 1)), int(sizes_after.get(a, 1))
+        if new < old or a in axes:
+            scale *= old / max(new, 1)
+    temps_after = temps * scale * float(batch_factor)
+    return MemoryEstimate(now_bytes=used, arguments=args * ratio, outputs=outs * ratio, temporaries=temps_after,
+                          code=code, hbm_bytes=hbm_bytes, batch_axes=axes)
+
+
+def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fraction: float = 1.0) -> list[Diagnostic]:
+    """The findings with the memory of their fix's plan: `details["fix_memory_bytes"]` (per device) and
+    `details["fix_fits"]` for every finding whose fix changes the mesh or the batch; a fix whose plan needs
+    more than it does now and more than HBM keeps its time figures in `details` (`unfit_saving_seconds`) but
+    is no saving (`saving_seconds` and `alternative_seconds` None), and its message says why.
+
+    Args:
+      hardware: the `HardwareSpec` the report was priced on (its `hbm_bytes`).
+      fraction: HA401's `fraction` option: the share of HBM a plan may use.
+    """
+    from analyzer.rules.messages import FixOverHbm
+
+    mesh = getattr(report, "mesh", None)
+    hbm = float(getattr(hardware, "hbm_bytes", 0.0) or 0.0) * float(fraction)
+    if mesh is None or hbm <= 0 or not getattr(report, "memory", None):
+        return list(diagnostics)
+    now = dict(zip(mesh.axis_names, (int(s) for s in mesh.axis_sizes)))
+    arrays: list[ArgumentArray] | None = None
+    out = []
+    for d in diagnostics:
+        new_mesh = d.details.get("fix_mesh") or {}
+        factor = float(d.details.get("fix_batch_factor") or 1.0)
+        if not new_mesh and factor == 1.0:
+            out.append(d)
+            continue
+        if arrays is None:
+            arrays = argument_arrays(report)
+        if not arrays:  # an HLO dump: how its arguments are sharded over the mesh is not known, so no estimate
+            out.append(d)
+            continue
+        est = estimate_memory(report.memory, arrays, now, new_mesh, factor, hbm)
+        if est is None:
+            out.append(d)
+            continue
+        details = {**d.details, "fix_memory_bytes": est.after_bytes, "fix_fits": est.fits,
+                   "fix_memory_parts": dict(est.parts()), "fix_batch_axes": list(est.batch_axes)}
+        if est.fits or est.after_bytes <= est.now_bytes or d.saving_seconds is None:
+            out.append(replace(d, details=details))
+            continue
+        note = FixOverHbm(after_bytes=est.after_bytes, now_bytes=est.now_bytes, hbm_bytes=hbm,
+                          hardware=str(getattr(hardware, "name", "chip")), parts=est.parts(),
+                          batch_axes=", ".join(est.batch_axes), saving_seconds=float(d.saving_seconds))
+        out.append(replace(d, message=f"{d.message} {note.render()}", saving_seconds=None, alternative_seconds=None,
+                           details={**details, "unfit_saving_seconds": d.saving_seconds,
+                                    "unfit_alternative_seconds": d.alternative_seconds}))
+    return out
