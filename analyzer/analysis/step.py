@@ -148,8 +148,10 @@ def _bytes(shape: Any) -> int:
 
 def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) -> int:
     """HBM bytes one execution of `inst` reads and writes, as one kernel: its operands and its result, except
-    that a slice reads only the slice, a dynamic-update-slice writes the update in place, and a fusion reads
-    of a parameter only what its slices take.
+    that a slice reads only the slice, a dynamic-update-slice writes the update in place, an async slice or
+    copy (`slice-start`/`copy-start`) moves its data once (the `-done` moves nothing more), and a fusion reads
+    of a parameter only what its slicing ops take and writes of an output that updates a buffer in place only
+    the update (both followed through views and nested fusions, see `_fusion_bytes`).
 
     Example:
         f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
@@ -160,42 +162,123 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) ->
     if op == "dynamic-update-slice":
         upd = inst.operands[1].shape if len(inst.operands) > 1 else None
         return 2 * _bytes(upd)
+    if op in ("slice-start", "copy-start"):
+        # ((operand), result, context) for slice-start; (result, operand, context) for copy-start
+        parts = inst.shape.tuple_shapes if inst.shape is not None and inst.shape.is_tuple else ()
+        moved = parts[1] if op == "slice-start" and len(parts) > 1 else (parts[0] if parts else inst.shape)
+        return 2 * _bytes(moved)
+    if op in ("slice-done", "copy-done"):
+        return 0
     if op == "fusion" and module is not None:
         return _fusion_bytes(inst, module)
     return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
 
 
+# Ops a fusion reads through without touching memory of its own: what their users take of the value is what
+# is read of their operand (a convert reads the source elements at the source's width).
+_THROUGH = frozenset({"bitcast", "reshape", "copy", "convert", "transpose", "get-tuple-element"})
+
+
+def _elements(shape: Any) -> int:
+    if shape is None:
+        return 0
+    if shape.is_tuple or shape.is_buffer:
+        return sum(_elements(s) for s in shape.tuple_shapes)
+    return shape.num_elements
+
+
+def _users_in(comp: Computation, cache: dict[str, dict[str, list[Instruction]]]) -> dict[str, list[Instruction]]:
+    users = cache.get(comp.name)
+    if users is None:
+        users = {}
+        for i in comp.instructions:
+            for o in i.operand_names:
+                users.setdefault(o, []).append(i)
+        cache[comp.name] = users
+    return users
+
+
+def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict, depth: int = 0) -> int | None:
+    """Elements of the value `name` inside fusion computation `comp` that its users read from memory, or None
+    when some user reads all of it. Slicing ops (dynamic-slice, slice, gather) read their result's elements;
+    a dynamic-update-slice's base is updated in place (nothing read); views and nested fusions are followed."""
+    if depth > 16:
+        return None
+    users = _users_in(comp, cache).get(name, [])
+    if not users:
+        return None
+    total = 0
+    for u in users:
+        op = u.opcode
+        first = bool(u.operand_names) and u.operand_names[0] == name
+        if op in _SLICES and first and name not in u.operand_names[1:]:
+            total += _elements(u.shape)
+        elif op == "dynamic-update-slice" and first and name not in u.operand_names[1:]:
+            continue
+        elif op in _THROUGH:
+            sub = _elements_read(comp, u.name, module, cache, depth + 1)
+            if sub is None:
+                return None
+            total += sub
+        elif op == "fusion":
+            inner = module.by_name.get(u.called_computations[0]) if u.called_computations else None
+            if inner is None:
+                return None
+            params = {i.parameter_number: i for i in inner.instructions if i.opcode == "parameter"}
+            for k, o in enumerate(u.operand_names):
+                if o != name:
+                    continue
+                p = params.get(k)
+                sub = _elements_read(inner, p.name, module, cache, depth + 1) if p is not None else None
+                if sub is None:
+                    return None
+                total += sub
+        else:
+            return None
+    return total
+
+
+def _bytes_written(comp: Computation, inst: Instruction, module: HloModule, depth: int = 0) -> int:
+    """Bytes a fusion output produced by `inst` writes to memory: a dynamic-update-slice writes its update (the
+    buffer is updated in place), followed through views, tuples and nested fusions; anything else its result."""
+    op = inst.opcode
+    if depth <= 16:
+        if op == "dynamic-update-slice" and len(inst.operands) > 1:
+            return int(_elements(inst.operands[1].shape) * _element_bytes(inst.shape))
+        if op == "tuple":
+            return sum(_bytes_written(comp, comp.by_name[o], module, depth + 1) if o in comp.by_name
+                       else _bytes(s.shape) for o, s in zip(inst.operand_names, inst.operands))
+        if op in ("bitcast", "reshape") and inst.operand_names and inst.operand_names[0] in comp.by_name:
+            return _bytes_written(comp, comp.by_name[inst.operand_names[0]], module, depth + 1)
+        if op == "fusion" and inst.called_computations and inst.called_computations[0] in module.by_name:
+            inner = module.by_name[inst.called_computations[0]]
+            return _bytes_written(inner, inner.root, module, depth + 1)
+    return _bytes(inst.shape)
+
+
+def _element_bytes(shape: Any) -> float:
+    n = _elements(shape)
+    return _bytes(shape) / n if n else 0.0
+
+
 def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
+    """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
+    an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
+    get-tuple-elements and nested fusions), capped at the operand's size; per output, the update of an
+    in-place dynamic-update-slice, else the output."""
     called = [module.by_name[c] for c in inst.called_computations if c in module.by_name]
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
-    users: dict[str, list[Instruction]] = {}
-    for i in comp.instructions:
-        for o in i.operand_names:
-            users.setdefault(o, []).append(i)
+    cache: dict[str, dict[str, list[Instruction]]] = {}
     params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
     total = 0
     for k, operand in enumerate(inst.operands):
+        whole = _bytes(operand.shape)
         p = params.get(k)
-        us = users.get(p.name, []) if p is not None else []
-        if us and all(u.opcode in _SLICES for u in us):
-            total += sum(_bytes(u.shape) for u in us)
-        elif us and all(u.opcode == "dynamic-update-slice" and u.operand_names[0] == p.name for u in us):
-            total += 0  # the buffer updated in place
-        else:
-            total += _bytes(operand.shape)
-    root = comp.root
-    outs = root.operands if root.opcode == "tuple" else (None,)
-    for j, o in enumerate(outs):
-        r = comp.by_name.get(o.name) if o is not None else root
-        if r is not None and r.opcode == "dynamic-update-slice" and len(r.operands) > 1:
-            total += _bytes(r.operands[1].shape)
-        elif o is None:
-            total += _bytes(inst.shape)
-        else:
-            total += _bytes(r.shape if r is not None else None)
-    return total
+        read = _elements_read(comp, p.name, module, cache) if p is not None else None
+        total += whole if read is None else min(whole, int(read * _element_bytes(operand.shape)))
+    return total + _bytes_written(comp, comp.root, module)
 
 
 # ---------------------------------------------------------------------- the walk
@@ -257,6 +340,10 @@ class _Walker:
                 own = c.instruction.name if c.instruction.name in comp.by_name else (names[0] if names else None)
                 if own is not None:
                     self.coll.setdefault((c.computation, own), []).append((r, "sync"))
+                # the other instructions of a row (collectives a combiner would merge) are its, not compute
+                for n in names:
+                    if n != own:
+                        self.coll.setdefault((c.computation, n), []).append((r, "marker"))
                 continue
             if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
                 names.insert(0, c.site.name)
@@ -586,6 +673,7 @@ class _Walker:
         heavy = [k for k, i in enumerate(insts) if i.opcode in _DOT_OPS or i.opcode in ("while", "call", "conditional")
                  or (i.opcode == "fusion" and any(self.flops_in(c) for c in i.called_computations))]
         invariant = self._invariant(comp) if loop else set()
+        carried = self._carried(comp, users, pos) if loop else frozenset()
         moves: dict[int, list[Instruction]] = {}
         moved: set[str] = set()
         waits_at: dict[str, list[list[int]]] = {}
@@ -599,7 +687,7 @@ class _Walker:
             if not roles:
                 continue
             rows = [r for r, _ in roles]
-            first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos)
+            first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos, carried)
             if loop and all(o in invariant for o in inst.operand_names):
                 prefetch.update(rows)
                 continue
@@ -631,17 +719,22 @@ class _Walker:
         return order, waits_at, {}, trailing, prefetch
 
     def _first_use(self, comp: Computation, name: str, users: Mapping[str, tuple[str, ...]],
-                   pos: Mapping[str, int]) -> tuple[int | None, bool]:
+                   pos: Mapping[str, int], carried: frozenset[int] = frozenset()) -> tuple[int | None, bool]:
         """Position of the first user of `name`, and whether its value reaches a heavy op (dot, collective,
-        loop) before the computation's result."""
+        loop) before the computation's result, or reaches the result at a tuple index in `carried` (a loop
+        body's outputs that the next iteration feeds to a heavy op)."""
         direct = users.get(name, ())
         first = min((pos[u] for u in direct if u in pos), default=None)
         seen: set[str] = set()
-        stack = list(direct)
+        stack = [(u, name) for u in direct]
         steps = 0
+        root = comp.root
         while stack and steps < 20000:
             steps += 1
-            u = stack.pop()
+            u, via = stack.pop()
+            if carried and u == root.name and root.opcode == "tuple" and any(
+                    o == via and k in carried for k, o in enumerate(root.operand_names)):
+                return first, True
             if u in seen:
                 continue
             seen.add(u)
@@ -652,8 +745,23 @@ class _Walker:
             if (op in _DOT_OPS or op in ("while", "call", "conditional") or (comp.name, u) in self.coll
                     or (op == "fusion" and any(self.flops_in(c) for c in inst.called_computations))):
                 return first, True
-            stack.extend(users.get(u, ()))
+            stack.extend((v, u) for v in users.get(u, ()))
         return first, False
+
+    def _carried(self, body: Computation, users: Mapping[str, tuple[str, ...]],
+                 pos: Mapping[str, int]) -> frozenset[int]:
+        """Tuple indices of a loop body's result that the next iteration feeds to a heavy op (the activation
+        carried from layer to layer, not the stacked residuals or gradients the body only writes into)."""
+        param = next((i for i in body.instructions if i.opcode == "parameter"), None)
+        if param is None or body.root.opcode != "tuple":
+            return frozenset()
+        out = set()
+        for i in body.instructions:
+            if i.opcode == "get-tuple-element" and i.operand_names and i.operand_names[0] == param.name:
+                idx = i.attr("index")
+                if idx is not None and idx.isdigit() and self._first_use(body, i.name, users, pos)[1]:
+                    out.add(int(idx))
+        return frozenset(out)
 
     def _invariant(self, body: Computation) -> set[str]:
         """Values of a loop body that do not change from one iteration's data to the next: the parameter's
