@@ -174,6 +174,21 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) ->
     return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
 
 
+# Collectives inside a fusion (async collective fusions, collective matmuls): their data moves on the link and
+# is priced with the collective, not as HBM traffic of the fusion.
+_LINK_OPS = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                       "ragged-all-to-all", "collective-broadcast", "all-gather-start", "all-gather-done",
+                       "all-reduce-start", "all-reduce-done", "collective-permute-start",
+                       "collective-permute-done", "send", "recv", "send-done", "recv-done"})
+
+
+
+def _is_link(inst: Instruction) -> bool:
+    """A collective, or the AsyncCollectiveStart/Done custom-call of an async collective fusion."""
+    return inst.opcode in _LINK_OPS or (inst.opcode == "custom-call" and "AsyncCollective" in (
+        inst.attr("custom_call_target") or ""))
+
+
 # Ops a fusion reads through without touching memory of its own: what their users take of the value is what
 # is read of their operand (a convert reads the source elements at the source's width).
 _THROUGH = frozenset({"bitcast", "reshape", "copy", "convert", "transpose", "get-tuple-element"})
@@ -215,6 +230,10 @@ def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict,
             total += _elements(u.shape)
         elif op == "dynamic-update-slice" and first and name not in u.operand_names[1:]:
             continue
+        elif _is_link(u):
+            continue  # moved by the link, priced with the collective
+        elif op == "tuple" and u.is_root:
+            continue  # passed through to an output (aliased, not read)
         elif op in _THROUGH:
             sub = _elements_read(comp, u.name, module, cache, depth + 1)
             if sub is None:
@@ -242,6 +261,8 @@ def _bytes_written(comp: Computation, inst: Instruction, module: HloModule, dept
     """Bytes a fusion output produced by `inst` writes to memory: a dynamic-update-slice writes its update (the
     buffer is updated in place), followed through views, tuples and nested fusions; anything else its result."""
     op = inst.opcode
+    if op == "parameter" or _is_link(inst):
+        return 0  # a buffer passed through (aliased), or written by the link
     if depth <= 16:
         if op == "dynamic-update-slice" and len(inst.operands) > 1:
             return int(_elements(inst.operands[1].shape) * _element_bytes(inst.shape))
@@ -265,7 +286,8 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
     an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
     get-tuple-elements and nested fusions), capped at the operand's size; per output, the update of an
-    in-place dynamic-update-slice, else the output."""
+    in-place dynamic-update-slice, nothing for a parameter passed through or a collective's result, else the
+    output. Operands only a collective reads are the link's, not HBM traffic of the fusion."""
     called = [module.by_name[c] for c in inst.called_computations if c in module.by_name]
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
@@ -342,7 +364,7 @@ class _Walker:
                     self.coll.setdefault((c.computation, own), []).append((r, "sync"))
                 # the other instructions of a row (collectives a combiner would merge) are its, not compute
                 for n in names:
-                    if n != own:
+                    if n != own and comp.by_name[n].opcode in _LINK_OPS:
                         self.coll.setdefault((c.computation, n), []).append((r, "marker"))
                 continue
             if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
@@ -546,7 +568,10 @@ class _Walker:
                         wait(sync)
                 if waited:
                     wait(waited)
-                continue
+                if inst.opcode != "fusion":
+                    continue
+                # an async collective fusion or a collective's fused epilogue: its own compute runs on the
+                # compute stream (its collective's data is the link's, see _fusion_bytes)
             op = inst.opcode
             if op == "while":
                 body, cond = _loop_parts(inst)
