@@ -22,15 +22,18 @@ Overlap (docs/step.md says why):
     order. An async collective (`*-start`/`*-done`, `async-start`/`async-done`, async collective fusions,
     collective-matmul permute rings) occupies its link from its first instruction to its last; compute
     scheduled in between runs meanwhile; the done waits. A sync collective blocks the compute stream.
-  - unscheduled modules (cpu target, after-SPMD dumps): the latency-hiding scheduler is modelled. A
-    collective is issued as early as the compute preceding its use allows: no earlier than its operands are
-    ready and than the start of the last dot before its first use (weights gathered ahead overlap the
-    previous matmul), and is waited for just before its first consumer; one whose result only flows to the
-    computation's outputs (gradients scattered behind) is waited for at the end. Inside a loop body, a
-    collective whose operands are loop invariant (a weight sliced by the loop counter) is issued one
-    iteration ahead, and one whose result only flows to the loop's outputs finishes under the next
-    iteration: the loop runs at max(body compute, busiest link) per iteration, plus the first gather (fill)
-    and the last scatter (drain). A collective on the data path between two dots waits where it is used.
+  - unscheduled modules (cpu target, after-SPMD dumps): the latency-hiding scheduler is modelled as the TPU
+    compiler schedules scanned layers. A collective is issued at the start of the last dot before its first
+    use (a weight gathered behind the previous matmul), no earlier than its operands are ready (a loop-invariant
+    operand, a weight sliced by the loop counter, is ready at the iteration's start), and is waited for just
+    before its first consumer; one whose result only flows to the computation's outputs (gradients scattered
+    behind) is waited for at the end. Collectives on one link run one after another. Inside a loop body, a
+    collective whose result only flows to outputs the next iteration does not compute with (stacked gradients,
+    not the carried activation) finishes under the next iteration: the loop runs at max(body, busiest link)
+    per iteration plus the last iteration's drain. Nothing is fetched an iteration ahead: the TPU compiler
+    gathers a layer's weights inside that layer's iteration (its final HLO for the chapter's steps on
+    v5e:2x4, and collective matmuls at larger sizes). A collective on the data path between two dots
+    (an activation all-reduce) waits where it is used, also across iterations.
 
 The step is the compute stream's end (every wait included). `exposed_comm_seconds` = step - compute: the time
 the compute stream waits for links; each wait is charged to the collective(s) waited for.
@@ -502,7 +505,7 @@ class _Walker:
         cheap = users = None
         if not self.fused:
             cheap, users = self._cheap_map(comp)
-        order, waits_at, issue_early, trailing, prefetch = self._plan(comp, loop, users)
+        order, waits_at, trailing = self._plan(comp, loop, users)
         t = 0.0
         link_free: dict[str, float] = {}
         end_of: dict[int, float] = {}
@@ -539,25 +542,13 @@ class _Walker:
                     sorted({self.rows[r].kind for r in rows})), comp.name, "wait", rows[0], None))
                 t = end
 
-        # prefetched collectives (loop bodies of unscheduled modules): on their links before the body starts
-        pre_busy: dict[str, float] = {}
-        for r in sorted(prefetch):
-            track = self.row_track[r]
-            d = self.row_seconds[r]
-            pre_busy[track] = pre_busy.get(track, 0.0) + d
-            tl.busy[track] = tl.busy.get(track, 0.0) + d
-            if d > 0:
-                spans.append((track, -pre_busy[track], d, self.rows[r].instruction.name, comp.name, "collective",
-                              r, self.rows[r].instruction))
-            end_of[r] = 0.0
-
         for inst in order:
             name = inst.name
             for rows in waits_at.get(name, ()):
                 wait(rows)
             roles = self.coll.get((comp.name, name))
             if roles:
-                sync = [r for r, role in roles if role == "sync" and r not in prefetch]
+                sync = [r for r, role in roles if role == "sync"]
                 issued = [r for r, role in roles if role == "issue"]
                 waited = [r for r, role in roles if role == "wait"]
                 if issued:
@@ -608,11 +599,9 @@ class _Walker:
                 spans.append((COMPUTE_TRACK, t, seconds, name, comp.name, kind, None, inst))
             t += seconds
         # the end: wait for what the computation's result needs (not the trailing collectives of a loop body)
-        rest = [r for r in end_of if r not in trailing and r not in prefetch]
+        rest = [r for r in end_of if r not in trailing]
         wait(rest)
         tl.duration = t
-        tl.pre_busy = pre_busy  # type: ignore[attr-defined]
-        tl.prefetch_rows = tuple(sorted(prefetch))  # type: ignore[attr-defined]
         tl.trailing_end = {r: end_of[r] for r in trailing if r in end_of}  # type: ignore[attr-defined]
         return tl
 
@@ -636,13 +625,11 @@ class _Walker:
         own = b.duration + c.duration
         busiest = max(b.busy.items(), key=lambda kv: kv[1], default=("", 0.0))
         iteration = max(own, busiest[1])
-        pre = getattr(b, "pre_busy", {})
-        fill = max(pre.values(), default=0.0)
         trailing_end = getattr(b, "trailing_end", {})
         drain = max((e - b.duration for e in trailing_end.values()), default=0.0)
         drain = max(0.0, drain)
         n = max(0, trip)
-        # exposure: the link-bound excess per iteration, fill once, drain once
+        # exposure: the link-bound excess per iteration, and the last iteration's drain
         tl.add_child(b, t, n)
         tl.add_child(c, t, n)
         excess = iteration - own
@@ -652,19 +639,10 @@ class _Walker:
             share = sum(self.row_seconds[r] for r in on) or 1.0
             for r in on:
                 tl.exposed[r] = tl.exposed.get(r, 0.0) + excess * n * self.row_seconds[r] / share
-        if fill > 0 and n:
-            track = max(pre.items(), key=lambda kv: kv[1])[0]
-            rows = [r for r in getattr(b, "prefetch_rows", ()) if self.row_track[r] == track]
-            share = sum(self.row_seconds[r] for r in rows) or 1.0
-            for r in rows:
-                tl.exposed[r] = tl.exposed.get(r, 0.0) + fill * self.row_seconds[r] / share
         if drain > 0 and n:
             last = max(trailing_end.items(), key=lambda kv: kv[1])[0]
             tl.exposed[last] = tl.exposed.get(last, 0.0) + drain
-        start = t + (fill if n else 0.0)
-        if fill > 0 and n:
-            tl.spans.append((COMPUTE_TRACK, t, fill, f"wait for the first iteration's gathers ({inst.name})",
-                             comp.name, "wait", None, None))
+        start = t
         for k in range(n):
             offset = start + k * iteration
             if len(tl.spans) < self.max_spans:
@@ -677,7 +655,7 @@ class _Walker:
             label = _loop_label(self.module.by_name[body], self.holds_dot)
             tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
         tl.windows.extend((lab, a + start, e + start) for lab, a, e in b.windows[:4])
-        total = (fill if n else 0.0) + n * iteration + (drain if n else 0.0)
+        total = n * iteration + (drain if n else 0.0)
         if drain > 0 and n:
             tl.spans.append((COMPUTE_TRACK, start + n * iteration, drain,
                              f"wait for the last iteration's collectives ({inst.name})", comp.name, "wait", None, None))
@@ -687,11 +665,11 @@ class _Walker:
     def _plan(self, comp: Computation, loop: bool, users: Mapping[str, tuple[str, ...]] | None):
         """Execution order and where each collective is issued and waited for.
 
-        Returns (order, waits_at {instruction: [[rows], ...]}, issue_early {collective instruction: time},
-        trailing rows, prefetched rows). Scheduled modules keep their order and their own waits."""
+        Returns (order, waits_at {instruction: [[rows], ...]}, trailing rows). Scheduled modules keep their order
+        and their own waits."""
         insts = list(comp.instructions)
         if self.scheduled or self.fused and not any((comp.name, i.name) in self.coll for i in insts):
-            return insts, {}, {}, set(), set()
+            return insts, {}, set()
         if users is None:
             users = dict(self.graph.flow(comp.name).users)
         pos = {i.name: k for k, i in enumerate(insts)}
@@ -703,7 +681,6 @@ class _Walker:
         moved: set[str] = set()
         waits_at: dict[str, list[list[int]]] = {}
         trailing: set[int] = set()
-        prefetch: set[int] = set()
         end_name = comp.root.name
         import bisect
 
@@ -713,9 +690,6 @@ class _Walker:
                 continue
             rows = [r for r, _ in roles]
             first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos, carried)
-            if loop and all(o in invariant for o in inst.operand_names):
-                prefetch.update(rows)
-                continue
             if not reaches_heavy:
                 trailing.update(rows) if loop else None
                 waits_at.setdefault(end_name, []).append(rows)
@@ -726,22 +700,23 @@ class _Walker:
             j = bisect.bisect_left(heavy, use) - 1
             gate = heavy[j] if j >= 0 else 0
             # a parameter or constant is there from the start, wherever the printer lists it (jit lists a
-            # weight's parameter just before its gather, after the matmul that could hide it)
-            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos
+            # weight's parameter just before its gather, after the matmul that could hide it), and so is a
+            # loop-invariant operand (a weight sliced by the counter can be sliced at the iteration's start)
+            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos and o not in invariant
                          and comp.by_name[o].opcode not in ("parameter", "constant")), default=0)
             target = max(gate, ready)
             if target != k and target < len(insts):
                 moves.setdefault(target, []).append(inst)
                 moved.add(inst.name)
         if not moves:
-            return insts, waits_at, {}, trailing, prefetch
+            return insts, waits_at, trailing
         order: list[Instruction] = []
         for k, inst in enumerate(insts):
             if k in moves:
                 order.extend(moves[k])
             if inst.name not in moved:
                 order.append(inst)
-        return order, waits_at, {}, trailing, prefetch
+        return order, waits_at, trailing
 
     def _first_use(self, comp: Computation, name: str, users: Mapping[str, tuple[str, ...]],
                    pos: Mapping[str, int], carried: frozenset[int] = frozenset()) -> tuple[int | None, bool]:
