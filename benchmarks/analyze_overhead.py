@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     worst_step = 0.0
     print(f"{'program':28s} {'jax compile':>11s} {'analyze':>9s} {'added':>7s}   of which: {'lower+compile':>13s} "
-          f"{'parse':>7s} {'analysis':>8s} {'rules':>8s} {'around':>7s} {'rows':>5s} {'step':>7s} {'step/analyze':>12s}")
+          f"{'parse':>7s} {'analysis':>8s} {'rules':>8s} {'around':>7s} {'rows':>5s} {'step':>7s} "
+          f"{'step/analyze':>12s}")
     for unrolled in (False, True):
         m = measure(args.layers, unrolled, args.repeat)
         added = (m["analyze"] - m["jax"]) / m["jax"]

@@ -45,6 +45,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from analyzer.analysis.collectives import COLLECTIVE_OPCODES, KINDS
+
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
     from analyzer.analysis.dots import Dot
@@ -179,11 +181,8 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) ->
 
 # Collectives inside a fusion (async collective fusions, collective matmuls): their data moves on the link and
 # is priced with the collective, not as HBM traffic of the fusion.
-_LINK_OPS = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
-                       "ragged-all-to-all", "collective-broadcast", "all-gather-start", "all-gather-done",
-                       "all-reduce-start", "all-reduce-done", "collective-permute-start",
-                       "collective-permute-done", "send", "recv", "send-done", "recv-done"})
-
+_LINK_OPS = COLLECTIVE_OPCODES | frozenset(f"{k}-{part}" for k in KINDS for part in ("start", "done")) | frozenset(
+    {"send", "recv", "send-done", "recv-done"})
 
 
 def _is_link(inst: Instruction) -> bool:
