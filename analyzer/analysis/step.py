@@ -22,15 +22,18 @@ Overlap (docs/step.md says why):
     order. An async collective (`*-start`/`*-done`, `async-start`/`async-done`, async collective fusions,
     collective-matmul permute rings) occupies its link from its first instruction to its last; compute
     scheduled in between runs meanwhile; the done waits. A sync collective blocks the compute stream.
-  - unscheduled modules (cpu target, after-SPMD dumps): the latency-hiding scheduler is modelled. A
-    collective is issued as early as the compute preceding its use allows: no earlier than its operands are
-    ready and than the start of the last dot before its first use (weights gathered ahead overlap the
-    previous matmul), and is waited for just before its first consumer; one whose result only flows to the
-    computation's outputs (gradients scattered behind) is waited for at the end. Inside a loop body, a
-    collective whose operands are loop invariant (a weight sliced by the loop counter) is issued one
-    iteration ahead, and one whose result only flows to the loop's outputs finishes under the next
-    iteration: the loop runs at max(body compute, busiest link) per iteration, plus the first gather (fill)
-    and the last scatter (drain). A collective on the data path between two dots waits where it is used.
+  - unscheduled modules (cpu target, after-SPMD dumps): the latency-hiding scheduler is modelled as the TPU
+    compiler schedules scanned layers. A collective is issued at the start of the last dot before its first
+    use (a weight gathered behind the previous matmul), no earlier than its operands are ready (a loop-invariant
+    operand, a weight sliced by the loop counter, is ready at the iteration's start), and is waited for just
+    before its first consumer; one whose result only flows to the computation's outputs (gradients scattered
+    behind) is waited for at the end. Collectives on one link run one after another. Inside a loop body, a
+    collective whose result only flows to outputs the next iteration does not compute with (stacked gradients,
+    not the carried activation) finishes under the next iteration: the loop runs at max(body, busiest link)
+    per iteration plus the last iteration's drain. Nothing is fetched an iteration ahead: the TPU compiler
+    gathers a layer's weights inside that layer's iteration (its final HLO for the chapter's steps on
+    v5e:2x4, and collective matmuls at larger sizes). A collective on the data path between two dots
+    (an activation all-reduce) waits where it is used, also across iterations.
 
 The step is the compute stream's end (every wait included). `exposed_comm_seconds` = step - compute: the time
 the compute stream waits for links; each wait is charged to the collective(s) waited for.
@@ -41,6 +44,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from analyzer.analysis.collectives import COLLECTIVE_OPCODES, KINDS
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
@@ -148,8 +153,10 @@ def _bytes(shape: Any) -> int:
 
 def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) -> int:
     """HBM bytes one execution of `inst` reads and writes, as one kernel: its operands and its result, except
-    that a slice reads only the slice, a dynamic-update-slice writes the update in place, and a fusion reads
-    of a parameter only what its slices take.
+    that a slice reads only the slice, a dynamic-update-slice writes the update in place, an async slice or
+    copy (`slice-start`/`copy-start`) moves its data once (the `-done` moves nothing more), and a fusion reads
+    of a parameter only what its slicing ops take and writes of an output that updates a buffer in place only
+    the update (both followed through views and nested fusions, see `_fusion_bytes`).
 
     Example:
         f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
@@ -160,42 +167,142 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) ->
     if op == "dynamic-update-slice":
         upd = inst.operands[1].shape if len(inst.operands) > 1 else None
         return 2 * _bytes(upd)
+    if op in ("slice-start", "copy-start"):
+        # ((operand), result, context) for slice-start; (result, operand, context) for copy-start
+        parts = inst.shape.tuple_shapes if inst.shape is not None and inst.shape.is_tuple else ()
+        moved = parts[1] if op == "slice-start" and len(parts) > 1 else (parts[0] if parts else inst.shape)
+        return 2 * _bytes(moved)
+    if op in ("slice-done", "copy-done"):
+        return 0
     if op == "fusion" and module is not None:
         return _fusion_bytes(inst, module)
     return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
 
 
+# Collectives inside a fusion (async collective fusions, collective matmuls): their data moves on the link and
+# is priced with the collective, not as HBM traffic of the fusion.
+_LINK_OPS = COLLECTIVE_OPCODES | frozenset(f"{k}-{part}" for k in KINDS for part in ("start", "done")) | frozenset(
+    {"send", "recv", "send-done", "recv-done"})
+
+
+def _is_link(inst: Instruction) -> bool:
+    """A collective, or the AsyncCollectiveStart/Done custom-call of an async collective fusion."""
+    return inst.opcode in _LINK_OPS or (inst.opcode == "custom-call" and "AsyncCollective" in (
+        inst.attr("custom_call_target") or ""))
+
+
+# Ops a fusion reads through without touching memory of its own: what their users take of the value is what
+# is read of their operand (a convert reads the source elements at the source's width).
+_THROUGH = frozenset({"bitcast", "reshape", "copy", "convert", "transpose", "get-tuple-element"})
+
+
+def _elements(shape: Any) -> int:
+    if shape is None:
+        return 0
+    if shape.is_tuple or shape.is_buffer:
+        return sum(_elements(s) for s in shape.tuple_shapes)
+    return shape.num_elements
+
+
+def _users_in(comp: Computation, cache: dict[str, dict[str, list[Instruction]]]) -> dict[str, list[Instruction]]:
+    users = cache.get(comp.name)
+    if users is None:
+        users = {}
+        for i in comp.instructions:
+            for o in i.operand_names:
+                users.setdefault(o, []).append(i)
+        cache[comp.name] = users
+    return users
+
+
+def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict, depth: int = 0) -> int | None:
+    """Elements of the value `name` inside fusion computation `comp` that its users read from memory, or None
+    when some user reads all of it. Slicing ops (dynamic-slice, slice, gather) read their result's elements;
+    a dynamic-update-slice's base is updated in place (nothing read); views and nested fusions are followed."""
+    if depth > 16:
+        return None
+    users = _users_in(comp, cache).get(name, [])
+    if not users:
+        return None
+    total = 0
+    for u in users:
+        op = u.opcode
+        first = bool(u.operand_names) and u.operand_names[0] == name
+        if op in _SLICES and first and name not in u.operand_names[1:]:
+            total += _elements(u.shape)
+        elif op == "dynamic-update-slice" and first and name not in u.operand_names[1:]:
+            continue
+        elif _is_link(u):
+            continue  # moved by the link, priced with the collective
+        elif op == "tuple" and u.is_root:
+            continue  # passed through to an output (aliased, not read)
+        elif op in _THROUGH:
+            sub = _elements_read(comp, u.name, module, cache, depth + 1)
+            if sub is None:
+                return None
+            total += sub
+        elif op == "fusion":
+            inner = module.by_name.get(u.called_computations[0]) if u.called_computations else None
+            if inner is None:
+                return None
+            params = {i.parameter_number: i for i in inner.instructions if i.opcode == "parameter"}
+            for k, o in enumerate(u.operand_names):
+                if o != name:
+                    continue
+                p = params.get(k)
+                sub = _elements_read(inner, p.name, module, cache, depth + 1) if p is not None else None
+                if sub is None:
+                    return None
+                total += sub
+        else:
+            return None
+    return total
+
+
+def _bytes_written(comp: Computation, inst: Instruction, module: HloModule, depth: int = 0) -> int:
+    """Bytes a fusion output produced by `inst` writes to memory: a dynamic-update-slice writes its update (the
+    buffer is updated in place), followed through views, tuples and nested fusions; anything else its result."""
+    op = inst.opcode
+    if op == "parameter" or _is_link(inst):
+        return 0  # a buffer passed through (aliased), or written by the link
+    if depth <= 16:
+        if op == "dynamic-update-slice" and len(inst.operands) > 1:
+            return int(_elements(inst.operands[1].shape) * _element_bytes(inst.shape))
+        if op == "tuple":
+            return sum(_bytes_written(comp, comp.by_name[o], module, depth + 1) if o in comp.by_name
+                       else _bytes(s.shape) for o, s in zip(inst.operand_names, inst.operands))
+        if op in ("bitcast", "reshape") and inst.operand_names and inst.operand_names[0] in comp.by_name:
+            return _bytes_written(comp, comp.by_name[inst.operand_names[0]], module, depth + 1)
+        if op == "fusion" and inst.called_computations and inst.called_computations[0] in module.by_name:
+            inner = module.by_name[inst.called_computations[0]]
+            return _bytes_written(inner, inner.root, module, depth + 1)
+    return _bytes(inst.shape)
+
+
+def _element_bytes(shape: Any) -> float:
+    n = _elements(shape)
+    return _bytes(shape) / n if n else 0.0
+
+
 def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
+    """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
+    an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
+    get-tuple-elements and nested fusions), capped at the operand's size; per output, the update of an
+    in-place dynamic-update-slice, nothing for a parameter passed through or a collective's result, else the
+    output. Operands only a collective reads are the link's, not HBM traffic of the fusion."""
     called = [module.by_name[c] for c in inst.called_computations if c in module.by_name]
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
-    users: dict[str, list[Instruction]] = {}
-    for i in comp.instructions:
-        for o in i.operand_names:
-            users.setdefault(o, []).append(i)
+    cache: dict[str, dict[str, list[Instruction]]] = {}
     params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
     total = 0
     for k, operand in enumerate(inst.operands):
+        whole = _bytes(operand.shape)
         p = params.get(k)
-        us = users.get(p.name, []) if p is not None else []
-        if us and all(u.opcode in _SLICES for u in us):
-            total += sum(_bytes(u.shape) for u in us)
-        elif us and all(u.opcode == "dynamic-update-slice" and u.operand_names[0] == p.name for u in us):
-            total += 0  # the buffer updated in place
-        else:
-            total += _bytes(operand.shape)
-    root = comp.root
-    outs = root.operands if root.opcode == "tuple" else (None,)
-    for j, o in enumerate(outs):
-        r = comp.by_name.get(o.name) if o is not None else root
-        if r is not None and r.opcode == "dynamic-update-slice" and len(r.operands) > 1:
-            total += _bytes(r.operands[1].shape)
-        elif o is None:
-            total += _bytes(inst.shape)
-        else:
-            total += _bytes(r.shape if r is not None else None)
-    return total
+        read = _elements_read(comp, p.name, module, cache) if p is not None else None
+        total += whole if read is None else min(whole, int(read * _element_bytes(operand.shape)))
+    return total + _bytes_written(comp, comp.root, module)
 
 
 # ---------------------------------------------------------------------- the walk
@@ -257,6 +364,10 @@ class _Walker:
                 own = c.instruction.name if c.instruction.name in comp.by_name else (names[0] if names else None)
                 if own is not None:
                     self.coll.setdefault((c.computation, own), []).append((r, "sync"))
+                # the other instructions of a row (collectives a combiner would merge) are its, not compute
+                for n in names:
+                    if n != own and comp.by_name[n].opcode in _LINK_OPS:
+                        self.coll.setdefault((c.computation, n), []).append((r, "marker"))
                 continue
             if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
                 names.insert(0, c.site.name)
@@ -393,7 +504,7 @@ class _Walker:
         cheap = users = None
         if not self.fused:
             cheap, users = self._cheap_map(comp)
-        order, waits_at, issue_early, trailing, prefetch = self._plan(comp, loop, users)
+        order, waits_at, trailing = self._plan(comp, loop, users)
         t = 0.0
         link_free: dict[str, float] = {}
         end_of: dict[int, float] = {}
@@ -430,25 +541,13 @@ class _Walker:
                     sorted({self.rows[r].kind for r in rows})), comp.name, "wait", rows[0], None))
                 t = end
 
-        # prefetched collectives (loop bodies of unscheduled modules): on their links before the body starts
-        pre_busy: dict[str, float] = {}
-        for r in sorted(prefetch):
-            track = self.row_track[r]
-            d = self.row_seconds[r]
-            pre_busy[track] = pre_busy.get(track, 0.0) + d
-            tl.busy[track] = tl.busy.get(track, 0.0) + d
-            if d > 0:
-                spans.append((track, -pre_busy[track], d, self.rows[r].instruction.name, comp.name, "collective",
-                              r, self.rows[r].instruction))
-            end_of[r] = 0.0
-
         for inst in order:
             name = inst.name
             for rows in waits_at.get(name, ()):
                 wait(rows)
             roles = self.coll.get((comp.name, name))
             if roles:
-                sync = [r for r, role in roles if role == "sync" and r not in prefetch]
+                sync = [r for r, role in roles if role == "sync"]
                 issued = [r for r, role in roles if role == "issue"]
                 waited = [r for r, role in roles if role == "wait"]
                 if issued:
@@ -459,7 +558,10 @@ class _Walker:
                         wait(sync)
                 if waited:
                     wait(waited)
-                continue
+                if inst.opcode != "fusion":
+                    continue
+                # an async collective fusion or a collective's fused epilogue: its own compute runs on the
+                # compute stream (its collective's data is the link's, see _fusion_bytes)
             op = inst.opcode
             if op == "while":
                 body, cond = _loop_parts(inst)
@@ -496,11 +598,9 @@ class _Walker:
                 spans.append((COMPUTE_TRACK, t, seconds, name, comp.name, kind, None, inst))
             t += seconds
         # the end: wait for what the computation's result needs (not the trailing collectives of a loop body)
-        rest = [r for r in end_of if r not in trailing and r not in prefetch]
+        rest = [r for r in end_of if r not in trailing]
         wait(rest)
         tl.duration = t
-        tl.pre_busy = pre_busy  # type: ignore[attr-defined]
-        tl.prefetch_rows = tuple(sorted(prefetch))  # type: ignore[attr-defined]
         tl.trailing_end = {r: end_of[r] for r in trailing if r in end_of}  # type: ignore[attr-defined]
         return tl
 
@@ -524,13 +624,11 @@ class _Walker:
         own = b.duration + c.duration
         busiest = max(b.busy.items(), key=lambda kv: kv[1], default=("", 0.0))
         iteration = max(own, busiest[1])
-        pre = getattr(b, "pre_busy", {})
-        fill = max(pre.values(), default=0.0)
         trailing_end = getattr(b, "trailing_end", {})
         drain = max((e - b.duration for e in trailing_end.values()), default=0.0)
         drain = max(0.0, drain)
         n = max(0, trip)
-        # exposure: the link-bound excess per iteration, fill once, drain once
+        # exposure: the link-bound excess per iteration, and the last iteration's drain
         tl.add_child(b, t, n)
         tl.add_child(c, t, n)
         excess = iteration - own
@@ -540,19 +638,10 @@ class _Walker:
             share = sum(self.row_seconds[r] for r in on) or 1.0
             for r in on:
                 tl.exposed[r] = tl.exposed.get(r, 0.0) + excess * n * self.row_seconds[r] / share
-        if fill > 0 and n:
-            track = max(pre.items(), key=lambda kv: kv[1])[0]
-            rows = [r for r in getattr(b, "prefetch_rows", ()) if self.row_track[r] == track]
-            share = sum(self.row_seconds[r] for r in rows) or 1.0
-            for r in rows:
-                tl.exposed[r] = tl.exposed.get(r, 0.0) + fill * self.row_seconds[r] / share
         if drain > 0 and n:
             last = max(trailing_end.items(), key=lambda kv: kv[1])[0]
             tl.exposed[last] = tl.exposed.get(last, 0.0) + drain
-        start = t + (fill if n else 0.0)
-        if fill > 0 and n:
-            tl.spans.append((COMPUTE_TRACK, t, fill, f"wait for the first iteration's gathers ({inst.name})",
-                             comp.name, "wait", None, None))
+        start = t
         for k in range(n):
             offset = start + k * iteration
             if len(tl.spans) < self.max_spans:
@@ -565,7 +654,7 @@ class _Walker:
             label = _loop_label(self.module.by_name[body], self.holds_dot)
             tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
         tl.windows.extend((lab, a + start, e + start) for lab, a, e in b.windows[:4])
-        total = (fill if n else 0.0) + n * iteration + (drain if n else 0.0)
+        total = n * iteration + (drain if n else 0.0)
         if drain > 0 and n:
             tl.spans.append((COMPUTE_TRACK, start + n * iteration, drain,
                              f"wait for the last iteration's collectives ({inst.name})", comp.name, "wait", None, None))
@@ -575,22 +664,22 @@ class _Walker:
     def _plan(self, comp: Computation, loop: bool, users: Mapping[str, tuple[str, ...]] | None):
         """Execution order and where each collective is issued and waited for.
 
-        Returns (order, waits_at {instruction: [[rows], ...]}, issue_early {collective instruction: time},
-        trailing rows, prefetched rows). Scheduled modules keep their order and their own waits."""
+        Returns (order, waits_at {instruction: [[rows], ...]}, trailing rows). Scheduled modules keep their order
+        and their own waits."""
         insts = list(comp.instructions)
         if self.scheduled or self.fused and not any((comp.name, i.name) in self.coll for i in insts):
-            return insts, {}, {}, set(), set()
+            return insts, {}, set()
         if users is None:
             users = dict(self.graph.flow(comp.name).users)
         pos = {i.name: k for k, i in enumerate(insts)}
         heavy = [k for k, i in enumerate(insts) if i.opcode in _DOT_OPS or i.opcode in ("while", "call", "conditional")
                  or (i.opcode == "fusion" and any(self.flops_in(c) for c in i.called_computations))]
         invariant = self._invariant(comp) if loop else set()
+        carried = self._carried(comp, users, pos) if loop else frozenset()
         moves: dict[int, list[Instruction]] = {}
         moved: set[str] = set()
         waits_at: dict[str, list[list[int]]] = {}
         trailing: set[int] = set()
-        prefetch: set[int] = set()
         end_name = comp.root.name
         import bisect
 
@@ -599,10 +688,7 @@ class _Walker:
             if not roles:
                 continue
             rows = [r for r, _ in roles]
-            first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos)
-            if loop and all(o in invariant for o in inst.operand_names):
-                prefetch.update(rows)
-                continue
+            first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos, carried)
             if not reaches_heavy:
                 trailing.update(rows) if loop else None
                 waits_at.setdefault(end_name, []).append(rows)
@@ -613,35 +699,41 @@ class _Walker:
             j = bisect.bisect_left(heavy, use) - 1
             gate = heavy[j] if j >= 0 else 0
             # a parameter or constant is there from the start, wherever the printer lists it (jit lists a
-            # weight's parameter just before its gather, after the matmul that could hide it)
-            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos
+            # weight's parameter just before its gather, after the matmul that could hide it), and so is a
+            # loop-invariant operand (a weight sliced by the counter can be sliced at the iteration's start)
+            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos and o not in invariant
                          and comp.by_name[o].opcode not in ("parameter", "constant")), default=0)
             target = max(gate, ready)
             if target != k and target < len(insts):
                 moves.setdefault(target, []).append(inst)
                 moved.add(inst.name)
         if not moves:
-            return insts, waits_at, {}, trailing, prefetch
+            return insts, waits_at, trailing
         order: list[Instruction] = []
         for k, inst in enumerate(insts):
             if k in moves:
                 order.extend(moves[k])
             if inst.name not in moved:
                 order.append(inst)
-        return order, waits_at, {}, trailing, prefetch
+        return order, waits_at, trailing
 
     def _first_use(self, comp: Computation, name: str, users: Mapping[str, tuple[str, ...]],
-                   pos: Mapping[str, int]) -> tuple[int | None, bool]:
+                   pos: Mapping[str, int], carried: frozenset[int] = frozenset()) -> tuple[int | None, bool]:
         """Position of the first user of `name`, and whether its value reaches a heavy op (dot, collective,
-        loop) before the computation's result."""
+        loop) before the computation's result, or reaches the result at a tuple index in `carried` (a loop
+        body's outputs that the next iteration feeds to a heavy op)."""
         direct = users.get(name, ())
         first = min((pos[u] for u in direct if u in pos), default=None)
         seen: set[str] = set()
-        stack = list(direct)
+        stack = [(u, name) for u in direct]
         steps = 0
+        root = comp.root
         while stack and steps < 20000:
             steps += 1
-            u = stack.pop()
+            u, via = stack.pop()
+            if carried and u == root.name and root.opcode == "tuple" and any(
+                    o == via and k in carried for k, o in enumerate(root.operand_names)):
+                return first, True
             if u in seen:
                 continue
             seen.add(u)
@@ -652,8 +744,23 @@ class _Walker:
             if (op in _DOT_OPS or op in ("while", "call", "conditional") or (comp.name, u) in self.coll
                     or (op == "fusion" and any(self.flops_in(c) for c in inst.called_computations))):
                 return first, True
-            stack.extend(users.get(u, ()))
+            stack.extend((v, u) for v in users.get(u, ()))
         return first, False
+
+    def _carried(self, body: Computation, users: Mapping[str, tuple[str, ...]],
+                 pos: Mapping[str, int]) -> frozenset[int]:
+        """Tuple indices of a loop body's result that the next iteration feeds to a heavy op (the activation
+        carried from layer to layer, not the stacked residuals or gradients the body only writes into)."""
+        param = next((i for i in body.instructions if i.opcode == "parameter"), None)
+        if param is None or body.root.opcode != "tuple":
+            return frozenset()
+        out = set()
+        for i in body.instructions:
+            if i.opcode == "get-tuple-element" and i.operand_names and i.operand_names[0] == param.name:
+                idx = i.attr("index")
+                if idx is not None and idx.isdigit() and self._first_use(body, i.name, users, pos)[1]:
+                    out.add(int(idx))
+        return frozenset(out)
 
     def _invariant(self, body: Computation) -> set[str]:
         """Values of a loop body that do not change from one iteration's data to the next: the parameter's

@@ -55,3 +55,21 @@ def test_next_steps_text():
     text = next_steps(Path("demo-report.html"))
     assert text.startswith("Wrote demo-report.html") and "[tool.hlo-analyzer]" in text
     assert "Wrote" not in next_steps(None)
+
+
+def test_demo_step_between_busiest_track_and_compute_plus_comm():
+    """Issue 10's acceptance on the demo: the busiest track (compute, or one link) <= step <= compute + comm,
+    and the report's step sentence gives the figures that relate them (docs/step.md: max(compute, comm) is
+    no lower bound, links of different axes run at once)."""
+    from analyzer.render._common import step_sentence
+    from analyzer.units import format_seconds
+    from analyzer.workflows.demo import run_demo
+
+    report = run_demo()
+    t, step = report.totals, report.analysis.step
+    assert max(step.busy.values()) <= t.step_seconds * (1 + 1e-9)
+    assert t.step_seconds <= (t.compute_seconds + t.comm_seconds) * (1 + 1e-9)
+    sentence = step_sentence(report)
+    for figure in (t.step_seconds, t.compute_seconds, t.exposed_comm_seconds, t.comm_seconds,
+                   t.comm_seconds - t.exposed_comm_seconds):
+        assert format_seconds(figure) in sentence
