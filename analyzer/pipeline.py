@@ -189,7 +189,7 @@ def _lenient_notes(module: HloModule, shown: int = 5) -> list[str]:
         return []
     more = f" and {len(kept) - shown} more" if len(kept) > shown else ""
     return [f"Read with the lenient parser: {len(kept)} construct(s) this XLA version does not know were kept "
-            f"raw and not analysed ({'; '.join(kept[:shown])}{more})."]
+            f"raw (or, in the stack-frame tables, skipped) and not analysed ({'; '.join(kept[:shown])}{more})."]
 
 
 def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology: str | None = None,

@@ -715,6 +715,31 @@ def parse_api_version(raw: str) -> str:
     return raw
 
 
+# XLA's PrecisionConfig::Algorithm (dot) and RandomAlgorithm (rng-bit-generator) values, as its parser reads them
+# (case-insensitively, without the `ALG_` / enum prefix).
+_ALGORITHMS = (
+    "unset", "dot_any_f8_any_f8_f32", "dot_any_f8_any_f8_f32_fast_accum", "dot_f16_f16_f16", "dot_f16_f16_f32",
+    "dot_bf16_bf16_bf16", "dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_bf16_bf16_f32_x6", "dot_bf16_bf16_f32_x9",
+    "dot_tf32_tf32_f32", "dot_tf32_tf32_f32_x3", "dot_f32_f32_f32", "dot_f64_f64_f64",
+    "rng_default", "rng_three_fry", "rng_philox",
+)
+
+
+def parse_algorithm(raw: str) -> str:
+    """A dot's or rng-bit-generator's `algorithm=`, lower-cased.
+
+    Example:
+      >>> parse_algorithm("DOT_BF16_BF16_F32_X3")
+      'dot_bf16_bf16_f32_x3'
+    """
+    value = raw.lower()
+    if value not in _ALGORITHMS:
+        from analyzer.errors import valid_choices
+
+        raise ValueError(f"unknown algorithm {raw!r}; " + valid_choices(value, _ALGORITHMS, what="algorithms"))
+    return value
+
+
 def parse_shape_list(raw: str) -> tuple:
     """`{f32[2]{0}, (s32[], f32[3]{0})}` -> shapes (custom-call `operand_layout_constraints`).
 
@@ -764,6 +789,7 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "slice": parse_slice,
     "control-predecessors": parse_name_list,
     "api_version": parse_api_version,
+    "algorithm": parse_algorithm,
     "operand_layout_constraints": parse_shape_list,
     "parameter_replication": parse_bool_list,
     "result_accuracy": parse_result_accuracy,

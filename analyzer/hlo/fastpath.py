@@ -263,3 +263,53 @@ def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
                 return None
             current.append((int(m.group(1)), unquote(m.group(2)), Token("INT", m.group(1), line0 + k, m.start(1) + 1)))
     return tables
+
+
+_WORD_LINE = re.compile(r"[ \t]*([A-Za-z_]\w*)[ \t]*$")
+
+
+def parse_tables_lenient(text: str, line0: int) -> tuple[dict[str, list], list[str]]:
+    """The stack-frame tables of a dump from another XLA version: like `parse_tables_fast`, but a row this
+    version cannot read, or a table it does not know, is skipped with a note (`line:column: ...; skipped`)
+    instead of failing the parse. Never raises."""
+    tables: dict[str, list] = {}
+    notes: list[str] = []
+    current: list | None = None
+    unknown: tuple[str, int, int] | None = None  # (name, line, rows) of a table this version does not know
+    braced = False
+
+    def close_unknown() -> None:
+        if unknown is not None:
+            notes.append(f"{unknown[1]}:1: table {unknown[0]} ({unknown[2]} rows) is not one this XLA version "
+                         f"prints ({', '.join(_TABLE_NAMES)}); skipped")
+
+    for k, line in enumerate(text.split("\n")):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        lineno = line0 + k
+        word = _WORD_LINE.match(line)
+        if word is not None:
+            close_unknown()
+            if stripped in _TABLE_NAMES:
+                current, unknown = tables.setdefault(stripped, []), None
+                braced = stripped in ("FileLocations", "StackFrames")
+            else:
+                current, unknown = None, (stripped, lineno, 0)
+            continue
+        if unknown is not None:
+            unknown = (unknown[0], unknown[1], unknown[2] + 1)
+            continue
+        column = len(line) - len(line.lstrip()) + 1
+        m = (_BRACED_ROW if braced else _STRING_ROW).match(line) if current is not None else None
+        if m is None:
+            what = "a row before any table" if current is None else (
+                "a row that is not `N {key=value ...}`" if braced else 'a row that is not `N "text"`')
+            notes.append(f"{lineno}:{column}: {what}: {stripped[:60]}; skipped")
+            continue
+        if braced:
+            current.append((int(m.group(1)), m.group(2), Token("BRACED", m.group(2), lineno, m.start(2) + 1)))
+        else:
+            current.append((int(m.group(1)), unquote(m.group(2)), Token("INT", m.group(1), lineno, m.start(1) + 1)))
+    close_unknown()
+    return tables, notes
