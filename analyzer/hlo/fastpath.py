@@ -96,6 +96,8 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
     if m is None:
         return None
     root, name, shape_text, opcode, ops = m.groups()
+    if name[0] != "%" and line[m.end(2):m.end(2) + 1] == "=":
+        return None  # `c= ...`: XLA's lexer reads `c=` as an attribute name; the grammar reports it
     try:
         shape = decode_shape(shape_text)
     except ValueError:
@@ -243,16 +245,20 @@ def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
     when a line is not a plain table row (then the grammar reads the header)."""
     tables: dict[str, list] = {}
     current = None
+    braced = False
     for k, line in enumerate(text.split("\n")):
         stripped = line.strip()
         if not stripped:
             continue
         if stripped in _TABLE_NAMES:
+            if len(tables) >= 4 or stripped != _TABLE_NAMES[len(tables)]:
+                return None  # XLA reads the four tables in order, each once: the grammar says what is wrong
             current = tables.setdefault(stripped, [])
+            braced = stripped in ("FileLocations", "StackFrames")
             continue
         if current is None:
             return None
-        if stripped[0] == "{" or stripped.endswith("}"):
+        if braced:
             m = _BRACED_ROW.match(line)
             if m is None or stripped in ("{", "}"):
                 return None
@@ -262,7 +268,7 @@ def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
             if m is None:
                 return None
             current.append((int(m.group(1)), unquote(m.group(2)), Token("INT", m.group(1), line0 + k, m.start(1) + 1)))
-    return tables
+    return tables if len(tables) == 4 else None
 
 
 _WORD_LINE = re.compile(r"[ \t]*([A-Za-z_]\w*)[ \t]*$")

@@ -135,6 +135,10 @@ _TERMINALS: dict[str, str] = {
     "MORETHAN": "`>`",
     "__ANON_0": "`->`",
     "HLOMODULE": "`HloModule`",
+    "FILENAMES": "the table `FileNames`",
+    "FUNCTIONNAMES": "the table `FunctionNames`",
+    "FILELOCATIONS": "the table `FileLocations`",
+    "STACKFRAMES": "the table `StackFrames`",
     "$END": "the end of the text",
 }
 

@@ -21,7 +21,7 @@ from lark import Token, Transformer
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
 from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape
-from analyzer.hlo.shapes import decode_array_shape
+from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
            "single_instruction_mode", "callee_table"]
@@ -92,9 +92,13 @@ class HloTransformer(Transformer):
         return Shape("buffer", tuple_shapes=(children[1],))
 
     def tuple_shape(self, children):
-        if children == [None]:
+        elements = tuple(c for c in children if type(c) is Shape)
+        if not elements:
             return Shape("tuple")
-        return Shape("tuple", tuple_shapes=tuple(children))
+        bad = bad_element_layout(elements)
+        if bad is not None:
+            raise _syntax(bad + " (XLA validates the layouts of tuple elements)", children[0])
+        return Shape("tuple", tuple_shapes=elements)
 
     # ------------------------------------------------------------------ literals
     # Each literal rule gives (text, kind, items): kind "s" scalar, "a" {array}, "p" (tuple or complex),
@@ -626,13 +630,13 @@ def frames(tables: dict[str, list], notes: list[str] | None = None) -> dict[int,
     With `notes` (a lenient parse), a row field this XLA version does not know, a field given twice or text
     that is not `key=number` is noted there and left out, instead of raising.
     """
+    locs: dict[int, dict[str, int]] = {}
+    for i, text, tok in tables.get("FileLocations", ()):
+        locs[i] = _int_fields(text, tok, verifier.FILE_LOCATION_FIELDS, notes)
     if "StackFrames" not in tables:
         return {}
     files = {i: s for i, s, _ in tables.get("FileNames", ())}
     funcs = {i: s for i, s, _ in tables.get("FunctionNames", ())}
-    locs: dict[int, dict[str, int]] = {}
-    for i, text, tok in tables.get("FileLocations", ()):
-        locs[i] = _int_fields(text, tok, verifier.FILE_LOCATION_FIELDS, notes)
     frames: dict[int, Frame] = {}
     for i, text, tok in tables["StackFrames"]:
         f = _int_fields(text, tok, verifier.STACK_FRAME_FIELDS, notes)

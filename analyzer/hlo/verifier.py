@@ -21,7 +21,7 @@ from analyzer.hlo import attributes
 from analyzer.hlo.ir import Attribute, Computation, HloModule, Instruction, Position
 from analyzer.hlo.opcodes import (ALLOWED_ATTRIBUTES, COMMON_ATTRIBUTES, OPCODES, REQUIRED_ATTRIBUTES, allowed_attributes,
                                   base_opcode, fixed_arity, is_known_opcode)
-from analyzer.hlo.shapes import ELEMENT_BITS, Shape, decode_array_shape
+from analyzer.hlo.shapes import ELEMENT_BITS, Shape, bad_element_layout, decode_array_shape
 
 __all__ = [
     "check_opcode",
@@ -689,9 +689,11 @@ def check_module_attribute(a: Attribute) -> None:
         except ValueError as e:
             raise HloSyntaxError(f"entry_computation_layout: {e}", line=a.position.line if a.position else None,
                                  column=(a.position.column + m.start()) if a.position else None) from None
-    bad = _program_layout_error(body)
+    why: list[str] = []
+    bad = _program_layout_error(body, why)
     if bad is not None:
-        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+        raise HloSyntaxError(f"entry_computation_layout: {why[0]}" if why else
+                             "expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
                              line=a.position.line if a.position else None,
                              column=(a.position.column + bad) if a.position else None)
 
@@ -700,8 +702,10 @@ def check_module_attribute(a: Attribute) -> None:
 _LAYOUT_TOKEN = re.compile(r"\s+|/\*(?:[^*]|\*(?!/))*\*/|(->|[(){},]|[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?)")
 
 
-def _program_layout_error(body: str) -> int | None:
-    """Where (0-based offset) `body` stops being `{(shape, ...)->shape}`, or None when it is one."""
+def _program_layout_error(body: str, why: list[str] | None = None) -> int | None:
+    """Where (0-based offset) `body` stops being `{(shape, ...)->shape}`, or None when it is one. A tuple
+    element whose layout is not a permutation of its dimensions counts too (XLA validates tuple elements);
+    then the reason is appended to `why`."""
     toks: list[tuple[str, int]] = []
     pos = 0
     while pos < len(body):
@@ -720,7 +724,7 @@ def _program_layout_error(body: str) -> int | None:
             raise IndexError(toks[k][1])
         k += 1
 
-    def shape() -> None:
+    def shape(in_tuple: bool = False) -> None:
         nonlocal k
         t = toks[k][0]
         if t == "(":
@@ -728,21 +732,31 @@ def _program_layout_error(body: str) -> int | None:
             if toks[k][0] == ")":
                 k += 1
                 return
-            shape()
+            shape(True)
             while toks[k][0] == ",":
                 k += 1
-                shape()
+                shape(True)
             expect(")")
         elif t[:1].isalpha():
+            if in_tuple:
+                bad = bad_element_layout((decode_array_shape(t),))
+                if bad is not None:
+                    if why is not None:
+                        why.append(bad)
+                    raise IndexError(toks[k][1])
             k += 1
         else:
             raise IndexError(toks[k][1])
 
     try:
         expect("{")
-        if toks[k][0] != "(":
-            raise IndexError(toks[k][1])
-        shape()
+        expect("(")  # the parameters: each a shape of its own, not a tuple's element
+        if toks[k][0] != ")":
+            shape()
+            while toks[k][0] == ",":
+                k += 1
+                shape()
+        expect(")")
         expect("->")
         shape()
         expect("}")

@@ -217,3 +217,52 @@ def test_odd_frame_tables_are_skipped_with_notes_when_lenient():
     # what could be read still resolves: frame 2 -> location 2 (line 20, the first of the two), parent frame 1
     assert [(f.file, f.function, f.line, f.parent) for f in m.frame_chain(2)] == [
         ("a.py", "", 20, 1), ("a.py", "f", 10, None)]
+
+
+# ---------------------------------------------------------------------------------------- what XLA rejects
+
+def _one(root: str, header: str = "") -> str:
+    return f"HloModule m{header}\nENTRY e {{\n  a = f32[2,3] parameter(0)\n  ROOT r = {root}\n}}\n"
+
+
+@pytest.mark.parametrize("text, ok, where", [
+    # XLA validates the layouts of tuple elements, not of an array shape on its own
+    (_one("f32[2,3]{1,1} copy(a)"), True, None),
+    (_one("(f32[2,3]{1,1}) tuple(a)"), False, (4, 12)),
+    (_one("(f32[2,3]{1,0}, (b(f32[2,3]{1,7}))) tuple(a, a)"), False, (4, 28)),
+    (_one("f32[2,3] copy(a)", ", entry_computation_layout={(f32[2,3]{1,1})->f32[2,3]}"), True, None),
+    (_one("f32[2,3] copy(a)", ", entry_computation_layout={()->(f32[2,3]{1,1})}"), False, (1, 45)),
+    # a bare name directly followed by `=` is an attribute name to XLA's lexer ("expects name")
+    (_one("f32[2,3] copy(a)").replace("ROOT r =", "ROOT r="), False, (4, 8)),
+    (_one("f32[2,3] copy(a)").replace("a = f32", "%a= f32"), True, None),
+])
+def test_rejected_like_xla(text, ok, where):
+    if ok:
+        parse_hlo(text)
+        return
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(text)
+    assert (e.value.line, e.value.column) == where
+
+
+_TABLES = {"FN": 'FileNames\n1 "a.py"\n', "FU": 'FunctionNames\n1 "f"\n',
+           "FL": "FileLocations\n1 {file_name_id=1 function_name_id=1 line=1 end_line=1 column=1 end_column=1}\n",
+           "SF": "StackFrames\n1 {file_location_id=1 parent_frame_id=0}\n"}
+
+
+@pytest.mark.parametrize("tables, where", [
+    ("FN FU FL SF", None),
+    ("FN FU FL", (14, 2)),      # XLA: "expects 'StackFrames'"
+    ("FU FL SF", (3, 1)),       # XLA: "expects name" at FunctionNames
+    ("FN FU SF FL", (9, 1)),    # XLA: "expects 'FileLocations'"
+    ("FN FU FL SF FN", (15, 1)),
+])
+def test_frame_tables_all_four_in_order_like_xla(tables, where):
+    text = ("HloModule m\n\n" + "\n".join(_TABLES[t] for t in tables.split()) + "\n"
+            "ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
+    if where is None:
+        parse_hlo(text)
+        return
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(text)
+    assert (e.value.line, e.value.column) == where
