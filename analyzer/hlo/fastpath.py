@@ -17,7 +17,7 @@ from bisect import bisect_right
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, packed
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import HloTransformer, build_computation
@@ -58,6 +58,7 @@ _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|f
 
 
 Token = FastToken  # noqa: F811
+_intern = sys.intern
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -96,6 +97,7 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
     if m is None:
         return None
     root, name, shape_text, opcode, ops = m.groups()
+    opcode = _intern(opcode)  # one string per opcode, not one per instruction
     if name[0] != "%" and line[m.end(2):m.end(2) + 1] == "=":
         return None  # `c= ...`: XLA's lexer reads `c=` as an attribute name; the grammar reports it
     try:
@@ -132,7 +134,9 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
             attrs.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
-            attrs.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
+            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
+            # attribute text of real dumps is unique, so one string per distinct value.
+            attrs.append(Attribute(key, _intern(raw), packed(lineno, a.start(3) + 1)))
         pos = a.end()
     if is_constant:
         children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
@@ -223,7 +227,7 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
             except ValueError:
                 return None
         out.append(Instruction(tok[1:] if tok[0] == "%" else str(tok), opcode, shape, tuple(ops), attrs, is_root,
-                               Position(tok.line, tok.column), parameter, literal))
+                               packed(tok.line, tok.column), parameter, literal))
     return tuple(out)
 
 

@@ -20,7 +20,7 @@ from lark import Token, Transformer
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
-from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape
+from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape, packed
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
@@ -151,7 +151,7 @@ class HloTransformer(Transformer):
         stripped = raw.lstrip()
         if len(stripped) != len(raw):  # `key= value`: XLA skips the space; keep the value's own column
             return Attribute(key, stripped, None)
-        return Attribute(key, raw, Position(tok.line, tok.column + len(key) + 1))
+        return Attribute(key, sys.intern(raw), packed(tok.line, tok.column + len(key) + 1))
 
     module_attr = attribute
 
@@ -181,7 +181,7 @@ class HloTransformer(Transformer):
                 if c.key == "device_ids" and attrs and attrs[-1].raw.startswith("mesh"):
                     # `replica_groups=mesh[...], device_ids=(...) {...}` is one value that contains a comma.
                     prev = attrs[-1]
-                    attrs[-1] = Attribute(prev.key, f"{prev.raw}, device_ids={c.raw}", prev.position)
+                    attrs[-1] = Attribute(prev.key, f"{prev.raw}, device_ids={c.raw}", prev.at)
                     continue
                 attrs.append(c)
             elif type(c) is tuple or type(c) is Unnamed:
@@ -192,7 +192,7 @@ class HloTransformer(Transformer):
                                   "`parameter(N)` takes a number", c)
                 parameter = int(c)
         verifier.check_instruction(opcode, len(operands), parameter, attrs)
-        return (is_root, name, shape, str(opcode), operands, tuple(attrs), parameter, None)
+        return (is_root, name, shape, sys.intern(str(opcode)), operands, tuple(attrs), parameter, None)
 
     @staticmethod
     def _unnamed(rest: list, opcode: Token) -> list:
@@ -361,7 +361,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         if shape is None:
             shape = _infer_shape(iname, tok, opcode, ops, attrs)
         defined[iname] = Operand(iname, shape)
-        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
+        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, packed(tok.line, tok.column),
                                  parameter, literal))
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
