@@ -740,6 +740,39 @@ def parse_algorithm(raw: str) -> str:
     return value
 
 
+def _enum(name: str, values: tuple[str, ...]) -> Callable[[str], str]:
+    """A decoder for an attribute whose value is one of `values`, spelled exactly so (XLA's parser is
+    case-sensitive for these)."""
+    def parse(raw: str) -> str:
+        if raw not in values:
+            from analyzer.errors import valid_choices
+
+            raise ValueError(f"unknown {name} {raw!r}; " + valid_choices(raw, values, what=f"{name} values"))
+        return raw
+    parse.__name__ = f"parse_{name}"
+    return parse
+
+
+_STAT_ITEM = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*=\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*")
+
+
+def parse_statistics(raw: str) -> dict[str, float]:
+    """`statistics={visualizing_index=1,stat-1=33,stat-2=44}` -> {'visualizing_index': 1.0, ...}.
+
+    Example:
+      >>> parse_statistics("{visualizing_index=1,stat-1=33.5}")
+      {'visualizing_index': 1.0, 'stat-1': 33.5}
+    """
+    body = _braced(raw, "statistics like `{visualizing_index=1,stat-1=33}`")
+    out: dict[str, float] = {}
+    for item in body.split(",") if body.strip() else []:
+        m = _STAT_ITEM.fullmatch(item)
+        if m is None:
+            raise ValueError(f"expected `name=number` in statistics, got {item.strip()[:40]!r}")
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
 def parse_shape_list(raw: str) -> tuple:
     """`{f32[2]{0}, (s32[], f32[3]{0})}` -> shapes (custom-call `operand_layout_constraints`).
 
@@ -790,6 +823,12 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "control-predecessors": parse_name_list,
     "api_version": parse_api_version,
     "algorithm": parse_algorithm,
+    "type": _enum("comparison type", ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")),
+    "transpose_a": _enum("transpose_a", ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")),
+    "statistics": parse_statistics,
+    **{k: _parse_bool for k in ("is_associative", "is_reverse", "indices_are_sorted", "unique_indices", "is_stable",
+                                "largest", "lower", "left_side", "unit_diagonal", "is_composite",
+                                "custom_call_has_side_effect")},
     "operand_layout_constraints": parse_shape_list,
     "parameter_replication": parse_bool_list,
     "result_accuracy": parse_result_accuracy,

@@ -664,6 +664,8 @@ def check_module_attribute(a: Attribute) -> None:
     """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
     if a.key not in MODULE_ATTRIBUTES:
         return  # an unknown key: the parser reports it (or, when lenient, notes it) once the module is built
+    if a.key == "is_scheduled" and a.raw not in ("true", "false"):
+        raise HloSyntaxError(f"expected is_scheduled=true or false, got {a.raw[:20]!r}", **_at(a.position))
     if a.key in ("allow_spmd_sharding_propagation_to_output", "allow_spmd_sharding_propagation_to_parameters"):
         try:
             attributes.parse_bool_list(a.raw)
@@ -675,6 +677,9 @@ def check_module_attribute(a: Attribute) -> None:
         return
     if a.key == "buffer_donor":
         _check_items(a, _DONOR_ITEM, "`{ (0, {0}), (1, {}) }`")
+        return
+    if a.key == "origin_recovery_table":
+        _check_recovery_modules(a)
         return
     if a.key != "entry_computation_layout":
         return
@@ -696,6 +701,37 @@ def check_module_attribute(a: Attribute) -> None:
                              "expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
                              line=a.position.line if a.position else None,
                              column=(a.position.column + bad) if a.position else None)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _check_recovery_modules(a: Attribute) -> None:
+    """The modules an `origin_recovery_table` holds (`{ {"x"} : {"x__ovp0"}, "HloModule ..." }`): XLA parses each
+    quoted module text, so one it cannot parse fails the whole module; this parses them the same way."""
+    from analyzer.hlo.parser import parse_hlo
+
+    raw = a.raw
+    depth = 0
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            m = _STRING.match(raw, i)
+            if m is None:
+                break
+            if depth == 1:  # a module text (the original-value keys are quoted inside their own braces)
+                try:
+                    parse_hlo(attributes.unquote(m.group()))
+                except (HloSyntaxError, HloSemanticError) as e:
+                    where = f" at its line {e.line}, column {e.column}" if e.line is not None else ""
+                    raise HloSyntaxError(f"the module in origin_recovery_table does not parse{where}: {e.message}",
+                                         **_at(a.position)) from None
+            i = m.end()
+            continue
+        depth += c == "{"
+        depth -= c == "}"
+        i += 1
 
 
 # The tokens of `{(f32[2]{0}, (s32[], f32[])) -> f32[2]{0}}`: spaces and comments between any two.

@@ -266,3 +266,36 @@ def test_frame_tables_all_four_in_order_like_xla(tables, where):
     with pytest.raises(HloSyntaxError) as e:
         parse_hlo(text)
     assert (e.value.line, e.value.column) == where
+
+
+@pytest.mark.parametrize("root, ok", [
+    # XLA's verdicts: enums are case-sensitive, booleans lowercase, statistics `name=number` in any order
+    ("f32[4] sort(a), dimensions={0}, is_stable=true", True),
+    ("f32[4] sort(a), dimensions={0}, is_stable=TRUE", False),       # "expects true or false"
+    ("pred[4] compare(a, a), direction=GT, type=TOTALORDER", True),
+    ("pred[4] compare(a, a), direction=GT, type=totalorder", False),  # "expects comparison type"
+    ("pred[4] compare(a, a), direction=GT, type=PARTIALORDER", False),
+    ("f32[4] copy(a), statistics={visualizing_index=1,stat-1=33.5,stat-2=44}", True),
+    ("f32[4] copy(a), statistics={}", True),
+    ("f32[4] copy(a), statistics={visualizing_index=1,44=33}", False),  # "expects attribute name"
+    ("f32[4] copy(a), statistics={visualizing_index=1,stat-1=33>stat-2=44}", False),
+])
+def test_attribute_values_like_xla(root, ok):
+    text = f"HloModule m\nENTRY e {{\n  a = f32[4] parameter(0)\n  ROOT r = {root}\n}}\n"
+    if ok:
+        parse_hlo(text)
+        return
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(text)
+    assert e.value.line == 4 and e.value.column is not None
+
+
+def test_modules_inside_origin_recovery_table_are_parsed_like_xla():
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "corpus" / "OriginalValueRecoveryTable.hlo").read_text()
+    parse_hlo(text)
+    # XLA: "error parsing attribute origin_recovery_table" when the module inside does not parse
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(text.replace("add(%x.1, %y.1)", "add(%x.1, undefined_y.1)", 1))
+    assert (e.value.line, e.value.column) == (2, 105) and "line 7, column 37" in e.value.message
