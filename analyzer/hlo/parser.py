@@ -483,6 +483,10 @@ def _has_multiline_comment(text: str) -> bool:
     """Whether a `/* ... */` comment spans lines (the line scanner would misread what it hides)."""
     i = text.find("/*")
     while i >= 0:
+        line_start = text.rfind("\n", 0, i) + 1
+        if text[line_start:i].lstrip().startswith("//"):  # inside a whole-line `//` comment: not a comment opener
+            i = text.find("/*", i + 2)
+            continue
         j = text.find("*/", i + 2)
         if j < 0 or text.find("\n", i, j) >= 0:
             return True
