@@ -59,6 +59,7 @@ _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|f
 
 Token = FastToken  # noqa: F811
 _intern = sys.intern
+_MAX_COLUMN = (1 << Position._SHIFT) - 1
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -123,6 +124,9 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
     attrs: list = []
     pos = m.end()
     end = len(line.rstrip())
+    if end >= _MAX_COLUMN:
+        return None  # a line longer than a packed column holds: the grammar path (it clamps) reads it
+    at = packed(lineno, 0)
     while pos < end:
         a = attr_re.match(line, pos)
         if a is None:
@@ -136,7 +140,7 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         else:
             # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
             # attribute text of real dumps is unique, so one string per distinct value.
-            attrs.append(Attribute(key, _intern(raw), packed(lineno, a.start(3) + 1)))
+            attrs.append(Attribute(key, _intern(raw), at + a.start(3) + 1))
         pos = a.end()
     if is_constant:
         children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [

@@ -28,8 +28,8 @@ from analyzer.hlo.fastpath import (_line_instruction, parse_head_fast, parse_tab
                                    select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 from analyzer.hlo.shapes import Shape
-from analyzer.hlo.transformer import (HloTransformer, build_computation, build_single, callee_table, frames,
-                                      single_instruction_mode)
+from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
+                                      frames, single_instruction_mode)
 from analyzer.hlo.verifier import check_computations, verify_header, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -672,17 +672,18 @@ class LazyComputation(Computation):
                                    column=self.position.column, source_line=_source_line(self._source,
                                                                                          self.position.line))
         object.__setattr__(self, "_parsing", True)
-        try:
-            with callee_table(self._callees):
-                if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
-                    return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
-                with gc_paused():
-                    return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
+        token = CALLEES.set(self._callees)  # (not `with callee_table(...)`: a context manager per computation
+        try:                                # cost 5% of a large parse)
+            if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
+                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
+            with gc_paused():
+                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
             raise _translate(e, self._source, self._path) from None
         finally:
+            CALLEES.reset(token)
             del self.__dict__["_parsing"]
 
     @cached_property

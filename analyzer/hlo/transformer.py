@@ -24,14 +24,14 @@ from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instructio
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
-           "single_instruction_mode", "callee_table"]
+           "single_instruction_mode", "callee_table", "CALLEES"]
 
 # While one instruction is parsed on its own (XLA's single-instruction texts), a shape written without a name is
 # an operand of its own (a parameter of the module made around it); in a module XLA drops it.
 _SINGLE: ContextVar[bool] = ContextVar("hlo_single_instruction", default=False)
 # The computations read so far (name -> Computation), so an instruction written without its shape that calls
 # one (conditional, call, while) gets the shape XLA infers from its callees. None outside a module parse.
-_CALLEES: ContextVar[dict | None] = ContextVar("hlo_callees", default=None)
+CALLEES: ContextVar[dict | None] = ContextVar("hlo_callees", default=None)
 
 
 @contextmanager
@@ -46,11 +46,11 @@ def single_instruction_mode() -> Iterator[None]:
 @contextmanager
 def callee_table(table: dict) -> Iterator[dict]:
     """Within the block, computations built register themselves in `table` and shape inference reads it."""
-    token = _CALLEES.set(table)
+    token = CALLEES.set(table)
     try:
         yield table
     finally:
-        _CALLEES.reset(token)
+        CALLEES.reset(token)
 
 
 class Unnamed:
@@ -377,7 +377,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     verifier.verify_computation(comp, signed=sig is not None)
     if result is None:
         object.__setattr__(comp, "result_shape", comp.root.shape)
-    table = _CALLEES.get()
+    table = CALLEES.get()
     if table is not None:
         table.setdefault(name, comp)
     return comp
@@ -527,7 +527,7 @@ def build_single(pending: tuple) -> Computation:
 def _infer_from_callees(iname: str, opcode: str, shapes: list, attrs: tuple, fail) -> Shape:
     """XLA's ShapeInference for the ops whose shape is their callees': conditional (every branch takes its
     operand and all return one shape), call (to_apply's result) and while (the init's shape, kept by body)."""
-    table = _CALLEES.get()
+    table = CALLEES.get()
 
     def program(key: str, raw: str) -> Computation:
         name = raw.strip()

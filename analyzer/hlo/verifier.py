@@ -100,20 +100,19 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
     index: dict[str, int] = {}
     for k, inst in enumerate(comp.instructions):
         index[inst.name] = k
-        pos = inst.position
         if inst.is_root:
             if root is not None:
                 raise HloSemanticError(f"computation {name!r} has two ROOT instructions (the first is at "
-                                       f"line {root.position.line if root.position else '?'})", **_at(pos))
+                                       f"line {root.position.line if root.position else '?'})", **_at(inst.position))
             root = inst
         p = inst.parameter_number
         if p is not None:
             if p in params:
-                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(pos))
+                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(inst.position))
             if p < 0:
-                raise HloSemanticError(f"parameter number {p} is negative", **_at(pos))
+                raise HloSemanticError(f"parameter number {p} is negative", **_at(inst.position))
             if p > _INT64_MAX:
-                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(pos))
+                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(inst.position))
             params[p] = inst
         op = inst.opcode
         if op in _SHAPE_RULES:
@@ -125,13 +124,13 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         elif op == "custom-call":
             _check_layout_constraints(inst.name, inst.operands, inst.attributes)
         elif op == "conditional" and inst.operands:
-            _check_conditional(inst.name, pos, inst.operands, inst.attributes)
+            _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
         elif op == "parameter":
             _check_parameter_replication(inst.name, inst.shape, inst.attributes)
         # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
         a = next((x for x in inst.attributes if x.key == "control-predecessors"), None)
         if a is not None:
-            apos = a.position or pos
+            apos = a.position or inst.position
             try:
                 preds = attributes.parse_name_list(a.raw)
             except ValueError as e:
