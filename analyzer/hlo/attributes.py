@@ -852,16 +852,43 @@ _QUICK = {
 }
 
 
+# Attribute values already found valid, by key. Values repeat (a third or less of a dump's attribute text is
+# unique, and the parser keeps one string per distinct value), so each distinct value is checked once.
+_VALID: dict[str, set[str]] = {k: set() for k in _VALIDATED}
+_VALID_MAX = 200_000
+
+
+def forget_valid() -> None:
+    """Empty the cache of values found valid (`parse_hlo` does at its start, so each parse pays for its own
+    checks: a benchmark that parses one text again measures the real cost)."""
+    for seen in _VALID.values():
+        seen.clear()
+
+
+def known_valid(key: str, raw: str) -> bool:
+    """Whether `key=raw` was already found valid (see `validate`)."""
+    seen = _VALID.get(key)
+    return seen is not None and raw in seen
+
+
 def validate(inst: Instruction) -> None:
     """Decode every known attribute of `inst` once; raise ValueError (with `.attribute`) on a bad one."""
     for a in inst.attributes:
         key = a.key
         if key in _VALIDATED:
+            raw = a.raw
+            seen = _VALID[key]
+            if raw in seen:
+                continue
+            if len(seen) > _VALID_MAX:
+                seen.clear()
             quick = _QUICK.get(key)
-            if quick is not None and quick.fullmatch(a.raw):
+            if quick is not None and quick.fullmatch(raw):
+                seen.add(raw)
                 continue
             try:
-                DECODERS[key](a.raw)
+                DECODERS[key](raw)
+                seen.add(raw)
             except ValueError as e:
                 e.attribute = a  # type: ignore[attr-defined]
                 raise

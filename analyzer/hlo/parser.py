@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
+from analyzer.hlo.attributes import forget_valid
 from analyzer.hlo.fastpath import (_line_instruction, parse_head_fast, parse_tables_fast, parse_tables_lenient,
                                    select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
@@ -261,6 +262,7 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
     check_ints = _has_long_int(text)  # numbers that may not fit an int64: checked per attribute
+    forget_valid()
     single = is_single_instruction(text)
     split = None if single else _split(text)
     try:

@@ -251,7 +251,7 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
                 continue
             if check_ints and key != "backend_config":
                 _check_int64(a, inst)
-            if key == "metadata" and not _METADATA_OK.fullmatch(a.raw):
+            if key == "metadata" and not attributes.known_valid(key, a.raw) and not _METADATA_OK.fullmatch(a.raw):
                 note = _check_metadata(a, inst, lenient)
                 if note:
                     notes.append(note)
