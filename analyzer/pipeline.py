@@ -135,7 +135,8 @@ def analyze_hlo(
 
     Args:
       text_or_path: HLO text, a file, or an `--xla_dump_to` folder (the after-SPMD-partitioning module if
-        present, else the final optimized module; the notes say which).
+        present, else the final optimized module; the notes say which, and `Report.warnings` says which
+        collectives a backend-final module may have rewritten: `backend_final_warning`).
       mesh: the mesh the program was compiled for: a `Mesh`, dict or "data=4,model=2". None: axes are
         inferred from the collectives' device groups and named `axis_0, axis_1, ...` major to minor
         (`devices` when no structure shows), with a note.
@@ -153,12 +154,14 @@ def analyze_hlo(
     config = as_config(config)
     notes: list[str] = []
     path: str | None = None
+    final_from_folder = False
     if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
                                                   and len(text_or_path) < 4096 and "HloModule" not in text_or_path):
         p = Path(text_or_path)
         if p.is_dir():
             chosen, why = pick_dump_file(p)
             notes.append(f"Read {chosen.name} from the dump folder {p}: {why}.")
+            final_from_folder = chosen.name.endswith("after_optimizations.txt")
             p = chosen
         elif not p.exists():
             raise AnalyzerError(f"HLO input {str(p)!r} is neither HLO text nor an existing file or folder; give "
@@ -177,9 +180,64 @@ def analyze_hlo(
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
                "hlo_path": path}
+    final = final_from_folder or (path is not None and Path(path).name.endswith("after_optimizations.txt")) \
+        or module.attributes.get("is_scheduled") == "true"
+    warning = backend_final_warning(module) if final else None
     return build_report(module, mesh=info, hardware=hardware, topology=topology, device_coords=None,
                         target="dump", notes=notes, memory=None, name=module.name, context=context, config=config,
-                        model=model)
+                        model=model, warnings=[warning] if warning else [])
+
+
+# What a backend's passes make of the SPMD partitioner's collectives, by the opcode left in the final module.
+_REWRITES = {
+    "all-reduce": "may be reduce-scatters or all-gathers the backend decomposed into all-reduce (the CPU backend "
+                  "does), or several combined into one",
+    "all-gather": "may be several combined into one",
+    "reduce-scatter": "may be several combined into one",
+    "all-to-all": "may be decomposed or combined",
+    "collective-permute": "may be combined or split into send/recv",
+}
+_SPMD_DUMP_FLAGS = "XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=spmd-partitioning'"
+
+
+def backend_final_warning(module: HloModule) -> str | None:
+    r"""The warning for a module that is the backend's final one (scheduled, `*after_optimizations.txt`)
+    rather than the one right after SPMD partitioning: which of its collectives the backend may have rewritten,
+    counted from the module, and the dump flags that give the SPMD module. None when it has no collectives.
+
+    Example:
+      >>> from analyzer.hlo.parser import parse_hlo
+      >>> m = parse_hlo("HloModule m, is_scheduled=true\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+      ...               "  ROOT c = f32[] add(a, b)\n}\nENTRY e {\n  p = f32[8] parameter(0)\n"
+      ...               "  ROOT r = f32[8] all-reduce(p), replica_groups={{0,1}}, to_apply=add\n}\n")
+      >>> backend_final_warning(m).split(":")[0]
+      "Only the backend's final module was read (no module from right after SPMD partitioning)"
+    """
+    counts: dict[str, int] = {}
+    starts = combined = 0
+    for comp in module.computations:
+        for inst in comp.instructions:
+            op = inst.opcode
+            base = op[:-6] if op.endswith("-start") else op
+            if base not in _REWRITES:
+                continue
+            counts[base] = counts.get(base, 0) + 1
+            starts += op != base
+            shape = inst.shape
+            if op == base and shape is not None and shape.is_tuple and len(shape.tuple_shapes) > 1:
+                combined += 1
+    if not counts:
+        return None
+    kinds = "; ".join(f"{n} {k} ({_REWRITES[k]})" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    extra = []
+    if combined:
+        extra.append(f"{combined} tuple-shaped (several operands in one op, as the backend's combiners make)")
+    if starts:
+        extra.append(f"{starts} in async start/done form")
+    return (f"Only the backend's final module was read (no module from right after SPMD partitioning): the "
+            f"backend's passes may have rewritten its collectives, so their kinds, counts and bytes can differ from "
+            f"what the partitioner asked for and from what the priced hardware would run. Here: {kinds}" + (f"; {', '.join(extra)}" if extra else "")
+            + f". For the backend-neutral module, dump with {_SPMD_DUMP_FLAGS} and pass DIR.")
 
 
 def _lenient_notes(module: HloModule, shown: int = 5) -> list[str]:
@@ -189,7 +247,7 @@ def _lenient_notes(module: HloModule, shown: int = 5) -> list[str]:
         return []
     more = f" and {len(kept) - shown} more" if len(kept) > shown else ""
     return [f"Read with the lenient parser: {len(kept)} construct(s) this XLA version does not know were kept "
-            f"raw and not analysed ({'; '.join(kept[:shown])}{more})."]
+            f"raw (or, in the stack-frame tables, skipped) and not analysed ({'; '.join(kept[:shown])}{more})."]
 
 
 def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology: str | None = None,
@@ -229,7 +287,7 @@ def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology
                "args": ctx.args, "config": ctx.config, "hlo_path": ctx.hlo_path}
     return build_report(module, mesh=report.mesh, hardware=hw, topology=topology, device_coords=coords,
                         target=report.target, notes=notes, memory=report.memory, name=report.name, context=context,
-                        config=ctx.config, model=mdl, graph=ctx.graph)
+                        config=ctx.config, model=mdl, graph=ctx.graph, warnings=list(report.warnings))
 
 
 # ---------------------------------------------------------------------- dump folders
@@ -288,6 +346,7 @@ def build_report(
     model: str = "topology",
     graph: CallGraph | None = None,
     rules: bool = True,
+    warnings: Sequence[str] = (),
 ) -> Report:
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
@@ -346,7 +405,7 @@ def build_report(
     report = Report(
         collectives=collectives_df, dots=dots_df, totals=totals, hlo=module, mesh=mesh, hardware=hw.name,
         topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
-        analysis=analysis,
+        analysis=analysis, warnings=tuple(warnings),
     )
     return _run_rules(report, config) if rules else report
 

@@ -77,6 +77,8 @@ class Report:
       target: "cpu", "tpu:v5e:2x4", or "dump".
       diagnostics: findings of the rules (empty until rules ran).
       notes: sentences the reader needs (assumptions, e.g. the topology chosen for the cpu target).
+      warnings: what may make the figures wrong, shown first in every format (e.g. only the backend's
+        final module was read, whose collectives the backend may have rewritten).
       memory: per-device bytes from `compiled.memory_analysis()` when known.
       analysis: the live objects the rules, `reprice` and the renderers need (`AnalysisContext`: module,
         call graph, hardware spec, topology, collective and dot records, ...); not serialised, not compared.
@@ -93,6 +95,7 @@ class Report:
     diagnostics: Sequence[Diagnostic] = ()
     notes: Sequence[str] = ()
     memory: Mapping[str, int] | None = None
+    warnings: Sequence[str] = ()
     name: str = ""
     analysis: AnalysisContext = field(default_factory=AnalysisContext, repr=False, compare=False)
 
@@ -191,7 +194,7 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         collectives=pd.DataFrame(rows, columns=list(COLLECTIVE_COLUMNS)),
         dots=pd.DataFrame(data.get("dots", []), columns=list(DOT_COLUMNS)), totals=totals, hlo=None, mesh=mesh,
         hardware=data["hardware"], topology=data.get("topology", ""), target=data["target"],
-        diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])),
+        diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])), warnings=tuple(data.get("warnings", [])),
         memory=None if data.get("memory") is None else dict(data["memory"]), name=data.get("name", ""),
         analysis=AnalysisContext(argument_rows=tuple(dict(a) for a in data["arguments"]) if data.get("arguments")
                                  else None),

@@ -12,8 +12,9 @@ it runs over, the chapter's notation, bytes moved, executions per step, predicte
 line that caused it; then totals per kind and per mesh axis.
 
 From a dump folder the module right after SPMD partitioning is read when present
-(--xla_dump_hlo_pass_re=spmd-partitioning), else the final optimized module. Without --mesh the axes are
-named axis_0, axis_1... from the collectives' device groups."""
+(--xla_dump_hlo_pass_re=spmd-partitioning), else the final optimized module; the report then opens with a
+warning naming the collectives the backend may have rewritten. Without --mesh the axes are named axis_0,
+axis_1... from the collectives' device groups."""
 
 EPILOG = """\
 examples:

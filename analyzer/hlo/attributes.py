@@ -715,6 +715,64 @@ def parse_api_version(raw: str) -> str:
     return raw
 
 
+# XLA's PrecisionConfig::Algorithm (dot) and RandomAlgorithm (rng-bit-generator) values, as its parser reads them
+# (case-insensitively, without the `ALG_` / enum prefix).
+_ALGORITHMS = (
+    "unset", "dot_any_f8_any_f8_f32", "dot_any_f8_any_f8_f32_fast_accum", "dot_f16_f16_f16", "dot_f16_f16_f32",
+    "dot_bf16_bf16_bf16", "dot_bf16_bf16_f32", "dot_bf16_bf16_f32_x3", "dot_bf16_bf16_f32_x6", "dot_bf16_bf16_f32_x9",
+    "dot_tf32_tf32_f32", "dot_tf32_tf32_f32_x3", "dot_f32_f32_f32", "dot_f64_f64_f64",
+    "rng_default", "rng_three_fry", "rng_philox",
+)
+
+
+def parse_algorithm(raw: str) -> str:
+    """A dot's or rng-bit-generator's `algorithm=`, lower-cased.
+
+    Example:
+      >>> parse_algorithm("DOT_BF16_BF16_F32_X3")
+      'dot_bf16_bf16_f32_x3'
+    """
+    value = raw.lower()
+    if value not in _ALGORITHMS:
+        from analyzer.errors import valid_choices
+
+        raise ValueError(f"unknown algorithm {raw!r}; " + valid_choices(value, _ALGORITHMS, what="algorithms"))
+    return value
+
+
+def _enum(name: str, values: tuple[str, ...]) -> Callable[[str], str]:
+    """A decoder for an attribute whose value is one of `values`, spelled exactly so (XLA's parser is
+    case-sensitive for these)."""
+    def parse(raw: str) -> str:
+        if raw not in values:
+            from analyzer.errors import valid_choices
+
+            raise ValueError(f"unknown {name} {raw!r}; " + valid_choices(raw, values, what=f"{name} values"))
+        return raw
+    parse.__name__ = f"parse_{name}"
+    return parse
+
+
+_STAT_ITEM = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*=\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*")
+
+
+def parse_statistics(raw: str) -> dict[str, float]:
+    """`statistics={visualizing_index=1,stat-1=33,stat-2=44}` -> {'visualizing_index': 1.0, ...}.
+
+    Example:
+      >>> parse_statistics("{visualizing_index=1,stat-1=33.5}")
+      {'visualizing_index': 1.0, 'stat-1': 33.5}
+    """
+    body = _braced(raw, "statistics like `{visualizing_index=1,stat-1=33}`")
+    out: dict[str, float] = {}
+    for item in body.split(",") if body.strip() else []:
+        m = _STAT_ITEM.fullmatch(item)
+        if m is None:
+            raise ValueError(f"expected `name=number` in statistics, got {item.strip()[:40]!r}")
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
 def parse_shape_list(raw: str) -> tuple:
     """`{f32[2]{0}, (s32[], f32[3]{0})}` -> shapes (custom-call `operand_layout_constraints`).
 
@@ -764,6 +822,13 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "slice": parse_slice,
     "control-predecessors": parse_name_list,
     "api_version": parse_api_version,
+    "algorithm": parse_algorithm,
+    "type": _enum("comparison type", ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")),
+    "transpose_a": _enum("transpose_a", ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")),
+    "statistics": parse_statistics,
+    **{k: _parse_bool for k in ("is_associative", "is_reverse", "indices_are_sorted", "unique_indices", "is_stable",
+                                "largest", "lower", "left_side", "unit_diagonal", "is_composite",
+                                "custom_call_has_side_effect")},
     "operand_layout_constraints": parse_shape_list,
     "parameter_replication": parse_bool_list,
     "result_accuracy": parse_result_accuracy,
@@ -787,16 +852,43 @@ _QUICK = {
 }
 
 
+# Attribute values already found valid, by key. Values repeat (a third or less of a dump's attribute text is
+# unique, and the parser keeps one string per distinct value), so each distinct value is checked once.
+_VALID: dict[str, set[str]] = {k: set() for k in _VALIDATED}
+_VALID_MAX = 200_000
+
+
+def forget_valid() -> None:
+    """Empty the cache of values found valid (`parse_hlo` does at its start, so each parse pays for its own
+    checks: a benchmark that parses one text again measures the real cost)."""
+    for seen in _VALID.values():
+        seen.clear()
+
+
+def known_valid(key: str, raw: str) -> bool:
+    """Whether `key=raw` was already found valid (see `validate`)."""
+    seen = _VALID.get(key)
+    return seen is not None and raw in seen
+
+
 def validate(inst: Instruction) -> None:
     """Decode every known attribute of `inst` once; raise ValueError (with `.attribute`) on a bad one."""
     for a in inst.attributes:
         key = a.key
         if key in _VALIDATED:
+            raw = a.raw
+            seen = _VALID[key]
+            if raw in seen:
+                continue
+            if len(seen) > _VALID_MAX:
+                seen.clear()
             quick = _QUICK.get(key)
-            if quick is not None and quick.fullmatch(a.raw):
+            if quick is not None and quick.fullmatch(raw):
+                seen.add(raw)
                 continue
             try:
-                DECODERS[key](a.raw)
+                DECODERS[key](raw)
+                seen.add(raw)
             except ValueError as e:
                 e.attribute = a  # type: ignore[attr-defined]
                 raise

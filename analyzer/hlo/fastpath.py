@@ -17,7 +17,7 @@ from bisect import bisect_right
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, packed
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import HloTransformer, build_computation
@@ -58,6 +58,8 @@ _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|f
 
 
 Token = FastToken  # noqa: F811
+_intern = sys.intern
+_MAX_COLUMN = (1 << Position._SHIFT) - 1
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -96,6 +98,9 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
     if m is None:
         return None
     root, name, shape_text, opcode, ops = m.groups()
+    opcode = _intern(opcode)  # one string per opcode, not one per instruction
+    if name[0] != "%" and line[m.end(2):m.end(2) + 1] == "=":
+        return None  # `c= ...`: XLA's lexer reads `c=` as an attribute name; the grammar reports it
     try:
         shape = decode_shape(shape_text)
     except ValueError:
@@ -119,6 +124,9 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
     attrs: list = []
     pos = m.end()
     end = len(line.rstrip())
+    if end >= _MAX_COLUMN:
+        return None  # a line longer than a packed column holds: the grammar path (it clamps) reads it
+    at = packed(lineno, 0)
     while pos < end:
         a = attr_re.match(line, pos)
         if a is None:
@@ -130,7 +138,9 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
             attrs.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
-            attrs.append(Attribute(key, raw, Position(lineno, a.start(3) + 1)))
+            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
+            # attribute text of real dumps is unique, so one string per distinct value.
+            attrs.append(Attribute(key, _intern(raw), at + a.start(3) + 1))
         pos = a.end()
     if is_constant:
         children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
@@ -221,7 +231,7 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
             except ValueError:
                 return None
         out.append(Instruction(tok[1:] if tok[0] == "%" else str(tok), opcode, shape, tuple(ops), attrs, is_root,
-                               Position(tok.line, tok.column), parameter, literal))
+                               packed(tok.line, tok.column), parameter, literal))
     return tuple(out)
 
 
@@ -243,16 +253,20 @@ def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
     when a line is not a plain table row (then the grammar reads the header)."""
     tables: dict[str, list] = {}
     current = None
+    braced = False
     for k, line in enumerate(text.split("\n")):
         stripped = line.strip()
         if not stripped:
             continue
         if stripped in _TABLE_NAMES:
+            if len(tables) >= 4 or stripped != _TABLE_NAMES[len(tables)]:
+                return None  # XLA reads the four tables in order, each once: the grammar says what is wrong
             current = tables.setdefault(stripped, [])
+            braced = stripped in ("FileLocations", "StackFrames")
             continue
         if current is None:
             return None
-        if stripped[0] == "{" or stripped.endswith("}"):
+        if braced:
             m = _BRACED_ROW.match(line)
             if m is None or stripped in ("{", "}"):
                 return None
@@ -262,4 +276,54 @@ def parse_tables_fast(text: str, line0: int) -> dict[str, list] | None:
             if m is None:
                 return None
             current.append((int(m.group(1)), unquote(m.group(2)), Token("INT", m.group(1), line0 + k, m.start(1) + 1)))
-    return tables
+    return tables if len(tables) == 4 else None
+
+
+_WORD_LINE = re.compile(r"[ \t]*([A-Za-z_]\w*)[ \t]*$")
+
+
+def parse_tables_lenient(text: str, line0: int) -> tuple[dict[str, list], list[str]]:
+    """The stack-frame tables of a dump from another XLA version: like `parse_tables_fast`, but a row this
+    version cannot read, or a table it does not know, is skipped with a note (`line:column: ...; skipped`)
+    instead of failing the parse. Never raises."""
+    tables: dict[str, list] = {}
+    notes: list[str] = []
+    current: list | None = None
+    unknown: tuple[str, int, int] | None = None  # (name, line, rows) of a table this version does not know
+    braced = False
+
+    def close_unknown() -> None:
+        if unknown is not None:
+            notes.append(f"{unknown[1]}:1: table {unknown[0]} ({unknown[2]} rows) is not one this XLA version "
+                         f"prints ({', '.join(_TABLE_NAMES)}); skipped")
+
+    for k, line in enumerate(text.split("\n")):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        lineno = line0 + k
+        word = _WORD_LINE.match(line)
+        if word is not None:
+            close_unknown()
+            if stripped in _TABLE_NAMES:
+                current, unknown = tables.setdefault(stripped, []), None
+                braced = stripped in ("FileLocations", "StackFrames")
+            else:
+                current, unknown = None, (stripped, lineno, 0)
+            continue
+        if unknown is not None:
+            unknown = (unknown[0], unknown[1], unknown[2] + 1)
+            continue
+        column = len(line) - len(line.lstrip()) + 1
+        m = (_BRACED_ROW if braced else _STRING_ROW).match(line) if current is not None else None
+        if m is None:
+            what = "a row before any table" if current is None else (
+                "a row that is not `N {key=value ...}`" if braced else 'a row that is not `N "text"`')
+            notes.append(f"{lineno}:{column}: {what}: {stripped[:60]}; skipped")
+            continue
+        if braced:
+            current.append((int(m.group(1)), m.group(2), Token("BRACED", m.group(2), lineno, m.start(2) + 1)))
+        else:
+            current.append((int(m.group(1)), unquote(m.group(2)), Token("INT", m.group(1), lineno, m.start(1) + 1)))
+    close_unknown()
+    return tables, notes

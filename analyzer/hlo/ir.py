@@ -24,6 +24,7 @@ from analyzer.hlo.shapes import ELEMENT_BITS, Layout, Shape
 
 __all__ = [
     "Position",
+    "packed",
     "Layout",
     "Shape",
     "Operand",
@@ -36,15 +37,42 @@ __all__ = [
     "ELEMENT_BITS",
 ]
 
-@dataclass(frozen=True, slots=True)
-class Position:
-    """A 1-based place in the parsed text."""
+class Position(int):
+    """A 1-based place in the parsed text: `.line` and `.column`.
 
-    line: int
-    column: int
+    One packed int (line << 24 | column), not an object with two ints: a large module holds one per
+    instruction and per attribute, and this way each costs 32 bytes instead of about 100.
+
+    Example:
+      >>> p = Position(12, 7)
+      >>> p.line, p.column, str(p)
+      (12, 7, '12:7')
+    """
+
+    __slots__ = ()
+    _SHIFT = 24
+
+    def __new__(cls, line: int, column: int) -> Position:
+        if not 0 <= column < 1 << cls._SHIFT:
+            column = (1 << cls._SHIFT) - 1  # a column beyond 16 million characters is reported as that
+        return int.__new__(cls, (line << cls._SHIFT) | column)
+
+    @property
+    def line(self) -> int:
+        return int(self) >> self._SHIFT
+
+    @property
+    def column(self) -> int:
+        return int(self) & ((1 << self._SHIFT) - 1)
+
+    def __getnewargs__(self) -> tuple[int, int]:  # copy and pickle rebuild it from line and column
+        return (self.line, self.column)
 
     def __str__(self) -> str:
         return f"{self.line}:{self.column}"
+
+    def __repr__(self) -> str:
+        return f"Position(line={self.line}, column={self.column})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +83,29 @@ class Operand:
     shape: Shape | None = None
 
 
+def packed(line: int, column: int) -> int:
+    """`Position(line, column)` as the plain int the IR stores (32 bytes; a Position object is 56)."""
+    return (line << Position._SHIFT) | min(column, (1 << Position._SHIFT) - 1)
+
+
+def _position(at: int) -> Position | None:
+    return Position(at >> Position._SHIFT, at & ((1 << Position._SHIFT) - 1)) if at else None
+
+
 @dataclass(frozen=True, slots=True)
 class Attribute:
-    """One `key=value` attribute of an instruction, as printed, with where its value starts."""
+    """One `key=value` attribute of an instruction, as printed, with where its value starts.
+
+    `at` is that place packed into one int (`packed(line, column)`, 0 when unknown); `position` unpacks it.
+    """
 
     key: str
     raw: str
-    position: Position | None = field(default=None, compare=False)
+    at: int = field(default=0, compare=False, repr=False)
+
+    @property
+    def position(self) -> Position | None:
+        return _position(self.at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +138,17 @@ class Instruction:
     operands: tuple[Operand, ...]
     attributes: tuple[Attribute, ...] = ()
     is_root: bool = False
-    position: Position | None = field(default=None, compare=False)
+    # Where the instruction's name is, packed (`packed(line, column)`; 0 when unknown): see `position`.
+    at: int = field(default=0, compare=False, repr=False)
     # Parameters: parameter(N). Constants: the literal text. Other opcodes with a bare argument
     # (get-tuple-element index is an attribute, not this) keep None.
     parameter_number: int | None = None
     literal: str | None = None
     _attrs: dict[str, Attribute] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def position(self) -> Position | None:
+        return _position(self.at)
 
     @property
     def attrs(self) -> Mapping[str, Attribute]:

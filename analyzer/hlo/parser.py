@@ -24,15 +24,20 @@ from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
-from analyzer.hlo.fastpath import _line_instruction, parse_head_fast, parse_tables_fast, select_fast
+from analyzer.hlo.attributes import forget_valid
+from analyzer.hlo.fastpath import (_line_instruction, parse_head_fast, parse_tables_fast, parse_tables_lenient,
+                                   select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
-from analyzer.hlo.transformer import HloTransformer, build_computation, frames
+from analyzer.hlo.shapes import Shape
+from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
+                                      frames, single_instruction_mode)
 from analyzer.hlo.verifier import check_computations, verify_header, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
 
-__all__ = ["parse_hlo", "parse_hlo_file", "LazyComputation", "attribute_value_pattern"]
+__all__ = ["parse_hlo", "parse_hlo_file", "parse_instruction", "parse_shape", "LazyComputation",
+           "attribute_value_pattern"]
 
 # Deepest bracket nesting inside one attribute value (backend_config JSON is the deepest XLA prints).
 _MAX_NESTING = 24
@@ -93,7 +98,8 @@ def _lark() -> Lark:
         grammar,
         parser="lalr",
         lexer="contextual",
-        start=["module", "header", "computation", "computation_head", "program_layout", "instruction"],
+        start=["module", "header", "computation", "computation_head", "program_layout", "instruction",
+               "single_instruction", "shape"],
         transformer=HloTransformer(),
         maybe_placeholders=True,
         propagate_positions=False,
@@ -130,6 +136,10 @@ _TERMINALS: dict[str, str] = {
     "MORETHAN": "`>`",
     "__ANON_0": "`->`",
     "HLOMODULE": "`HloModule`",
+    "FILENAMES": "the table `FileNames`",
+    "FUNCTIONNAMES": "the table `FunctionNames`",
+    "FILELOCATIONS": "the table `FileLocations`",
+    "STACKFRAMES": "the table `StackFrames`",
     "$END": "the end of the text",
 }
 
@@ -251,12 +261,17 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     """
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
-    split = _split(text)
     check_ints = _has_long_int(text)  # numbers that may not fit an int64: checked per attribute
+    forget_valid()
+    single = is_single_instruction(text)
+    split = None if single else _split(text)
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
-            if split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
-                module = _lark().parse(text, start="module")
+            if single:
+                module = _parse_single(text, lenient, check_ints)
+            elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
+                with callee_table({}):
+                    module = _lark().parse(text, start="module")
                 for c in module.computations:
                     _verify(c, lenient, text, check_ints)
             else:
@@ -265,14 +280,96 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                 header_end = split[1][0][0] if split is not None else len(text)
                 notes = verify_header(module, text[:header_end], lenient=lenient)
                 if notes:
-                    object.__setattr__(module, "header_notes", notes)
+                    object.__setattr__(module, "header_notes", module.header_notes + notes)
     except (HloSyntaxError, HloSemanticError) as e:
-        raise _positioned(e, text, path) from None
+        raise _hint_single(_positioned(e, text, path), single) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
-        raise _translate(e, text, path) from None
+        raise _hint_single(_translate(e, text, path), single) from None
     if path is not None:
         object.__setattr__(module, "path", path)
     return module
+
+
+# Where the text starts: whitespace and comments, then the first token and what follows it.
+_LEAD = re.compile(r"(?:\s++|/\*(?:[^*]|\*(?!/))*+\*/|//[^\n]*+)*+")
+_FIRST_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*+")
+
+
+def is_single_instruction(text: str) -> bool:
+    """Whether XLA's parser reads `text` as one instruction rather than a module: it does unless the first token
+    is `HloModule` or `ENTRY`, or the second is `{` (a header-less module's first computation).
+
+    Example:
+      >>> is_single_instruction("r = f32[2] add(f32[2] x, f32[2] y)"), is_single_instruction("HloModule m")
+      (True, False)
+    """
+    pos = _LEAD.match(text).end()
+    m = _FIRST_NAME.match(text, pos)
+    if m is None:
+        return True
+    if m.group() in ("HloModule", "ENTRY"):
+        return False
+    nxt = _LEAD.match(text, m.end()).end()
+    return text[nxt:nxt + 1] != "{"
+
+
+def _hint_single(err: AnalyzerError, single: bool) -> AnalyzerError:
+    if not single or not isinstance(err, (HloSyntaxError, HloSemanticError)):
+        return err
+    return type(err)(err.message + " (read as one instruction: XLA reads a text so unless it starts with `HloModule` "
+                     "or `ENTRY`, or has `{` after its first name)", path=err.path, line=err.line,
+                     column=err.column, source_line=err.source_line)
+
+
+def _parse_single(text: str, lenient: bool, check_ints: bool) -> HloModule:
+    """One instruction on its own, as XLA reads it: a module `_` whose entry computation `_` has a parameter per
+    operand written with its shape and the instruction as ROOT."""
+    with single_instruction_mode():
+        pending = _lark().parse(text, start="single_instruction")
+        comp = build_single(pending)
+    _verify(comp, lenient, text, check_ints)
+    check_computations([comp])
+    return HloModule("_", (comp,), {}, {})
+
+
+def parse_instruction(text: str, *, lenient: bool = False) -> Instruction:
+    """One instruction as XLA's parser tests write it (`r = f32[2] add(f32[2] x, f32[2] y)`; the name may be
+    left out, `f32[2] add(f32[2] x, f32[2] y)`), with its operands' shapes.
+
+    Raises:
+      HloSyntaxError / HloSemanticError: bad text, an operand written without its shape, a text that is a module.
+
+    Example:
+      >>> i = parse_instruction("r = f32[2] add(f32[2] x, f32[2] y)")
+      >>> i.opcode, [str(o.shape) for o in i.operands]
+      ('add', ['f32[2]', 'f32[2]'])
+    """
+    if isinstance(text, str) and not is_single_instruction(text):
+        raise HloSyntaxError("expected one instruction like `r = f32[2] add(f32[2] x, f32[2] y)`, got a module (it "
+                             "starts with `HloModule` or `ENTRY`, or has `{` after its first name); use parse_hlo",
+                             line=1, column=_LEAD.match(text).end() + 1 if "\n" not in text[:_LEAD.match(text).end()]
+                             else None)
+    return parse_hlo(text, lenient=lenient).entry.root
+
+
+def parse_shape(text: str) -> Shape:
+    """One shape as XLA's ParseShape reads it: `f32[2,3]{1,0}`, `(f32[], s32[4])`, `bf16[<=8]`, `b(f32[4])`.
+
+    Raises:
+      HloSyntaxError: text that is not one shape, with line and column.
+
+    Example:
+      >>> parse_shape("(f32[2,3]{1,0}, s32[])").tuple_shapes[0].dims
+      (2, 3)
+    """
+    if not isinstance(text, str):
+        raise HloSyntaxError(f"expected a shape (str), got {type(text).__name__}")
+    try:
+        return _lark().parse(text, start="shape")
+    except (HloSyntaxError, HloSemanticError) as e:
+        raise _positioned(e, text, None) from None
+    except Exception as e:
+        raise _translate(e, text, None) from None
 
 
 def _translate(e: Exception, text: str, path: str | None, line_offset: int = 0) -> AnalyzerError:
@@ -388,6 +485,10 @@ def _has_multiline_comment(text: str) -> bool:
     """Whether a `/* ... */` comment spans lines (the line scanner would misread what it hides)."""
     i = text.find("/*")
     while i >= 0:
+        line_start = text.rfind("\n", 0, i) + 1
+        if text[line_start:i].lstrip().startswith("//"):  # inside a whole-line `//` comment: not a comment opener
+            i = text.find("/*", i + 2)
+            continue
         j = text.find("*/", i + 2)
         if j < 0 or text.find("\n", i, j) >= 0:
             return True
@@ -400,30 +501,46 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
                  check_ints: bool = True) -> HloModule:
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
     header_text, spans = split
-    header = _parse_header(header_text)
-    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints)
+    header = _parse_header(header_text, lenient)
+    callees: dict = {}
+    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints, callees)
              for start, end, line, column, name, is_entry in spans]
+    callees.update((c.name, c) for c in comps)
     name = header.name
     if not _HAS_HEADER.search(header_text):  # XLA names a header-less module after its entry
         name = "module_" + next((c for c in comps if c.is_entry), comps[-1]).name
     if not lazy:
         comps = [c._parsed for c in comps]
         check_computations(comps)
-    return HloModule(name, tuple(comps), header.attributes, header.frames, path)
+    module = HloModule(name, tuple(comps), header.attributes, header.frames, path)
+    if header.header_notes:
+        object.__setattr__(module, "header_notes", header.header_notes)
+    return module
 
 
 _TABLE_START = re.compile(r"^[ \t]*(?:FileNames|FunctionNames|FileLocations|StackFrames)[ \t]*$", re.M)
+# Any table name on a line of its own (a dump from another XLA version may print tables this one does not know).
+_ANY_TABLE_START = re.compile(r"^[ \t]*[A-Za-z_]\w*[ \t]*$", re.M)
 
 
-def _parse_header(header_text: str) -> HloModule:
+def _parse_header(header_text: str, lenient: bool = False) -> HloModule:
     """The `HloModule` line by the grammar; the stack-frame tables by the fast path when they are plain rows
-    (they can be thousands of lines), else by the grammar too."""
-    t = _TABLE_START.search(header_text)
+    (they can be thousands of lines), else by the grammar too. When `lenient`, rows and tables this version
+    cannot read are skipped and noted (`HloModule.header_notes`) instead."""
+    t = (_ANY_TABLE_START if lenient else _TABLE_START).search(header_text)
     if t is not None and t.start() > 0 and header_text[: t.start()].strip():
-        tables = parse_tables_fast(header_text[t.start():], header_text.count("\n", 0, t.start()) + 1)
+        line0 = header_text.count("\n", 0, t.start()) + 1
+        notes: list[str] | None = None
+        if lenient:
+            tables, notes = parse_tables_lenient(header_text[t.start():], line0)
+        else:
+            tables = parse_tables_fast(header_text[t.start():], line0)
         if tables is not None:
             head = _lark().parse(header_text[: t.start()], start="header")
-            return HloModule(head.name, (), head.attributes, frames(tables))
+            module = HloModule(head.name, (), head.attributes, frames(tables, notes))
+            if notes:
+                object.__setattr__(module, "header_notes", tuple(notes))
+            return module
     return _lark().parse(header_text, start="header")
 
 
@@ -493,8 +610,10 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
-                 path: str | None, lenient: bool = False, check_ints: bool = True) -> None:
+                 path: str | None, lenient: bool = False, check_ints: bool = True,
+                 callees: dict | None = None) -> None:
         object.__setattr__(self, "_checks", (lenient, check_ints))
+        object.__setattr__(self, "_callees", {} if callees is None else callees)
         object.__setattr__(self, "_source", source)
         object.__setattr__(self, "_span", (start, end))
         object.__setattr__(self, "_path", path)
@@ -550,7 +669,13 @@ class LazyComputation(Computation):
     @cached_property
     def _parsed(self) -> Computation:
         start, end = self._span
-        try:
+        if "_parsing" in self.__dict__:  # a shape inferred from a callee that is this computation
+            raise HloSemanticError(f"computation {self.name!r} calls itself", line=self.position.line,
+                                   column=self.position.column, source_line=_source_line(self._source,
+                                                                                         self.position.line))
+        object.__setattr__(self, "_parsing", True)
+        token = CALLEES.set(self._callees)  # (not `with callee_table(...)`: a context manager per computation
+        try:                                # cost 5% of a large parse)
             if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
                 return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
             with gc_paused():
@@ -559,6 +684,9 @@ class LazyComputation(Computation):
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
             raise _translate(e, self._source, self._path) from None
+        finally:
+            CALLEES.reset(token)
+            del self.__dict__["_parsing"]
 
     @cached_property
     def instructions(self) -> tuple[Instruction, ...]:  # type: ignore[override]

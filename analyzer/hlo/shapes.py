@@ -256,6 +256,23 @@ def decode_shape(text: str) -> Shape:
     parts.append(body[start:].strip())
     if any(not p for p in parts):
         raise ValueError(f"not a tuple shape: {text[:40]}")
-    return Shape("tuple", tuple_shapes=tuple(decode_shape(p) for p in parts))
+    elements = tuple(decode_shape(p) for p in parts)
+    bad = bad_element_layout(elements)
+    if bad is not None:
+        raise ValueError(bad)
+    return Shape("tuple", tuple_shapes=elements)
+
+
+def bad_element_layout(elements: tuple[Shape, ...]) -> str | None:
+    """Why a tuple with these elements is not one XLA's parser builds, or None: it validates the layout of each
+    array element (directly or in a buffer), whose minor-to-major list must be a permutation of its dimensions
+    (an array shape on its own is not checked so)."""
+    for e in elements:
+        leaf = e.tuple_shapes[0] if e.element_type == "buffer" and e.tuple_shapes else e
+        lay = leaf.layout
+        if lay is not None and lay.minor_to_major and sorted(lay.minor_to_major) != list(range(len(leaf.dims))):
+            return (f"the layout {{{','.join(map(str, lay.minor_to_major))}}} of tuple element {leaf} is not a "
+                    "permutation of its dimensions")
+    return None
 
 

@@ -12,15 +12,54 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from lark import Token, Transformer
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
-from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape
-from analyzer.hlo.shapes import decode_array_shape
+from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape, packed
+from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
-__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_module", "frames"]
+__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
+           "single_instruction_mode", "callee_table", "CALLEES"]
+
+# While one instruction is parsed on its own (XLA's single-instruction texts), a shape written without a name is
+# an operand of its own (a parameter of the module made around it); in a module XLA drops it.
+_SINGLE: ContextVar[bool] = ContextVar("hlo_single_instruction", default=False)
+# The computations read so far (name -> Computation), so an instruction written without its shape that calls
+# one (conditional, call, while) gets the shape XLA infers from its callees. None outside a module parse.
+CALLEES: ContextVar[dict | None] = ContextVar("hlo_callees", default=None)
+
+
+@contextmanager
+def single_instruction_mode() -> Iterator[None]:
+    token = _SINGLE.set(True)
+    try:
+        yield
+    finally:
+        _SINGLE.reset(token)
+
+
+@contextmanager
+def callee_table(table: dict) -> Iterator[dict]:
+    """Within the block, computations built register themselves in `table` and shape inference reads it."""
+    token = CALLEES.set(table)
+    try:
+        yield table
+    finally:
+        CALLEES.reset(token)
+
+
+class Unnamed:
+    """An operand written as a shape alone (`add(f32[2], f32[2])`), with where it was written."""
+
+    __slots__ = ("shape", "line", "column")
+
+    def __init__(self, shape: Shape, line: int, column: int) -> None:
+        self.shape, self.line, self.column = shape, line, column
 
 
 def _name(tok: Token) -> str:
@@ -53,9 +92,13 @@ class HloTransformer(Transformer):
         return Shape("buffer", tuple_shapes=(children[1],))
 
     def tuple_shape(self, children):
-        if children == [None]:
+        elements = tuple(c for c in children if type(c) is Shape)
+        if not elements:
             return Shape("tuple")
-        return Shape("tuple", tuple_shapes=tuple(children))
+        bad = bad_element_layout(elements)
+        if bad is not None:
+            raise _syntax(bad + " (XLA validates the layouts of tuple elements)", children[0])
+        return Shape("tuple", tuple_shapes=elements)
 
     # ------------------------------------------------------------------ literals
     # Each literal rule gives (text, kind, items): kind "s" scalar, "a" {array}, "p" (tuple or complex),
@@ -87,13 +130,16 @@ class HloTransformer(Transformer):
             return (children[0], None)
         return (children[1], children[0])
 
+    def shape_operand(self, children):
+        return Unnamed(children[0], 0, 0)  # placed by `instruction`, which sees the opcode token
+
     def number_operand(self, children):
         return children[0]
 
     def nested_operand(self, children):
         # ("nested", children of an `instruction` rule without name and ROOT, opcode token)
         opcode = next(c for c in children if isinstance(c, Token) and c.type == "NAME")
-        return ("nested", [c for c in children if c is not None], opcode)
+        return ("nested", children, opcode)
 
     def nested_constant(self, children):
         return ("nested_constant", children, children[1])
@@ -105,7 +151,7 @@ class HloTransformer(Transformer):
         stripped = raw.lstrip()
         if len(stripped) != len(raw):  # `key= value`: XLA skips the space; keep the value's own column
             return Attribute(key, stripped, None)
-        return Attribute(key, raw, Position(tok.line, tok.column + len(key) + 1))
+        return Attribute(key, sys.intern(raw), packed(tok.line, tok.column + len(key) + 1))
 
     module_attr = attribute
 
@@ -125,17 +171,20 @@ class HloTransformer(Transformer):
         operands = []
         attrs = []
         parameter = None
-        for c in children[i + 3:]:
+        rest = children[i + 3:]
+        if any(type(c) is Unnamed for c in rest):
+            rest = self._unnamed(rest, opcode)
+        for c in rest:
             if c is None:
                 continue
             if type(c) is Attribute:
                 if c.key == "device_ids" and attrs and attrs[-1].raw.startswith("mesh"):
                     # `replica_groups=mesh[...], device_ids=(...) {...}` is one value that contains a comma.
                     prev = attrs[-1]
-                    attrs[-1] = Attribute(prev.key, f"{prev.raw}, device_ids={c.raw}", prev.position)
+                    attrs[-1] = Attribute(prev.key, f"{prev.raw}, device_ids={c.raw}", prev.at)
                     continue
                 attrs.append(c)
-            elif type(c) is tuple:
+            elif type(c) is tuple or type(c) is Unnamed:
                 operands.append(c)
             else:  # a bare number: parameter(N)
                 if opcode != "parameter" or parameter is not None or operands:
@@ -143,7 +192,42 @@ class HloTransformer(Transformer):
                                   "`parameter(N)` takes a number", c)
                 parameter = int(c)
         verifier.check_instruction(opcode, len(operands), parameter, attrs)
-        return (is_root, name, shape, str(opcode), operands, tuple(attrs), parameter, None)
+        return (is_root, name, shape, sys.intern(str(opcode)), operands, tuple(attrs), parameter, None)
+
+    @staticmethod
+    def _unnamed(rest: list, opcode: Token) -> list:
+        """Operands written as a shape alone: kept (with a position) when one instruction is parsed on its own;
+        in a module dropped as XLA drops them, except in the last slot, where XLA wants a name."""
+        slots = [k for k, c in enumerate(rest) if type(c) is not Attribute]
+        out = list(rest)
+        for k in slots:
+            c = rest[k]
+            if type(c) is not Unnamed:
+                continue
+            c.line, c.column = opcode.line, opcode.column + len(opcode) + 1
+            if _SINGLE.get():
+                continue
+            if k == slots[-1]:
+                raise _syntax(f"expected an operand name after the shape {c.shape} (XLA drops a shape written "
+                              "without a name only when a `,` follows it)", opcode, len(opcode) + 1)
+            out[k] = None
+        return out
+
+    def single_instruction(self, children):
+        return children[0]
+
+    def unnamed_instruction(self, children):
+        # `f32[2] add(...)`: XLA names the instruction `_`, like the module it makes around it.
+        i = 1 if type(children[0]) is Token and children[0].type == "ROOT" else 0
+        opcode = children[i + 1]
+        return self.instruction(children[:i] + [Token("NAME", "_", line=opcode.line, column=opcode.column)]
+                                + children[i:])
+
+    def unnamed_constant(self, children):
+        i = 1 if type(children[0]) is Token and children[0].type == "ROOT" else 0
+        opened = children[i + 1]
+        return self.constant_instruction(children[:i] + [Token("NAME", "_", line=opened.line, column=opened.column)]
+                                         + children[i:])
 
     def constant_instruction(self, children):
         is_root = False
@@ -277,7 +361,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         if shape is None:
             shape = _infer_shape(iname, tok, opcode, ops, attrs)
         defined[iname] = Operand(iname, shape)
-        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, Position(tok.line, tok.column),
+        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, packed(tok.line, tok.column),
                                  parameter, literal))
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
@@ -293,6 +377,9 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     verifier.verify_computation(comp, signed=sig is not None)
     if result is None:
         object.__setattr__(comp, "result_shape", comp.root.shape)
+    table = CALLEES.get()
+    if table is not None:
+        table.setdefault(name, comp)
     return comp
 
 
@@ -326,7 +413,7 @@ def _flatten_nested(pending: list) -> list:
     def expand(operands: list) -> list:
         resolved = []
         for o in operands:
-            if len(o) != 3:
+            if type(o) is not tuple or len(o) != 3:
                 resolved.append(o)
                 continue
             kind, children, op_tok = o
@@ -342,7 +429,7 @@ def _flatten_nested(pending: list) -> list:
         return resolved
 
     for p in pending:
-        operands = expand(p[4]) if any(len(o) == 3 for o in p[4]) else p[4]
+        operands = expand(p[4]) if any(type(o) is tuple and len(o) == 3 for o in p[4]) else p[4]
         out.append(p[:4] + (operands,) + p[5:])
     return out
 
@@ -375,6 +462,8 @@ def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape
         if a is not None and a.raw.isdigit() and int(a.raw) < len(shapes[0].tuple_shapes):
             return shapes[0].tuple_shapes[int(a.raw)]
         raise fail(": its index is missing or out of range")
+    if opcode in ("conditional", "call", "while"):
+        return _infer_from_callees(iname, opcode, shapes, attrs, fail)
     if opcode == "dot" and len(shapes) >= 2:
         def dims(key: str) -> tuple[int, ...]:
             a = next((x for x in attrs if x.key == key), None)
@@ -394,6 +483,112 @@ def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape
             raise fail(": its dimension numbers do not fit the operands") from None
         return Shape(lhs.element_type, tuple(out))
     raise fail()
+
+
+def build_single(pending: tuple) -> Computation:
+    """The entry computation XLA makes around one instruction parsed on its own: every operand not defined
+    before it (written with its shape, or a shape alone, then named `_N`) becomes a parameter, numbered in the
+    order written; nested instructions come before their user; the instruction is the ROOT.
+
+    Raises:
+      HloSemanticError: an undefined operand written without a shape (XLA: "Operand had no shape in HLO
+        text; cannot create param"), and whatever `build_computation` rejects.
+    """
+    flat = _flatten_nested([pending])
+    params: list = []
+    defined: set[str] = set()
+    out = []
+    for p in flat:
+        ops = []
+        for o in p[4]:
+            if type(o) is Unnamed:
+                tok = Token("NAME", f"_{len(params)}", line=o.line, column=o.column)
+                params.append((False, tok, o.shape, "parameter", [], (), len(params), None))
+                defined.add(str(tok))
+                ops.append((tok, None))
+                continue
+            otok, oshape = o
+            oname = otok[1:] if otok[0] == "%" else str(otok)
+            if oname not in defined:
+                if oshape is None:
+                    raise HloSemanticError(f"operand {oname!r} is not defined; in an instruction read on its own, XLA "
+                                           f"makes an operand a parameter only when its shape is written, like "
+                                           f"`f32[2] {oname}`", line=otok.line, column=otok.column)
+                tok = Token("NAME", oname, line=otok.line, column=otok.column)
+                params.append((False, tok, oshape, "parameter", [], (), len(params), None))
+                defined.add(oname)
+            ops.append(o)
+        defined.add(p[1][1:] if p[1][0] == "%" else str(p[1]))
+        out.append(p[:4] + (ops,) + p[5:])
+    out[-1] = (True,) + out[-1][1:]
+    return build_computation(Token("NAME", "_", line=1, column=1), True, None, params + out)
+
+
+def _infer_from_callees(iname: str, opcode: str, shapes: list, attrs: tuple, fail) -> Shape:
+    """XLA's ShapeInference for the ops whose shape is their callees': conditional (every branch takes its
+    operand and all return one shape), call (to_apply's result) and while (the init's shape, kept by body)."""
+    table = CALLEES.get()
+
+    def program(key: str, raw: str) -> Computation:
+        name = raw.strip()
+        name = name[1:] if name.startswith("%") else name
+        comp = table.get(name) if table is not None else None
+        if comp is None:
+            raise fail(f": its {key} {name!r} is not a computation defined before it")
+        return comp
+
+    def fits(a: Shape | None, b: Shape | None) -> bool:
+        return a is None or b is None or verifier.compatible(a, b)
+
+    def one_param(comp: Computation, operand: Shape, what: str) -> None:
+        params = comp.parameter_shapes
+        if len(params) != 1 or not fits(params[0][1], operand):
+            raise fail(f": {what} {comp.name!r} must take one parameter of the operand's shape {operand}")
+
+    by_key = {a.key: a.raw for a in attrs}
+    if opcode == "call":
+        if "to_apply" not in by_key:
+            raise fail(": it has no to_apply")
+        comp = program("to_apply", by_key["to_apply"])
+        params = comp.parameter_shapes
+        if len(params) != len(shapes) or not all(fits(p[1], o) for p, o in zip(params, shapes)):
+            raise fail(f": to_apply {comp.name!r} does not take its operands' shapes")
+        return comp.result_shape
+    if opcode == "while":
+        if len(shapes) != 1 or "condition" not in by_key or "body" not in by_key:
+            raise fail(": while takes one operand, a condition and a body")
+        init = shapes[0]
+        cond, body = program("condition", by_key["condition"]), program("body", by_key["body"])
+        one_param(cond, init, "the condition")
+        one_param(body, init, "the body")
+        r = cond.result_shape
+        if r is not None and (r.is_tuple or r.dims or r.element_type != "pred"):
+            raise fail(f": its condition {cond.name!r} must return pred[], not {r}")
+        if not fits(body.result_shape, init):
+            raise fail(f": its body {body.name!r} must return the operand's shape {init}")
+        return init
+    if "branch_computations" in by_key:
+        try:
+            names = attributes.parse_name_list(by_key["branch_computations"])
+        except ValueError:
+            raise fail(": its branch_computations are not a list of names") from None
+        branches = [program("branch", n) for n in names]
+    elif "true_computation" in by_key and "false_computation" in by_key:
+        branches = [program("true_computation", by_key["true_computation"]),
+                    program("false_computation", by_key["false_computation"])]
+    else:
+        raise fail(": it has neither branch_computations nor true_computation and false_computation")
+    if not branches or len(shapes) != len(branches) + 1:
+        raise fail(f": it has {len(branches)} branches, so it takes {len(branches) + 1} operands")
+    for k, (comp, operand) in enumerate(zip(branches, shapes[1:])):
+        one_param(comp, operand, f"branch {k}")
+    result = branches[0].result_shape
+    for k, comp in enumerate(branches[1:], 1):
+        if not fits(comp.result_shape, result):
+            raise fail(f": branch {k} {comp.name!r} returns {comp.result_shape}, branch 0 returns {result}")
+    if result is None:
+        raise fail()
+    return result
 
 
 def build_module(children: list) -> HloModule:
@@ -429,18 +624,22 @@ def build_module(children: list) -> HloModule:
     return HloModule(name, tuple(comps), attrs, frames(tables))
 
 
-def frames(tables: dict[str, list]) -> dict[int, Frame]:
-    """Resolve StackFrames through FileLocations, FileNames and FunctionNames (ids are 1-based)."""
+def frames(tables: dict[str, list], notes: list[str] | None = None) -> dict[int, Frame]:
+    """Resolve StackFrames through FileLocations, FileNames and FunctionNames (ids are 1-based).
+
+    With `notes` (a lenient parse), a row field this XLA version does not know, a field given twice or text
+    that is not `key=number` is noted there and left out, instead of raising.
+    """
+    locs: dict[int, dict[str, int]] = {}
+    for i, text, tok in tables.get("FileLocations", ()):
+        locs[i] = _int_fields(text, tok, verifier.FILE_LOCATION_FIELDS, notes)
     if "StackFrames" not in tables:
         return {}
     files = {i: s for i, s, _ in tables.get("FileNames", ())}
     funcs = {i: s for i, s, _ in tables.get("FunctionNames", ())}
-    locs: dict[int, dict[str, int]] = {}
-    for i, text, tok in tables.get("FileLocations", ()):
-        locs[i] = _int_fields(text, tok, verifier.FILE_LOCATION_FIELDS)
     frames: dict[int, Frame] = {}
     for i, text, tok in tables["StackFrames"]:
-        f = _int_fields(text, tok, verifier.STACK_FRAME_FIELDS)
+        f = _int_fields(text, tok, verifier.STACK_FRAME_FIELDS, notes)
         # XLA accepts a frame whose location is missing from the table; it resolves to an unknown place.
         loc = locs.get(f.get("file_location_id", -1), {})
         parent = f.get("parent_frame_id", 0)
@@ -461,12 +660,21 @@ def frames(tables: dict[str, list]) -> dict[int, Frame]:
 _KV = re.compile(r"([A-Za-z_]\w*)=(-?\d+)")
 
 
-def _int_fields(text: str, tok: Token, allowed: frozenset[str]) -> dict[str, int]:
+def _int_fields(text: str, tok: Token, allowed: frozenset[str], notes: list[str] | None = None) -> dict[str, int]:
     body = text[1:-1].strip()
     pairs = _KV.findall(body)
     out = {k: int(v) for k, v in pairs}
-    if len(out) != len(pairs) or not allowed.issuperset(out):
-        verifier.check_fields(pairs, allowed, text, tok)
-    if _KV.sub("", body).strip():
-        raise HloSyntaxError(f"expected `key=number` pairs inside {text}", line=tok.line, column=tok.column)
+    try:
+        if len(out) != len(pairs) or not allowed.issuperset(out):
+            verifier.check_fields(pairs, allowed, text, tok)
+        if _KV.sub("", body).strip():
+            raise HloSyntaxError(f"expected `key=number` pairs inside {text}", line=tok.line, column=tok.column)
+    except HloSyntaxError as e:
+        if notes is None:
+            raise
+        notes.append(f"{tok.line}:{tok.column}: {e.message}; read the known fields only")
+        out = {}
+        for k, v in pairs:
+            if k in allowed:
+                out.setdefault(k, int(v))
     return out

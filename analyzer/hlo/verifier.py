@@ -21,7 +21,7 @@ from analyzer.hlo import attributes
 from analyzer.hlo.ir import Attribute, Computation, HloModule, Instruction, Position
 from analyzer.hlo.opcodes import (ALLOWED_ATTRIBUTES, COMMON_ATTRIBUTES, OPCODES, REQUIRED_ATTRIBUTES, allowed_attributes,
                                   base_opcode, fixed_arity, is_known_opcode)
-from analyzer.hlo.shapes import ELEMENT_BITS, Shape, decode_array_shape
+from analyzer.hlo.shapes import ELEMENT_BITS, Shape, bad_element_layout, decode_array_shape
 
 __all__ = [
     "check_opcode",
@@ -100,20 +100,19 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
     index: dict[str, int] = {}
     for k, inst in enumerate(comp.instructions):
         index[inst.name] = k
-        pos = inst.position
         if inst.is_root:
             if root is not None:
                 raise HloSemanticError(f"computation {name!r} has two ROOT instructions (the first is at "
-                                       f"line {root.position.line if root.position else '?'})", **_at(pos))
+                                       f"line {root.position.line if root.position else '?'})", **_at(inst.position))
             root = inst
         p = inst.parameter_number
         if p is not None:
             if p in params:
-                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(pos))
+                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(inst.position))
             if p < 0:
-                raise HloSemanticError(f"parameter number {p} is negative", **_at(pos))
+                raise HloSemanticError(f"parameter number {p} is negative", **_at(inst.position))
             if p > _INT64_MAX:
-                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(pos))
+                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(inst.position))
             params[p] = inst
         op = inst.opcode
         if op in _SHAPE_RULES:
@@ -125,13 +124,13 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         elif op == "custom-call":
             _check_layout_constraints(inst.name, inst.operands, inst.attributes)
         elif op == "conditional" and inst.operands:
-            _check_conditional(inst.name, pos, inst.operands, inst.attributes)
+            _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
         elif op == "parameter":
             _check_parameter_replication(inst.name, inst.shape, inst.attributes)
         # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
         a = next((x for x in inst.attributes if x.key == "control-predecessors"), None)
         if a is not None:
-            apos = a.position or pos
+            apos = a.position or inst.position
             try:
                 preds = attributes.parse_name_list(a.raw)
             except ValueError as e:
@@ -252,7 +251,7 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
                 continue
             if check_ints and key != "backend_config":
                 _check_int64(a, inst)
-            if key == "metadata" and not _METADATA_OK.fullmatch(a.raw):
+            if key == "metadata" and not attributes.known_valid(key, a.raw) and not _METADATA_OK.fullmatch(a.raw):
                 note = _check_metadata(a, inst, lenient)
                 if note:
                     notes.append(note)
@@ -664,6 +663,8 @@ def check_module_attribute(a: Attribute) -> None:
     """Check the header attributes whose syntax XLA checks: aliasing, buffer donors, the entry layout."""
     if a.key not in MODULE_ATTRIBUTES:
         return  # an unknown key: the parser reports it (or, when lenient, notes it) once the module is built
+    if a.key == "is_scheduled" and a.raw not in ("true", "false"):
+        raise HloSyntaxError(f"expected is_scheduled=true or false, got {a.raw[:20]!r}", **_at(a.position))
     if a.key in ("allow_spmd_sharding_propagation_to_output", "allow_spmd_sharding_propagation_to_parameters"):
         try:
             attributes.parse_bool_list(a.raw)
@@ -675,6 +676,9 @@ def check_module_attribute(a: Attribute) -> None:
         return
     if a.key == "buffer_donor":
         _check_items(a, _DONOR_ITEM, "`{ (0, {0}), (1, {}) }`")
+        return
+    if a.key == "origin_recovery_table":
+        _check_recovery_modules(a)
         return
     if a.key != "entry_computation_layout":
         return
@@ -689,19 +693,54 @@ def check_module_attribute(a: Attribute) -> None:
         except ValueError as e:
             raise HloSyntaxError(f"entry_computation_layout: {e}", line=a.position.line if a.position else None,
                                  column=(a.position.column + m.start()) if a.position else None) from None
-    bad = _program_layout_error(body)
+    why: list[str] = []
+    bad = _program_layout_error(body, why)
     if bad is not None:
-        raise HloSyntaxError("expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
+        raise HloSyntaxError(f"entry_computation_layout: {why[0]}" if why else
+                             "expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
                              line=a.position.line if a.position else None,
                              column=(a.position.column + bad) if a.position else None)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _check_recovery_modules(a: Attribute) -> None:
+    """The modules an `origin_recovery_table` holds (`{ {"x"} : {"x__ovp0"}, "HloModule ..." }`): XLA parses each
+    quoted module text, so one it cannot parse fails the whole module; this parses them the same way."""
+    from analyzer.hlo.parser import parse_hlo
+
+    raw = a.raw
+    depth = 0
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            m = _STRING.match(raw, i)
+            if m is None:
+                break
+            if depth == 1:  # a module text (the original-value keys are quoted inside their own braces)
+                try:
+                    parse_hlo(attributes.unquote(m.group()))
+                except (HloSyntaxError, HloSemanticError) as e:
+                    where = f" at its line {e.line}, column {e.column}" if e.line is not None else ""
+                    raise HloSyntaxError(f"the module in origin_recovery_table does not parse{where}: {e.message}",
+                                         **_at(a.position)) from None
+            i = m.end()
+            continue
+        depth += c == "{"
+        depth -= c == "}"
+        i += 1
 
 
 # The tokens of `{(f32[2]{0}, (s32[], f32[])) -> f32[2]{0}}`: spaces and comments between any two.
 _LAYOUT_TOKEN = re.compile(r"\s+|/\*(?:[^*]|\*(?!/))*\*/|(->|[(){},]|[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?)")
 
 
-def _program_layout_error(body: str) -> int | None:
-    """Where (0-based offset) `body` stops being `{(shape, ...)->shape}`, or None when it is one."""
+def _program_layout_error(body: str, why: list[str] | None = None) -> int | None:
+    """Where (0-based offset) `body` stops being `{(shape, ...)->shape}`, or None when it is one. A tuple
+    element whose layout is not a permutation of its dimensions counts too (XLA validates tuple elements);
+    then the reason is appended to `why`."""
     toks: list[tuple[str, int]] = []
     pos = 0
     while pos < len(body):
@@ -720,7 +759,7 @@ def _program_layout_error(body: str) -> int | None:
             raise IndexError(toks[k][1])
         k += 1
 
-    def shape() -> None:
+    def shape(in_tuple: bool = False) -> None:
         nonlocal k
         t = toks[k][0]
         if t == "(":
@@ -728,21 +767,31 @@ def _program_layout_error(body: str) -> int | None:
             if toks[k][0] == ")":
                 k += 1
                 return
-            shape()
+            shape(True)
             while toks[k][0] == ",":
                 k += 1
-                shape()
+                shape(True)
             expect(")")
         elif t[:1].isalpha():
+            if in_tuple:
+                bad = bad_element_layout((decode_array_shape(t),))
+                if bad is not None:
+                    if why is not None:
+                        why.append(bad)
+                    raise IndexError(toks[k][1])
             k += 1
         else:
             raise IndexError(toks[k][1])
 
     try:
         expect("{")
-        if toks[k][0] != "(":
-            raise IndexError(toks[k][1])
-        shape()
+        expect("(")  # the parameters: each a shape of its own, not a tuple's element
+        if toks[k][0] != ")":
+            shape()
+            while toks[k][0] == ",":
+                k += 1
+                shape()
+        expect(")")
         expect("->")
         shape()
         expect("}")

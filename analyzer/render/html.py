@@ -339,6 +339,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         "finding_groups": _finding_groups(report.diagnostics),
         "memory": memory_lines(report),
         "notes": list(report.notes),
+        "warnings": list(report.warnings),
         "figures": figures,
         "sweep": sweep,
         "sweep_rows": _sweep(sweep),

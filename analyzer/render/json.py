@@ -169,6 +169,8 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
     arguments = argument_rows(report)
     if arguments:
         data["arguments"] = to_jsonable(arguments)
+    if report.warnings:
+        data["warnings"] = [str(w) for w in report.warnings]
     if sweep is not None:
         data["sweep"] = sweep.to_dict()
     if whatif:

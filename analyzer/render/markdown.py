@@ -134,6 +134,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     """
     title = f"# hlo-analyzer report: {report.name}" if report.name else "# hlo-analyzer report"
     parts = [title]
+    parts.extend(f"> **Warning:** {w}" for w in report.warnings)
     todo = what_to_do(report)
     if todo:
         parts.append(f"**{todo}**")

@@ -338,6 +338,9 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     console.print(Rule(Text("hlo-analyzer report", style="bold"), align="left"))
     console.print(plan_table(report))
     console.print()
+    for warning in report.warnings:
+        console.print(Text(f"Warning: {warning}", style="bold yellow"))
+        console.print()
     todo = what_to_do(report)
     if todo:
         console.print(Text(todo, style="bold green"))

@@ -166,3 +166,48 @@ def test_a_report_rebuilt_from_json_reprices_on_its_described_topology_or_says_i
     assert facts.topology is None
     with pytest.raises(AnalyzerError, match="no topology"):
         facts.price(c.kind, c.bytes, c.axes)
+
+
+FINAL = SAMPLES / "shard_map_collectives.cpu.final.hlo"  # is_scheduled=true: the CPU backend's final module
+
+
+def test_backend_final_module_is_warned_about_first(tmp_path):
+    final = analyze_hlo(FINAL)
+    assert len(final.warnings) == 1
+    w = final.warnings[0]
+    # every kind in the module named with its count (one each in this sample), and the flags for the SPMD module
+    for kind in ("1 all-reduce", "1 all-gather", "1 reduce-scatter", "1 all-to-all", "1 collective-permute"):
+        assert kind in w
+    assert "--xla_dump_hlo_pass_re=spmd-partitioning" in w
+    assert not analyze_hlo(SAMPLES / "shard_map_collectives.cpu.spmd.hlo").warnings
+    # shown before anything else in every format, kept by JSON and reprice
+    assert final.to_markdown().split("\n\n")[1] == f"> **Warning:** {w}"
+    assert final.to_text().index("Warning: Only the backend") < final.to_text().index("Totals")
+    html = final.to_html()
+    assert html.index('class="warning"') < html.index('id="summary"')
+    assert json.loads(final.to_json())["warnings"] == [w]
+    assert "warnings" not in json.loads(analyze_hlo(SAMPLES / "shard_map_collectives.cpu.spmd.hlo").to_json())
+    assert reprice(final, hardware="tpu-v5p").warnings == final.warnings
+    from analyzer.analysis.report import report_from_dict
+
+    assert report_from_dict(final.to_dict()).warnings == (w,)
+    # a dump folder with only the final module: warned too, and the note says which file was read
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    text = FINAL.read_text().replace(", is_scheduled=true", "")
+    (dump / "module_0001.jit_collectives.cpu_after_optimizations.txt").write_text(text)
+    assert analyze_hlo(dump).warnings == final.warnings
+
+
+def test_backend_final_warning_counts_async_and_combined_forms():
+    from analyzer.hlo.parser import parse_hlo
+    from analyzer.pipeline import backend_final_warning
+
+    m = parse_hlo("HloModule m, is_scheduled=true\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                  "  ROOT c = f32[] add(a, b)\n}\nENTRY e {\n  p = f32[8] parameter(0)\n  q = f32[4] parameter(1)\n"
+                  "  r = (f32[8], f32[4]) all-reduce(p, q), replica_groups={{0,1}}, to_apply=add\n"
+                  "  s = f32[8] all-reduce-start(p), replica_groups={{0,1}}, to_apply=add\n"
+                  "  ROOT d = f32[8] all-reduce-done(s)\n}\n")
+    w = backend_final_warning(m)
+    assert "2 all-reduce" in w and "1 tuple-shaped" in w and "1 in async start/done form" in w
+    assert backend_final_warning(parse_hlo("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")) is None

@@ -29,15 +29,11 @@ CORPUS = sorted(p for p in (HERE / "corpus").glob("*.hlo") if not p.name.endswit
 CORPUS_INVALID = sorted((HERE / "corpus").glob("*.invalid.hlo"))  # XLA's own negative tests
 MUTATED = sorted((HERE / "corpus" / "mutated").glob("*.hlo"))
 
-# Known gaps, with reasons. Valid modules we reject:
-KNOWN_REJECTED_VALID = {
-    # A stray comma after an operand's shape prefix (`f32[...] ,%x`), which XLA's parser tolerates.
-    "ReduceWindow.m0.valid.hlo",
-}
-# Invalid modules we accept: enum values of attributes are not checked.
-KNOWN_ACCEPTED_INVALID = {
-    "DotWithAlgorithm.m4.invalid.hlo",  # algorithm enum value
-}
+# Known gaps, with reasons (none left: the stray comma after an operand shape and the dot algorithm values are
+# read as XLA reads them). Valid modules we reject:
+KNOWN_REJECTED_VALID: set[str] = set()
+# Invalid modules we accept:
+KNOWN_ACCEPTED_INVALID: set[str] = set()
 
 
 def _enum_to_opcode() -> dict[str, str]:
