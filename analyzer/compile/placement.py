@@ -22,7 +22,8 @@ from typing import Any
 
 from analyzer.theory.topology import PhysicalSlice
 
-__all__ = ["StandInDevice", "standin_devices", "make_mesh_devices", "jax_placement"]
+__all__ = ["StandInDevice", "standin_devices", "make_mesh_devices", "hybrid_mesh_devices", "dcn_split",
+           "jax_placement"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,55 @@ def make_mesh_devices(axis_sizes: Sequence[int], axis_names: Sequence[str], devi
         return list(np.asarray(arr).flat), "mesh_utils.create_device_mesh"
     except Exception:
         return list(devices), "device order"
+
+
+def dcn_split(axis_sizes: Sequence[int], num_slices: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """How a mesh spans `num_slices` slices: (DCN shape, per-slice ICI shape), the arguments of jax's
+    `mesh_utils.create_hybrid_device_mesh(mesh_shape=ICI, dcn_mesh_shape=DCN)`, whose product axis by axis is
+    the mesh. The slices go to the major axes first, as the DCN is the major physical axis (MaxText's
+    `dcn_data_parallelism` and friends): axis k takes gcd(slices left, size_k) of them. None when the axes
+    cannot share out the slices (their product is not a multiple of `num_slices` in that order).
+
+    Example:
+      >>> dcn_split((2, 4), 2), dcn_split((8,), 2), dcn_split((4, 2), 3)
+      (((2, 1), (1, 4)), ((2,), (4,)), None)
+    """
+    import math
+
+    left, dcn = int(num_slices), []
+    for size in axis_sizes:
+        d = math.gcd(left, int(size))
+        dcn.append(d)
+        left //= d
+    if left != 1:
+        return None
+    return tuple(dcn), tuple(int(s) // d for s, d in zip(axis_sizes, dcn))
+
+
+def hybrid_mesh_devices(axis_sizes: Sequence[int], devices: Sequence[Any]) -> tuple[list[Any], str]:
+    """`devices` of several slices (each with a `slice_index`) in the order jax's hybrid mesh puts them:
+    `mesh_utils.create_hybrid_device_mesh` with the split of `dcn_split`, which lays each slice's part of the
+    mesh by jax's device-mesh logic and the slices over the DCN axes. For a split jax cannot lay out, the
+    devices by slice, then as given.
+
+    Returns:
+      (devices in mesh order, "mesh_utils.create_hybrid_device_mesh" | "slice order").
+    """
+    import numpy as np
+    from jax.experimental import mesh_utils
+
+    num_slices = len({int(d.slice_index) for d in devices})
+    split = dcn_split(axis_sizes, num_slices)
+    if split is not None:
+        dcn, ici = split
+        for split_axes in (False, True):  # jax's default first; then letting an axis split a physical one
+            try:
+                arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=list(devices),
+                                                           allow_split_physical_axes=split_axes)
+                return list(np.asarray(arr).flat), "mesh_utils.create_hybrid_device_mesh"
+            except Exception:  # shapes jax's per-slice layout cannot honour
+                continue
+    return sorted(devices, key=lambda d: int(d.slice_index)), "slice order"
 
 
 def jax_placement(sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequence[int]
