@@ -459,7 +459,9 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
     string (`SLICE@in-order`, `SLICE@AXIS=PHYS,...`); where `jax.make_mesh` would put each mesh position on
     the slice (given, or else the single slice of that many chips), computed with jax's own mesh utilities
     over stand-in devices (`analyzer.compile.placement`); the axes in order when jax has no placement for
-    the hardware (GPUs, several slices over DCN, a spec without `device_kind`)."""
+    the hardware (GPUs, a spec without `device_kind`). On several slices over DCN, which `jax.make_mesh`
+    refuses, jax's hybrid mesh (`mesh_utils.create_hybrid_device_mesh`, the major mesh axes over DCN)
+    takes its place, from the TPU devices or stand-ins alike."""
     from analyzer.compile.placement import placed_topology
     from analyzer.theory.topology import Topology, parse_slice, product_slice, smallest_slice, split_placement
 
@@ -492,7 +494,14 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
             topo, how = placed
             where = f"the declared slice {sl.name}" if declared else f"the {sl.name} slice of {mesh.size} chips"
             via = "" if how == "jax.make_mesh" else f" (jax.make_mesh refused this shape; placed by {how})"
-            return topo, (f"Priced on {hw.name} with the mesh placed on {where} as jax.make_mesh would place it"
+            jax_way = "as jax.make_mesh would place it"
+            if sl.networks[0] == "dcn":
+                where = f"the declared slices {sl.name}"
+                jax_way = "as jax's hybrid mesh would place it"
+                via = (" (mesh_utils.create_hybrid_device_mesh, the major mesh axes over DCN)"
+                       if how == "mesh_utils.create_hybrid_device_mesh" else
+                       f" (jax's hybrid mesh cannot split these axes over {sl.dims[0]} slices; placed by {how})")
+            return topo, (f"Priced on {hw.name} with the mesh placed on {where} {jax_way}"
                           f"{via}; write the topology as '{sl.name}@in-order' or '{sl.name}@AXIS=PHYS,...' to "
                           f"choose another placement: {_describe_topology(topo)}.")
     topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=topology)

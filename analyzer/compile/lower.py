@@ -19,13 +19,18 @@ How it works, and why this way:
      (`python -m analyzer.compile.lower`, the job passed as JSON on stdin);
    - target `tpu:<topology>`: ahead of time on libtpu's compile-only client for that topology
      (`jax.experimental.topologies.get_topology_desc`), in the calling process; no TPU is needed and it works
-     under `JAX_PLATFORMS=cpu`.
+     under `JAX_PLATFORMS=cpu`. `tpu:<topology>*N` asks libtpu for N such slices (`num_slices=N`; the
+     devices carry `slice_index`). libtpu then compiles the program of one slice: its final HLO has the
+     partitions of one slice and the collectives over DCN as megascale host transfers (send/recv), while the
+     after-SPMD dump is the whole program over every slice's chips.
 
 Logical device ids. In every HLO this module returns, device (partition) id `i` is position `i` of the mesh
 in row-major order; `Lowered.mesh.device_ids[i]` is the physical device id placed there
 (`mesh.devices.flat[i].id`) and `Lowered.device_coords[i]` its torus coordinates on TPU. On a TPU target a
 dict or abstract mesh is placed as `jax.make_mesh` places it on that slice; pass a `jax.sharding.Mesh` of the
 topology's devices (`jax.experimental.topologies.get_topology_desc(...).devices`) to choose the placement.
+On several slices, which `jax.make_mesh` refuses, it is placed as jax's hybrid mesh places it
+(`mesh_utils.create_hybrid_device_mesh`, the major mesh axes over DCN).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -106,9 +111,10 @@ class Lowered:
         inserted, before backend passes rewrite them (the CPU backend promotes bf16 all-reduces, combines and
         decomposes collectives). The view to read collectives from.
       optimized_hlo: the final optimized HLO (`compiled.as_text()`).
-      target: "cpu" or "tpu:<generation>:<shape>", e.g. "tpu:v5e:2x4".
+      target: "cpu" or "tpu:<generation>:<shape>[*<slices>]", e.g. "tpu:v5e:2x4", "tpu:v5e:2x2*2".
       mesh: the user's mesh: axis names, sizes, device id at each mesh position, axis types.
-      device_coords: torus coordinates of the device at each mesh position (mesh order), or None on cpu.
+      device_coords: torus coordinates of the device at each mesh position (mesh order), or None on cpu; on a
+        multi-slice target `(slice_index, *torus coords)`, the torus coords trimmed to the slice's rank.
       memory: per-device bytes from the compiler's memory analysis (`argument_bytes`, `output_bytes`,
         `temp_bytes`, `alias_bytes`, `generated_code_bytes`), or None when the backend gives none.
       compile_seconds: seconds XLA took to compile (partitioning and backend passes), without tracing.
@@ -768,7 +774,8 @@ def lower(
         `(size, "explicit")`), or a string "data=4,model=2". Up to 1024 devices on cpu. When None, the mesh of
         the first NamedSharding among the arguments.
       in_shardings, out_shardings: as for `jax.jit`; `PartitionSpec`s are taken on `mesh`.
-      target: "cpu" (fake CPU devices) or "tpu:<generation>:<shape>" (e.g. "tpu:v5e:2x4"; needs libtpu).
+      target: "cpu" (fake CPU devices) or "tpu:<generation>:<shape>" (e.g. "tpu:v5e:2x4"; needs libtpu), with
+        "*N" for N slices over DCN ("tpu:v5e:2x2*2").
       static_argnums: as for `jax.jit`.
       isolate: cpu target only: True compiles in a child process always, False never (raises if the live
         process has too few CPU devices), None (default) only when the live process has too few.

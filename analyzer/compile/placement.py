@@ -31,12 +31,14 @@ class StandInDevice:
     """A TPU device as jax's mesh utilities see it, for a slice no TPU or libtpu is needed for.
 
     Attributes:
-      id: the device id; numbered as libtpu numbers a single slice: x fastest, then y, then z.
-      coords: the chip's (x, y, z) torus coordinates (z is 0 on 2-D tori, as libtpu reports).
+      id: the device id; numbered as libtpu numbers a single slice: x fastest, then y, then z (slice after
+        slice on several slices).
+      coords: the chip's (x, y, z) torus coordinates in its slice (z is 0 on 2-D tori, as libtpu reports).
       device_kind: jax's `Device.device_kind` for the chip ("TPU v5 lite"), from the hardware spec.
       core_on_chip: 0 (one device per chip: megacore chips, and v5e/v6e).
       platform: "tpu".
-      process_index, slice_index: 0 (one process, one slice).
+      process_index, slice_index: the slice's index (0 on one slice; libtpu's multi-slice topologies give
+        each slice its own process too).
     """
 
     id: int
@@ -52,22 +54,28 @@ class StandInDevice:
 
 
 def standin_devices(sl: PhysicalSlice) -> list[StandInDevice] | None:
-    """Stand-in devices for every chip of a single TPU slice, in id order; None when jax has nothing to say:
-    a GPU slice, several slices over DCN (`jax.make_mesh` refuses those), a torus of more than 3 dims, or a
-    hardware spec without a `device_kind`.
+    """Stand-in devices for every chip of a TPU slice (or of each of several slices over DCN, with their
+    `slice_index`), in id order; None when jax has nothing to say: a GPU slice, a torus of more than 3 dims,
+    or a hardware spec without a `device_kind`.
 
     Example:
       >>> from analyzer.theory.topology import parse_slice
       >>> [d.coords for d in standin_devices(parse_slice("v5e:2x2"))]
       [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
+      >>> [(d.slice_index, d.coords[:2]) for d in standin_devices(parse_slice("v5e:2x1*2"))]
+      [(0, (0, 0)), (0, (1, 0)), (1, (0, 0)), (1, (1, 0))]
     """
     hw = sl.hardware
-    if hw.kind != "tpu" or not hw.device_kind or any(n != "ici" for n in sl.networks) or len(sl.dims) > 3:
+    slices, torus, networks = 1, tuple(sl.dims), tuple(sl.networks)
+    if networks and networks[0] == "dcn":
+        slices, torus, networks = sl.dims[0], torus[1:], networks[1:]
+    if hw.kind != "tpu" or not hw.device_kind or any(n != "ici" for n in networks) or len(torus) > 3:
         return None
-    dims = (*sl.dims, *(1,) * (3 - len(sl.dims)))
+    dims = (*torus, *(1,) * (3 - len(torus)))
     # itertools.product varies the last factor fastest: iterate (z, y, x) so that x is fastest.
     coords = [(x, y, z) for z, y, x in itertools.product(range(dims[2]), range(dims[1]), range(dims[0]))]
-    return [StandInDevice(i, c, hw.device_kind) for i, c in enumerate(coords)]
+    return [StandInDevice(s * len(coords) + i, c, hw.device_kind, process_index=s, slice_index=s)
+            for s in range(slices) for i, c in enumerate(coords)]
 
 
 def make_mesh_devices(axis_sizes: Sequence[int], axis_names: Sequence[str], devices: Sequence[Any],
@@ -151,7 +159,9 @@ def hybrid_mesh_devices(axis_sizes: Sequence[int], devices: Sequence[Any]) -> tu
 
 def jax_placement(sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequence[int]
                   ) -> tuple[tuple[tuple[int, ...], ...], str] | None:
-    """The physical coordinates of each mesh position when `jax.make_mesh` builds the mesh on slice `sl`.
+    """The physical coordinates of each mesh position when `jax.make_mesh` builds the mesh on slice `sl` (on
+    several slices, which `jax.make_mesh` refuses, where `mesh_utils.create_hybrid_device_mesh` puts it; the
+    coords are then led by the slice index, as the slice's dims are).
 
     Returns:
       (coords in `mesh.devices.flat` order, trimmed to the slice's rank; how the order was chosen), or None
@@ -169,6 +179,10 @@ def jax_placement(sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequ
         n *= int(s)
     if devices is None or len(devices) != n:
         return None
+    if sl.networks[0] == "dcn":  # several slices: jax's hybrid mesh; coords (slice, *torus) as the slice's dims
+        ordered, how = hybrid_mesh_devices(axis_sizes, devices)
+        rank = len(sl.dims) - 1
+        return tuple((int(d.slice_index), *(int(v) for v in d.coords[:rank])) for d in ordered), how
     ordered, how = make_mesh_devices(axis_sizes, axis_names, devices)
     rank = len(sl.dims)
     return tuple(tuple(int(v) for v in d.coords[:rank]) for d in ordered), how

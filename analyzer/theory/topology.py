@@ -846,6 +846,10 @@ class Topology:
                "device coords": "placed by the devices' physical coords",
                "jax.make_mesh": "placed where jax.make_mesh puts each mesh position on it (jax's mesh "
                                 "utilities over the chips' coords)"}[self.origin]
+        if self.origin == "jax.make_mesh" and self.slice.networks[0] == "dcn":
+            how = ("placed where jax's hybrid mesh puts each mesh position on it (mesh_utils."
+                   "create_hybrid_device_mesh over the chips' slice and coords, the major mesh axes over DCN; "
+                   "jax.make_mesh refuses several slices)")
         if self.declared:
             chosen = "declared"
         elif self.origin == "jax.make_mesh":
