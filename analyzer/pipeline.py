@@ -473,9 +473,10 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
         sl = parse_slice(target.split(":", 1)[1], hw)
         topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=sl, device_coords=coords,
                                  declared=True)
-        return topo, (f"Priced on {hw.name} with the TPU devices' slice index and torus coordinates, the mesh "
-                      f"placed as jax's hybrid mesh places it (mesh_utils.create_hybrid_device_mesh, the major "
-                      f"axes over DCN): {_describe_topology(topo)}.")
+        return topo, (f"Priced on {hw.name} with the slice index and torus coordinates of the TPU device at each "
+                      f"mesh position (placed as jax's hybrid mesh places them, mesh_utils."
+                      f"create_hybrid_device_mesh with the major axes over DCN, unless the mesh given was one of "
+                      f"the topology's devices): {_describe_topology(topo)}.")
     if coords is not None and topology is None:
         coords = _trim_coords(coords, hw)
         topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, device_coords=coords)
