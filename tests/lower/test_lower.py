@@ -276,6 +276,8 @@ def test_tpu_ahead_of_time_compile():
     [
         ("tpu:v9z:2x4", {"X": 8}, HardwareError, "libtpu does not know the TPU topology 'v9z:2x4'"),
         ("tpu:v5e:4x4", {"X": 8}, MeshError, "topology 'v5e:4x4' has 16"),
+        ("tpu:v5e:2x2*2", {"X": 4}, MeshError, "topology 'v5e:2x2*2' has 8"),
+        ("tpu:v9z:2x2*2", {"X": 8}, HardwareError, "libtpu does not know the TPU topology 'v9z:2x2*2'"),
     ],
 )
 def test_tpu_errors(target, mesh, error, message):
