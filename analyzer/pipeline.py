@@ -112,6 +112,13 @@ def analyze(
     text = lowered.optimized_hlo if lowered.platform == "tpu" else lowered.spmd_hlo
     which = ("the final optimized HLO of the TPU compiler" if lowered.platform == "tpu"
              else "the HLO right after SPMD partitioning (backend-neutral; CPU backend rewrites not applied)")
+    per_slice = _per_slice_program(lowered)
+    if per_slice is not None:
+        text = lowered.spmd_hlo
+        which = (f"the HLO right after SPMD partitioning, the whole program over all {lowered.mesh.size} chips: "
+                 f"libtpu's final HLO for this multi-slice target is the program of one slice ({per_slice} "
+                 "partitions), its collectives over DCN turned into megascale host transfers (send/recv), "
+                 "which are not read; so the step is predicted by the overlap model of unscheduled modules")
     from analyzer.hlo.parser import parse_hlo
 
     module = parse_hlo(text, path=f"<{lowered.name or 'module'} for {lowered.target}>")
@@ -121,6 +128,18 @@ def analyze(
     return build_report(module, mesh=lowered.mesh, hardware=hardware, topology=topology,
                         device_coords=lowered.device_coords, target=lowered.target, notes=notes,
                         memory=lowered.memory, name=lowered.name, context=context, config=config, model=model)
+
+
+def _per_slice_program(lowered: Any) -> int | None:
+    """The partitions of the final HLO when libtpu compiled a multi-slice target into the program of one
+    slice (fewer partitions than the mesh has devices), else None."""
+    import re
+
+    if lowered.platform != "tpu" or "*" not in lowered.target:
+        return None
+    m = re.search(r"num_partitions=(\d+)", lowered.optimized_hlo.split("\n", 1)[0])
+    partitions = int(m.group(1)) if m else 1
+    return partitions if partitions != lowered.mesh.size else None
 
 
 def analyze_hlo(
@@ -440,13 +459,24 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
     string (`SLICE@in-order`, `SLICE@AXIS=PHYS,...`); where `jax.make_mesh` would put each mesh position on
     the slice (given, or else the single slice of that many chips), computed with jax's own mesh utilities
     over stand-in devices (`analyzer.compile.placement`); the axes in order when jax has no placement for
-    the hardware (GPUs, several slices over DCN, a spec without `device_kind`)."""
+    the hardware (GPUs, a spec without `device_kind`). On several slices over DCN, which `jax.make_mesh`
+    refuses, jax's hybrid mesh (`mesh_utils.create_hybrid_device_mesh`, the major mesh axes over DCN)
+    takes its place, from the TPU devices or stand-ins alike."""
     from analyzer.compile.placement import placed_topology
     from analyzer.theory.topology import Topology, parse_slice, product_slice, smallest_slice, split_placement
 
     gen = target.split(":")[1] if target.startswith("tpu:") and target.count(":") >= 2 else None
     if coords is not None and gen is not None and gen != hw.topology_prefix:
         coords = None  # compiled for another TPU generation: its coords say nothing about this hardware
+    if coords is not None and topology is None and "*" in target:
+        # several slices: (slice_index, torus coords) on the target's own slices, the DCN the major axis
+        sl = parse_slice(target.split(":", 1)[1], hw)
+        topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=sl, device_coords=coords,
+                                 declared=True)
+        return topo, (f"Priced on {hw.name} with the slice index and torus coordinates of the TPU device at each "
+                      f"mesh position (placed as jax's hybrid mesh places them, mesh_utils."
+                      f"create_hybrid_device_mesh with the major axes over DCN, unless the mesh given was one of "
+                      f"the topology's devices): {_describe_topology(topo)}.")
     if coords is not None and topology is None:
         coords = _trim_coords(coords, hw)
         topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, device_coords=coords)
@@ -465,7 +495,14 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
             topo, how = placed
             where = f"the declared slice {sl.name}" if declared else f"the {sl.name} slice of {mesh.size} chips"
             via = "" if how == "jax.make_mesh" else f" (jax.make_mesh refused this shape; placed by {how})"
-            return topo, (f"Priced on {hw.name} with the mesh placed on {where} as jax.make_mesh would place it"
+            jax_way = "as jax.make_mesh would place it"
+            if sl.networks[0] == "dcn":
+                where = f"the declared slices {sl.name}"
+                jax_way = "as jax's hybrid mesh would place it"
+                via = (" (mesh_utils.create_hybrid_device_mesh, the major mesh axes over DCN)"
+                       if how == "mesh_utils.create_hybrid_device_mesh" else
+                       f" (jax's hybrid mesh cannot split these axes over {sl.dims[0]} slices; placed by {how})")
+            return topo, (f"Priced on {hw.name} with the mesh placed on {where} {jax_way}"
                           f"{via}; write the topology as '{sl.name}@in-order' or '{sl.name}@AXIS=PHYS,...' to "
                           f"choose another placement: {_describe_topology(topo)}.")
     topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=topology)

@@ -18,7 +18,8 @@ nothing) and returns `(fn, args)` or `(fn, args, kwargs)`, the jitted function a
 
 Targets: `cpu` compiles on fake CPU devices (a child process when this one has too few) and reads the HLO
 right after SPMD partitioning; `tpu:<gen>:<shape>` (e.g. tpu:v5e:2x4) compiles ahead of time with libtpu
-(pip install 'hlo-analyzer[tpu]') and reads the final TPU program."""
+(pip install 'hlo-analyzer[tpu]') and reads the final TPU program; `tpu:<gen>:<shape>*N` (e.g. tpu:v5e:2x2*2)
+compiles for N slices joined by DCN and reads the whole program after SPMD partitioning."""
 
 EPILOG = """\
 examples:
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("entry", metavar="MODULE:FUNCTION", help="entry point returning (fn, args)")
     p.add_argument("--mesh", metavar="AXES", required=True, help="mesh, major to minor, e.g. data=4,model=2")
     p.add_argument("--target", default="cpu", metavar="TARGET",
-                   help="cpu (default) or tpu:<gen>:<shape>, e.g. tpu:v5e:2x4")
+                   help="cpu (default) or tpu:<gen>:<shape>[*N], e.g. tpu:v5e:2x4, tpu:v5e:2x2*2")
     add_pricing_options(p)
     add_output_options(p)
     add_timeout_option(p)

@@ -96,7 +96,7 @@ CONFIG_KEYS = (
     ("hardware", "string", "hardware spec name or path (`hlo-analyzer hardware list`)"),
     ("topology", "string", "physical slice, e.g. `v5e:4x2`"),
     ("mesh", "table", "mesh axis name = size, major to minor"),
-    ("target", "string", "`cpu` or `tpu:<gen>:<shape>`"),
+    ("target", "string", "`cpu` or `tpu:<gen>:<shape>[*N]`"),
     ("entry-points", "list of strings", "`module:function` returning (jitted fn, abstract args), for `check`"),
     ("baseline", "string", "baseline file (relative to the pyproject.toml): accepted findings"),
     ("min-saving-seconds", "number", "findings that save less per step are negligible and dropped (default 10e-6)"),

@@ -19,13 +19,18 @@ How it works, and why this way:
      (`python -m analyzer.compile.lower`, the job passed as JSON on stdin);
    - target `tpu:<topology>`: ahead of time on libtpu's compile-only client for that topology
      (`jax.experimental.topologies.get_topology_desc`), in the calling process; no TPU is needed and it works
-     under `JAX_PLATFORMS=cpu`.
+     under `JAX_PLATFORMS=cpu`. `tpu:<topology>*N` asks libtpu for N such slices (`num_slices=N`; the
+     devices carry `slice_index`). libtpu then compiles the program of one slice: its final HLO has the
+     partitions of one slice and the collectives over DCN as megascale host transfers (send/recv), while the
+     after-SPMD dump is the whole program over every slice's chips.
 
 Logical device ids. In every HLO this module returns, device (partition) id `i` is position `i` of the mesh
 in row-major order; `Lowered.mesh.device_ids[i]` is the physical device id placed there
 (`mesh.devices.flat[i].id`) and `Lowered.device_coords[i]` its torus coordinates on TPU. On a TPU target a
 dict or abstract mesh is placed as `jax.make_mesh` places it on that slice; pass a `jax.sharding.Mesh` of the
 topology's devices (`jax.experimental.topologies.get_topology_desc(...).devices`) to choose the placement.
+On several slices, which `jax.make_mesh` refuses, it is placed as jax's hybrid mesh places it
+(`mesh_utils.create_hybrid_device_mesh`, the major mesh axes over DCN).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -106,9 +111,10 @@ class Lowered:
         inserted, before backend passes rewrite them (the CPU backend promotes bf16 all-reduces, combines and
         decomposes collectives). The view to read collectives from.
       optimized_hlo: the final optimized HLO (`compiled.as_text()`).
-      target: "cpu" or "tpu:<generation>:<shape>", e.g. "tpu:v5e:2x4".
+      target: "cpu" or "tpu:<generation>:<shape>[*<slices>]", e.g. "tpu:v5e:2x4", "tpu:v5e:2x2*2".
       mesh: the user's mesh: axis names, sizes, device id at each mesh position, axis types.
-      device_coords: torus coordinates of the device at each mesh position (mesh order), or None on cpu.
+      device_coords: torus coordinates of the device at each mesh position (mesh order), or None on cpu; on a
+        multi-slice target `(slice_index, *torus coords)`, the torus coords trimmed to the slice's rank.
       memory: per-device bytes from the compiler's memory analysis (`argument_bytes`, `output_bytes`,
         `temp_bytes`, `alias_bytes`, `generated_code_bytes`), or None when the backend gives none.
       compile_seconds: seconds XLA took to compile (partitioning and backend passes), without tracing.
@@ -142,13 +148,25 @@ class Lowered:
 
 @dataclass(frozen=True)
 class Target:
-    """A parsed target: `cpu`, or `tpu:<generation>:<shape>` (a libtpu topology name such as `v5e:2x4`)."""
+    """A parsed target: `cpu`, or `tpu:<generation>:<shape>[*<slices>]` (a libtpu topology name such as
+    `v5e:2x4`, and how many such slices are joined by the data-center network; `topology` keeps the whole
+    `v5e:2x2*2`)."""
 
     platform: str
     topology: str | None = None
 
     def __str__(self) -> str:
         return self.platform if self.topology is None else f"{self.platform}:{self.topology}"
+
+    @property
+    def slice_topology(self) -> str | None:
+        """The libtpu topology name of one slice ("v5e:2x2" for "v5e:2x2*2")."""
+        return None if self.topology is None else self.topology.split("*", 1)[0]
+
+    @property
+    def num_slices(self) -> int:
+        """How many slices the target joins over DCN (1 for a single slice and for cpu)."""
+        return int(self.topology.split("*", 1)[1]) if self.topology and "*" in self.topology else 1
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -159,7 +177,8 @@ def parse_target(target: str | Target) -> Target:
     """Parse a target string.
 
     Args:
-      target: "cpu", or "tpu:<generation>:<shape>" such as "tpu:v5e:2x4" or "tpu:v5p:2x2x2".
+      target: "cpu", or "tpu:<generation>:<shape>" such as "tpu:v5e:2x4" or "tpu:v5p:2x2x2", optionally
+        followed by "*<slices>" for several such slices joined by DCN ("tpu:v5e:16x16*4").
 
     Returns:
       The `Target`.
@@ -167,6 +186,8 @@ def parse_target(target: str | Target) -> Target:
     Example:
         >>> parse_target("tpu:v5e:2x4")
         Target(platform='tpu', topology='v5e:2x4')
+        >>> parse_target("tpu:v5e:2x2*2").num_slices
+        2
     """
     if isinstance(target, Target):
         return target
@@ -176,12 +197,16 @@ def parse_target(target: str | Target) -> Target:
     if text == "cpu":
         return Target("cpu")
     if text.startswith("tpu:"):
-        topology = text[4:]
-        if not re.fullmatch(r"v\d+[a-z]*(lite)?:\d+(x\d+){1,2}", topology):
+        topology = re.sub(r"\s+", "", text[4:])
+        m = re.fullmatch(r"v\d+[a-z]*(lite)?:\d+(x\d+){1,2}(\*(?P<slices>\d+))?", topology)
+        if not m or (m.group("slices") is not None and int(m.group("slices")) < 1):
             raise LoweringError(
-                f"target {target!r}: a TPU target names a generation and a slice shape, "
-                "e.g. 'tpu:v5e:2x4', 'tpu:v5e:4x4', 'tpu:v5p:2x2x2', 'tpu:v4:2x2x1'"
+                f"target {target!r}: a TPU target names a generation and a slice shape, and optionally a number "
+                "of slices joined by DCN, e.g. 'tpu:v5e:2x4', 'tpu:v5e:4x4', 'tpu:v5p:2x2x2', 'tpu:v4:2x2x1', "
+                "'tpu:v5e:16x16*4'"
             )
+        if m.group("slices") is not None and int(m.group("slices")) == 1:
+            topology = topology.split("*", 1)[0]  # one slice is the slice itself
         return Target("tpu", topology)
     raise LoweringError(f"unknown target {target!r}: " + valid_choices(text, ["cpu", "tpu:<generation>:<shape>"],
                                                                          what="targets"))
@@ -452,18 +477,22 @@ def _quiet_stderr() -> Iterator[list[str]]:
 
 
 def _tpu_devices(topology: str) -> list[Any]:
-    """The compile-only TPU devices of a libtpu topology (e.g. "v5e:2x4")."""
+    """The compile-only TPU devices of a libtpu topology (e.g. "v5e:2x4"; "v5e:2x2*2" for two such slices
+    over DCN, whose devices carry `slice_index` 0 and 1)."""
     if not _libtpu_available():
         raise LoweringError(f"target 'tpu:{topology}' needs libtpu for ahead-of-time TPU compilation: "
                             f"{TPU_EXTRA_HINT}")
     from jax.experimental import topologies
+
+    name, _, slices = topology.partition("*")
+    extra = {"num_slices": int(slices)} if slices else {}
 
     # libtpu takes /tmp/libtpu_lockfile so that two processes never drive the same chips. Ahead-of-time
     # compilation drives no chip, and without this a second analysis (or a test run) beside a first one fails.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     with _quiet_stderr() as log:
         try:
-            desc = topologies.get_topology_desc(platform="tpu", topology_name=topology)
+            desc = topologies.get_topology_desc(platform="tpu", topology_name=name, **extra)
             error = None
         except Exception as e:  # libtpu raises its own runtime errors for unknown names
             error = e
@@ -471,20 +500,34 @@ def _tpu_devices(topology: str) -> list[Any]:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise HardwareError(
             f"libtpu does not know the TPU topology {topology!r} ({detail}); give a generation and a slice "
-            "shape such as 'v5e:2x2', 'v5e:2x4', 'v5e:4x4', 'v5p:2x2x2', 'v4:2x2x1'"
+            "shape such as 'v5e:2x2', 'v5e:2x4', 'v5e:4x4', 'v5p:2x2x2', 'v4:2x2x1' (and '*N' for N slices)"
         ) from None
     del log
-    return list(desc.devices)
+    devices = list(desc.devices)
+    found = len({int(getattr(d, "slice_index", 0)) for d in devices})
+    if found != max(1, int(slices or 1)):
+        raise HardwareError(f"libtpu described TPU topology {topology!r} with {found} slice(s), not "
+                            f"{int(slices or 1)}; this libtpu cannot describe multi-slice topologies")
+    return devices
+
+
+def _tpu_coords(device: Any, rank: int, multi_slice: bool) -> tuple[int, ...]:
+    """A TPU device's coordinates on the slice(s): its torus coordinates trimmed to the torus's `rank`, led by
+    its `slice_index` on a multi-slice target (the DCN is the major physical axis, as in `v5e:2x2*2`)."""
+    torus = tuple(int(c) for c in device.coords)[:rank]
+    return ((int(device.slice_index), *torus) if multi_slice else tuple(int(c) for c in device.coords))
 
 
 def _tpu_mesh_devices(mesh: Any, abstract: Any, devices: list[Any], topology: str) -> list[Any]:
     """The topology's devices in mesh order: the user's own order for a Mesh of these devices, else the layout
     `jax.make_mesh` gives on that slice (what a real run with `jax.make_mesh` would use; on an 8-chip v5e
     tray that is jax's ring order 0 1 2 3 7 6 5 4 whatever the mesh shape), else device-id order
-    (`analyzer.compile.placement.make_mesh_devices`, which the cpu target applies to stand-in devices)."""
+    (`analyzer.compile.placement.make_mesh_devices`, which the cpu target applies to stand-in devices). On
+    several slices (`jax.make_mesh` refuses those) the layout of jax's hybrid mesh, the major axes over DCN
+    (`analyzer.compile.placement.hybrid_mesh_devices`)."""
     from jax.sharding import Mesh
 
-    from analyzer.compile.placement import make_mesh_devices
+    from analyzer.compile.placement import hybrid_mesh_devices, make_mesh_devices
 
     if abstract.size != len(devices):
         raise MeshError(
@@ -498,6 +541,9 @@ def _tpu_mesh_devices(mesh: Any, abstract: Any, devices: list[Any], topology: st
             return [by_id[d.id] for d in mesh.devices.flat]
         except KeyError as e:
             raise MeshError(f"mesh device {e.args[0]} is not in TPU topology {topology!r}") from None
+    if len({int(getattr(d, "slice_index", 0)) for d in devices}) > 1:
+        ordered, _ = hybrid_mesh_devices(tuple(abstract.axis_sizes), devices)
+        return ordered
     ordered, _ = make_mesh_devices(tuple(abstract.axis_sizes), tuple(abstract.axis_names), devices,
                                    axis_types=tuple(abstract.axis_types))
     return ordered
@@ -728,7 +774,8 @@ def lower(
         `(size, "explicit")`), or a string "data=4,model=2". Up to 1024 devices on cpu. When None, the mesh of
         the first NamedSharding among the arguments.
       in_shardings, out_shardings: as for `jax.jit`; `PartitionSpec`s are taken on `mesh`.
-      target: "cpu" (fake CPU devices) or "tpu:<generation>:<shape>" (e.g. "tpu:v5e:2x4"; needs libtpu).
+      target: "cpu" (fake CPU devices) or "tpu:<generation>:<shape>" (e.g. "tpu:v5e:2x4"; needs libtpu), with
+        "*N" for N slices over DCN ("tpu:v5e:2x2*2").
       static_argnums: as for `jax.jit`.
       isolate: cpu target only: True compiles in a child process always, False never (raises if the live
         process has too few CPU devices), None (default) only when the live process has too few.
@@ -772,7 +819,8 @@ def lower(
         assert parsed.topology is not None
         tpu_devices = _tpu_mesh_devices(mesh, abstract, _tpu_devices(parsed.topology), parsed.topology)
         device_ids = [d.id for d in tpu_devices]
-        coords = tuple(tuple(int(c) for c in d.coords) for d in tpu_devices)
+        rank = len(str(parsed.slice_topology).split(":")[1].split("x"))
+        coords = tuple(_tpu_coords(d, rank, parsed.num_slices > 1) for d in tpu_devices)
     else:
         from jax.sharding import Mesh
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from analyzer.theory.topology import PhysicalSlice
 
-__all__ = ["StandInDevice", "standin_devices", "make_mesh_devices", "jax_placement"]
+__all__ = ["StandInDevice", "standin_devices", "make_mesh_devices", "hybrid_mesh_devices", "dcn_split",
+           "jax_placement"]
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,14 @@ class StandInDevice:
     """A TPU device as jax's mesh utilities see it, for a slice no TPU or libtpu is needed for.
 
     Attributes:
-      id: the device id; numbered as libtpu numbers a single slice: x fastest, then y, then z.
-      coords: the chip's (x, y, z) torus coordinates (z is 0 on 2-D tori, as libtpu reports).
+      id: the device id; numbered as libtpu numbers a single slice: x fastest, then y, then z (slice after
+        slice on several slices).
+      coords: the chip's (x, y, z) torus coordinates in its slice (z is 0 on 2-D tori, as libtpu reports).
       device_kind: jax's `Device.device_kind` for the chip ("TPU v5 lite"), from the hardware spec.
       core_on_chip: 0 (one device per chip: megacore chips, and v5e/v6e).
       platform: "tpu".
-      process_index, slice_index: 0 (one process, one slice).
+      process_index, slice_index: the slice's index (0 on one slice; libtpu's multi-slice topologies give
+        each slice its own process too).
     """
 
     id: int
@@ -51,22 +54,28 @@ class StandInDevice:
 
 
 def standin_devices(sl: PhysicalSlice) -> list[StandInDevice] | None:
-    """Stand-in devices for every chip of a single TPU slice, in id order; None when jax has nothing to say:
-    a GPU slice, several slices over DCN (`jax.make_mesh` refuses those), a torus of more than 3 dims, or a
-    hardware spec without a `device_kind`.
+    """Stand-in devices for every chip of a TPU slice (or of each of several slices over DCN, with their
+    `slice_index`), in id order; None when jax has nothing to say: a GPU slice, a torus of more than 3 dims,
+    or a hardware spec without a `device_kind`.
 
     Example:
       >>> from analyzer.theory.topology import parse_slice
       >>> [d.coords for d in standin_devices(parse_slice("v5e:2x2"))]
       [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
+      >>> [(d.slice_index, d.coords[:2]) for d in standin_devices(parse_slice("v5e:2x1*2"))]
+      [(0, (0, 0)), (0, (1, 0)), (1, (0, 0)), (1, (1, 0))]
     """
     hw = sl.hardware
-    if hw.kind != "tpu" or not hw.device_kind or any(n != "ici" for n in sl.networks) or len(sl.dims) > 3:
+    slices, torus, networks = 1, tuple(sl.dims), tuple(sl.networks)
+    if networks and networks[0] == "dcn":
+        slices, torus, networks = sl.dims[0], torus[1:], networks[1:]
+    if hw.kind != "tpu" or not hw.device_kind or any(n != "ici" for n in networks) or len(torus) > 3:
         return None
-    dims = (*sl.dims, *(1,) * (3 - len(sl.dims)))
+    dims = (*torus, *(1,) * (3 - len(torus)))
     # itertools.product varies the last factor fastest: iterate (z, y, x) so that x is fastest.
     coords = [(x, y, z) for z, y, x in itertools.product(range(dims[2]), range(dims[1]), range(dims[0]))]
-    return [StandInDevice(i, c, hw.device_kind) for i, c in enumerate(coords)]
+    return [StandInDevice(s * len(coords) + i, c, hw.device_kind, process_index=s, slice_index=s)
+            for s in range(slices) for i, c in enumerate(coords)]
 
 
 def make_mesh_devices(axis_sizes: Sequence[int], axis_names: Sequence[str], devices: Sequence[Any],
@@ -99,9 +108,60 @@ def make_mesh_devices(axis_sizes: Sequence[int], axis_names: Sequence[str], devi
         return list(devices), "device order"
 
 
+def dcn_split(axis_sizes: Sequence[int], num_slices: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """How a mesh spans `num_slices` slices: (DCN shape, per-slice ICI shape), the arguments of jax's
+    `mesh_utils.create_hybrid_device_mesh(mesh_shape=ICI, dcn_mesh_shape=DCN)`, whose product axis by axis is
+    the mesh. The slices go to the major axes first, as the DCN is the major physical axis (MaxText's
+    `dcn_data_parallelism` and friends): axis k takes gcd(slices left, size_k) of them. None when the axes
+    cannot share out the slices (their product is not a multiple of `num_slices` in that order).
+
+    Example:
+      >>> dcn_split((2, 4), 2), dcn_split((8,), 2), dcn_split((4, 2), 3)
+      (((2, 1), (1, 4)), ((2,), (4,)), None)
+    """
+    import math
+
+    left, dcn = int(num_slices), []
+    for size in axis_sizes:
+        d = math.gcd(left, int(size))
+        dcn.append(d)
+        left //= d
+    if left != 1:
+        return None
+    return tuple(dcn), tuple(int(s) // d for s, d in zip(axis_sizes, dcn))
+
+
+def hybrid_mesh_devices(axis_sizes: Sequence[int], devices: Sequence[Any]) -> tuple[list[Any], str]:
+    """`devices` of several slices (each with a `slice_index`) in the order jax's hybrid mesh puts them:
+    `mesh_utils.create_hybrid_device_mesh` with the split of `dcn_split`, which lays each slice's part of the
+    mesh by jax's device-mesh logic and the slices over the DCN axes. For a split jax cannot lay out, the
+    devices by slice, then as given.
+
+    Returns:
+      (devices in mesh order, "mesh_utils.create_hybrid_device_mesh" | "slice order").
+    """
+    import numpy as np
+    from jax.experimental import mesh_utils
+
+    num_slices = len({int(d.slice_index) for d in devices})
+    split = dcn_split(axis_sizes, num_slices)
+    if split is not None:
+        dcn, ici = split
+        for split_axes in (False, True):  # jax's default first; then letting an axis split a physical one
+            try:
+                arr = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=list(devices),
+                                                           allow_split_physical_axes=split_axes)
+                return list(np.asarray(arr).flat), "mesh_utils.create_hybrid_device_mesh"
+            except Exception:  # shapes jax's per-slice layout cannot honour
+                continue
+    return sorted(devices, key=lambda d: int(d.slice_index)), "slice order"
+
+
 def jax_placement(sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequence[int]
                   ) -> tuple[tuple[tuple[int, ...], ...], str] | None:
-    """The physical coordinates of each mesh position when `jax.make_mesh` builds the mesh on slice `sl`.
+    """The physical coordinates of each mesh position when `jax.make_mesh` builds the mesh on slice `sl` (on
+    several slices, which `jax.make_mesh` refuses, where `mesh_utils.create_hybrid_device_mesh` puts it; the
+    coords are then led by the slice index, as the slice's dims are).
 
     Returns:
       (coords in `mesh.devices.flat` order, trimmed to the slice's rank; how the order was chosen), or None
@@ -119,6 +179,10 @@ def jax_placement(sl: PhysicalSlice, axis_names: Sequence[str], axis_sizes: Sequ
         n *= int(s)
     if devices is None or len(devices) != n:
         return None
+    if sl.networks[0] == "dcn":  # several slices: jax's hybrid mesh; coords (slice, *torus) as the slice's dims
+        ordered, how = hybrid_mesh_devices(axis_sizes, devices)
+        rank = len(sl.dims) - 1
+        return tuple((int(d.slice_index), *(int(v) for v in d.coords[:rank])) for d in ordered), how
     ordered, how = make_mesh_devices(axis_sizes, axis_names, devices)
     rank = len(sl.dims)
     return tuple(tuple(int(v) for v in d.coords[:rank]) for d in ordered), how

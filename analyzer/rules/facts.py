@@ -387,7 +387,8 @@ def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
     text = str(report.topology or "")
     if "devices' physical coords" in text or "devices' coords" in text or "given mapping" in text:
         return None
-    if "placed where jax.make_mesh" in text:  # jax's placement on the named slice, computed again
+    if "placed where jax.make_mesh" in text or "placed where jax's hybrid mesh" in text:
+        # jax's placement on the named slice (or slices), computed again
         from analyzer.compile.placement import placed_topology
         from analyzer.theory.topology import parse_slice
 

@@ -624,8 +624,12 @@ class Topology:
             if not coords or len({len(c) for c in coords}) != 1:
                 raise MeshError("device coords must all have the same number of coordinates")
             if hw.ici is not None:
-                # jax reports (x, y, z) even on 2D tori: drop trailing coordinates that never change
-                while len(coords[0]) > hw.ici.rank and len({c[-1] for c in coords}) == 1:
+                # jax reports (x, y, z) even on 2D tori: drop trailing coordinates that never change (down to
+                # the given slice's rank, which counts a leading DCN slice index)
+                rank = hw.ici.rank
+                if topology is not None:
+                    rank = len((topology if isinstance(topology, PhysicalSlice) else parse_slice(topology, hw)).dims)
+                while len(coords[0]) > rank and len({c[-1] for c in coords}) == 1:
                     coords = tuple(c[:-1] for c in coords)
             if topology is None:
                 low = [min(c[k] for c in coords) for k in range(len(coords[0]))]
@@ -842,6 +846,10 @@ class Topology:
                "device coords": "placed by the devices' physical coords",
                "jax.make_mesh": "placed where jax.make_mesh puts each mesh position on it (jax's mesh "
                                 "utilities over the chips' coords)"}[self.origin]
+        if self.origin == "jax.make_mesh" and self.slice.networks[0] == "dcn":
+            how = ("placed where jax's hybrid mesh puts each mesh position on it (mesh_utils."
+                   "create_hybrid_device_mesh over the chips' slice and coords, the major mesh axes over DCN; "
+                   "jax.make_mesh refuses several slices)")
         if self.declared:
             chosen = "declared"
         elif self.origin == "jax.make_mesh":

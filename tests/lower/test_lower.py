@@ -51,6 +51,9 @@ def test_parse_target_and_mesh():
     assert parse_target("cpu") == Target("cpu")
     assert parse_target("tpu:v5p:2x2x2") == Target("tpu", "v5p:2x2x2")
     assert str(parse_target("TPU:v5e:2x4")) == "tpu:v5e:2x4"
+    multi = parse_target("tpu:v5e:16x16*4")
+    assert multi == Target("tpu", "v5e:16x16*4") and multi.num_slices == 4 and multi.slice_topology == "v5e:16x16"
+    assert parse_target("tpu:v5e:2x2*1") == Target("tpu", "v5e:2x2")  # one slice is the slice itself
     assert parse_mesh("data=4, model=2:explicit") == {"data": 4, "model": (2, "explicit")}
     m = make_mesh({"data": 4, "model": (2, "explicit")})
     assert m.axis_names == ("data", "model") and m.axis_sizes == (4, 2)
@@ -61,7 +64,8 @@ def test_parse_target_and_mesh():
 
 @pytest.mark.parametrize(
     "target, message",
-    [("gpu", "did you mean 'cpu'"), ("tpu:v5e", "e.g. 'tpu:v5e:2x4'"), (3, "must be a string")],
+    [("gpu", "did you mean 'cpu'"), ("tpu:v5e", "e.g. 'tpu:v5e:2x4'"), (3, "must be a string"),
+     ("tpu:v5e:2x2*0", "'tpu:v5e:16x16*4'"), ("tpu:v5e:2x2*", "'tpu:v5e:16x16*4'")],
 )
 def test_bad_target(target, message):
     with pytest.raises(LoweringError, match=re.escape(message)):
@@ -272,6 +276,8 @@ def test_tpu_ahead_of_time_compile():
     [
         ("tpu:v9z:2x4", {"X": 8}, HardwareError, "libtpu does not know the TPU topology 'v9z:2x4'"),
         ("tpu:v5e:4x4", {"X": 8}, MeshError, "topology 'v5e:4x4' has 16"),
+        ("tpu:v5e:2x2*2", {"X": 4}, MeshError, "topology 'v5e:2x2*2' has 8"),
+        ("tpu:v9z:2x2*2", {"X": 8}, HardwareError, "libtpu does not know the TPU topology 'v9z:2x2*2'"),
     ],
 )
 def test_tpu_errors(target, mesh, error, message):
@@ -296,3 +302,23 @@ def test_tpu_mesh_of_topology_devices_keeps_the_users_order():
     lowered = lower(fn, *args, mesh=mesh, target="tpu:v5e:2x2")
     assert lowered.mesh.device_ids == tuple(d.id for d in devices[::-1])
     assert lowered.device_coords == tuple(tuple(d.coords) for d in devices[::-1])
+
+
+@needs_libtpu
+@pytest.mark.tpu
+def test_tpu_multi_slice_ahead_of_time_compile():
+    """Two v5e 2x2 slices: libtpu's devices of both slices, placed as jax's hybrid mesh (slice over DCN), and
+    the AllReduce over the slices in the all-slice SPMD module, and in one slice's final program as a
+    megascale host transfer."""
+    # A[I, J_slice] . B[J_slice, K]: partial sums over 'slice', the AllReduce crosses the DCN
+    lowered = lower_entry("examples.chapter:matmul_case3", mesh={"slice": 2, "X": 4}, target="tpu:v5e:2x2*2")
+    assert lowered.target == "tpu:v5e:2x2*2" and lowered.device_kind.startswith("TPU v5")
+    # (slice_index, x, y): mesh positions 0-3 on slice 0, 4-7 on slice 1, each slice's four chips once
+    assert [c[0] for c in lowered.device_coords] == [0] * 4 + [1] * 4
+    assert sorted(c[1:] for c in lowered.device_coords[:4]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert sorted(lowered.device_coords[4:]) == sorted((1, *c[1:]) for c in lowered.device_coords[:4])
+    assert re.search(r"num_partitions=8\b", lowered.spmd_hlo.split("\n", 1)[0])
+    assert re.search(r"num_partitions=4\b", lowered.optimized_hlo.split("\n", 1)[0])  # one slice's program
+    assert [op for op, _ in _collectives(lowered.spmd_hlo)] == ["all-reduce"]
+    assert '_xla_megascale_transfer_type="ALL_REDUCE"' in lowered.optimized_hlo
+    assert not _collectives(lowered.optimized_hlo)  # nothing left on ICI: the one AllReduce went over DCN
