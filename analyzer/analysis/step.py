@@ -27,10 +27,13 @@ Overlap (docs/step.md says why):
     use (a weight gathered behind the previous matmul), no earlier than its operands are ready (a loop-invariant
     operand, a weight sliced by the loop counter, is ready at the iteration's start), and is waited for just
     before its first consumer; one whose result only flows to the computation's outputs (gradients scattered
-    behind) is waited for at the end. Collectives on one link run one after another. Inside a loop body, a
-    collective whose result only flows to outputs the next iteration does not compute with (stacked gradients,
-    not the carried activation) finishes under the next iteration: the loop runs at max(body, busiest link)
-    per iteration plus the last iteration's drain. Nothing is fetched an iteration ahead: the TPU compiler
+    behind) is waited for at the end. Collectives run one after another, whatever their link: XLA's
+    latency-hiding scheduler keeps one collective in flight by default (`parallel_collective_overlap_limit`
+    1), and libtpu's final HLO for the chapter's steps never has two asynchronous collectives in flight and
+    leaves the others synchronous. Inside a loop body, a collective whose result only flows to outputs the
+    next iteration does not compute with (stacked gradients, not the carried activation) finishes under the
+    next iteration: the loop runs at max(body, the collective stream's busy time) per iteration plus the last
+    iteration's drain. Nothing is fetched an iteration ahead: the TPU compiler
     gathers a layer's weights inside that layer's iteration (its final HLO for the chapter's steps on
     v5e:2x4, and collective matmuls at larger sizes). A collective on the data path between two dots
     (an activation all-reduce) waits where it is used, also across iterations.
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["COMPUTE_TRACK", "Span", "StepPrediction", "predict_step", "instruction_hbm_bytes"]
 
 COMPUTE_TRACK = "compute"
+_STREAM = "collectives"  # the one collective stream of an unscheduled module's overlap model
 
 # Ops that move no data of their own (views, bookkeeping, control).
 _FREE = frozenset({
@@ -389,6 +393,12 @@ class _Walker:
                     self.coll.setdefault((c.computation, n), []).append((r, "marker"))
 
     # -------------------------------------------------------------- tracks
+    def queue(self, track: str) -> str:
+        """What a collective on `track` waits for before it starts: its link in a scheduled module (the schedule
+        says what is in flight), one collective stream for all links in an unscheduled one (XLA's
+        latency-hiding scheduler keeps one collective in flight; see the module doc)."""
+        return track if self.scheduled else _STREAM
+
     def _track(self, c: Collective, topology: Any) -> str:
         axes = tuple(getattr(c, "axes", ()) or ())
         key = ",".join(axes) if axes else "(none)"
@@ -506,7 +516,7 @@ class _Walker:
             cheap, users = self._cheap_map(comp)
         order, waits_at, trailing = self._plan(comp, loop, users)
         t = 0.0
-        link_free: dict[str, float] = {}
+        queue_free: dict[str, float] = {}
         end_of: dict[int, float] = {}
         ready_at: dict[str, float] = {}
         spans = tl.spans
@@ -516,10 +526,11 @@ class _Walker:
             start = max([at] + [ready_at[o] for o in inst.operand_names if o in ready_at])
             for r in rows:
                 track = self.row_track[r]
-                s = max(start, link_free.get(track, 0.0))
+                queue = self.queue(track)
+                s = max(start, queue_free.get(queue, 0.0))
                 d = self.row_seconds[r]
                 end_of[r] = s + d
-                link_free[track] = s + d
+                queue_free[queue] = s + d
                 ready_at[name] = max(ready_at.get(name, 0.0), s + d)
                 tl.busy[track] = tl.busy.get(track, 0.0) + d
                 if d > 0:
@@ -622,7 +633,12 @@ class _Walker:
             self.memo[body] = b
         c = self.timeline(cond) if cond and cond in self.module.by_name else _Timeline()
         own = b.duration + c.duration
-        busiest = max(b.busy.items(), key=lambda kv: kv[1], default=("", 0.0))
+        # what bounds an iteration from below besides its own walk: the busiest queue (a link, or in an
+        # unscheduled module the one collective stream, busy for the sum of every link's time)
+        queues: dict[str, float] = {}
+        for k, v in b.busy.items():
+            queues[self.queue(k)] = queues.get(self.queue(k), 0.0) + v
+        busiest = max(queues.items(), key=lambda kv: kv[1], default=("", 0.0))
         iteration = max(own, busiest[1])
         trailing_end = getattr(b, "trailing_end", {})
         drain = max((e - b.duration for e in trailing_end.values()), default=0.0)
@@ -633,7 +649,7 @@ class _Walker:
         tl.add_child(c, t, n)
         excess = iteration - own
         if excess > 0 and n:
-            on = [r for r in range(len(self.rows)) if self.row_track[r] == busiest[0] and
+            on = [r for r in range(len(self.rows)) if self.queue(self.row_track[r]) == busiest[0] and
                   self.rows[r].computation == body]
             share = sum(self.row_seconds[r] for r in on) or 1.0
             for r in on:

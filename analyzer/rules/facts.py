@@ -150,8 +150,8 @@ def step_saving(changes: Sequence[tuple[Coll, float]], known: bool = True) -> St
         t_C - t'_C = sum over C of (seconds_c - alt_c) x count_c.
 
     It is the step model's first-order answer (docs/step.md): the waits shrink one for one with the link time
-    until nothing is exposed. It can miss a second-order gain (a cheaper collective lets a queued one on the
-    same link start sooner) and never claims more than is exposed.
+    until nothing is exposed. It can miss a second-order gain (a cheaper collective lets a queued one start
+    sooner: on the same link, or on the cpu target any collective) and never claims more than is exposed.
 
     Example:
         >>> c = Coll(row=0, kind="all-gather", axes=("X",), notation="", dtype="bf16", bytes=1e6, count=2,

@@ -124,16 +124,11 @@ def test_fusion_reads_the_slice_of_a_stacked_weight_and_writes_the_update():
 # ---------------------------------------------------------------------------------------------- slow: compiles
 TPU = "tpu:v5e:2x4"
 STEPS = ["fsdp_step", "tp_step", "fsdp_tp_step", "fsdp_mlp_step", "tp_mlp_step", "fsdp_tp_mlp_step"]
-# docs/step.md, "What is left": the TPU compiler leaves all but one of a forward layer's twelve collectives
-# synchronous in this small attention step, where the cpu model overlaps each with the matmul before its use.
-GAP = {"fsdp_tp_step": "TPU compiler keeps 11 of 12 layer collectives synchronous; cpu model overlaps them "
-                       "(docs/step.md, What is left)"}
 
 
 @pytest.mark.slow
 @pytest.mark.tpu
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=GAP[n], strict=True))
-                                  if n in GAP else n for n in STEPS])
+@pytest.mark.parametrize("name", STEPS)
 def test_cpu_and_tpu_steps_agree(analysis, tpu_reason, name):
     """The cpu target (after-SPMD HLO, the overlap model) and libtpu's scheduled final HLO predict the same step
     within 10% on mesh X=4,Y=2 (issue 10 acceptance; figures in docs/step.md)."""
@@ -152,7 +147,8 @@ def test_cpu_and_tpu_steps_agree(analysis, tpu_reason, name):
 @pytest.mark.parametrize("target", ["cpu", TPU])
 def test_step_between_busiest_track_and_compute_plus_comm(analysis, tpu_reason, name, target):
     """busiest track (compute, or one link) <= step <= compute + comm; and not max(compute, comm) from below:
-    links of different axes run at once (docs/step.md). The report's step sentence states the difference."""
+    in the TPU schedule a synchronous collective on one link runs while an asynchronous one is in flight on
+    another (docs/step.md). The report's step sentence states the difference."""
     if target != "cpu" and tpu_reason:
         pytest.skip(tpu_reason)
     from analyzer.render._common import step_sentence

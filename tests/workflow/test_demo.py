@@ -60,7 +60,7 @@ def test_next_steps_text():
 def test_demo_step_between_busiest_track_and_compute_plus_comm():
     """Issue 10's acceptance on the demo: the busiest track (compute, or one link) <= step <= compute + comm,
     and the report's step sentence gives the figures that relate them (docs/step.md: max(compute, comm) is
-    no lower bound, links of different axes run at once)."""
+    no lower bound on the TPU target, where links of different axes may run at once)."""
     from analyzer.render._common import step_sentence
     from analyzer.units import format_seconds
     from analyzer.workflows.demo import run_demo
