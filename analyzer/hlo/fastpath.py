@@ -59,7 +59,10 @@ _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|f
 
 Token = FastToken  # noqa: F811
 _intern = sys.intern
-_MAX_COLUMN = (1 << Position._SHIFT) - 1
+_SHIFT = Position._SHIFT
+# (opcode, operand count, no parameter number, *attribute keys) that passed `verifier.check_instruction`.
+_CHECKED: set[tuple] = set()
+_MAX_COLUMN = (1 << _SHIFT) - 1
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -92,8 +95,13 @@ def parse_head_fast(line: str, lineno: int):
     return (name_tok, m.group(1) is not None, (tuple(params), result))
 
 
-def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: HloTransformer):
-    """One canonical instruction line -> the pending-instruction tuple of the transformer, or None."""
+def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pattern], transformer: HloTransformer):
+    """One canonical instruction line -> a pending-instruction tuple, or None.
+
+    The common line gives the fast form `(is_root, name, at, shape, opcode, operands, attributes, parameter,
+    literal)` (`name` as written, `%` included; `at` its packed position); a constant gives the grammar
+    callback's 8-tuple. `build_computation` takes either.
+    """
     m = _LINE.match(line)
     if m is None:
         return None
@@ -105,7 +113,6 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         shape = decode_shape(shape_text)
     except ValueError:
         return None
-    name_tok = Token("NAME", name, lineno, m.start(2) + 1)
     operands: list = []
     parameter = None
     is_constant = opcode == "constant"
@@ -121,12 +128,55 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
             parameter = int(ops)
         else:
             return None
-    attrs: list = []
     pos = m.end()
     end = len(line.rstrip())
     if end >= _MAX_COLUMN:
         return None  # a line longer than a packed column holds: the grammar path (it clamps) reads it
-    at = packed(lineno, 0)
+    at = lineno << _SHIFT
+    attrs: list = []
+    if pos < end:
+        # All attributes in one `findall`: when the matches tile the rest of the line exactly, each is what
+        # `attr_re.match` at its place gives (the first starts where the head ends, each next where the
+        # last ended); otherwise (a gap, `key= value`, `device_ids`) the loop below reads them one by one.
+        p = pos
+        for pre, key, raw in attr_res[1].findall(line, pos):
+            if key == "device_ids":
+                p = -1
+                break
+            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
+            # attribute text of real dumps is unique, so one string per distinct value, one per key.
+            p += len(pre)
+            attrs.append(Attribute(_intern(key), _intern(raw), at + p + 1))
+            p += len(raw)
+        if p != end:
+            attrs = _attributes_slow(line, pos, end, lineno, attr_res[0], transformer)
+            if attrs is None:
+                return None
+    if is_constant:
+        children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
+            Token("NAME", name, lineno, m.start(2) + 1), shape, Token("CONSTANT_OPEN", "constant(", lineno,
+                                                                     m.start(4) + 1),
+            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
+        return transformer.constant_instruction(children)
+    # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
+    attrs_t = tuple(attrs)
+    # check_instruction depends on the opcode, the operand count, whether a parameter number was given and the
+    # attribute keys (and on one value, use_global_device_ids, not cached): each combination is checked once.
+    sig = (opcode, len(operands), parameter is None, *[a.key for a in attrs_t])
+    if sig not in _CHECKED:
+        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(operands), parameter, attrs_t)
+        if "use_global_device_ids" not in sig:
+            if len(_CHECKED) > 4096:
+                _CHECKED.clear()
+            _CHECKED.add(sig)
+    return (root is not None, name, at + m.start(2) + 1, shape, opcode, operands, attrs_t, parameter, None)
+
+
+def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pattern,
+                     transformer: HloTransformer) -> list | None:
+    """The attributes from `pos` to `end` one match at a time; None when a piece is not `, key=value`."""
+    at = lineno << _SHIFT
+    attrs: list = []
     while pos < end:
         a = attr_re.match(line, pos)
         if a is None:
@@ -134,27 +184,17 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         key, raw = a.group(2), a.group(3)
         if key == "device_ids":
             return None  # `replica_groups=mesh[...], device_ids=(...)`: the grammar callback joins the two
-        key = sys.intern(key)  # one string per key, not one per attribute
+        key = _intern(key)
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
             attrs.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
-            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
-            # attribute text of real dumps is unique, so one string per distinct value.
             attrs.append(Attribute(key, _intern(raw), at + a.start(3) + 1))
         pos = a.end()
-    if is_constant:
-        children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
-            name_tok, shape, Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1),
-            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
-        return transformer.constant_instruction(children)
-    # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
-    opcode_tok = Token("NAME", opcode, lineno, m.start(4) + 1)
-    attrs_t = tuple(attrs)
-    verifier.check_instruction(opcode_tok, len(operands), parameter, attrs_t)
-    return (root is not None, name_tok, shape, opcode, operands, attrs_t, parameter, None)
+    return attrs
 
 
-def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, transformer: HloTransformer,
+def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Pattern, re.Pattern],
+                           transformer: HloTransformer,
                            ) -> Computation | None:
     """Parse one computation's instruction lines without Lark, or return None to ask for the grammar.
 
@@ -162,7 +202,8 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, t
       text: the computation's text, from its header line to its closing brace.
       line0: the 1-based line of the header in the whole text.
       header: `(name_token, is_entry, signature)` from the grammar's reading of the header line.
-      attr_re: the compiled `, key=value` pattern (the grammar's ATTR terminal with a leading comma).
+      attr_re: the `, key=value` patterns of `parser._attr_regex` (the grammar's ATTR terminal with a leading
+        comma, for one match and for all of a line's).
       transformer: the callbacks that build IR.
 
     Returns:
@@ -184,7 +225,7 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, t
     return build_computation(name_tok, is_entry, sig, pending)
 
 
-def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pattern,
+def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[re.Pattern, re.Pattern],
                 transformer: HloTransformer) -> tuple[Instruction, ...] | None:
     """The instructions of `opcodes` in a computation's text, each with its operands' shapes, parsing only
     their lines and their operands' definitions; None when that is not possible (then parse it all).
@@ -210,7 +251,11 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
             if k == 0:
                 continue  # the header line (a parameter name that looks like an opcode call)
             return None
-        is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
+        if len(pending) == 9:  # the fast form
+            is_root, name, at, shape, opcode, operands, attrs, parameter, literal = pending
+        else:  # a constant, as the grammar's callback gives it
+            is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
+            name, at = str(tok), packed(tok.line, tok.column)
         if opcode not in opcodes:
             continue
         if defs is None:
@@ -230,8 +275,8 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
                 ops.append(Operand(oname, decode_shape(d.group(2))))
             except ValueError:
                 return None
-        out.append(Instruction(tok[1:] if tok[0] == "%" else str(tok), opcode, shape, tuple(ops), attrs, is_root,
-                               packed(tok.line, tok.column), parameter, literal))
+        out.append(Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
+                               parameter, literal))
     return tuple(out)
 
 

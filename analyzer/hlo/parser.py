@@ -596,9 +596,13 @@ def _parse_interactive(text: str, start: str, line: int):
 
 
 @lru_cache(maxsize=1)
-def _attr_regex() -> re.Pattern:
-    """`, key=value` with the grammar's ATTR pattern: group 1 the whole `key=value`, 2 the key, 3 the value."""
-    return re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + attribute_value_pattern() + "))")
+def _attr_regex() -> tuple[re.Pattern, re.Pattern]:
+    """The grammar's ATTR pattern with a leading comma, twice: `, key=value` for one match at a time (group 1
+    the whole `key=value`, 2 the key, 3 the value), and the same without the space after `=` for `findall`
+    over a whole line (groups: `, key=`, the key, the value)."""
+    value = attribute_value_pattern()
+    return (re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + value + "))"),
+            re.compile(r"(,[ \t]*([a-zA-Z_][a-zA-Z0-9_.\-]*)=)(" + value + ")"))
 
 
 @lru_cache(maxsize=1)

@@ -313,7 +313,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
       name_tok: the computation's name token (gives the position).
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
-      pending: the instruction tuples made by `HloTransformer.instruction`.
+      pending: the instruction tuples made by `HloTransformer.instruction` (name token second) or by the fast
+        path (`fastpath._line_instruction`: name text and packed position), in any mix.
       comp_attrs: attributes printed after the closing brace (`execution_thread="..."`).
 
     Returns:
@@ -326,21 +327,20 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     name = _name(name_tok)
     if name_tok[0] != "%":
         verifier.check_name(name_tok, "a computation")
-    if any(len(o) == 3 for p in pending for o in p[4]):
-        pending = _flatten_nested(pending)
+    if any(len(p) == 8 for p in pending):
+        pending = _fast_form(pending)
     # Each defined name's Operand, shared by all its users (a large module has millions of operand slots).
     defined: dict[str, Operand] = {}
     insts: list[Instruction] = []
-    for is_root, tok, shape, opcode, operands, attrs, parameter, literal in pending:
-        if tok[0] == "%":
-            iname = tok[1:]
-        else:
-            iname = str(tok)
-            if iname in verifier.RESERVED_NAMES:
-                verifier.check_name(tok, "an instruction")
+    reserved = verifier.RESERVED_NAMES
+    for is_root, iname, at, shape, opcode, operands, attrs, parameter, literal in pending:
+        if iname[0] == "%":
+            iname = iname[1:]
+        elif iname in reserved:
+            verifier.check_name(Token("NAME", iname, line=at >> _SHIFT, column=at & _COLUMN), "an instruction")
         if iname in defined:
             raise HloSemanticError(f"instruction name {iname!r} is already defined in computation {name!r}",
-                                   line=tok.line, column=tok.column)
+                                   line=at >> _SHIFT, column=at & _COLUMN)
         ops = []
         for o in operands:
             # (token, shape prefix or None) from the grammar; (name, None, line, column) from the fast path
@@ -359,10 +359,9 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
                                        f"has shape {ref.shape}", line=line, column=column)
             ops.append(ref)
         if shape is None:
-            shape = _infer_shape(iname, tok, opcode, ops, attrs)
+            shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
         defined[iname] = Operand(iname, shape)
-        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, packed(tok.line, tok.column),
-                                 parameter, literal))
+        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, at, parameter, literal))
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
@@ -383,6 +382,25 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     return comp
 
 
+_SHIFT = Position._SHIFT
+_COLUMN = (1 << _SHIFT) - 1
+
+
+def _fast_form(pending: list) -> list:
+    """Pending instructions as the fast path makes them, `(is_root, name as written, packed position, shape,
+    opcode, operands, attributes, parameter, literal)`, from the grammar callbacks' 8-tuples (name token second),
+    nested operands flattened into instructions of their own."""
+    if any(len(p) == 8 and any(len(o) == 3 for o in p[4]) for p in pending):
+        pending = _flatten_nested(pending)
+    out = []
+    for p in pending:
+        if len(p) == 8:
+            tok = p[1]
+            p = (p[0], str(tok), packed(tok.line, tok.column)) + p[2:]
+        out.append(p)
+    return out
+
+
 _SAME_SHAPE_OPS = frozenset({
     "abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh", "tan",
     "sqrt", "rsqrt", "cbrt", "cosine", "sine", "floor", "ceil", "copy", "sign", "not", "erf", "round-nearest-afz",
@@ -396,7 +414,7 @@ def _flatten_nested(pending: list) -> list:
     """Turn nested operands (`add(f32[2] parameter(0), negate(x))`) into instructions of their own, named as
     XLA names them (`parameter.anon`, `parameter.anon.1`, ...), each placed just before its user."""
     transformer = HloTransformer()
-    taken = {(p[1][1:] if p[1][0] == "%" else str(p[1])) for p in pending}
+    taken = {(p[1][1:] if p[1][0] == "%" else str(p[1])) for p in pending}  # (either form: the name is second)
     counts: dict[str, int] = {}
     out: list = []
 
@@ -429,6 +447,9 @@ def _flatten_nested(pending: list) -> list:
         return resolved
 
     for p in pending:
+        if len(p) == 9:  # the fast path's form: no nested operands
+            out.append(p)
+            continue
         operands = expand(p[4]) if any(type(o) is tuple and len(o) == 3 for o in p[4]) else p[4]
         out.append(p[:4] + (operands,) + p[5:])
     return out
