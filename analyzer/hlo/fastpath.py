@@ -17,7 +17,8 @@ from bisect import bisect_right
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, packed
+from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute,
+                             packed)
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import HloTransformer, build_computation
@@ -120,9 +121,14 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         if not ops or not _SCALAR.fullmatch(ops):
             return None
     elif ops:
-        if ops[0] == "%" or ops[0] == "/":
+        if ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
+            col = m.start(5) + 1
+            for oname in ops[1:].split(", %"):  # (name, no shape, line, column): no token object per operand
+                operands.append((oname, None, lineno, col))
+                col += len(oname) + 3
+        elif ops[0] == "%" or ops[0] == "/":
             base = m.start(5) + 1
-            for o in _OPERAND.finditer(ops):  # (name, no shape, line, column): no token object per operand
+            for o in _OPERAND.finditer(ops):
                 operands.append((o.group(1), None, lineno, base + o.start()))
         elif opcode == "parameter" and ops.isdigit():
             parameter = int(ops)
@@ -146,7 +152,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
             # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
             # attribute text of real dumps is unique, so one string per distinct value, one per key.
             p += len(pre)
-            attrs.append(Attribute(_intern(key), _intern(raw), at + p + 1))
+            attrs.append(new_attribute(_intern(key), _intern(raw), at + p + 1))
             p += len(raw)
         if p != end:
             attrs = _attributes_slow(line, pos, end, lineno, attr_res[0], transformer)

@@ -20,7 +20,8 @@ from lark import Token, Transformer
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
-from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape, packed
+from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape,
+                             new_instruction, new_operand, packed)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
@@ -360,8 +361,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
             ops.append(ref)
         if shape is None:
             shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
-        defined[iname] = Operand(iname, shape)
-        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, at, parameter, literal))
+        defined[iname] = new_operand(iname, shape)
+        insts.append(new_instruction(iname, opcode, shape, tuple(ops), attrs, is_root, at, parameter, literal))
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)

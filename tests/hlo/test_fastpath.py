@@ -56,3 +56,27 @@ def test_fast_path_equals_grammar(path):
     assert fast == slow
     assert _positions(fast) == _positions(slow)
     assert fast.name == slow.name and fast.frames == slow.frames
+
+
+def test_fast_builders_set_every_field():
+    """`ir.new_instruction/new_operand/new_attribute` make what the dataclass constructors make, every field set
+    (a field added to the IR without its builder fails here, not as a missing slot deep in an analysis)."""
+    import dataclasses
+
+    from analyzer.hlo import ir
+
+    shape = ir.Shape("f32", (2,))
+    cases = [
+        (ir.new_attribute("dimensions", "{0}", 7), ir.Attribute("dimensions", "{0}", 7)),
+        (ir.new_operand("x", shape), ir.Operand("x", shape)),
+        (ir.new_instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None,
+                            None),
+         ir.Instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None, None)),
+        (ir.new_instruction("p", "parameter", shape, (), (), False, 4, 0, None),
+         ir.Instruction("p", "parameter", shape, (), (), False, 4, 0, None)),
+    ]
+    for fast, slow in cases:
+        assert type(fast) is type(slow)
+        for f in dataclasses.fields(slow):
+            assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+        assert fast == slow and hash(fast) == hash(slow)
