@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import sys
-from bisect import bisect_right
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
@@ -244,13 +243,11 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
     if not hits:
         return ()
     lines = text.split("\n")
-    starts = [0]
-    for line in lines[:-1]:
-        starts.append(starts[-1] + len(line) + 1)
-    wanted = sorted({bisect_right(starts, h) - 1 for h in hits})
-    defs: dict[str, int] | None = None
+    # (line index, where the line starts) of each line with a hit
+    wanted = sorted({(text.count("\n", 0, h), text.rfind("\n", 0, h) + 1) for h in hits})
+    defs: dict[str, re.Match] | None = None
     out = []
-    for k in wanted:
+    for k, line_start in wanted:
         line = lines[k]
         pending = _line_instruction(line, line0 + k, attr_re, transformer)
         if pending is None:
@@ -264,19 +261,16 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
             name, at = str(tok), packed(tok.line, tok.column)
         if opcode not in opcodes:
             continue
-        if defs is None:
+        if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
             defs = {}
-            for j, other in enumerate(lines):
-                d = _DEF.match(other)
-                if d is not None:
-                    defs.setdefault(d.group(1), j)
+            for d in _DEFS.finditer(text):
+                defs.setdefault(d.group(1), d)
         ops = []
         for o in operands:
             oname = o[0] if len(o) == 4 else (o[0][1:] if o[0][0] == "%" else str(o[0]))
-            j = defs.get(oname)
-            d = _DEF.match(lines[j]) if j is not None and j < k else None
-            if d is None:
-                return None
+            d = defs.get(oname)
+            if d is None or d.start() >= line_start:
+                return None  # not defined before this line
             try:
                 ops.append(Operand(oname, decode_shape(d.group(2))))
             except ValueError:
@@ -292,6 +286,8 @@ def _finder(opcodes: tuple[str, ...]) -> re.Pattern:
 
 
 _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")
+# `_DEF` at the start of every line of a text in one pass (none of its parts crosses a newline).
+_DEFS = re.compile("^" + _DEF.pattern, re.M)
 
 
 _TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import forget_valid
-from analyzer.hlo.fastpath import (_line_instruction, parse_head_fast, parse_tables_fast, parse_tables_lenient,
-                                   select_fast)
+from analyzer.hlo.fastpath import (_finder, _line_instruction, parse_head_fast, parse_tables_fast,
+                                   parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 from analyzer.hlo.shapes import Shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
@@ -655,6 +655,8 @@ class LazyComputation(Computation):
         """
         if not self.is_parsed:
             start, end = self._span
+            if _finder(opcodes).search(self._source, start, end) is None:
+                return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
             chunk = self._source[start:end]
             try:
                 with gc_paused():

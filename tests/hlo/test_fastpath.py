@@ -80,3 +80,23 @@ def test_fast_builders_set_every_field():
         for f in dataclasses.fields(slow):
             assert getattr(fast, f.name) == getattr(slow, f.name), f.name
         assert fast == slow and hash(fast) == hash(slow)
+
+
+_SELECTED = ("all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
+             "collective-permute", "collective-permute-start", "dot", "parameter", "constant")
+VALID = sorted((ROOT / "fixtures").rglob("*.hlo")) + sorted((HERE / "samples").glob("*.hlo"))
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_lazy_select_equals_full_parse(path):
+    """`LazyComputation.select` on an unparsed computation (only the matching lines and their operands'
+    definitions read) gives the full parse's instructions of those opcodes, operand shapes and positions too."""
+    text = path.read_text()
+    full = parse_hlo(text)
+    lazy = parse_hlo(text, lazy=True)
+    for comp in lazy.computations:
+        got = comp.select(*_SELECTED)
+        want = full[comp.name].select(*_SELECTED)
+        assert got == want, comp.name
+        assert [(i.position, tuple(a.position for a in i.attributes)) for i in got] == \
+            [(i.position, tuple(a.position for a in i.attributes)) for i in want]
