@@ -261,10 +261,12 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     """
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
-    check_ints = _has_long_int(text)  # numbers that may not fit an int64: checked per attribute
     forget_valid()
     single = is_single_instruction(text)
     split = None if single else _split(text)
+    # Numbers that may not fit an int64 are checked per attribute, where the text has a run of 19 digits; a lazy
+    # parse looks for one in each computation as it reads it (None), not in the whole text up front.
+    check_ints = None if lazy and split is not None else _has_long_int(text)
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if single:
@@ -498,7 +500,7 @@ _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 
 def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool, lenient: bool = False,
-                 check_ints: bool = True) -> HloModule:
+                 check_ints: bool | None = True) -> HloModule:
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
     header_text, spans = split
     header = _parse_header(header_text, lenient)
@@ -545,7 +547,7 @@ def _parse_header(header_text: str, lenient: bool = False) -> HloModule:
 
 
 def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = False,
-                 check_ints: bool = True) -> Computation:
+                 check_ints: bool | None = True) -> Computation:
     """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
     when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
     chunk = source[start:end]
@@ -555,7 +557,7 @@ def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = F
     comp = _parse_lines(chunk, line, head) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(chunk, "computation", line)
-    _verify(comp, lenient, source, check_ints)
+    _verify(comp, lenient, source, _has_long_int(chunk) if check_ints is None else check_ints)
     return comp
 
 
@@ -614,7 +616,7 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
-                 path: str | None, lenient: bool = False, check_ints: bool = True,
+                 path: str | None, lenient: bool = False, check_ints: bool | None = True,
                  callees: dict | None = None) -> None:
         object.__setattr__(self, "_checks", (lenient, check_ints))
         object.__setattr__(self, "_callees", {} if callees is None else callees)
@@ -662,8 +664,10 @@ class LazyComputation(Computation):
                 with gc_paused():
                     found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
                     if found:
+                        check_ints = self._checks[1]
                         verify_instructions(Computation(self.name, found), lenient=self._checks[0],
-                                            source=self._source, check_ints=self._checks[1])
+                                            source=self._source,
+                                            check_ints=_has_long_int(chunk) if check_ints is None else check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:

@@ -100,3 +100,14 @@ def test_lazy_select_equals_full_parse(path):
         assert got == want, comp.name
         assert [(i.position, tuple(a.position for a in i.attributes)) for i in got] == \
             [(i.position, tuple(a.position for a in i.attributes)) for i in want]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_int64_range_checked_lazily_too(lazy):
+    """A lazy parse looks for 19-digit numbers per computation as it reads it, not in the whole text first:
+    the error is the same, at the same place, once the computation is read."""
+    text = ("HloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n"
+            "  ROOT r = f32[8] slice(p), slice={[0:99999999999999999999]}\n}\n")
+    with pytest.raises(HloSyntaxError, match="out of range for an int64") as e:
+        parse_hlo(text, lazy=lazy).entry.instructions
+    assert (e.value.line, e.value.column) == (4, 39)
