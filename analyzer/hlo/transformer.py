@@ -342,27 +342,19 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         if iname in defined:
             raise HloSemanticError(f"instruction name {iname!r} is already defined in computation {name!r}",
                                    line=at >> _SHIFT, column=at & _COLUMN)
-        ops = []
-        for o in operands:
-            # (token, shape prefix or None) from the grammar; (name, None, line, column) from the fast path
-            if len(o) == 4:
-                oname, oshape = o[0], None
-            else:
-                otok, oshape = o
-                oname = otok[1:] if otok[0] == "%" else str(otok)
-            ref = defined.get(oname)
-            if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
-                line, column = (o[2], o[3]) if len(o) == 4 else (o[0].line, o[0].column)
-                if ref is None:
-                    raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
-                                           f"{name!r}", line=line, column=column)
-                raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
-                                       f"has shape {ref.shape}", line=line, column=column)
-            ops.append(ref)
+        if not operands:
+            ops = ()
+        elif len(operands[0]) == 4:  # the fast path's (name, None, line, column): no shape to compare
+            try:
+                ops = tuple([defined[o[0]] for o in operands])
+            except KeyError:
+                ops = _resolve(name, iname, operands, defined)  # raises, naming the operand
+        else:
+            ops = _resolve(name, iname, operands, defined)
         if shape is None:
             shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
         defined[iname] = new_operand(iname, shape)
-        insts.append(new_instruction(iname, opcode, shape, tuple(ops), attrs, is_root, at, parameter, literal))
+        insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
@@ -385,6 +377,32 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
 
 _SHIFT = Position._SHIFT
 _COLUMN = (1 << _SHIFT) - 1
+
+
+def _resolve(comp: str, iname: str, operands: list, defined: dict[str, Operand]) -> tuple[Operand, ...]:
+    """Each operand's Operand (defined earlier in computation `comp`), checking a shape written with it.
+
+    Raises:
+      HloSemanticError: at an operand not defined before `iname`, or written with a shape its definition lacks.
+    """
+    ops = []
+    for o in operands:
+        # (token, shape prefix or None) from the grammar; (name, None, line, column) from the fast path
+        if len(o) == 4:
+            oname, oshape = o[0], None
+        else:
+            otok, oshape = o
+            oname = otok[1:] if otok[0] == "%" else str(otok)
+        ref = defined.get(oname)
+        if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
+            line, column = (o[2], o[3]) if len(o) == 4 else (o[0].line, o[0].column)
+            if ref is None:
+                raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
+                                       f"{comp!r}", line=line, column=column)
+            raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
+                                   f"has shape {ref.shape}", line=line, column=column)
+        ops.append(ref)
+    return tuple(ops)
 
 
 def _fast_form(pending: list) -> list:
