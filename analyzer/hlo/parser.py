@@ -485,6 +485,14 @@ def _comp_end(text: str, pos: int) -> re.Match | None:
 
 def _has_multiline_comment(text: str) -> bool:
     """Whether a `/* ... */` comment spans lines (the line scanner would misread what it hides)."""
+    # Only a `/*` that nothing closes before its line ends can count, outside whole-line `//` comments: one regex
+    # scan finds those (none in most texts); the walk below then decides in the order a reader meets them.
+    for m in _UNCLOSED_COMMENT.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if not text[line_start:m.start()].lstrip().startswith("//"):
+            break
+    else:
+        return False
     i = text.find("/*")
     while i >= 0:
         line_start = text.rfind("\n", 0, i) + 1
@@ -496,6 +504,10 @@ def _has_multiline_comment(text: str) -> bool:
             return True
         i = text.find("/*", j + 2)
     return False
+
+
+# `/*` and the rest of its line when no `*/` after it closes it there.
+_UNCLOSED_COMMENT = re.compile(r"/\*(?:[^*\n]|\*(?!/))*+(?:\n|\Z)")
 _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 

@@ -111,3 +111,19 @@ def test_int64_range_checked_lazily_too(lazy):
     with pytest.raises(HloSyntaxError, match="out of range for an int64") as e:
         parse_hlo(text, lazy=lazy).entry.instructions
     assert (e.value.line, e.value.column) == (4, 39)
+
+
+@pytest.mark.parametrize("text, spans", [
+    ("  %a = (f32[], /*index=1*/f32[]) tuple(%x, %y)\n", False),
+    ("  %a = f32[] add(%x, %y) /* a\n  b */\n", True),
+    ("// generated with --only '*/*/*step' /* not an opener\n", False),
+    ("/a*/**/* /\n", False),  # the second `/*` shares its `/` with the first comment's `*/`
+    ("x /* a /* b */ c\n", False),
+    ("x /* never closed", True),
+])
+def test_multiline_comment_scan(text, spans):
+    """The scanner sends a text with a `/* ... */` over several lines to the grammar; a one-line comment, or a `/*`
+    inside a `//` line, does not count."""
+    from analyzer.hlo.parser import _has_multiline_comment
+
+    assert _has_multiline_comment(text) is spans
