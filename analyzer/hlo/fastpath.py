@@ -134,11 +134,14 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         else:
             return None
     pos = m.end()
-    end = len(line.rstrip())
+    end = len(line)
+    if line[-1].isspace():  # (the line ends in a name, `)` or `}` when printed by XLA: no copy to strip)
+        end = len(line.rstrip())
     if end >= _MAX_COLUMN:
         return None  # a line longer than a packed column holds: the grammar path (it clamps) reads it
     at = lineno << _SHIFT
     attrs: list = []
+    keys: list = []
     if pos < end:
         # All attributes in one `findall`: when the matches tile the rest of the line exactly, each is what
         # `attr_re.match` at its place gives (the first starts where the head ends, each next where the
@@ -151,12 +154,15 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
             # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
             # attribute text of real dumps is unique, so one string per distinct value, one per key.
             p += len(pre)
-            attrs.append(new_attribute(_intern(key), _intern(raw), at + p + 1))
+            key = _intern(key)
+            keys.append(key)
+            attrs.append(new_attribute(key, _intern(raw), at + p + 1))
             p += len(raw)
         if p != end:
             attrs = _attributes_slow(line, pos, end, lineno, attr_res[0], transformer)
             if attrs is None:
                 return None
+            keys = [a.key for a in attrs]
     if is_constant:
         children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
             Token("NAME", name, lineno, m.start(2) + 1), shape, Token("CONSTANT_OPEN", "constant(", lineno,
@@ -167,7 +173,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     attrs_t = tuple(attrs)
     # check_instruction depends on the opcode, the operand count, whether a parameter number was given and the
     # attribute keys (and on one value, use_global_device_ids, not cached): each combination is checked once.
-    sig = (opcode, len(operands), parameter is None, *[a.key for a in attrs_t])
+    sig = (opcode, len(operands), parameter is None, *keys)
     if sig not in _CHECKED:
         verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(operands), parameter, attrs_t)
         if "use_global_device_ids" not in sig:
