@@ -630,14 +630,11 @@ class LazyComputation(Computation):
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
                  path: str | None, lenient: bool = False, check_ints: bool | None = True,
                  callees: dict | None = None) -> None:
-        object.__setattr__(self, "_checks", (lenient, check_ints))
-        object.__setattr__(self, "_callees", {} if callees is None else callees)
-        object.__setattr__(self, "_source", source)
-        object.__setattr__(self, "_span", (start, end))
-        object.__setattr__(self, "_path", path)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "is_entry", is_entry)
-        object.__setattr__(self, "position", Position(line, column))
+        # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
+        # large module)
+        self.__dict__.update(_checks=(lenient, check_ints), _callees={} if callees is None else callees,
+                             _source=source, _span=(start, end), _path=path, name=name, is_entry=is_entry,
+                             position=Position(line, column))
 
     @property
     def text(self) -> str:

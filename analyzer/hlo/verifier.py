@@ -229,6 +229,7 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             if not lenient:
                 raise HloSyntaxError(msg, **_key_at(a, None))
             notes.append(f"{_key_at(a, None)['line']}:{_key_at(a, None)['column']}: {msg}; kept as written")
+    valid = attributes._VALID
     for inst in comp.instructions:
         opcode = inst.opcode
         attrs = inst.attributes
@@ -244,6 +245,14 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             notes.append(f"{inst.position.line if inst.position else '?'}:{col}: {msg}; kept as written")
         if not attrs:
             continue
+        if known and not check_ints:
+            # Nothing left to check when every value was found valid before (most: values repeat).
+            for a in attrs:
+                seen = valid.get(a.key)
+                if seen is not None and a.raw not in seen:
+                    break
+            else:
+                continue
         allowed = None if known else allowed_attributes(opcode)
         if not known and len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
             seen: set[str] = set()
