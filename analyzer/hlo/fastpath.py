@@ -2,7 +2,8 @@
 
 Most of a module's text is instruction lines in one canonical form:
 `  [ROOT ]%name = <shape> <opcode>(%a, %b, ...)[, key=value]*`. This module matches such a line with one
-regular expression and hands the pieces to the same `HloTransformer` callbacks and checks the grammar
+regular expression (its attributes with one `findall` whose matches must tile the rest of the line) and hands the
+pieces to the same `HloTransformer` callbacks and checks the grammar
 path uses, so both paths build identical IR (tests/hlo/test_fastpath.py compares them on every fixture
 and corpus module). Anything else — constants, operands with shape prefixes, nested or multi-line
 instructions, comments — makes the whole computation go through the Lark parser instead. The grammar
