@@ -2,7 +2,8 @@
 
 Most of a module's text is instruction lines in one canonical form:
 `  [ROOT ]%name = <shape> <opcode>(%a, %b, ...)[, key=value]*`. This module matches such a line with one
-regular expression and hands the pieces to the same `HloTransformer` callbacks and checks the grammar
+regular expression (its attributes with one `findall` whose matches must tile the rest of the line) and hands the
+pieces to the same `HloTransformer` callbacks and checks the grammar
 path uses, so both paths build identical IR (tests/hlo/test_fastpath.py compares them on every fixture
 and corpus module). Anything else — constants, operands with shape prefixes, nested or multi-line
 instructions, comments — makes the whole computation go through the Lark parser instead. The grammar
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import re
 import sys
-from bisect import bisect_right
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, packed
+from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute,
+                             packed)
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import HloTransformer, build_computation
@@ -59,7 +60,10 @@ _SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|f
 
 Token = FastToken  # noqa: F811
 _intern = sys.intern
-_MAX_COLUMN = (1 << Position._SHIFT) - 1
+_SHIFT = Position._SHIFT
+# (opcode, operand count, no parameter number, *attribute keys) that passed `verifier.check_instruction`.
+_CHECKED: set[tuple] = set()
+_MAX_COLUMN = (1 << _SHIFT) - 1
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -92,8 +96,13 @@ def parse_head_fast(line: str, lineno: int):
     return (name_tok, m.group(1) is not None, (tuple(params), result))
 
 
-def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: HloTransformer):
-    """One canonical instruction line -> the pending-instruction tuple of the transformer, or None."""
+def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pattern], transformer: HloTransformer):
+    """One canonical instruction line -> a pending-instruction tuple, or None.
+
+    The common line gives the fast form `(is_root, name, at, shape, opcode, operands, attributes, parameter,
+    literal)` (`name` as written, `%` included; `at` its packed position); a constant gives the grammar
+    callback's 8-tuple. `build_computation` takes either.
+    """
     m = _LINE.match(line)
     if m is None:
         return None
@@ -105,7 +114,6 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         shape = decode_shape(shape_text)
     except ValueError:
         return None
-    name_tok = Token("NAME", name, lineno, m.start(2) + 1)
     operands: list = []
     parameter = None
     is_constant = opcode == "constant"
@@ -113,20 +121,74 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         if not ops or not _SCALAR.fullmatch(ops):
             return None
     elif ops:
-        if ops[0] == "%" or ops[0] == "/":
+        if ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
+            col = m.start(5) + 1
+            for oname in ops[1:].split(", %"):  # (name, no shape, line, column): no token object per operand
+                operands.append((oname, None, lineno, col))
+                col += len(oname) + 3
+        elif ops[0] == "%" or ops[0] == "/":
             base = m.start(5) + 1
-            for o in _OPERAND.finditer(ops):  # (name, no shape, line, column): no token object per operand
+            for o in _OPERAND.finditer(ops):
                 operands.append((o.group(1), None, lineno, base + o.start()))
         elif opcode == "parameter" and ops.isdigit():
             parameter = int(ops)
         else:
             return None
-    attrs: list = []
     pos = m.end()
-    end = len(line.rstrip())
+    end = len(line)
+    if line[-1].isspace():  # (the line ends in a name, `)` or `}` when printed by XLA: no copy to strip)
+        end = len(line.rstrip())
     if end >= _MAX_COLUMN:
         return None  # a line longer than a packed column holds: the grammar path (it clamps) reads it
-    at = packed(lineno, 0)
+    at = lineno << _SHIFT
+    attrs: list = []
+    keys: list = []
+    if pos < end:
+        # All attributes in one `findall`: when the matches tile the rest of the line exactly, each is what
+        # `attr_re.match` at its place gives (the first starts where the head ends, each next where the
+        # last ended); otherwise (a gap, `key= value`, `device_ids`) the loop below reads them one by one.
+        p = pos
+        for pre, key, raw in attr_res[1].findall(line, pos):
+            if key == "device_ids":
+                p = -1
+                break
+            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
+            # attribute text of real dumps is unique, so one string per distinct value, one per key.
+            p += len(pre)
+            key = _intern(key)
+            keys.append(key)
+            attrs.append(new_attribute(key, _intern(raw), at + p + 1))
+            p += len(raw)
+        if p != end:
+            attrs = _attributes_slow(line, pos, end, lineno, attr_res[0], transformer)
+            if attrs is None:
+                return None
+            keys = [a.key for a in attrs]
+    if is_constant:
+        children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
+            Token("NAME", name, lineno, m.start(2) + 1), shape, Token("CONSTANT_OPEN", "constant(", lineno,
+                                                                     m.start(4) + 1),
+            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
+        return transformer.constant_instruction(children)
+    # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
+    attrs_t = tuple(attrs)
+    # check_instruction depends on the opcode, the operand count, whether a parameter number was given and the
+    # attribute keys (and on one value, use_global_device_ids, not cached): each combination is checked once.
+    sig = (opcode, len(operands), parameter is None, *keys)
+    if sig not in _CHECKED:
+        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(operands), parameter, attrs_t)
+        if "use_global_device_ids" not in sig:
+            if len(_CHECKED) > 4096:
+                _CHECKED.clear()
+            _CHECKED.add(sig)
+    return (root is not None, name, at + m.start(2) + 1, shape, opcode, operands, attrs_t, parameter, None)
+
+
+def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pattern,
+                     transformer: HloTransformer) -> list | None:
+    """The attributes from `pos` to `end` one match at a time; None when a piece is not `, key=value`."""
+    at = lineno << _SHIFT
+    attrs: list = []
     while pos < end:
         a = attr_re.match(line, pos)
         if a is None:
@@ -134,27 +196,17 @@ def _line_instruction(line: str, lineno: int, attr_re: re.Pattern, transformer: 
         key, raw = a.group(2), a.group(3)
         if key == "device_ids":
             return None  # `replica_groups=mesh[...], device_ids=(...)`: the grammar callback joins the two
-        key = sys.intern(key)  # one string per key, not one per attribute
+        key = _intern(key)
         if raw[:1].isspace() or not raw:  # `key= value`: the grammar callback handles the spacing
             attrs.append(transformer.attribute([Token("ATTR", a.group(1), lineno, a.start(1) + 1)]))
         else:
-            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
-            # attribute text of real dumps is unique, so one string per distinct value.
             attrs.append(Attribute(key, _intern(raw), at + a.start(3) + 1))
         pos = a.end()
-    if is_constant:
-        children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
-            name_tok, shape, Token("CONSTANT_OPEN", "constant(", lineno, m.start(4) + 1),
-            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
-        return transformer.constant_instruction(children)
-    # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
-    opcode_tok = Token("NAME", opcode, lineno, m.start(4) + 1)
-    attrs_t = tuple(attrs)
-    verifier.check_instruction(opcode_tok, len(operands), parameter, attrs_t)
-    return (root is not None, name_tok, shape, opcode, operands, attrs_t, parameter, None)
+    return attrs
 
 
-def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, transformer: HloTransformer,
+def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Pattern, re.Pattern],
+                           transformer: HloTransformer,
                            ) -> Computation | None:
     """Parse one computation's instruction lines without Lark, or return None to ask for the grammar.
 
@@ -162,7 +214,8 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, t
       text: the computation's text, from its header line to its closing brace.
       line0: the 1-based line of the header in the whole text.
       header: `(name_token, is_entry, signature)` from the grammar's reading of the header line.
-      attr_re: the compiled `, key=value` pattern (the grammar's ATTR terminal with a leading comma).
+      attr_re: the `, key=value` patterns of `parser._attr_regex` (the grammar's ATTR terminal with a leading
+        comma, for one match and for all of a line's).
       transformer: the callbacks that build IR.
 
     Returns:
@@ -184,7 +237,7 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: re.Pattern, t
     return build_computation(name_tok, is_entry, sig, pending)
 
 
-def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pattern,
+def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[re.Pattern, re.Pattern],
                 transformer: HloTransformer) -> tuple[Instruction, ...] | None:
     """The instructions of `opcodes` in a computation's text, each with its operands' shapes, parsing only
     their lines and their operands' definitions; None when that is not possible (then parse it all).
@@ -197,41 +250,40 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: re.Pat
     if not hits:
         return ()
     lines = text.split("\n")
-    starts = [0]
-    for line in lines[:-1]:
-        starts.append(starts[-1] + len(line) + 1)
-    wanted = sorted({bisect_right(starts, h) - 1 for h in hits})
-    defs: dict[str, int] | None = None
+    # (line index, where the line starts) of each line with a hit
+    wanted = sorted({(text.count("\n", 0, h), text.rfind("\n", 0, h) + 1) for h in hits})
+    defs: dict[str, re.Match] | None = None
     out = []
-    for k in wanted:
+    for k, line_start in wanted:
         line = lines[k]
         pending = _line_instruction(line, line0 + k, attr_re, transformer)
         if pending is None:
             if k == 0:
                 continue  # the header line (a parameter name that looks like an opcode call)
             return None
-        is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
+        if len(pending) == 9:  # the fast form
+            is_root, name, at, shape, opcode, operands, attrs, parameter, literal = pending
+        else:  # a constant, as the grammar's callback gives it
+            is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
+            name, at = str(tok), packed(tok.line, tok.column)
         if opcode not in opcodes:
             continue
-        if defs is None:
+        if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
             defs = {}
-            for j, other in enumerate(lines):
-                d = _DEF.match(other)
-                if d is not None:
-                    defs.setdefault(d.group(1), j)
+            for d in _DEFS.finditer(text):
+                defs.setdefault(d.group(1), d)
         ops = []
         for o in operands:
             oname = o[0] if len(o) == 4 else (o[0][1:] if o[0][0] == "%" else str(o[0]))
-            j = defs.get(oname)
-            d = _DEF.match(lines[j]) if j is not None and j < k else None
-            if d is None:
-                return None
+            d = defs.get(oname)
+            if d is None or d.start() >= line_start:
+                return None  # not defined before this line
             try:
                 ops.append(Operand(oname, decode_shape(d.group(2))))
             except ValueError:
                 return None
-        out.append(Instruction(tok[1:] if tok[0] == "%" else str(tok), opcode, shape, tuple(ops), attrs, is_root,
-                               packed(tok.line, tok.column), parameter, literal))
+        out.append(Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
+                               parameter, literal))
     return tuple(out)
 
 
@@ -241,6 +293,8 @@ def _finder(opcodes: tuple[str, ...]) -> re.Pattern:
 
 
 _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")
+# `_DEF` at the start of every line of a text in one pass (none of its parts crosses a newline).
+_DEFS = re.compile("^" + _DEF.pattern, re.M)
 
 
 _TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -341,3 +341,50 @@ class HloModule:
             chain.append(f)
             frame_id = f.parent
         return tuple(chain)
+
+
+# ---------------------------------------------------------------------------------------------- fast builders
+# The parser makes one Instruction, one Operand and two or three Attributes per line of a module. A frozen
+# dataclass's `__init__` sets each field through `object.__setattr__` by name; setting the slots through their
+# descriptors directly makes the same objects in about 60% of the time (test_ir checks that these set every
+# field and equal what the constructors make).
+_new = object.__new__
+_attribute_slots = (Attribute.key.__set__, Attribute.raw.__set__, Attribute.at.__set__)
+_operand_slots = (Operand.name.__set__, Operand.shape.__set__)
+_instruction_slots = tuple(getattr(Instruction, f).__set__ for f in (
+    "name", "opcode", "shape", "operands", "attributes", "is_root", "at", "parameter_number", "literal", "_attrs"))
+
+
+def new_attribute(key: str, raw: str, at: int, _new=_new, _cls=Attribute, _s=_attribute_slots) -> Attribute:
+    """`Attribute(key, raw, at)`, faster."""
+    a = _new(_cls)
+    _s[0](a, key)
+    _s[1](a, raw)
+    _s[2](a, at)
+    return a
+
+
+def new_operand(name: str, shape: Shape | None, _new=_new, _cls=Operand, _s=_operand_slots) -> Operand:
+    """`Operand(name, shape)`, faster."""
+    o = _new(_cls)
+    _s[0](o, name)
+    _s[1](o, shape)
+    return o
+
+
+def new_instruction(name: str, opcode: str, shape: Shape, operands: tuple, attributes: tuple, is_root: bool,
+                    at: int, parameter_number: int | None, literal: str | None, _new=_new, _cls=Instruction,
+                    _s=_instruction_slots) -> Instruction:
+    """`Instruction(name, opcode, shape, operands, attributes, is_root, at, parameter_number, literal)`, faster."""
+    i = _new(_cls)
+    _s[0](i, name)
+    _s[1](i, opcode)
+    _s[2](i, shape)
+    _s[3](i, operands)
+    _s[4](i, attributes)
+    _s[5](i, is_root)
+    _s[6](i, at)
+    _s[7](i, parameter_number)
+    _s[8](i, literal)
+    _s[9](i, None)
+    return i

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import forget_valid
-from analyzer.hlo.fastpath import (_line_instruction, parse_head_fast, parse_tables_fast, parse_tables_lenient,
-                                   select_fast)
+from analyzer.hlo.fastpath import (_finder, _line_instruction, parse_head_fast, parse_tables_fast,
+                                   parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 from analyzer.hlo.shapes import Shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
@@ -261,10 +261,12 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     """
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
-    check_ints = _has_long_int(text)  # numbers that may not fit an int64: checked per attribute
     forget_valid()
     single = is_single_instruction(text)
     split = None if single else _split(text)
+    # Numbers that may not fit an int64 are checked per attribute, where the text has a run of 19 digits; a lazy
+    # parse looks for one in each computation as it reads it (None), not in the whole text up front.
+    check_ints = None if lazy and split is not None else _has_long_int(text)
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if single:
@@ -483,6 +485,14 @@ def _comp_end(text: str, pos: int) -> re.Match | None:
 
 def _has_multiline_comment(text: str) -> bool:
     """Whether a `/* ... */` comment spans lines (the line scanner would misread what it hides)."""
+    # Only a `/*` that nothing closes before its line ends can count, outside whole-line `//` comments: one regex
+    # scan finds those (none in most texts); the walk below then decides in the order a reader meets them.
+    for m in _UNCLOSED_COMMENT.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if not text[line_start:m.start()].lstrip().startswith("//"):
+            break
+    else:
+        return False
     i = text.find("/*")
     while i >= 0:
         line_start = text.rfind("\n", 0, i) + 1
@@ -494,11 +504,15 @@ def _has_multiline_comment(text: str) -> bool:
             return True
         i = text.find("/*", j + 2)
     return False
+
+
+# `/*` and the rest of its line when no `*/` after it closes it there.
+_UNCLOSED_COMMENT = re.compile(r"/\*(?:[^*\n]|\*(?!/))*+(?:\n|\Z)")
 _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 
 def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, lazy: bool, lenient: bool = False,
-                 check_ints: bool = True) -> HloModule:
+                 check_ints: bool | None = True) -> HloModule:
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
     header_text, spans = split
     header = _parse_header(header_text, lenient)
@@ -545,7 +559,7 @@ def _parse_header(header_text: str, lenient: bool = False) -> HloModule:
 
 
 def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = False,
-                 check_ints: bool = True) -> Computation:
+                 check_ints: bool | None = True) -> Computation:
     """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
     when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
     chunk = source[start:end]
@@ -555,7 +569,7 @@ def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = F
     comp = _parse_lines(chunk, line, head) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(chunk, "computation", line)
-    _verify(comp, lenient, source, check_ints)
+    _verify(comp, lenient, source, _has_long_int(chunk) if check_ints is None else check_ints)
     return comp
 
 
@@ -596,9 +610,13 @@ def _parse_interactive(text: str, start: str, line: int):
 
 
 @lru_cache(maxsize=1)
-def _attr_regex() -> re.Pattern:
-    """`, key=value` with the grammar's ATTR pattern: group 1 the whole `key=value`, 2 the key, 3 the value."""
-    return re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + attribute_value_pattern() + "))")
+def _attr_regex() -> tuple[re.Pattern, re.Pattern]:
+    """The grammar's ATTR pattern with a leading comma, twice: `, key=value` for one match at a time (group 1
+    the whole `key=value`, 2 the key, 3 the value), and the same without the space after `=` for `findall`
+    over a whole line (groups: `, key=`, the key, the value)."""
+    value = attribute_value_pattern()
+    return (re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + value + "))"),
+            re.compile(r"(,[ \t]*([a-zA-Z_][a-zA-Z0-9_.\-]*)=)(" + value + ")"))
 
 
 @lru_cache(maxsize=1)
@@ -610,16 +628,13 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
-                 path: str | None, lenient: bool = False, check_ints: bool = True,
+                 path: str | None, lenient: bool = False, check_ints: bool | None = True,
                  callees: dict | None = None) -> None:
-        object.__setattr__(self, "_checks", (lenient, check_ints))
-        object.__setattr__(self, "_callees", {} if callees is None else callees)
-        object.__setattr__(self, "_source", source)
-        object.__setattr__(self, "_span", (start, end))
-        object.__setattr__(self, "_path", path)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "is_entry", is_entry)
-        object.__setattr__(self, "position", Position(line, column))
+        # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
+        # large module)
+        self.__dict__.update(_checks=(lenient, check_ints), _callees={} if callees is None else callees,
+                             _source=source, _span=(start, end), _path=path, name=name, is_entry=is_entry,
+                             position=Position(line, column))
 
     @property
     def text(self) -> str:
@@ -651,13 +666,17 @@ class LazyComputation(Computation):
         """
         if not self.is_parsed:
             start, end = self._span
+            if _finder(opcodes).search(self._source, start, end) is None:
+                return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
             chunk = self._source[start:end]
             try:
                 with gc_paused():
                     found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
                     if found:
+                        check_ints = self._checks[1]
                         verify_instructions(Computation(self.name, found), lenient=self._checks[0],
-                                            source=self._source, check_ints=self._checks[1])
+                                            source=self._source,
+                                            check_ints=_has_long_int(chunk) if check_ints is None else check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:

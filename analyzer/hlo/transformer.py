@@ -20,7 +20,8 @@ from lark import Token, Transformer
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
-from analyzer.hlo.ir import Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape, packed
+from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape,
+                             new_instruction, new_operand, packed)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
@@ -313,7 +314,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
       name_tok: the computation's name token (gives the position).
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
-      pending: the instruction tuples made by `HloTransformer.instruction`.
+      pending: the instruction tuples made by `HloTransformer.instruction` (name token second) or by the fast
+        path (`fastpath._line_instruction`: name text and packed position), in any mix.
       comp_attrs: attributes printed after the closing brace (`execution_thread="..."`).
 
     Returns:
@@ -326,43 +328,33 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     name = _name(name_tok)
     if name_tok[0] != "%":
         verifier.check_name(name_tok, "a computation")
-    if any(len(o) == 3 for p in pending for o in p[4]):
-        pending = _flatten_nested(pending)
+    if any(len(p) == 8 for p in pending):
+        pending = _fast_form(pending)
     # Each defined name's Operand, shared by all its users (a large module has millions of operand slots).
     defined: dict[str, Operand] = {}
     insts: list[Instruction] = []
-    for is_root, tok, shape, opcode, operands, attrs, parameter, literal in pending:
-        if tok[0] == "%":
-            iname = tok[1:]
-        else:
-            iname = str(tok)
-            if iname in verifier.RESERVED_NAMES:
-                verifier.check_name(tok, "an instruction")
+    reserved = verifier.RESERVED_NAMES
+    for is_root, iname, at, shape, opcode, operands, attrs, parameter, literal in pending:
+        if iname[0] == "%":
+            iname = iname[1:]
+        elif iname in reserved:
+            verifier.check_name(Token("NAME", iname, line=at >> _SHIFT, column=at & _COLUMN), "an instruction")
         if iname in defined:
             raise HloSemanticError(f"instruction name {iname!r} is already defined in computation {name!r}",
-                                   line=tok.line, column=tok.column)
-        ops = []
-        for o in operands:
-            # (token, shape prefix or None) from the grammar; (name, None, line, column) from the fast path
-            if len(o) == 4:
-                oname, oshape = o[0], None
-            else:
-                otok, oshape = o
-                oname = otok[1:] if otok[0] == "%" else str(otok)
-            ref = defined.get(oname)
-            if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
-                line, column = (o[2], o[3]) if len(o) == 4 else (o[0].line, o[0].column)
-                if ref is None:
-                    raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
-                                           f"{name!r}", line=line, column=column)
-                raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
-                                       f"has shape {ref.shape}", line=line, column=column)
-            ops.append(ref)
+                                   line=at >> _SHIFT, column=at & _COLUMN)
+        if not operands:
+            ops = ()
+        elif len(operands[0]) == 4:  # the fast path's (name, None, line, column): no shape to compare
+            try:
+                ops = tuple([defined[o[0]] for o in operands])
+            except KeyError:
+                ops = _resolve(name, iname, operands, defined)  # raises, naming the operand
+        else:
+            ops = _resolve(name, iname, operands, defined)
         if shape is None:
-            shape = _infer_shape(iname, tok, opcode, ops, attrs)
-        defined[iname] = Operand(iname, shape)
-        insts.append(Instruction(iname, opcode, shape, tuple(ops), attrs, is_root, packed(tok.line, tok.column),
-                                 parameter, literal))
+            shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
+        defined[iname] = new_operand(iname, shape)
+        insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
@@ -383,6 +375,51 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     return comp
 
 
+_SHIFT = Position._SHIFT
+_COLUMN = (1 << _SHIFT) - 1
+
+
+def _resolve(comp: str, iname: str, operands: list, defined: dict[str, Operand]) -> tuple[Operand, ...]:
+    """Each operand's Operand (defined earlier in computation `comp`), checking a shape written with it.
+
+    Raises:
+      HloSemanticError: at an operand not defined before `iname`, or written with a shape its definition lacks.
+    """
+    ops = []
+    for o in operands:
+        # (token, shape prefix or None) from the grammar; (name, None, line, column) from the fast path
+        if len(o) == 4:
+            oname, oshape = o[0], None
+        else:
+            otok, oshape = o
+            oname = otok[1:] if otok[0] == "%" else str(otok)
+        ref = defined.get(oname)
+        if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
+            line, column = (o[2], o[3]) if len(o) == 4 else (o[0].line, o[0].column)
+            if ref is None:
+                raise HloSemanticError(f"operand {oname!r} of {iname!r} is not defined before it in computation "
+                                       f"{comp!r}", line=line, column=column)
+            raise HloSemanticError(f"operand {oname!r} of {iname!r} is written with shape {oshape}, but {oname!r} "
+                                   f"has shape {ref.shape}", line=line, column=column)
+        ops.append(ref)
+    return tuple(ops)
+
+
+def _fast_form(pending: list) -> list:
+    """Pending instructions as the fast path makes them, `(is_root, name as written, packed position, shape,
+    opcode, operands, attributes, parameter, literal)`, from the grammar callbacks' 8-tuples (name token second),
+    nested operands flattened into instructions of their own."""
+    if any(len(p) == 8 and any(len(o) == 3 for o in p[4]) for p in pending):
+        pending = _flatten_nested(pending)
+    out = []
+    for p in pending:
+        if len(p) == 8:
+            tok = p[1]
+            p = (p[0], str(tok), packed(tok.line, tok.column)) + p[2:]
+        out.append(p)
+    return out
+
+
 _SAME_SHAPE_OPS = frozenset({
     "abs", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh", "tan",
     "sqrt", "rsqrt", "cbrt", "cosine", "sine", "floor", "ceil", "copy", "sign", "not", "erf", "round-nearest-afz",
@@ -396,7 +433,7 @@ def _flatten_nested(pending: list) -> list:
     """Turn nested operands (`add(f32[2] parameter(0), negate(x))`) into instructions of their own, named as
     XLA names them (`parameter.anon`, `parameter.anon.1`, ...), each placed just before its user."""
     transformer = HloTransformer()
-    taken = {(p[1][1:] if p[1][0] == "%" else str(p[1])) for p in pending}
+    taken = {(p[1][1:] if p[1][0] == "%" else str(p[1])) for p in pending}  # (either form: the name is second)
     counts: dict[str, int] = {}
     out: list = []
 
@@ -429,6 +466,9 @@ def _flatten_nested(pending: list) -> list:
         return resolved
 
     for p in pending:
+        if len(p) == 9:  # the fast path's form: no nested operands
+            out.append(p)
+            continue
         operands = expand(p[4]) if any(type(o) is tuple and len(o) == 3 for o in p[4]) else p[4]
         out.append(p[:4] + (operands,) + p[5:])
     return out

@@ -128,7 +128,11 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         elif op == "parameter":
             _check_parameter_replication(inst.name, inst.shape, inst.attributes)
         # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
-        a = next((x for x in inst.attributes if x.key == "control-predecessors"), None)
+        a = None
+        for x in inst.attributes:
+            if x.key == "control-predecessors":
+                a = x
+                break
         if a is not None:
             apos = a.position or inst.position
             try:
@@ -196,6 +200,10 @@ _LONG_INT = re.compile(r"-?\d{19,}")
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
+# (opcode, *attribute keys) of instructions whose opcode is known and whose keys the opcode allows, each once.
+_SIGNATURES_OK: set[tuple] = set()
+
+
 def verify_instructions(comp: Computation, *, lenient: bool = False, source: str | None = None,
                         check_ints: bool = True) -> tuple[str, ...]:
     """Per instruction: a known opcode, each attribute allowed on it (XLA's per-opcode tables), none twice,
@@ -221,25 +229,42 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             if not lenient:
                 raise HloSyntaxError(msg, **_key_at(a, None))
             notes.append(f"{_key_at(a, None)['line']}:{_key_at(a, None)['column']}: {msg}; kept as written")
+    valid = attributes._VALID
     for inst in comp.instructions:
         opcode = inst.opcode
-        if not is_known_opcode(opcode):
+        attrs = inst.attributes
+        # A known opcode with keys it allows, each once, passes whatever the values: each such combination is
+        # checked in full once (its values still are, below).
+        sig = (opcode, *[a.key for a in attrs])
+        known = sig in _SIGNATURES_OK
+        if not known and not is_known_opcode(opcode):
             col = _opcode_column(inst, source)
             msg = _unknown_opcode(opcode)
             if not lenient:
                 raise HloSyntaxError(msg, line=inst.position.line if inst.position else None, column=col)
             notes.append(f"{inst.position.line if inst.position else '?'}:{col}: {msg}; kept as written")
-        attrs = inst.attributes
         if not attrs:
             continue
-        allowed = allowed_attributes(opcode)
-        if len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
+        if known and not check_ints:
+            # Nothing left to check when every value was found valid before (most: values repeat).
+            for a in attrs:
+                seen = valid.get(a.key)
+                if seen is not None and a.raw not in seen:
+                    break
+            else:
+                continue
+        allowed = None if known else allowed_attributes(opcode)
+        if not known and len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
             seen: set[str] = set()
             for a in attrs:
                 if a.key in seen:
                     raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
                                          **_key_at(a, inst))
                 seen.add(a.key)
+        if not known and is_known_opcode(opcode) and (allowed is None or allowed.issuperset(sig[1:])):
+            if len(_SIGNATURES_OK) > 4096:
+                _SIGNATURES_OK.clear()
+            _SIGNATURES_OK.add(sig)
         for a in attrs:
             key = a.key
             if allowed is not None and key not in allowed:

@@ -56,3 +56,74 @@ def test_fast_path_equals_grammar(path):
     assert fast == slow
     assert _positions(fast) == _positions(slow)
     assert fast.name == slow.name and fast.frames == slow.frames
+
+
+def test_fast_builders_set_every_field():
+    """`ir.new_instruction/new_operand/new_attribute` make what the dataclass constructors make, every field set
+    (a field added to the IR without its builder fails here, not as a missing slot deep in an analysis)."""
+    import dataclasses
+
+    from analyzer.hlo import ir
+
+    shape = ir.Shape("f32", (2,))
+    cases = [
+        (ir.new_attribute("dimensions", "{0}", 7), ir.Attribute("dimensions", "{0}", 7)),
+        (ir.new_operand("x", shape), ir.Operand("x", shape)),
+        (ir.new_instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None,
+                            None),
+         ir.Instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None, None)),
+        (ir.new_instruction("p", "parameter", shape, (), (), False, 4, 0, None),
+         ir.Instruction("p", "parameter", shape, (), (), False, 4, 0, None)),
+    ]
+    for fast, slow in cases:
+        assert type(fast) is type(slow)
+        for f in dataclasses.fields(slow):
+            assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+        assert fast == slow and hash(fast) == hash(slow)
+
+
+_SELECTED = ("all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
+             "collective-permute", "collective-permute-start", "dot", "parameter", "constant")
+VALID = sorted((ROOT / "fixtures").rglob("*.hlo")) + sorted((HERE / "samples").glob("*.hlo"))
+
+
+@pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)
+def test_lazy_select_equals_full_parse(path):
+    """`LazyComputation.select` on an unparsed computation (only the matching lines and their operands'
+    definitions read) gives the full parse's instructions of those opcodes, operand shapes and positions too."""
+    text = path.read_text()
+    full = parse_hlo(text)
+    lazy = parse_hlo(text, lazy=True)
+    for comp in lazy.computations:
+        got = comp.select(*_SELECTED)
+        want = full[comp.name].select(*_SELECTED)
+        assert got == want, comp.name
+        assert [(i.position, tuple(a.position for a in i.attributes)) for i in got] == \
+            [(i.position, tuple(a.position for a in i.attributes)) for i in want]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_int64_range_checked_lazily_too(lazy):
+    """A lazy parse looks for 19-digit numbers per computation as it reads it, not in the whole text first:
+    the error is the same, at the same place, once the computation is read."""
+    text = ("HloModule m\nENTRY e {\n  p = f32[8] parameter(0)\n"
+            "  ROOT r = f32[8] slice(p), slice={[0:99999999999999999999]}\n}\n")
+    with pytest.raises(HloSyntaxError, match="out of range for an int64") as e:
+        parse_hlo(text, lazy=lazy).entry.instructions
+    assert (e.value.line, e.value.column) == (4, 39)
+
+
+@pytest.mark.parametrize("text, spans", [
+    ("  %a = (f32[], /*index=1*/f32[]) tuple(%x, %y)\n", False),
+    ("  %a = f32[] add(%x, %y) /* a\n  b */\n", True),
+    ("// generated with --only '*/*/*step' /* not an opener\n", False),
+    ("/a*/**/* /\n", False),  # the second `/*` shares its `/` with the first comment's `*/`
+    ("x /* a /* b */ c\n", False),
+    ("x /* never closed", True),
+])
+def test_multiline_comment_scan(text, spans):
+    """The scanner sends a text with a `/* ... */` over several lines to the grammar; a one-line comment, or a `/*`
+    inside a `//` line, does not count."""
+    from analyzer.hlo.parser import _has_multiline_comment
+
+    assert _has_multiline_comment(text) is spans
