@@ -12,7 +12,7 @@ but XLA's parser or verifier rejects it) with the line and column of the offendi
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from difflib import get_close_matches
 from typing import Any
 
@@ -730,11 +730,16 @@ def check_module_attribute(a: Attribute) -> None:
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
+# How to parse a whole module, for the module texts an `origin_recovery_table` quotes. `analyzer.hlo.parser`
+# sets it when it loads: the parser imports these checks, never the other way round.
+parse_module: Callable[[str], Any] | None = None
+
+
 def _check_recovery_modules(a: Attribute) -> None:
     """The modules an `origin_recovery_table` holds (`{ {"x"} : {"x__ovp0"}, "HloModule ..." }`): XLA parses each
     quoted module text, so one it cannot parse fails the whole module; this parses them the same way."""
-    from analyzer.hlo.parser import parse_hlo
-
+    parse_hlo = parse_module
+    assert parse_hlo is not None, "analyzer.hlo.parser sets analyzer.hlo.verifier.parse_module when it loads"
     raw = a.raw
     depth = 0
     i = 0
