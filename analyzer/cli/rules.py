@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("rules", help="list the plan checks (code, name, severity, summary)",
                               description="Every plan check: its stable code, kebab-case name, default severity "
                                           "and what it finds.", epilog=RULES_EPILOG)
+    p.add_argument("codes", metavar="CODE", nargs="*",
+                   help="only these rules: a code (HA101), a prefix (HA2) or a name (comm-bound-matmul)")
     p.add_argument("--json", action="store_true", help="print a JSON list with each rule's options and doc")
     p.add_argument("--markdown", action="store_true",
                    help="print the reference page docs/rules.md (every rule's doc and the config keys)")
@@ -46,6 +48,13 @@ def run_rules_list(args: argparse.Namespace) -> int:
     from analyzer.rules import all_rules
 
     rules = all_rules()
+    wanted = getattr(args, "codes", None) or []
+    if wanted:
+        picked = [r for r in rules if any(r.code.startswith(w.upper()) or r.name == w for w in wanted)]
+        for w in wanted:
+            if not any(r.code.startswith(w.upper()) or r.name == w for r in rules):
+                return _unknown_rule(w)
+        rules = picked
     if getattr(args, "markdown", False):
         sys.stdout.write(markdown())
         return 0
@@ -57,6 +66,18 @@ def run_rules_list(args: argparse.Namespace) -> int:
     for r in rules:
         print(f"{r.code:<6} {r.name:<{width}} {r.severity.value:<8} {r.summary}")
     return 0
+
+
+def _unknown_rule(token: str) -> int:
+    """Say that `token` names no rule (with the registry's suggestion and the valid codes); exit status 2."""
+    from analyzer.errors import ConfigError
+    from analyzer.rules import get_rule
+
+    try:
+        get_rule(token)
+    except ConfigError as e:
+        print(f"hlo-analyzer: {e.message}", file=sys.stderr)
+    return 2
 
 
 def options_text(rule) -> str:

@@ -223,6 +223,17 @@ def test_cli_unknown_code_exits_2_with_valid_codes(capsys):
     assert "HA999" in err and "HA101" in err
 
 
+def test_cli_rules_takes_codes_prefixes_and_names(capsys):
+    assert main(["rules", "HA2", "comm-bound-matmul"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert listed == ["HA101"] + sorted(r.code for r in all_rules() if r.code.startswith("HA2"))
+    assert main(["rules", "--json", "ha301"]) == 0
+    assert [r["code"] for r in json.loads(capsys.readouterr().out)] == ["HA301"]
+    assert main(["rules", "HA999"]) == 2  # said as `rule HA999` says it, not "unrecognized arguments"
+    err = capsys.readouterr().err
+    assert "unknown rule 'HA999'" in err and "HA101" in err
+
+
 def test_docs_rules_md_is_current():
     from analyzer.cli.rules import markdown
 
