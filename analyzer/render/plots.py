@@ -41,8 +41,8 @@ KIND_COLORS: dict[str, str] = {
 HALF_WIDTH = 5.5
 FULL_WIDTH = 11.4
 COMM_COLOR = "#c8463d"
-COMPUTE_COLOR = "#3b6fb6"
-MEMORY_COLOR = "#8fb3e0"
+COMPUTE_COLOR = "#2a7f8f"  # teal: not a collective kind's colour (the timeline draws both)
+MEMORY_COLOR = "#9fd3da"
 WAIT_COLOR = "#9aa3ad"
 HIDDEN_COLOR = "#e8c4c1"
 # The parts of the step (render._common.step_breakdown), the same in the breakdown and timeline plots.
@@ -301,7 +301,7 @@ def part_colors(parts: Sequence[Any]) -> list[str]:
         >>> from analyzer.render._common import StepPart
         >>> part_colors([StepPart("a", 1.0, "memory"), StepPart("b", 1.0, "exposed", "X"),
         ...              StepPart("c", 1.0, "exposed", "Y")])
-        ['#8fb3e0', '#c8463d', '#8e2a23']
+        ['#9fd3da', '#c8463d', '#8e2a23']
     """
     out, k = [], 0
     for p in parts:

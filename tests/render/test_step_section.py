@@ -145,3 +145,10 @@ def test_unrolled_model_timeline_is_one_repeat():
     assert len(dots) == 8
     assert sorted(Counter(b.source for b in dots).values()) == [1, 1, 1, 1, 1, 1, 2]
     assert "plot-timeline" in html.render(report)
+
+
+def test_timeline_colours_tell_compute_from_every_collective_kind():
+    """The timeline draws compute bars and collective bars side by side with one legend: no colour may mean
+    both (compute bound by FLOPs once shared the all-gather's blue)."""
+    own = {plots.COMPUTE_COLOR, plots.MEMORY_COLOR, plots.WAIT_COLOR}
+    assert len(own) == 3 and not own & set(plots.KIND_COLORS.values())
