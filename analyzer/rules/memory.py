@@ -7,13 +7,24 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.analysis.mapping import op_label
 from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
 from analyzer.rules.messages import OverHbm, ReplicatedParameter
 from analyzer.analysis.dataflow import replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "replicated_parameters"]
+__all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "replicated_parameters",
+           "largest_temporary"]
+
+# Instructions that make no buffer of their own: inputs, views and aliases of other buffers, the loop and
+# call wrappers (their result is the loop state or the callee's root), and what XLA always fuses into its
+# consumers (a broadcast or iota is never materialised on its own in the compiled program).
+_NO_BUFFER = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape", "while", "call", "conditional",
+    "after-all", "add-dependency", "opt-barrier", "optimization-barrier", "domain", "partition-id", "replica-id",
+    "broadcast", "iota", "copy-start", "copy-done", "send", "send-done", "recv", "recv-done",
+})
 
 
 def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
@@ -60,6 +71,65 @@ def replicated_parameters(ctx: RuleContext) -> list[tuple[Any, float, int]]:
     return replicated_parameters_of(module, mesh.size if mesh is not None else module.num_partitions)
 
 
+def largest_temporary(module: Any) -> tuple[Any, Any, float] | None:
+    """(computation, instruction, bytes per device) of the largest array the program creates, or None.
+
+    XLA's buffer assignment (which temporaries are live together) is not in the HLO text, so this is a
+    proxy: the largest array-shaped result of an instruction that makes a buffer (not a parameter, constant,
+    view, loop or call wrapper, nor a broadcast or iota XLA fuses away), in the entry computation and the
+    loop bodies and called computations it reaches (not fused computations), leaving out the entry's
+    outputs (they are outputs, not temporaries). Its size is that of its shape, per device (the module is
+    the partitioned one). Of equal sizes, the first with a source line wins, then the first in order.
+    """
+    if module is None or not module.computations:
+        return None
+    entry = module.entry
+    outputs = {entry.root.name}
+    if entry.root.opcode == "tuple":
+        outputs.update(entry.root.operand_names)
+    best: tuple[Any, Any, float] | None = None
+    best_key: tuple[float, int] = (0.0, 0)
+    seen: set[str] = set()
+    todo = [entry]
+    while todo:
+        comp = todo.pop(0)
+        if comp.name in seen:
+            continue
+        seen.add(comp.name)
+        for inst in comp.instructions:
+            if inst.opcode in ("while", "call", "conditional"):
+                todo.extend(module.by_name[n] for n in inst.called_computations if n in module.by_name)
+            if inst.opcode in _NO_BUFFER or not inst.shape.is_array or inst.shape.is_token:
+                continue
+            if comp is entry and inst.name in outputs:
+                continue
+            try:
+                nbytes = float(inst.shape.byte_size)
+            except ValueError:  # an element type this table does not know: not weighed
+                continue
+            md = inst.metadata
+            key = (nbytes, 1 if md is not None and (md.stack_frame_id is not None or md.source_line) else 0)
+            if key > best_key:
+                best, best_key = (comp, inst, nbytes), key
+    return best
+
+
+def _temporary_location(module: Any, comp: Any, inst: Any) -> Location | None:
+    """The user's line of an instruction (innermost frame of the user's code, the library frame as context),
+    or None when its metadata names no source."""
+    from analyzer.analysis.mapping import source_frames
+
+    md = inst.metadata
+    if md is None:
+        return None
+    frames = source_frames(module, md.stack_frame_id, md.source_file, md.source_line)
+    file, _, line = frames.user.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    return Location(file=file, line=int(line), computation=comp.name, instruction=inst.name,
+                    hlo_line=inst.position.line if inst.position else None, context=frames.context or None)
+
+
 def _param_name(inst: Any) -> str:
     md = inst.metadata
     return (md.op_name if md is not None and md.op_name else None) or inst.name
@@ -77,7 +147,12 @@ def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     Adds the per-device arguments, outputs and temporaries that XLA's `compiled.memory_analysis()`
     reports (minus aliased buffers) and compares them with the chip's HBM. Names the replicated
-    parameters whose sharding would make it fit.
+    parameters whose sharding would make it fit, and points at the first of them. When temporaries are
+    the largest part, it points instead at the user's line of the largest array the program creates (the
+    largest result of a buffer-making instruction in the entry and its loop bodies, outputs aside, sized
+    by its shape): XLA's buffer assignment, which says what is live together, is not in the HLO text, so
+    this is a proxy for the largest live temporary. Without a source line for it, the finding stays at
+    `<module>` (or on the first replicated parameter).
 
     ## Why is this bad?
     The program will not run: it fails with an out-of-memory error on the real chips. A replicated
@@ -133,7 +208,12 @@ def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
     else:
         fix = "shard the largest arrays over more mesh axes, rematerialize activations, or use more chips"
     where = Location(computation=ctx.facts.module.entry.name if ctx.facts.module else None)
-    if reps:
+    temporary: tuple[Any, Any, float] | None = None
+    if biggest == "temporaries":
+        found = largest_temporary(ctx.facts.module)
+        if found is not None and (loc := _temporary_location(ctx.facts.module, found[0], found[1])) is not None:
+            temporary, where = found, loc
+    if reps and temporary is None:
         inst = reps[0][0]
         md = inst.metadata
         where = Location(file=md.source_file if md else None, line=md.source_line if md else None,
@@ -141,13 +221,19 @@ def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
                          hlo_line=inst.position.line if inst.position else None)
     yield ctx.diagnostic(
         OverHbm(used_bytes=used, hbm_bytes=chip.hbm_bytes, hardware=chip.name, cpu_estimate=ctx.report.target == "cpu",
-                parts=tuple(parts)),
+                parts=tuple(parts),
+                temporary_op=op_label(temporary[1].metadata.op_name) if temporary else "",
+                temporary_opcode=temporary[1].opcode if temporary else "",
+                temporary_shape=str(temporary[1].shape) if temporary else "",
+                temporary_bytes=temporary[2] if temporary else 0.0),
         location=where,
         seconds=None,
         alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,
         fix=fix,
         details={"per_device_bytes": used, "hbm_bytes": chip.hbm_bytes, "saving_bytes": freed, "fits": fits,
-                 "contributors": dict(parts)},
+                 "contributors": dict(parts),
+                 **({"largest_temporary": {"instruction": temporary[1].name, "shape": str(temporary[1].shape),
+                                           "bytes": temporary[2]}} if temporary else {})},
     )
 
 

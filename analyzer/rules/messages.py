@@ -431,9 +431,15 @@ class OverHbm(Message):
     hardware: str
     cpu_estimate: bool
     parts: tuple[tuple[str, float], ...] = ()  # (temporaries | arguments | outputs, bytes), largest first
+    # When temporaries are the largest part: the largest array the program creates (its op, shape and bytes
+    # from the shape, per device), where the finding points; "" / 0 when not known.
+    temporary_op: str = ""      # the jax op that made it (from its op_name), "" when unknown
+    temporary_opcode: str = ""  # its HLO opcode
+    temporary_shape: str = ""
+    temporary_bytes: float = 0.0
 
     template: ClassVar[str] = ("needs {used_bytes:bytes} per device, more than the {hbm_bytes:bytes} of HBM on "
-                               "{hardware}{breakdown}{tail}")
+                               "{hardware}{breakdown}{tail}{largest}")
 
     @property
     def breakdown(self) -> str:
@@ -443,6 +449,24 @@ class OverHbm(Message):
     def tail(self) -> str:
         return (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
                 if self.cpu_estimate else ".")
+
+    @property
+    def largest(self) -> str:
+        """The largest temporary, when known (XLA's buffer assignment is not in the HLO: its shape is the size).
+
+        Example:
+            >>> print(OverHbm(used_bytes=20 * 2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e", cpu_estimate=False,
+            ...         parts=(("temporaries", 18 * 2**30),), temporary_op="dot_general", temporary_opcode="dot",
+            ...         temporary_shape="f32[32768,32768]", temporary_bytes=4 * 2**30).largest)
+             The largest temporary the program creates is this line's dot_general (HLO dot), f32[32768,32768] (4.00 GiB per device by its shape; which temporaries are live together is XLA's buffer assignment, not in the HLO).
+        """
+        if not self.temporary_shape:
+            return ""
+        what = (f"{self.temporary_op} (HLO {self.temporary_opcode})" if self.temporary_op and self.temporary_opcode
+                else self.temporary_op or self.temporary_opcode)
+        return (f" The largest temporary the program creates is this line's {what}, "
+                f"{self.temporary_shape} ({format_bytes(self.temporary_bytes)} per device by its shape; which "
+                "temporaries are live together is XLA's buffer assignment, not in the HLO).")
 
 
 @dataclass(frozen=True)

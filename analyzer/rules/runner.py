@@ -13,8 +13,11 @@ Two mechanisms apply to every rule alike, so no rule has to do them itself:
     times and saving are the sums, with the count in its message and `details["merged"]`;
   - negligible savings: a finding of a rule that predicts a saving (`Rule.predicts_saving`) is dropped when
     the saving per step is under `saving_threshold(...)`: the larger of `min-saving-seconds` and
-    `min-saving-fraction` of the step's predicted communication (a rule's own `min-saving-seconds` option,
-    when configured, replaces both). `apply_rules` says in the report's notes how many were dropped.
+    `min-saving-fraction` of the predicted step (`Totals.step_seconds`, the base the savings are in), or of
+    the step's predicted communication when the report has no step (an HLO dump without one, a report
+    rebuilt from JSON without one: its savings are then communication savings). A rule's own
+    `min-saving-seconds` option, when configured, replaces both. `apply_rules` says in the report's notes how
+    many were dropped, and of which base the fraction was taken.
 """
 
 from __future__ import annotations
@@ -65,7 +68,9 @@ class RuleResult:
       unused: suppressions that hid nothing (also reported as HA901 findings when HA901 is enabled).
       negligible: findings dropped because their saving per step is under `threshold` (for their rule).
       threshold: the negligible-saving threshold of the run in seconds per step (rules without their own).
-      comm_seconds: the step's predicted communication the fraction was taken of.
+      comm_seconds: the step's predicted communication.
+      step_seconds: the predicted step when the report has one (its savings are then step savings), else 0.
+        `min-saving-fraction` was taken of it when it is over 0, else of `comm_seconds` (`base`).
     """
 
     diagnostics: tuple[Diagnostic, ...]
@@ -74,6 +79,22 @@ class RuleResult:
     negligible: tuple[Diagnostic, ...] = ()
     threshold: float = 0.0
     comm_seconds: float = 0.0
+    step_seconds: float = 0.0
+
+    @property
+    def base(self) -> tuple[str, float]:
+        """(what, seconds) `min-saving-fraction` was taken of: ("predicted step", step) when the report has a
+        predicted step, else ("communication", the step's communication).
+
+        Example:
+            >>> RuleResult(diagnostics=(), comm_seconds=18.9e-3, step_seconds=63.6e-3).base
+            ('predicted step', 0.0636)
+            >>> RuleResult(diagnostics=(), comm_seconds=18.9e-3).base
+            ('communication', 0.0189)
+        """
+        if self.step_seconds > 0:
+            return "predicted step", self.step_seconds
+        return "communication", self.comm_seconds
 
 
 def inline_codes(file: str | None, line: int | None, cache: dict[str, list[str] | None] | None = None
@@ -192,21 +213,22 @@ def with_context(diagnostics: Sequence[Diagnostic], report: Any) -> list[Diagnos
     return out
 
 
-def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | None:
+def saving_threshold(rule: Rule, config: Any, base_seconds: float) -> float | None:
     """Seconds per step under which a finding of `rule` is negligible; None when the rule is exempt.
 
     Args:
       rule: the rule (exempt when `rule.predicts_saving` is False: budgets, memory, meta).
       config: the `Config`: `min_saving_seconds`, `min_saving_fraction`, and the rule's own
         `min_saving_seconds` option, which replaces both when configured.
-      comm_seconds: the step's predicted communication.
+      base_seconds: what `min_saving_fraction` is a fraction of: the predicted step when the report has one,
+        else the step's predicted communication (`RuleResult.base`).
 
     Example:
         >>> from analyzer.workflows.config import Config
         >>> from analyzer.rules.registry import get_rule
-        >>> saving_threshold(get_rule("HA301"), Config(), 18.9e-3)   # 1% of 18.9 ms beats 10 us
-        0.000189
-        >>> saving_threshold(get_rule("HA501"), Config(), 18.9e-3) is None
+        >>> round(saving_threshold(get_rule("HA301"), Config(), 63.6e-3), 9)   # 1% of a 63.6 ms step beats 10 us
+        0.000636
+        >>> saving_threshold(get_rule("HA501"), Config(), 63.6e-3) is None
         True
     """
     if not rule.predicts_saving:
@@ -214,12 +236,15 @@ def saving_threshold(rule: Rule, config: Any, comm_seconds: float) -> float | No
     own = config.rules.get(rule.code, {}).get("min_saving_seconds")
     if own is not None:
         return float(own)
-    return max(float(config.min_saving_seconds), float(config.min_saving_fraction) * max(comm_seconds, 0.0))
+    return max(float(config.min_saving_seconds), float(config.min_saving_fraction) * max(base_seconds, 0.0))
 
 
-def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_seconds: float, report: Any = None
+def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, base_seconds: float, report: Any = None
                      ) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """(kept, negligible): findings whose root cause saves less per step than their rule's threshold.
+
+    `base_seconds` is what `min-saving-fraction` is taken of (`saving_threshold`): the predicted step when the
+    report has one, else its communication.
 
     The threshold applies to the summed saving of the root cause a finding belongs to
     (`analyzer.rules.rootcause`): eleven 0.5% instances of one bad layout are kept together, as the 5.5% they
@@ -233,7 +258,7 @@ def split_negligible(diagnostics: Sequence[Diagnostic], config: Any, comm_second
     def threshold_of(code: str) -> float | None:
         if code not in thresholds:
             try:
-                thresholds[code] = saving_threshold(get_rule(code), config, comm_seconds)
+                thresholds[code] = saving_threshold(get_rule(code), config, base_seconds)
             except Exception:  # noqa: BLE001 - a code no rule owns (e.g. written by hand): never dropped
                 thresholds[code] = None
         return thresholds[code]
@@ -247,8 +272,11 @@ def negligible_note(result: RuleResult) -> str | None:
     """A sentence for the report's notes: how many findings were dropped as negligible, and by what rule.
 
     Example:
-        >>> negligible_note(RuleResult(diagnostics=(), negligible=(Diagnostic("HA202", "missing-wraparound", "",
-        ...     saving_seconds=2e-6),), threshold=1.89e-4, comm_seconds=18.9e-3))
+        >>> small = (Diagnostic("HA202", "missing-wraparound", "", saving_seconds=2e-6),)
+        >>> negligible_note(RuleResult(diagnostics=(), negligible=small, threshold=6.36e-4, comm_seconds=23.8e-3,
+        ...                            step_seconds=63.6e-3))
+        '1 finding dropped as negligible (HA202 x1; savings under 636 µs per step: the larger of min-saving-seconds and min-saving-fraction of 63.6 ms predicted step; set them under [tool.hlo-analyzer] to see them).'
+        >>> negligible_note(RuleResult(diagnostics=(), negligible=small, threshold=1.89e-4, comm_seconds=18.9e-3))
         '1 finding dropped as negligible (HA202 x1; savings under 189 µs per step: the larger of min-saving-seconds and min-saving-fraction of 18.9 ms of communication; set them under [tool.hlo-analyzer] to see them).'
     """
     if not result.negligible:
@@ -259,9 +287,11 @@ def negligible_note(result: RuleResult) -> str | None:
 
     n = len(result.negligible)
     by_code = ", ".join(f"{code} x{k}" for code, k in sorted(Counter(d.code for d in result.negligible).items()))
+    what, seconds = result.base
+    base = f"{fmt_s(seconds)} predicted step" if what == "predicted step" else f"{fmt_s(seconds)} of {what}"
     return (f"{n} finding{'s' if n != 1 else ''} dropped as negligible ({by_code}; savings under "
             f"{fmt_s(result.threshold)} per step: the larger of min-saving-seconds and min-saving-fraction of "
-            f"{fmt_s(result.comm_seconds)} of communication; set them under [tool.hlo-analyzer] to see them).")
+            f"{base}; set them under [tool.hlo-analyzer] to see them).")
 
 
 def check_rules(report: Any, config: Any = None) -> RuleResult:
@@ -369,9 +399,14 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
             unused.append(s)
     unused.extend(unused_baseline)
 
-    comm = float(getattr(getattr(report, "totals", None), "comm_seconds", 0.0) or 0.0)
+    totals = getattr(report, "totals", None)
+    comm = float(getattr(totals, "comm_seconds", 0.0) or 0.0)
+    # The fraction is of the base the savings are in (docs/rules.md, "Savings in step time"): the predicted
+    # step when the report has one, else the communication (savings are then communication savings).
+    step = float(getattr(totals, "step_seconds", 0.0) or 0.0) if facts.step_known else 0.0
+    base_seconds = step if step > 0 else comm
     # Judged by root cause: one decision's many small findings stand or fall together (analyzer.rules.rootcause)
-    final, negligible = split_negligible(final, config, comm, report=report)
+    final, negligible = split_negligible(final, config, base_seconds, report=report)
     if is_enabled(unused_suppression.code, select, ignore):
         ctx = replace(base, rule=unused_suppression)
         final.extend(unused_suppression.check(ctx, unused))  # type: ignore[call-arg]
@@ -381,8 +416,8 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     final.sort(key=_order)
     return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused),
                       negligible=tuple(negligible), threshold=max(config.min_saving_seconds,
-                                                                   config.min_saving_fraction * comm),
-                      comm_seconds=comm)
+                                                                   config.min_saving_fraction * base_seconds),
+                      comm_seconds=comm, step_seconds=step)
 
 
 def _program_lines(module: Any) -> set[tuple[str, int]]:
@@ -424,7 +459,7 @@ def apply_rules(report: Any, config: Any = None) -> Any:
     Example:
         >>> report = apply_rules(analyzer.analyze(step, *args, mesh=mesh))   # doctest: +SKIP
         >>> report.notes[-1]                                                 # doctest: +SKIP
-        '2 findings dropped as negligible (HA202 x1, HA301 x1; savings under 189 µs per step: ...).'
+        '2 findings dropped as negligible (HA101 x1, HA301 x1; savings under 636 µs per step: ...).'
     """
     from dataclasses import replace as _replace
 

@@ -19,7 +19,7 @@ unknown one is a `ConfigError` that names the key, the file, the line, and what 
     baseline = ".hlo-analyzer-baseline.json"
     baseline-tolerance = 0.10            # a baselined finding whose cost grew more than this (10%) is new again
     min-saving-seconds = 10e-6           # drop findings that save less per step (default 10 us) ...
-    min-saving-fraction = 0.01           # ... or less than this fraction of the step's communication (1%)
+    min-saving-fraction = 0.01           # ... or less than this fraction of the predicted step (1%)
 
     [tool.hlo-analyzer.budgets]
     comm-seconds-per-step = 0.010        # predicted communication per step, seconds
@@ -75,8 +75,9 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
 # saving per step is under the larger of the two is dropped by the runner (and counted in the report's notes).
 # 10 us is ten ICI hops of latency (T_min ~ 1 us per hop on TPU v4/v5e/v5p, sharding chapter, "A note on ICI
 # latency"): the latency floor of one or two small collectives, which is the resolution of the cost model
-# (Problem 3's latency-bound AllGather is "about 2 us") and far below step-to-step noise. 1% of the step's
-# communication is the share below which no engineer changes a sharding for it.
+# (Problem 3's latency-bound AllGather is "about 2 us") and far below step-to-step noise. 1% of the predicted
+# step (of its communication when the report has no step) is the share below which no engineer changes a
+# sharding for it.
 DEFAULT_MIN_SAVING_SECONDS = 10e-6
 DEFAULT_MIN_SAVING_FRACTION = 0.01
 # A baselined finding whose predicted seconds per step grew by more than this fraction over the baseline's
@@ -125,9 +126,10 @@ class Config:
       min_saving_seconds: findings that predict a saving per step under this are negligible (dropped).
       timeout: seconds `check` allows each entry point (import, call, compile), and `@audit` its compile
         (in any thread; see `analyzer.compile.lower.time_limit`); None: no limit.
-      min_saving_fraction: ... and so are those under this fraction of the step's predicted communication.
-        The threshold is the larger of the two; a rule's own `min-saving-seconds` option, when set,
-        replaces both for that rule. Budget, memory and meta rules are exempt.
+      min_saving_fraction: ... and so are those under this fraction of the predicted step
+        (`Totals.step_seconds`, the time savings are in), or of the step's predicted communication when the
+        report has no step. The threshold is the larger of the two; a rule's own `min-saving-seconds`
+        option, when set, replaces both for that rule. Budget, memory and meta rules are exempt.
       path: the file the config was read from, or None.
       origin: where `select`/`ignore` entries came from, for the unused-suppression rule (entry -> place).
     """

@@ -428,3 +428,90 @@ def test_memory_over_hbm_names_what_is_big_and_nothing_small(analysed):
     # by hand: 10 GiB of temporaries, 2 GiB of arguments, a 10 MiB output: the output is under 1%, not named
     memory = {"temp_bytes": 10 << 30, "argument_bytes": 2 << 30, "output_bytes": 10 << 20, "alias_bytes": 0}
     assert [k for k, _ in _contributors(memory, 12 << 30)] == ["temporaries", "arguments"]
+
+
+def test_memory_over_hbm_points_at_the_largest_temporary_when_temporaries_dominate(analysed):
+    """Temporaries the largest part: HA401 points at the user's line of the largest array the program creates.
+    fsdp_matmul(128) gathers W[D_X, F] into bf16[4096, 8192] per device: 4096 x 8192 x 2 B = 64 MiB (the dot's
+    bf16[128, 8192] result is the output, not a temporary). HA401's `fraction` is lowered to 0.1% of v5p's
+    HBM (~100 MB) so the program's ~160 MB (about 150 MB of them temporaries) is over it."""
+    import inspect
+
+    import programs
+
+    r = analysed("fsdp_matmul(128)")
+    assert r.memory["temp_bytes"] > r.memory["argument_bytes"] + r.memory["output_bytes"]
+    res = check_rules(r, Config(select=("HA401",), rules={"HA401": {"fraction": 1e-3}}))
+    (d,) = [d for d in res.diagnostics if d.code == "HA401"]
+    assert next(iter(d.details["contributors"])) == "temporaries"
+    lines, first = inspect.getsourcelines(programs.fsdp_matmul)
+    line = first + next(i for i, text in enumerate(lines) if "lambda x, w: x @ w" in text)
+    assert d.location.file == programs.__file__ and d.location.line == line
+    assert d.location.instruction == "all-gather"
+    assert d.details["largest_temporary"] == {"instruction": "all-gather", "shape": "bf16[4096,8192]",
+                                              "bytes": 4096 * 8192 * 2}
+    assert ("The largest temporary the program creates is this line's dot_general (HLO all-gather), bf16[4096,8192] "
+            "(64.0 MiB per device by its shape") in d.message
+    # Arguments the largest part (a replicated 20 GB weight): the finding stays on the weight to shard
+    w = only(analysed("big_weight(False)"), "HA401")
+    assert next(iter(w.details["contributors"])) == "arguments" and "largest_temporary" not in w.details
+    assert "largest temporary" not in w.message
+
+
+def test_largest_temporary_skips_outputs_views_and_fused_bodies_and_reads_loop_bodies():
+    """The proxy by hand: in the loop body a f32[1024,1024] multiply (1024 x 1024 x 4 B = 4 MiB) is the largest
+    buffer made; the entry's f32[2048,1024] output (8 MiB), the fusion's inner f32[4096,1024] multiply (16 MiB,
+    never materialised), the broadcasts, parameters and the loop's tuple are not temporaries.
+    Without metadata there is no user line, so HA401 would stay at `<module>`."""
+    from analyzer.hlo.parser import parse_hlo
+    from analyzer.rules.memory import _temporary_location, largest_temporary
+
+    text = """HloModule m, entry_computation_layout={(f32[1024]{0})->f32[2048,1024]{1,0}}
+
+add {
+  l = f32[] parameter(0)
+  r = f32[] parameter(1)
+  ROOT s = f32[] add(l, r)
+}
+
+fused {
+  a = f32[1024]{0} parameter(0)
+  big = f32[4096,1024]{1,0} broadcast(a), dimensions={1}
+  sq = f32[4096,1024]{1,0} multiply(big, big)
+  zero = f32[] constant(0)
+  ROOT red = f32[1024]{0} reduce(sq, zero), dimensions={0}, to_apply=add
+}
+
+cond {
+  p = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], f32[1024,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[1024,1024]{1,0} get-tuple-element(p), index=1
+  y = f32[1024,1024]{1,0} multiply(x, x)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[1024,1024]{1,0}) tuple(j, y)
+}
+
+ENTRY main {
+  p0 = f32[1024]{0} parameter(0)
+  f = f32[1024]{0} fusion(p0), kind=kInput, calls=fused
+  z = s32[] constant(0)
+  b = f32[1024,1024]{1,0} broadcast(f), dimensions={1}
+  t = (s32[], f32[1024,1024]{1,0}) tuple(z, b)
+  w = (s32[], f32[1024,1024]{1,0}) while(t), condition=cond, body=body
+  r = f32[1024,1024]{1,0} get-tuple-element(w), index=1
+  zf = f32[] constant(0)
+  ROOT out = f32[2048,1024]{1,0} pad(r, zf), padding=0_1024x0_0
+}
+"""
+    module = parse_hlo(text)
+    comp, inst, nbytes = largest_temporary(module)
+    assert (comp.name, inst.name, nbytes) == ("body", "y", 1024 * 1024 * 4)
+    assert _temporary_location(module, comp, inst) is None

@@ -20,6 +20,7 @@ from analyzer.workflows.config import (
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.errors import ConfigError
 from analyzer.rules import apply_rules, check_rules
+from analyzer.rules.common import fmt_s
 from analyzer.rules.matmul import roofline_fix
 from analyzer.rules.registry import Rule, all_rules, get_rule
 from analyzer.rules.runner import (
@@ -75,7 +76,7 @@ def test_merged_severity_is_the_most_severe():
 
 
 # --------------------------------------------------------------------------------------------------- negligible
-def test_threshold_is_the_larger_of_seconds_and_fraction_of_communication():
+def test_threshold_is_the_larger_of_seconds_and_fraction_of_the_base():
     r = get_rule("HA301")
     assert saving_threshold(r, Config(), 1e-3) == pytest.approx(DEFAULT_MIN_SAVING_SECONDS)  # 1% of 1 ms < 10 us
     assert saving_threshold(r, Config(), 0.1) == pytest.approx(DEFAULT_MIN_SAVING_FRACTION * 0.1)
@@ -98,7 +99,7 @@ def test_every_rule_that_prices_a_saving_is_filtered():
 def test_split_negligible():
     small, big = finding(saving=2e-6), finding(line=9, saving=300e-6)
     budget = Diagnostic("HA501", "comm-budget-exceeded", "over", saving_seconds=1e-9)
-    kept, dropped = split_negligible([small, big, budget], Config(), comm_seconds=20e-3)  # threshold 200 us
+    kept, dropped = split_negligible([small, big, budget], Config(), base_seconds=20e-3)  # threshold 200 us
     assert kept == [big, budget] and dropped == [small]
 
 
@@ -146,14 +147,33 @@ def test_runner_merges_and_drops_for_every_rule(analysed, monkeypatch):
     mine = [d for d in result.diagnostics if d.code == "HA399"]
     assert len(mine) == 1 and mine[0].saving_seconds == pytest.approx(0.4 * comm)
     assert [d.location.line for d in result.negligible] == [99]
-    assert result.threshold == pytest.approx(max(DEFAULT_MIN_SAVING_SECONDS, DEFAULT_MIN_SAVING_FRACTION * comm))
+    # The report has a predicted step, and savings are in step time: the fraction is of the step.
+    step = report.totals.step_seconds
+    assert step > comm and result.base == ("predicted step", step)
+    assert result.threshold == pytest.approx(max(DEFAULT_MIN_SAVING_SECONDS, DEFAULT_MIN_SAVING_FRACTION * step))
     note = negligible_note(result)
     assert note.startswith("1 finding dropped as negligible (HA399 x1;")
+    assert f"of {fmt_s(step)} predicted step;" in note and "of communication" not in note
     out = apply_rules(report, Config(select=("HA3",)))
     assert out.notes[-1] == note and apply_rules(out, Config(select=("HA3",))).notes.count(note) == 1
     # Turned off: everything shows.
     everything = check_rules(report, Config(select=("HA3",), min_saving_seconds=0, min_saving_fraction=0))
     assert len([d for d in everything.diagnostics if d.code == "HA399"]) == 2 and not everything.negligible
+
+
+def test_without_a_predicted_step_the_fraction_is_of_communication(analysed, monkeypatch):
+    """A report with no step (an HLO dump without one, JSON rebuilt without one) has communication savings:
+    the fraction is taken of its communication, and the note says so."""
+    report = analysed("fsdp_matmul(128)")
+    comm = report.totals.comm_seconds
+    stepless = replace(report, totals=replace(report.totals, step_seconds=0.0))
+    small = finding(code="HA301", line=99, saving=DEFAULT_MIN_SAVING_SECONDS / 2)
+    _with_rule(monkeypatch, _fake([small]))
+    result = check_rules(stepless, Config(select=("HA3",), min_saving_fraction=0.05))
+    assert result.step_seconds == 0 and result.base == ("communication", comm)
+    assert result.threshold == pytest.approx(0.05 * comm)   # 5% of 373 us = 18.7 us, over the 10 us floor
+    note = negligible_note(result)
+    assert f"of {fmt_s(comm)} of communication;" in note and "predicted step" not in note
 
 
 # --------------------------------------------------------------------------------------------------- HA101's words
