@@ -225,7 +225,7 @@ def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
                 temporary_op=op_label(temporary[1].metadata.op_name) if temporary else "",
                 temporary_opcode=temporary[1].opcode if temporary else "",
                 temporary_shape=str(temporary[1].shape) if temporary else "",
-                temporary_bytes=temporary[2] if temporary else 0.0),
+                temporary_bytes=temporary[2] if temporary else 0.0, fraction=float(ctx.option("fraction"))),
         location=where,
         seconds=None,
         alternative=f"shard the replicated parameters ({fmt_b(used - freed)} per device)" if names else None,

@@ -437,9 +437,23 @@ class OverHbm(Message):
     temporary_opcode: str = ""  # its HLO opcode
     temporary_shape: str = ""
     temporary_bytes: float = 0.0
+    fraction: float = 1.0  # the rule's `fraction`: the limit is this share of HBM
 
-    template: ClassVar[str] = ("needs {used_bytes:bytes} per device, more than the {hbm_bytes:bytes} of HBM on "
-                               "{hardware}{breakdown}{tail}{largest}")
+    template: ClassVar[str] = ("needs {used_bytes:bytes} per device, more than {limit_text}{breakdown}{tail}{largest}")
+
+    @property
+    def limit_text(self) -> str:
+        """The limit the rule compared with: all of HBM, or the configured share of it.
+
+        Example:
+            >>> OverHbm(used_bytes=2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e", cpu_estimate=False,
+            ...         fraction=0.05).limit_text
+            '819 MiB, the configured fraction 0.05 of the 16.0 GiB of HBM on tpu-v5e'
+        """
+        whole = f"the {format_bytes(self.hbm_bytes)} of HBM on {self.hardware}"
+        if self.fraction == 1.0:
+            return whole
+        return f"{format_bytes(self.hbm_bytes * self.fraction)}, the configured fraction {self.fraction:g} of {whole}"
 
     @property
     def breakdown(self) -> str:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.workflows.config import Budgets, Config
 from analyzer.diagnostics import Severity
 from analyzer.rules import check_rules, run_rules
+from analyzer.units import format_bytes
+from analyzer.workflows.config import Budgets, Config
 
 pytestmark = pytest.mark.slow
 REL = 0.10
@@ -452,6 +453,10 @@ def test_memory_over_hbm_points_at_the_largest_temporary_when_temporaries_domina
                                               "bytes": 4096 * 8192 * 2}
     assert ("The largest temporary the program creates is this line's dot_general (HLO all-gather), bf16[4096,8192] "
             "(64.0 MiB per device by its shape") in d.message
+    # The message names the limit the rule used (0.1% of HBM), not all of HBM, which 155 MiB does not exceed.
+    hbm = d.details["hbm_bytes"]
+    assert f"more than {format_bytes(hbm * 1e-3)}, the configured fraction 0.001 of the {format_bytes(hbm)} of HBM" \
+        in d.message
     # Arguments the largest part (a replicated 20 GB weight): the finding stays on the weight to shard
     w = only(analysed("big_weight(False)"), "HA401")
     assert next(iter(w.details["contributors"])) == "arguments" and "largest_temporary" not in w.details
