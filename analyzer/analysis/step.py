@@ -352,6 +352,11 @@ class _Walker:
         self.dot_flops: dict[tuple[str, str], tuple[float, str]] = {}
         for d in dots:
             self.dot_flops[(d.computation, d.instruction.name)] = (d.flops, d.dtype)
+        # The dtype of each computation's first dot (in `dot_flops` order), looked up once per fusion by
+        # `op_time`: a scan of `dot_flops` per lookup made the step model quadratic in the number of dots.
+        self.first_dot_dtype: dict[str, str] = {}
+        for (c, _), (_, dtype) in self.dot_flops.items():
+            self.first_dot_dtype.setdefault(c, dtype)
         self.comp_flops: dict[str, float] = {}
         # collectives by place: (comp, inst) -> [(row, role)]
         self.coll: dict[tuple[str, str], list[tuple[int, str]]] = {}
@@ -437,10 +442,7 @@ class _Walker:
         return inst.opcode in ("fusion", "call") and any(self.flops_in(c) for c in inst.called_computations)
 
     def _dot_dtype(self, comp_name: str) -> str:
-        for (c, _), (_, dtype) in self.dot_flops.items():
-            if c == comp_name:
-                return dtype
-        return "bf16"
+        return self.first_dot_dtype.get(comp_name, "bf16")
 
     def op_time(self, comp: Computation, inst: Instruction, cheap: Mapping[str, bool] | None,
                 users: Mapping[str, tuple[str, ...]] | None) -> tuple[float, str]:

@@ -898,13 +898,13 @@ def validate(inst: Instruction) -> None:
                 raise err from None
 
 
-def _decode(inst: Instruction, key: str, a: Any = None) -> Any:
+def _decode(inst: Instruction, key: str, a: Any = None, decoder: Callable[[str], Any] | None = None) -> Any:
     if a is None:
         a = inst.attrs.get(key)
         if a is None:
             return None
     try:
-        return DECODERS[key](a.raw)
+        return (decoder or DECODERS[key])(a.raw)
     except ValueError as e:
         from analyzer.errors import HloSyntaxError
 
@@ -974,8 +974,14 @@ def called_computations(inst: Instruction) -> tuple[str, ...]:
     return tuple(out)
 
 
+# The analysis reads an instruction's metadata many times (op names, source lines, remat and repeat checks)
+# and many instructions share one metadata text: decoded once per text. Not in DECODERS, so a parse still
+# pays for its own checks (`forget_valid`). The Metadata is shared: callers must not change its `extra`.
+_metadata_memo = functools.lru_cache(maxsize=16384)(parse_metadata)
+
+
 def metadata(inst: Instruction) -> Metadata | None:
-    return _decode(inst, "metadata")
+    return _decode(inst, "metadata", decoder=_metadata_memo)
 
 
 def frontend_attributes(inst: Instruction) -> Mapping[str, str]:

@@ -248,8 +248,9 @@ class Computation:
     def by_name(self) -> Mapping[str, Instruction]:
         return {i.name: i for i in self.instructions}
 
-    @property
+    @cached_property
     def root(self) -> Instruction:
+        # Cached (like `by_name`): the step model asks for it once per value it follows, a scan each time.
         for inst in self.instructions:
             if inst.is_root:
                 return inst

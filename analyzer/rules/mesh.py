@@ -260,8 +260,18 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
     shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
 
     def per_row(t: Any) -> list[float]:
-        return [float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), t, model=facts.cost_model).seconds)
-                if c.axes else 0.0 for c in facts.collectives]
+        # Rows repeat (every layer's collectives): each distinct (kind, bytes, axes) is priced once per slice.
+        memo: dict[tuple, float] = {}
+        out = []
+        for c in facts.collectives:
+            if not c.axes:
+                out.append(0.0)
+                continue
+            key = (c.kind, float(c.bytes), tuple(c.axes))
+            if key not in memo:
+                memo[key] = float(collective_cost(key[0], key[1], key[2], t, model=facts.cost_model).seconds)
+            out.append(memo[key])
+        return out
 
     def cost(t: Any) -> float:
         return sum(s * c.count for s, c in zip(per_row(t), facts.collectives))
@@ -472,15 +482,18 @@ def _row_prices(facts: Any, topo: Any) -> list[float]:
     from analyzer.theory.cost import collective_cost
 
     out = []
+    memo: dict[tuple, float] = {}  # rows repeat (every layer's collectives): each distinct one priced once
     for c in facts.collectives:
         if not c.axes or c.seconds <= 0:
             out.append(0.0)
             continue
-        try:
-            out.append(float(collective_cost(c.kind, float(c.bytes), tuple(c.axes), topo,
-                                             model=facts.cost_model).seconds))
-        except AnalyzerError:
-            out.append(0.0)
+        key = (c.kind, float(c.bytes), tuple(c.axes))
+        if key not in memo:
+            try:
+                memo[key] = float(collective_cost(key[0], key[1], key[2], topo, model=facts.cost_model).seconds)
+            except AnalyzerError:
+                memo[key] = 0.0
+        out.append(memo[key])
     return out
 
 
