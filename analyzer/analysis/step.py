@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.collectives import COLLECTIVE_OPCODES, KINDS
+from analyzer.analysis.dataflow import users_map
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
@@ -208,14 +209,12 @@ def _elements(shape: Any) -> int:
     return shape.num_elements
 
 
-def _users_in(comp: Computation, cache: dict[str, dict[str, list[Instruction]]]) -> dict[str, list[Instruction]]:
+def _users_in(comp: Computation, cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]]
+              ) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
+    """`analyzer.analysis.dataflow.users_map` of `comp`, built once per fusion walk."""
     users = cache.get(comp.name)
     if users is None:
-        users = {}
-        for i in comp.instructions:
-            for o in i.operand_names:
-                users.setdefault(o, []).append(i)
-        cache[comp.name] = users
+        users = cache[comp.name] = users_map(comp)
     return users
 
 
@@ -225,11 +224,11 @@ def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict,
     a dynamic-update-slice's base is updated in place (nothing read); views and nested fusions are followed."""
     if depth > 16:
         return None
-    users = _users_in(comp, cache).get(name, [])
+    users = _users_in(comp, cache).get(name, ())
     if not users:
         return None
     total = 0
-    for u in users:
+    for u, _ in users:
         op = u.opcode
         first = bool(u.operand_names) and u.operand_names[0] == name
         if op in _SLICES and first and name not in u.operand_names[1:]:
@@ -298,7 +297,7 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
-    cache: dict[str, dict[str, list[Instruction]]] = {}
+    cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
     params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
     total = 0
     for k, operand in enumerate(inst.operands):
@@ -690,8 +689,7 @@ class _Walker:
         if users is None:
             users = dict(self.graph.flow(comp.name).users)
         pos = {i.name: k for k, i in enumerate(insts)}
-        heavy = [k for k, i in enumerate(insts) if i.opcode in _DOT_OPS or i.opcode in ("while", "call", "conditional")
-                 or (i.opcode == "fusion" and any(self.flops_in(c) for c in i.called_computations))]
+        heavy = [k for k, i in enumerate(insts) if self.holds_dot(i) or i.opcode in ("while", "call", "conditional")]
         invariant = self._invariant(comp) if loop else set()
         carried = self._carried(comp, users, pos) if loop else frozenset()
         moves: dict[int, list[Instruction]] = {}
@@ -759,8 +757,7 @@ class _Walker:
             if inst is None:
                 continue
             op = inst.opcode
-            if (op in _DOT_OPS or op in ("while", "call", "conditional") or (comp.name, u) in self.coll
-                    or (op == "fusion" and any(self.flops_in(c) for c in inst.called_computations))):
+            if self.holds_dot(inst) or op in ("while", "call", "conditional") or (comp.name, u) in self.coll:
                 return first, True
             stack.extend((v, u) for v in users.get(u, ()))
         return first, False
@@ -817,8 +814,6 @@ class _Walker:
 
 
 def _holds_collective(module: HloModule, inst: Instruction) -> bool:
-    from analyzer.analysis.collectives import COLLECTIVE_OPCODES
-
     for c in inst.called_computations:
         comp = module.by_name.get(c)
         if comp is not None and comp.mentions(*COLLECTIVE_OPCODES):

@@ -182,7 +182,6 @@ class Facts:
       cost_model: "topology" or "ideal", as for the report.
       step_known: whether the report has a predicted step (`Totals.step_seconds` and the rows' exposed
         seconds): savings are then step savings (`step_saving`), else communication savings.
-      exposed_comm_seconds: the step's exposed communication (`Totals.exposed_comm_seconds`).
     """
 
     module: HloModule | None
@@ -193,7 +192,6 @@ class Facts:
     topology: Topology | None = None
     cost_model: str = "topology"
     step_known: bool = False
-    exposed_comm_seconds: float = 0.0
     # users_map of each computation, built on first use: a 32-layer unrolled step has hundreds of
     # collectives in one entry computation, and rebuilding its map for each cost ~30 s.
     _users: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -367,8 +365,7 @@ class Facts:
         step_known = (float(getattr(totals, "step_seconds", 0.0) or 0.0) > 0 and frame is not None
                       and "exposed_seconds" in frame)
         return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
-                     topology=topology, cost_model=ctx.cost_model, step_known=step_known,
-                     exposed_comm_seconds=float(getattr(totals, "exposed_comm_seconds", 0.0) or 0.0))
+                     topology=topology, cost_model=ctx.cost_model, step_known=step_known)
 
 
 def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:

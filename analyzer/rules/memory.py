@@ -10,6 +10,7 @@ from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.analysis.mapping import op_label
 from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
+from analyzer.rules.facts import _split_source
 from analyzer.rules.messages import OverHbm, ReplicatedParameter
 from analyzer.analysis.dataflow import replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
@@ -123,10 +124,10 @@ def _temporary_location(module: Any, comp: Any, inst: Any) -> Location | None:
     if md is None:
         return None
     frames = source_frames(module, md.stack_frame_id, md.source_file, md.source_line)
-    file, _, line = frames.user.rpartition(":")
-    if not file or not line.isdigit():
+    file, line = _split_source(frames.user)
+    if line is None:
         return None
-    return Location(file=file, line=int(line), computation=comp.name, instruction=inst.name,
+    return Location(file=file, line=line, computation=comp.name, instruction=inst.name,
                     hlo_line=inst.position.line if inst.position else None, context=frames.context or None)
 
 

@@ -273,11 +273,11 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
             out.append(memo[key])
         return out
 
-    def cost(t: Any) -> float:
-        return sum(s * c.count for s, c in zip(per_row(t), facts.collectives))
+    def cost(rows: list[float]) -> float:
+        return sum(s * c.count for s, c in zip(rows, facts.collectives))
 
     mine = per_row(topo)
-    now = cost(topo)
+    now = cost(mine)
     best: tuple[str, str, float, float, tuple[float, ...]] | None = None
     prefix = sl.name.split(":")[0]
     for dims in sorted(shapes):
@@ -286,13 +286,14 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
             continue
         try:
             t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
-            there = cost(t)
+            rows = per_row(t)
         except AnalyzerError:  # a shape the mesh cannot be laid on in order: not an alternative
             continue
+        there = cost(rows)
         if there < 0.99 * now and (best is None or there < best[3]):
             where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
             alts = tuple(c.seconds * s / m if m > 0 else c.seconds
-                         for c, s, m in zip(facts.collectives, per_row(t), mine))
+                         for c, s, m in zip(facts.collectives, rows, mine))
             best = (name, where, now, there, alts)
     return best
 
@@ -433,18 +434,22 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     now = _row_prices(facts, topo)
     current = sum(c.seconds * c.count for c in facts.collectives)
     placement = topo.placement()
+    # Each explicit placement's price of the whole step does not depend on the axis judged: once per placement.
+    priced = []
+    for text, t in candidates:
+        alts = [c.seconds * there / here if here > 0 else c.seconds
+                for c, there, here in zip(facts.collectives, _row_prices(facts, t), now)]
+        step = facts.step_saving(list(zip(facts.collectives, alts)))
+        total = sum(a * c.count for a, c in zip(alts, facts.collectives))
+        priced.append((text, t, t.straddling_axes(), step, total))
     for axis in straddling:
         mine = [c for c in facts.collectives if axis in c.axes and c.seconds > 0]
         if not mine:
             continue
         best = None
-        for text, t in candidates:
-            if axis in t.straddling_axes():
+        for text, t, straddles, step, total in priced:
+            if axis in straddles:
                 continue
-            alts = [c.seconds * there / here if here > 0 else c.seconds
-                    for c, there, here in zip(facts.collectives, _row_prices(facts, t), now)]
-            step = facts.step_saving(list(zip(facts.collectives, alts)))
-            total = sum(a * c.count for a, c in zip(alts, facts.collectives))
             key = (step.seconds, current - total)
             if best is None or key > best[0]:
                 best = (key, text, t, step, total)
