@@ -250,8 +250,15 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
     if not hits:
         return ()
     lines = text.split("\n")
-    # (line index, where the line starts) of each line with a hit
-    wanted = sorted({(text.count("\n", 0, h), text.rfind("\n", 0, h) + 1) for h in hits})
+    # (line index, where the line starts) of each line with a hit; the hits ascend, so each counts only the
+    # newlines since the one before (counting from the text's start per hit grew with hits x text)
+    wanted: list[tuple[int, int]] = []
+    k = prev = 0
+    for h in hits:
+        k += text.count("\n", prev, h)
+        prev = h
+        if not wanted or wanted[-1][0] != k:
+            wanted.append((k, text.rfind("\n", 0, h) + 1))
     defs: dict[str, re.Match] | None = None
     out = []
     for k, line_start in wanted:

@@ -392,7 +392,7 @@ def _resolve(comp: str, iname: str, operands: list, defined: dict[str, Operand])
             oname, oshape = o[0], None
         else:
             otok, oshape = o
-            oname = otok[1:] if otok[0] == "%" else str(otok)
+            oname = _name(otok)
         ref = defined.get(oname)
         if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
             line, column = (o[2], o[3]) if len(o) == 4 else (o[0].line, o[0].column)
@@ -558,7 +558,7 @@ def build_single(pending: tuple) -> Computation:
                 params.append((False, tok, oshape, "parameter", [], (), len(params), None))
                 defined.add(oname)
             ops.append(o)
-        defined.add(p[1][1:] if p[1][0] == "%" else str(p[1]))
+        defined.add(_name(p[1]))
         out.append(p[:4] + (ops,) + p[5:])
     out[-1] = (True,) + out[-1][1:]
     return build_computation(Token("NAME", "_", line=1, column=1), True, None, params + out)

@@ -727,9 +727,6 @@ def check_module_attribute(a: Attribute) -> None:
                              column=(a.position.column + bad) if a.position else None)
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
 # How to parse a whole module, for the module texts an `origin_recovery_table` quotes. `analyzer.hlo.parser`
 # sets it when it loads: the parser imports these checks, never the other way round.
 parse_module: Callable[[str], Any] | None = None
@@ -746,7 +743,7 @@ def _check_recovery_modules(a: Attribute) -> None:
     while i < len(raw):
         c = raw[i]
         if c == '"':
-            m = _STRING.match(raw, i)
+            m = _QUOTED.match(raw, i)
             if m is None:
                 break
             if depth == 1:  # a module text (the original-value keys are quoted inside their own braces)
