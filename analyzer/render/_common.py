@@ -249,7 +249,7 @@ def headline(report: Report) -> list[tuple[str, str]]:
         pairs += [
             ("Predicted step", format_seconds(t.step_seconds)),
             ("Exposed communication / step", format_seconds(t.exposed_comm_seconds)),
-            ("MFU (predicted)", f"{100 * t.mfu:.1f}%"),
+            ("MFU (predicted)", mfu_text(t.mfu)),
         ]
     pairs += [
         ("Communication / step", format_seconds(t.comm_seconds)),
@@ -495,11 +495,6 @@ def _short_dtype(name: str) -> str:
         return name
 
 
-def exposed_text(seconds: float) -> str:
-    """Exposed communication per step, or "—" when no step was predicted (nan)."""
-    return format_seconds(seconds) if seconds == seconds else "—"
-
-
 def mfu_text(mfu: float) -> str:
     """MFU as a percentage, or "—" when no step was predicted (nan).
 
@@ -519,7 +514,7 @@ def whatif_rows(whatifs: Sequence[WhatIf]) -> list[dict[str, Any]]:
         rows.append({
             "hardware": w.hardware, "topology": w.topology, "comm": format_seconds(w.comm_seconds),
             "compute": format_seconds(w.compute_seconds), "step": format_seconds(w.step_seconds),
-            "exposed": exposed_text(w.exposed_comm_seconds), "mfu": mfu_text(w.mfu),
+            "exposed": format_seconds(w.exposed_comm_seconds), "mfu": mfu_text(w.mfu),
             "relative": "—" if rel != rel else f"{rel:.2f}x", "findings": w.findings,
             "saving": format_seconds(w.saving_seconds) if w.saving_seconds else "—", "baseline": w.baseline,
         })

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analyzer.render._common import (
-    exposed_text,
     mfu_text,
     whatif_rows,
     argument_rows,
@@ -240,7 +239,7 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
         rows.append({
             "rank": e.rank, "strategy": e.plan, "mesh": e.mesh, "ok": e.ok, "error": e.error or "",
             "step": format_seconds(e.step_seconds) if e.ok else "",
-            "exposed": exposed_text(e.exposed_comm_seconds) if e.ok else "",
+            "exposed": format_seconds(e.exposed_comm_seconds) if e.ok else "",
             "mfu": mfu_text(e.mfu) if e.ok else "",
             "comm": format_seconds(e.comm_seconds) if e.ok else "",
             "compute": format_seconds(e.compute_seconds) if e.ok else "",

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
     step_rows,
-    exposed_text,
     mfu_text,
     step_sentence,
     whatif_rows,
@@ -103,7 +102,7 @@ def sweep_section(sweep: SweepResult) -> str:
             continue
         fits = {True: "yes", False: "**no**", None: "?"}[e.fits]
         note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
-        rows.append([e.rank, e.plan, e.mesh, format_seconds(e.step_seconds), exposed_text(e.exposed_comm_seconds),
+        rows.append([e.rank, e.plan, e.mesh, format_seconds(e.step_seconds), format_seconds(e.exposed_comm_seconds),
                      mfu_text(e.mfu), format_seconds(e.comm_seconds), format_seconds(e.compute_seconds),
                      format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—", fits, e.findings, note])
     body = table(["#", "strategy", "mesh", "step", "exposed comm", "MFU", "comm", "compute", "memory/device", "fits",

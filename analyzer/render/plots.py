@@ -403,7 +403,6 @@ def layer_timeline(report: Report) -> list[Panel]:
     """The predicted step of one layer, forward and backward, as panels of bars on tracks; empty when the
     report has no step prediction or no layer window (`layer_windows`)."""
     from analyzer.analysis.step import COMPUTE_TRACK
-    from analyzer.errors import AnalyzerError
     from analyzer.render.trace import WAIT_TRACK, step_slices
 
     step = getattr(getattr(report, "analysis", None), "step", None)
@@ -414,15 +413,10 @@ def layer_timeline(report: Report) -> list[Panel]:
         return []
     cut: list[tuple[tuple[str, float, float], list[Any]]] = []
     for label, a, b in windows:
-        try:
-            slices = step_slices(report, between=(a, b))
-        except AnalyzerError:
-            return []
         bars = []
-        for s in slices:
+        for s in step_slices(report, between=(a, b)):  # each overlaps (a, b) with a positive length
             lo, hi = max(s.start, a), min(s.start + s.seconds, b)
-            if hi > lo:
-                bars.append(replace(s, start=lo - a, seconds=hi - lo))
+            bars.append(replace(s, start=lo - a, seconds=hi - lo))
         cut.append(((label, a, b), bars))
     present = {s.track for _, bars in cut for s in bars}
     links = sorted(present - {COMPUTE_TRACK, WAIT_TRACK})

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
     step_rows,
-    exposed_text,
     mfu_text,
     step_sentence,
     whatif_rows,
@@ -292,7 +291,7 @@ def sweep_table(sweep: SweepResult):
         note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
         findings = f"{e.findings}" + (f" ({e.errors} error{'s' if e.errors != 1 else ''})" if e.errors else "")
         table.add_row(str(e.rank), _escape(e.plan), e.mesh, format_seconds(e.step_seconds),
-                      exposed_text(e.exposed_comm_seconds), mfu_text(e.mfu), format_seconds(e.comm_seconds),
+                      format_seconds(e.exposed_comm_seconds), mfu_text(e.mfu), format_seconds(e.comm_seconds),
                       format_seconds(e.compute_seconds), mem, fits, findings, _escape(note), style=style)
     return table
 
