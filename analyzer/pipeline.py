@@ -173,14 +173,12 @@ def analyze_hlo(
     config = as_config(config)
     notes: list[str] = []
     path: str | None = None
-    final_from_folder = False
     if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str) and "\n" not in text_or_path
                                                   and len(text_or_path) < 4096 and "HloModule" not in text_or_path):
         p = Path(text_or_path)
         if p.is_dir():
             chosen, why = pick_dump_file(p)
             notes.append(f"Read {chosen.name} from the dump folder {p}: {why}.")
-            final_from_folder = chosen.name.endswith("after_optimizations.txt")
             p = chosen
         elif not p.exists():
             raise AnalyzerError(f"HLO input {str(p)!r} is neither HLO text nor an existing file or folder; give "
@@ -199,7 +197,7 @@ def analyze_hlo(
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
                "hlo_path": path}
-    final = final_from_folder or (path is not None and Path(path).name.endswith("after_optimizations.txt")) \
+    final = (path is not None and Path(path).name.endswith("after_optimizations.txt")) \
         or module.attributes.get("is_scheduled") == "true"
     warning = backend_final_warning(module) if final else None
     return build_report(module, mesh=info, hardware=hardware, topology=topology, device_coords=None,

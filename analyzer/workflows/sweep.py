@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError
+from analyzer.workflows.whatif import step_fields
 
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
@@ -368,21 +369,12 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
         strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text, note=plan_note(config),
         batch=candidate.batch, remat=candidate.remat, microbatches=candidate.microbatches,
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
-        **_step_fields(report),
+        **step_fields(report),
         memory_bytes=memory_per_device(report.memory), hbm_bytes=hbm, findings=len(diags),
         errors=sum(1 for d in diags if getattr(d.severity, "value", d.severity) == "error"),
         by_kind={str(k): float(v) for k, v in report.totals.by_kind.items()},
         report=report_to_dict(report),
     )
-
-
-def _step_fields(report: Report) -> dict[str, float]:
-    """The step model's figures of a report (`Totals`), or none when it predicted no step."""
-    t = report.totals
-    if not float(t.step_seconds or 0.0) > 0:
-        return {}
-    return {"predicted_step_seconds": float(t.step_seconds), "exposed_comm_seconds": float(t.exposed_comm_seconds),
-            "mfu": float(t.mfu)}
 
 
 def plan_note(config: ReportConfig) -> str:

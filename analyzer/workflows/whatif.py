@@ -84,9 +84,18 @@ def _row(report: Report, baseline: bool) -> WhatIf:
         findings=len(report.diagnostics),
         saving_seconds=float(sum(d.saving_seconds or 0.0 for d in report.diagnostics if (d.saving_seconds or 0) > 0)),
         baseline=baseline,
-        **({"predicted_step_seconds": float(t.step_seconds), "exposed_comm_seconds": float(t.exposed_comm_seconds),
-            "mfu": float(t.mfu)} if float((t := report.totals).step_seconds or 0.0) > 0 else {}),
+        **step_fields(report),
     )
+
+
+def step_fields(report: Report) -> dict[str, float]:
+    """The step model's figures of a report (`Totals`), or none when it predicted no step (what-ifs and sweep
+    entries both carry them)."""
+    t = report.totals
+    if not float(t.step_seconds or 0.0) > 0:
+        return {}
+    return {"predicted_step_seconds": float(t.step_seconds), "exposed_comm_seconds": float(t.exposed_comm_seconds),
+            "mfu": float(t.mfu)}
 
 
 def compare(report: Report, alternatives: Iterable[str | tuple[str, str | None]]) -> tuple[WhatIf, ...]:
