@@ -62,7 +62,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import (AnalyzerError, ConfigError, find_key_line, find_table_line, find_value_line, load_toml,
-                             valid_choices)
+                             toml_line, valid_choices)
 from analyzer.theory.dtypes import numpy_name, spellings
 
 if TYPE_CHECKING:
@@ -276,9 +276,7 @@ class ReportConfig:
             line = find_key_line(text, size, "model")
         else:
             line = find_table_line(text, "mesh")
-        lines = text.splitlines()
-        return ConfigError(message, path=self.path, line=line,
-                           source_line=lines[line - 1] if line and 0 < line <= len(lines) else None)
+        return ConfigError(message, path=self.path, line=line, source_line=toml_line(text, line))
 
     def _resolved_entry(self) -> str:
         assert self.entry is not None
