@@ -91,17 +91,17 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
         idle_text = axes_text(idle)
         yield ctx.diagnostic(
             IdleAxisLinks(axes=axes_text(c.axes), idle_axes=idle_text, new_axes=axes_text(new_axes), seconds=c.seconds,
-                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes), **step.fields()),
+                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes)),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"AllGather_{''.join(new_axes) if all(len(a) == 1 for a in new_axes) else axes_text(new_axes)}"
                         f" after a free reshard onto {idle_text}",
             alternative_seconds=alt * c.count,
-            saving_seconds=step.seconds,
+            step=step,
             fix=f"add {idle_text} to the PartitionSpec entry of the gathered dimension "
                 f"(e.g. P(({', '.join(repr(a) for a in new_axes)}), ...)) so the gather runs over {axes_text(new_axes)}",
-            details={**step.details(), "idle_axes": idle, "bytes": c.bytes, "count": c.count},
+            details={"idle_axes": idle, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -174,24 +174,22 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
         if impossible:
             # the saving is the other layout's, in step time (every collective repriced on it)
             step = facts.step_saving(list(zip(facts.collectives, found[4]))) if found else None
-        saving = step.seconds if step is not None else None
-        if saving is not None and saving < min_saving:
+        if step is not None and step.seconds < min_saving:
             continue  # hidden behind compute (or under the threshold)
         yield ctx.diagnostic(
             MissingWraparound(axis=name, chips=link.size, collectives=len(rows), seconds=current,
                               alternative_seconds=better, assumed_slice=topo.slice.name if assumed else "",
-                              wraparound_possible=not impossible, layout=layout[0] if layout else "",
-                              **(step.fields() if step is not None else {})),
+                              wraparound_possible=not impossible, layout=layout[0] if layout else ""),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
             seconds=current,
             alternative=f"the same collectives on a ring of {link.size} with wraparound",
             alternative_seconds=better,
-            saving_seconds=saving,
+            step=step,
             fix=_wrap_fix(ctx, name, link.size, layout),
-            details={**(step.details() if step is not None else {}), "axis": name, "collectives": len(rows),
-                     "same_chips_layout": layout, "wraparound_possible": not impossible},
+            details={"axis": name, "collectives": len(rows), "same_chips_layout": layout,
+                     "wraparound_possible": not impossible},
         )
 
 
@@ -355,16 +353,16 @@ def slow_link(ctx: RuleContext) -> Iterator[Diagnostic]:
         inside = "inside a slice (ICI)" if facts.hardware.kind == "tpu" else "inside the NVLink domain"
         yield ctx.diagnostic(
             SlowLinkCollective(kind=c.kind, nbytes=c.bytes, slow_axes=axes_text(slow), network=net, seconds=c.seconds,
-                               alternative_seconds=alt, inside=inside, count=c.count, **step.fields()),
+                               alternative_seconds=alt, inside=inside, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"the same {c.kind} with {axes_text(slow)} laid {inside}",
             alternative_seconds=alt * c.count,
-            saving_seconds=step.seconds,
+            step=step,
             fix=f"reorder the mesh so {axes_text(slow)} stays {inside} and the axis that spans {net} only "
                 "carries data parallelism (e.g. jax.make_mesh((slices, chips), ('data', 'model')))",
-            details={**step.details(), "slow_axes": slow, "bytes": c.bytes, "count": c.count},
+            details={"slow_axes": slow, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -465,19 +463,18 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
         yield ctx.diagnostic(
             StraddlingAxis(axis=axis, size=placement[axis].size, physical="+".join(placement[axis].physical_axes),
                            axis_collectives=len(mine), axis_seconds=axis_seconds, placement=text, seconds=current,
-                           alternative_seconds=total, assumed_slice=topo.slice.name if assumed else "",
-                           **step.fields()),
+                           alternative_seconds=total, assumed_slice=topo.slice.name if assumed else ""),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
             seconds=current,
             alternative=f"the same mesh placed as {text} ({where})",
             alternative_seconds=total,
-            saving_seconds=step.seconds,
+            step=step,
             fix=(f"place the mesh yourself with {where}: build jax.sharding.Mesh from the devices ordered by those "
                  f"coordinates instead of jax.make_mesh's order, and check it with --topology {text} "
                  f"(analyze(..., topology={text!r}))"),
-            details={**step.details(), "axis": axis, "physical_axes": list(placement[axis].physical_axes),
+            details={"axis": axis, "physical_axes": list(placement[axis].physical_axes),
                      "placement": text, "collectives": len(mine), "axis_seconds": axis_seconds},
         )
 

@@ -18,7 +18,9 @@ says "saves" about a figure other than the one beside it.
 
 Extending: a new message kind is a subclass with a `template` and its fields; the rule passes an instance
 to `RuleContext.diagnostic`, which renders it into `Diagnostic.message` and keeps the instance as
-`Diagnostic.finding` (not serialised, not compared) for code that groups or re-words findings.
+`Diagnostic.finding` (not serialised, not compared) for code that groups or re-words findings. A rule that
+predicts a saving passes its `StepSaving` there too (`step=`): that fills the three step fields, the
+finding's `saving_seconds` and its `details`.
 `Message.fields()` gives the figures as a dict (for JSON `details`).
 
 Example:
