@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic
+from analyzer.rules.memory import largest_parts, memory_part, per_device_bytes
 
 __all__ = ["ArgumentArray", "MemoryEstimate", "argument_arrays", "estimate_memory", "judge_fit"]
 
@@ -93,9 +94,8 @@ class MemoryEstimate:
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         """(name, bytes) of the parts after the change, largest first, each at least 1% of the total."""
-        total = self.after_bytes
         parts = [("temporaries", self.temporaries), ("arguments", self.arguments), ("outputs", self.outputs)]
-        return tuple(sorted(((k, v) for k, v in parts if v > 0 and v >= 0.01 * total), key=lambda kv: -kv[1]))
+        return tuple(largest_parts(parts, self.after_bytes))
 
 
 def _spec_axes(entry: Any) -> tuple[str, ...]:
@@ -164,23 +164,17 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
         >>> e.arguments / MiB, e.temporaries / MiB, e.fits     # w and the tokens whole again; 4x the tokens
         (64.5, 1024.0, True)
     """
-    from analyzer.rules.memory import per_device_bytes
-
     used = per_device_bytes(memory)
     if used is None or memory is None:
         return None
-
-    def get(*names: str) -> float:
-        return next((float(memory[n]) for n in names if memory.get(n) is not None), 0.0)
-
     sizes_after = {**now, **after}
     arg_now = sum(a.bytes_on(now) for a in arrays)
     arg_after = sum(a.bytes_on(sizes_after) for a in arrays)
     ratio = arg_after / arg_now if arg_now > 0 else 1.0
-    args = get("argument_bytes", "argument_size_in_bytes")
-    outs = get("output_bytes", "output_size_in_bytes") - get("alias_bytes", "alias_size_in_bytes")
-    temps = get("temp_bytes", "temp_size_in_bytes")
-    code = get("generated_code_bytes", "generated_code_size_in_bytes")
+    args = memory_part(memory, "arguments")
+    outs = memory_part(memory, "outputs") - memory_part(memory, "aliased")
+    temps = memory_part(memory, "temporaries")
+    code = memory_part(memory, "code")
     if not (args or outs or temps):  # only a total is known: it is taken as temporaries
         temps = used - code
     axes = batch_axes(arrays)
