@@ -176,9 +176,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         for c, use in pairs:
             uses.setdefault(c.row, []).append((dot, use))
     callers_of = callers(facts.module) if facts.module is not None else {}
-    from analyzer.rules.fit import argument_arrays, batch_axes as batch_axes_of
+    from analyzer.rules.arguments import batch_axes as batch_axes_of
 
-    batch_axes = batch_axes_of(argument_arrays(ctx.report))  # the mesh axes the tokens are sharded over
+    batch_axes = batch_axes_of(facts.argument_arrays)  # the mesh axes the tokens are sharded over
     for colls, dots in _components(attached):
         colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
         if not colls:
