@@ -74,12 +74,11 @@ class Slice(Span):
         return f"{self.name} ({self.source})" if self.source else self.name
 
 
-def step_slices(report: Report, between: tuple[float, float] | None = None) -> list[Slice]:
+def step_slices(report: Report) -> list[Slice]:
     """Every span of the report's predicted step that takes time, with its source line and collective row.
 
     Waits of the compute stream go on their own track, `WAIT_TRACK`. Spans are in the order the step model
-    recorded them (loops unrolled, up to its `max_spans`). With `between=(start, end)` only the spans that
-    overlap that stretch of the step (unclipped).
+    recorded them (loops unrolled, up to its `max_spans`).
 
     Raises:
       AnalyzerError: the report carries no step prediction (a report read back from JSON).
@@ -98,7 +97,7 @@ def step_slices(report: Report, between: tuple[float, float] | None = None) -> l
     sources: dict[Any, str] = {}
     out: list[Slice] = []
     for s in step.spans:
-        if s.seconds <= 0 or (between is not None and not (s.start < between[1] and s.start + s.seconds > between[0])):
+        if s.seconds <= 0:
             continue
         source = op_name = ""
         inst = s.instruction
