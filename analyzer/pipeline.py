@@ -135,7 +135,9 @@ def _per_slice_program(lowered: Any) -> int | None:
     slice (fewer partitions than the mesh has devices), else None."""
     import re
 
-    if lowered.platform != "tpu" or "*" not in lowered.target:
+    from analyzer.compile.lower import parse_target
+
+    if lowered.platform != "tpu" or parse_target(lowered.target).num_slices == 1:
         return None
     m = re.search(r"num_partitions=(\d+)", lowered.optimized_hlo.split("\n", 1)[0])
     partitions = int(m.group(1)) if m else 1
@@ -460,15 +462,16 @@ def _topology(hw: HardwareSpec, mesh: MeshInfo, topology: Any, coords: Any, targ
     the hardware (GPUs, a spec without `device_kind`). On several slices over DCN, which `jax.make_mesh`
     refuses, jax's hybrid mesh (`mesh_utils.create_hybrid_device_mesh`, the major mesh axes over DCN)
     takes its place, from the TPU devices or stand-ins alike."""
+    from analyzer.compile.lower import parse_target
     from analyzer.compile.placement import placed_topology
     from analyzer.theory.topology import Topology, parse_slice, product_slice, smallest_slice, split_placement
 
-    gen = target.split(":")[1] if target.startswith("tpu:") and target.count(":") >= 2 else None
-    if coords is not None and gen is not None and gen != hw.topology_prefix:
+    tpu = parse_target(target) if target.startswith("tpu:") else None  # else "cpu", or "dump" (analyze_hlo)
+    if coords is not None and tpu is not None and tpu.generation != hw.topology_prefix:
         coords = None  # compiled for another TPU generation: its coords say nothing about this hardware
-    if coords is not None and topology is None and "*" in target:
+    if coords is not None and topology is None and tpu is not None and tpu.num_slices > 1:
         # several slices: (slice_index, torus coords) on the target's own slices, the DCN the major axis
-        sl = parse_slice(target.split(":", 1)[1], hw)
+        sl = parse_slice(tpu.topology, hw)
         topo = Topology.for_mesh(hw, mesh.axis_names, mesh.axis_sizes, topology=sl, device_coords=coords,
                                  declared=True)
         return topo, (f"Priced on {hw.name} with the slice index and torus coordinates of the TPU device at each "

@@ -159,6 +159,11 @@ class Target:
         return self.platform if self.topology is None else f"{self.platform}:{self.topology}"
 
     @property
+    def generation(self) -> str | None:
+        """The TPU generation ("v5e" for "tpu:v5e:2x2*2"; None for cpu)."""
+        return None if self.topology is None else self.topology.split(":", 1)[0]
+
+    @property
     def slice_topology(self) -> str | None:
         """The libtpu topology name of one slice ("v5e:2x2" for "v5e:2x2*2")."""
         return None if self.topology is None else self.topology.split("*", 1)[0]
@@ -476,23 +481,23 @@ def _quiet_stderr() -> Iterator[list[str]]:
             captured.append(sink.read().decode(errors="replace"))
 
 
-def _tpu_devices(topology: str) -> list[Any]:
-    """The compile-only TPU devices of a libtpu topology (e.g. "v5e:2x4"; "v5e:2x2*2" for two such slices
+def _tpu_devices(target: Target) -> list[Any]:
+    """The compile-only TPU devices of a TPU target (e.g. "tpu:v5e:2x4"; "tpu:v5e:2x2*2" for two such slices
     over DCN, whose devices carry `slice_index` 0 and 1)."""
     if not _libtpu_available():
-        raise LoweringError(f"target 'tpu:{topology}' needs libtpu for ahead-of-time TPU compilation: "
+        raise LoweringError(f"target '{target}' needs libtpu for ahead-of-time TPU compilation: "
                             f"{TPU_EXTRA_HINT}")
     from jax.experimental import topologies
 
-    name, _, slices = topology.partition("*")
-    extra = {"num_slices": int(slices)} if slices else {}
+    topology, slices = target.topology, target.num_slices
+    extra = {"num_slices": slices} if slices > 1 else {}
 
     # libtpu takes /tmp/libtpu_lockfile so that two processes never drive the same chips. Ahead-of-time
     # compilation drives no chip, and without this a second analysis (or a test run) beside a first one fails.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     with _quiet_stderr() as log:
         try:
-            desc = topologies.get_topology_desc(platform="tpu", topology_name=name, **extra)
+            desc = topologies.get_topology_desc(platform="tpu", topology_name=target.slice_topology, **extra)
             error = None
         except Exception as e:  # libtpu raises its own runtime errors for unknown names
             error = e
@@ -505,9 +510,9 @@ def _tpu_devices(topology: str) -> list[Any]:
     del log
     devices = list(desc.devices)
     found = len({int(getattr(d, "slice_index", 0)) for d in devices})
-    if found != max(1, int(slices or 1)):
+    if found != slices:
         raise HardwareError(f"libtpu described TPU topology {topology!r} with {found} slice(s), not "
-                            f"{int(slices or 1)}; this libtpu cannot describe multi-slice topologies")
+                            f"{slices}; this libtpu cannot describe multi-slice topologies")
     return devices
 
 
@@ -817,7 +822,7 @@ def lower(
     coords: tuple[tuple[int, ...], ...] | None = None
     if parsed.platform == "tpu":
         assert parsed.topology is not None
-        tpu_devices = _tpu_mesh_devices(mesh, abstract, _tpu_devices(parsed.topology), parsed.topology)
+        tpu_devices = _tpu_mesh_devices(mesh, abstract, _tpu_devices(parsed), parsed.topology)
         device_ids = [d.id for d in tpu_devices]
         rank = len(str(parsed.slice_topology).split(":")[1].split("x"))
         coords = tuple(_tpu_coords(d, rank, parsed.num_slices > 1) for d in tpu_devices)

@@ -63,7 +63,7 @@ _intern = sys.intern
 _SHIFT = Position._SHIFT
 # (opcode, operand count, no parameter number, *attribute keys) that passed `verifier.check_instruction`.
 _CHECKED: set[tuple] = set()
-_MAX_COLUMN = (1 << _SHIFT) - 1
+_MAX_COLUMN = Position._COLUMN
 
 
 def parse_head_fast(line: str, lineno: int):

@@ -51,10 +51,11 @@ class Position(int):
 
     __slots__ = ()
     _SHIFT = 24
+    _COLUMN = (1 << _SHIFT) - 1  # the low bits: the column (the largest one a position holds)
 
     def __new__(cls, line: int, column: int) -> Position:
-        if not 0 <= column < 1 << cls._SHIFT:
-            column = (1 << cls._SHIFT) - 1  # a column beyond 16 million characters is reported as that
+        if not 0 <= column <= cls._COLUMN:
+            column = cls._COLUMN  # a column beyond 16 million characters is reported as that
         return int.__new__(cls, (line << cls._SHIFT) | column)
 
     @property
@@ -63,7 +64,7 @@ class Position(int):
 
     @property
     def column(self) -> int:
-        return int(self) & ((1 << self._SHIFT) - 1)
+        return int(self) & self._COLUMN
 
     def __getnewargs__(self) -> tuple[int, int]:  # copy and pickle rebuild it from line and column
         return (self.line, self.column)
@@ -85,11 +86,11 @@ class Operand:
 
 def packed(line: int, column: int) -> int:
     """`Position(line, column)` as the plain int the IR stores (32 bytes; a Position object is 56)."""
-    return (line << Position._SHIFT) | min(column, (1 << Position._SHIFT) - 1)
+    return (line << Position._SHIFT) | min(column, Position._COLUMN)
 
 
 def _position(at: int) -> Position | None:
-    return Position(at >> Position._SHIFT, at & ((1 << Position._SHIFT) - 1)) if at else None
+    return Position(at >> Position._SHIFT, at & Position._COLUMN) if at else None
 
 
 @dataclass(frozen=True, slots=True)

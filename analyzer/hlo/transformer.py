@@ -376,7 +376,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
 
 
 _SHIFT = Position._SHIFT
-_COLUMN = (1 << _SHIFT) - 1
+_COLUMN = Position._COLUMN
 
 
 def _resolve(comp: str, iname: str, operands: list, defined: dict[str, Operand]) -> tuple[Operand, ...]:

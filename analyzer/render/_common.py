@@ -338,10 +338,11 @@ def step_breakdown(report: Report) -> list[StepPart]:
     return parts
 
 
-def step_rows(report: Report) -> list[tuple[str, str, str]]:
+def step_rows(report: Report, parts: Sequence[StepPart] | None = None) -> list[tuple[str, str, str]]:
     """The step breakdown as (part, per step, share of the step) text rows for the tables of every renderer:
-    the parts on the step, a `predicted step` total, then the hidden communication (share `—`)."""
-    parts = step_breakdown(report)
+    the parts on the step, a `predicted step` total, then the hidden communication (share `—`). `parts`: the
+    report's `step_breakdown` when the caller already has it."""
+    parts = step_breakdown(report) if parts is None else parts
     if not parts:
         return []
     step = report.totals.step_seconds

@@ -218,17 +218,10 @@ def _step_parts(report: Report) -> list[dict[str, str]]:
     from analyzer.render.plots import part_colors
 
     parts = step_breakdown(report)  # on-step parts first, then hidden: step_rows' order, less its total row
-    colors = part_colors(parts)
-    on = sum(1 for p in parts if p.on_step)
-    out = []
-    for k, (label, seconds, share) in enumerate(step_rows(report)):
-        if k == on:  # the total, between the parts on the step and the hidden communication
-            out.append({"label": label, "seconds": seconds, "share": share, "part": "total", "color": ""})
-        else:
-            j = k if k < on else k - 1
-            out.append({"label": label, "seconds": seconds, "share": share, "part": parts[j].part,
-                        "color": colors[j]})
-    return out
+    cells = [(p.part, color) for p, color in zip(parts, part_colors(parts))]
+    cells.insert(sum(1 for p in parts if p.on_step), ("total", ""))  # between those on the step and the hidden
+    return [{"label": label, "seconds": seconds, "share": share, "part": part, "color": color}
+            for (label, seconds, share), (part, color) in zip(step_rows(report, parts), cells)]
 
 
 def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:

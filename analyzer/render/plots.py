@@ -411,12 +411,14 @@ def layer_timeline(report: Report) -> list[Panel]:
     windows = layer_windows(step.windows)
     if not windows:
         return []
+    slices = step_slices(report)  # once: source lines looked up once for every window
     cut: list[tuple[tuple[str, float, float], list[Any]]] = []
     for label, a, b in windows:
         bars = []
-        for s in step_slices(report, between=(a, b)):  # each overlaps (a, b) with a positive length
+        for s in slices:
             lo, hi = max(s.start, a), min(s.start + s.seconds, b)
-            bars.append(replace(s, start=lo - a, seconds=hi - lo))
+            if lo < hi:  # overlaps (a, b) with a positive length
+                bars.append(replace(s, start=lo - a, seconds=hi - lo))
         cut.append(((label, a, b), bars))
     present = {s.track for _, bars in cut for s in bars}
     links = sorted(present - {COMPUTE_TRACK, WAIT_TRACK})

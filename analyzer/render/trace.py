@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analyzer.analysis.step import Span
 from analyzer.errors import AnalyzerError
 
 if TYPE_CHECKING:
@@ -53,28 +54,17 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
 
 
 @dataclass(frozen=True)
-class Slice:
-    """One span of the predicted step as renderers show it (the trace here, the HTML timeline plot).
+class Slice(Span):
+    """One span of the predicted step as renderers show it (the trace here, the HTML timeline plot): the
+    step model's `Span` (its waits on the track `compute waits`, `WAIT_TRACK`), with what a person reads.
 
     Attributes:
-      track: `compute`, `compute waits` (`WAIT_TRACK`) or a link (`ICI X`, `DCN data`).
-      start, seconds: on the step's clock, in seconds.
-      name: the HLO instruction (or, for a wait, what is waited for); computation: where it is.
-      kind: "matmul", "memory", "collective" or "wait" (`analyzer.analysis.step.Span.kind`).
       source: the user's `file:line`, "" when unknown; op_name: the jax op name, "" when unknown.
-      row: the collective's row in `Report.collectives`, else None; notation: that row's notation, else "".
-      collective: that row's kind (`all-gather`, ...), else "".
+      notation: the collective row's notation, else ""; collective: that row's kind (`all-gather`, ...), else "".
     """
 
-    track: str
-    start: float
-    seconds: float
-    name: str
-    computation: str
-    kind: str
     source: str = ""
     op_name: str = ""
-    row: int | None = None
     notation: str = ""
     collective: str = ""
 
@@ -84,12 +74,11 @@ class Slice:
         return f"{self.name} ({self.source})" if self.source else self.name
 
 
-def step_slices(report: Report, between: tuple[float, float] | None = None) -> list[Slice]:
+def step_slices(report: Report) -> list[Slice]:
     """Every span of the report's predicted step that takes time, with its source line and collective row.
 
     Waits of the compute stream go on their own track, `WAIT_TRACK`. Spans are in the order the step model
-    recorded them (loops unrolled, up to its `max_spans`). With `between=(start, end)` only the spans that
-    overlap that stretch of the step (unclipped).
+    recorded them (loops unrolled, up to its `max_spans`).
 
     Raises:
       AnalyzerError: the report carries no step prediction (a report read back from JSON).
@@ -108,7 +97,7 @@ def step_slices(report: Report, between: tuple[float, float] | None = None) -> l
     sources: dict[Any, str] = {}
     out: list[Slice] = []
     for s in step.spans:
-        if s.seconds <= 0 or (between is not None and not (s.start < between[1] and s.start + s.seconds > between[0])):
+        if s.seconds <= 0:
             continue
         source = op_name = ""
         inst = s.instruction
@@ -122,7 +111,7 @@ def step_slices(report: Report, between: tuple[float, float] | None = None) -> l
         in_frame = s.row is not None and s.row < len(notations)
         out.append(Slice(
             track=WAIT_TRACK if s.kind == "wait" else s.track, start=s.start, seconds=s.seconds, name=s.name,
-            computation=s.computation, kind=s.kind, source=source, op_name=op_name, row=s.row,
+            computation=s.computation, kind=s.kind, row=s.row, instruction=inst, source=source, op_name=op_name,
             notation=str(notations[s.row]) if in_frame else "",
             collective=str(kinds[s.row]) if in_frame and s.row < len(kinds) and s.kind != "wait" else ""))
     return out

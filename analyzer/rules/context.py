@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from analyzer.rules.messages import Message
 if TYPE_CHECKING:
     from analyzer.workflows.config import Config
     from analyzer.analysis.report import Report
-    from analyzer.rules.facts import Facts
+    from analyzer.rules.facts import Facts, StepSaving
     from analyzer.rules.registry import Rule
 
 __all__ = ["RuleContext"]
@@ -38,13 +39,24 @@ class RuleContext:
         assert self.rule is not None
         return self.config.option(self.rule.code, name, self.rule.option(name).default)
 
-    def diagnostic(self, message: Message | str, *, location: Location | None = None, **fields: Any) -> Diagnostic:
+    def diagnostic(self, message: Message | str, *, location: Location | None = None,
+                   step: StepSaving | None = None, **fields: Any) -> Diagnostic:
         """A `Diagnostic` of the running rule, at its configured severity (fields as in `Diagnostic`).
 
         `message` is a `Message` (analyzer.rules.messages): its text is rendered from its own figures and the
         instance is kept as `Diagnostic.finding`. A plain string is taken as the text (meta rules).
+
+        `step` is what the finding's change removes from the predicted step (`Facts.step_saving`): it gives
+        the message its step figures (the sentence `Message.in_step` renders), the finding its
+        `saving_seconds`, and heads its `details` with the same figures. None: the finding claims no saving.
         """
         assert self.rule is not None
+        if step is not None:
+            assert "saving_seconds" not in fields, "the saving of a finding with a step is the step's"
+            if isinstance(message, Message):
+                message = dataclasses.replace(message, **step.fields())
+            fields["saving_seconds"] = step.seconds
+            fields["details"] = {**step.details(), **fields.get("details", {})}
         explicit = fields.pop("severity", None)
         severity = self.config.option(self.rule.code, "severity", None) or explicit or self.rule.severity
         finding = message if isinstance(message, Message) else None

@@ -28,6 +28,7 @@ from analyzer.errors import AnalyzerError
 from analyzer.hlo.ir import Computation, HloModule, Instruction
 
 if TYPE_CHECKING:
+    from analyzer.rules.arguments import ArgumentArray
     from analyzer.theory.hardware import HardwareSpec
     from analyzer.theory.topology import AxisInfo, Topology
 
@@ -199,11 +200,21 @@ class Facts:
     uniformity: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     # common.dot_location's index of the report's dots table by instruction name.
     dot_rows: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    # the abstract arguments analyze() was given (`AnalysisContext.args`; None for an HLO dump or JSON).
+    args: Any = field(default=None, repr=False, compare=False)
 
     @cached_property
     def entry(self) -> Computation | None:
         """The module's entry computation, or None for a report without HLO."""
         return self.module.entry if self.module is not None else None
+
+    @cached_property
+    def argument_arrays(self) -> tuple[ArgumentArray, ...]:
+        """The program's array arguments with their shardings (`analyzer.rules.arguments.arrays_of`), built
+        once per report: HA101 reads the batch's mesh axes from them, the fit of a fix's plan their bytes."""
+        from analyzer.rules.arguments import arrays_of
+
+        return tuple(arrays_of(self.args))
 
     @property
     def ridge(self) -> float:
@@ -365,7 +376,7 @@ class Facts:
         step_known = (float(getattr(totals, "step_seconds", 0.0) or 0.0) > 0 and frame is not None
                       and "exposed_seconds" in frame)
         return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
-                     topology=topology, cost_model=ctx.cost_model, step_known=step_known)
+                     topology=topology, cost_model=ctx.cost_model, step_known=step_known, args=ctx.args)
 
 
 def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:

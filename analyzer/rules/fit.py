@@ -35,33 +35,15 @@ are offered as they are, without `fix_memory_bytes`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic
+from analyzer.rules.arguments import ArgumentArray, argument_arrays, batch_axes
+from analyzer.rules.memory import largest_parts, memory_part, per_device_bytes
 
-__all__ = ["ArgumentArray", "MemoryEstimate", "argument_arrays", "estimate_memory", "judge_fit"]
-
-
-@dataclass(frozen=True)
-class ArgumentArray:
-    """One array argument: its global `shape`, bytes per element, and the mesh axes each dim is sharded over."""
-
-    name: str
-    shape: tuple[int, ...]
-    itemsize: int
-    axes: tuple[tuple[str, ...], ...]
-    integer: bool = False
-
-    def bytes_on(self, sizes: Mapping[str, int]) -> int:
-        """Per-device bytes with the mesh axes at `sizes` (an axis not in `sizes` counts 1)."""
-        n = self.itemsize
-        for k, dim in enumerate(self.shape):
-            shards = math.prod(int(sizes.get(a, 1)) for a in (self.axes[k] if k < len(self.axes) else ()))
-            n *= -(-dim // max(shards, 1))
-        return n
+__all__ = ["MemoryEstimate", "estimate_memory", "judge_fit"]
 
 
 @dataclass(frozen=True)
@@ -93,51 +75,8 @@ class MemoryEstimate:
 
     def parts(self) -> tuple[tuple[str, float], ...]:
         """(name, bytes) of the parts after the change, largest first, each at least 1% of the total."""
-        total = self.after_bytes
         parts = [("temporaries", self.temporaries), ("arguments", self.arguments), ("outputs", self.outputs)]
-        return tuple(sorted(((k, v) for k, v in parts if v > 0 and v >= 0.01 * total), key=lambda kv: -kv[1]))
-
-
-def _spec_axes(entry: Any) -> tuple[str, ...]:
-    if entry is None:
-        return ()
-    if isinstance(entry, str):
-        return (entry,)
-    return tuple(str(a) for a in entry if a is not None)
-
-
-def argument_arrays(report: Any) -> list[ArgumentArray]:
-    """The program's array arguments with their shardings, from the abstract arguments `analyze` was given
-    (`report.analysis.args`); empty for a report without them (an HLO dump, a report rebuilt from JSON)."""
-    args = getattr(getattr(report, "analysis", None), "args", None)
-    if not args:
-        return []
-    import jax
-    import numpy as np
-
-    out = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
-        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-        if shape is None or dtype is None:
-            continue
-        spec = getattr(getattr(leaf, "sharding", None), "spec", None)
-        dims = tuple(_spec_axes(e) for e in spec) if spec is not None else ()
-        dt = np.dtype(dtype) if not hasattr(dtype, "itemsize") else dtype
-        out.append(ArgumentArray(jax.tree_util.keystr(path), tuple(int(d) for d in shape), int(dt.itemsize),
-                                 dims, integer=bool(np.issubdtype(dt, np.integer))))
-    return out
-
-
-def batch_axes(arrays: Sequence[ArgumentArray]) -> tuple[str, ...]:
-    """The mesh axes the batch is sharded over: those of the leading dim of the integer arguments (token ids,
-    labels), in order of first appearance; empty when no integer argument is sharded."""
-    seen: list[str] = []
-    for a in arrays:
-        if a.integer and a.shape and a.axes:
-            for ax in a.axes[0]:
-                if ax not in seen:
-                    seen.append(ax)
-    return tuple(seen)
+        return tuple(largest_parts(parts, self.after_bytes))
 
 
 def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentArray], now: Mapping[str, int],
@@ -146,7 +85,7 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
 
     Args:
       memory: XLA's per-device figures of the plan as it is (`Report.memory`).
-      arrays: the array arguments (`argument_arrays`).
+      arrays: the array arguments (`analyzer.rules.arguments.argument_arrays`).
       now, after: mesh axis sizes before and after the change (an axis missing from `after` keeps its size).
       batch_factor: what the global batch is multiplied by.
       hbm_bytes: the limit to judge against.
@@ -164,23 +103,17 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
         >>> e.arguments / MiB, e.temporaries / MiB, e.fits     # w and the tokens whole again; 4x the tokens
         (64.5, 1024.0, True)
     """
-    from analyzer.rules.memory import per_device_bytes
-
     used = per_device_bytes(memory)
     if used is None or memory is None:
         return None
-
-    def get(*names: str) -> float:
-        return next((float(memory[n]) for n in names if memory.get(n) is not None), 0.0)
-
     sizes_after = {**now, **after}
     arg_now = sum(a.bytes_on(now) for a in arrays)
     arg_after = sum(a.bytes_on(sizes_after) for a in arrays)
     ratio = arg_after / arg_now if arg_now > 0 else 1.0
-    args = get("argument_bytes", "argument_size_in_bytes")
-    outs = get("output_bytes", "output_size_in_bytes") - get("alias_bytes", "alias_size_in_bytes")
-    temps = get("temp_bytes", "temp_size_in_bytes")
-    code = get("generated_code_bytes", "generated_code_size_in_bytes")
+    args = memory_part(memory, "arguments")
+    outs = memory_part(memory, "outputs") - memory_part(memory, "aliased")
+    temps = memory_part(memory, "temporaries")
+    code = memory_part(memory, "code")
     if not (args or outs or temps):  # only a total is known: it is taken as temporaries
         temps = used - code
     axes = batch_axes(arrays)
@@ -197,7 +130,8 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
                           code=code, hbm_bytes=hbm_bytes, batch_axes=axes)
 
 
-def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fraction: float = 1.0) -> list[Diagnostic]:
+def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fraction: float = 1.0, *,
+              arrays: Sequence[ArgumentArray] | None = None) -> list[Diagnostic]:
     """The findings with the memory of their fix's plan: `details["fix_memory_bytes"]` (per device) and
     `details["fix_fits"]` for every finding whose fix changes the mesh or the batch; a fix whose plan needs
     more than it does now and more than HBM keeps its time figures in `details` (`unfit_saving_seconds`) but
@@ -206,6 +140,8 @@ def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fra
     Args:
       hardware: the `HardwareSpec` the report was priced on (its `hbm_bytes`).
       fraction: HA401's `fraction` option: the share of HBM a plan may use.
+      arrays: the report's array arguments, when already built (`Facts.argument_arrays`); None: built from
+        the report when a finding needs them (`argument_arrays`).
     """
     from analyzer.rules.messages import FixOverHbm
 
@@ -214,7 +150,6 @@ def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fra
     if mesh is None or hbm <= 0 or not getattr(report, "memory", None):
         return list(diagnostics)
     now = dict(zip(mesh.axis_names, (int(s) for s in mesh.axis_sizes)))
-    arrays: list[ArgumentArray] | None = None
     out = []
     for d in diagnostics:
         new_mesh = d.details.get("fix_mesh") or {}

@@ -86,17 +86,16 @@ def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
             yield ctx.diagnostic(
                 LatencyBoundGroup(members=len(members), kind=kind, axes=axes_text(axes), threshold_bytes=threshold,
                                   hardware=chip.name, seconds=current, total_bytes=total, alternative_seconds=alt,
-                                  count=count, before_combiners=ctx.report.target == "cpu", **step.fields()),
+                                  count=count, before_combiners=ctx.report.target == "cpu"),
                 location=main.location(),
                 notation=main.notation or None,
                 seconds=current * count,
                 alternative=f"one {kind} over {axes_text(axes)} of {fmt_b(total)}",
                 alternative_seconds=alt * count,
-                saving_seconds=step.seconds,
+                step=step,
                 fix="combine them: reduce the whole pytree in one call (jax.lax.psum(tree, axis)) or concatenate "
                     "the arrays before the collective; or pick a layout with fewer, larger collectives",
-                details={**step.details(), "members": [m.instruction for m in members],
-                         "threshold_bytes": threshold},
+                details={"members": [m.instruction for m in members], "threshold_bytes": threshold},
             )
         else:
             for m in members:
@@ -112,15 +111,15 @@ def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
                     LatencyBoundRepeated(kind=kind, axes=axes_text(axes), count=m.count,
                                          chunk_bytes=m.bytes / max(m.group_size, 1), threshold_bytes=threshold,
                                          hardware=chip.name, seconds=m.seconds,
-                                         bandwidth_seconds=m.seconds - overhead, **step.fields()),
+                                         bandwidth_seconds=m.seconds - overhead),
                     severity=Severity.INFO,
                     location=m.location(),
                     notation=m.notation or None,
                     seconds=m.seconds * m.count,
                     alternative="the same bytes moved at full bandwidth (batched, or over fewer hops)",
                     alternative_seconds=(m.seconds - overhead) * m.count,
-                    saving_seconds=step.seconds,
+                    step=step,
                     fix="batch the work so each collective carries more (e.g. several layers or micro-batches at "
                         "once), or shard this dimension over a smaller axis (fewer hops)",
-                    details={**step.details(), "threshold_bytes": threshold, "count": m.count},
+                    details={"threshold_bytes": threshold, "count": m.count},
                 )

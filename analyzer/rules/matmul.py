@@ -176,9 +176,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         for c, use in pairs:
             uses.setdefault(c.row, []).append((dot, use))
     callers_of = callers(facts.module) if facts.module is not None else {}
-    from analyzer.rules.fit import argument_arrays, batch_axes as batch_axes_of
+    from analyzer.rules.arguments import batch_axes as batch_axes_of
 
-    batch_axes = batch_axes_of(argument_arrays(ctx.report))  # the mesh axes the tokens are sharded over
+    batch_axes = batch_axes_of(facts.argument_arrays)  # the mesh axes the tokens are sharded over
     for colls, dots in _components(attached):
         colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
         if not colls:
@@ -260,8 +260,7 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
                             ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
-                            all_reduced_contraction=all_reduced, batch_axes=axes_text(main.axes) if layout else "",
-                            **step.fields()),
+                            all_reduced_contraction=all_reduced, batch_axes=axes_text(main.axes) if layout else ""),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
@@ -269,9 +268,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                          f"'{axes_text(main.axes)}'" if layout else
                          f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}"),
             alternative_seconds=t_math * count,
-            saving_seconds=step.seconds,
+            step=step,
             fix=fix,
-            details={**step.details(), "per_chip_batch": batch, "threshold": ridge, "threshold_topology": needed,
+            details={"per_chip_batch": batch, "threshold": ridge, "threshold_topology": needed,
                      "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "dot_notation": dot_notation,
@@ -651,7 +650,7 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
     if gathered:
         message: GatherCouldBeLocal | ReductionCouldBeGather = GatherCouldBeLocal(
             gathered_bytes=c.bytes, output_bytes=v_other, axes=axes, seconds=c.seconds, alternative_seconds=alt,
-            dot=dot_notation, **step.fields())
+            dot=dot_notation)
         alternative = f"local matmul, then ReduceScatter_{axes} of the output ({fmt_b(v_other)})"
         fix = ((f"shard {spec}" if spec else
                 f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
@@ -659,7 +658,7 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
                f"sharded over {axes} (out_shardings) so XLA reduce-scatters it")
     else:
         message = ReductionCouldBeGather(reduced_bytes=c.bytes, gathered_bytes=v_other, axes=axes, seconds=c.seconds,
-                                         alternative_seconds=alt, dot=dot_notation, **step.fields())
+                                         alternative_seconds=alt, dot=dot_notation)
         alternative = f"AllGather_{axes} of the sharded operand ({fmt_b(v_other)}), then a local matmul"
         fix = f"keep the output replicated over {axes} and leave the other operand unsharded on its contracting dim"
     yield ctx.diagnostic(
@@ -669,8 +668,8 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
         seconds=c.seconds * c.count,
         alternative=alternative,
         alternative_seconds=alt * c.count,
-        saving_seconds=step.seconds,
+        step=step,
         fix=fix,
-        details={**step.details(), "bytes": c.bytes, "alternative_bytes": v_other, "ratio": c.bytes / v_other if v_other else None,
+        details={"bytes": c.bytes, "alternative_bytes": v_other, "ratio": c.bytes / v_other if v_other else None,
                  "dot": dot.name, "count": c.count},
     )

@@ -3,7 +3,7 @@ memory pop quiz and Problem 1; training.md, memory of parameters and optimizer s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
@@ -15,8 +15,8 @@ from analyzer.rules.messages import OverHbm, ReplicatedParameter
 from analyzer.analysis.dataflow import replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
 
-__all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "replicated_parameters",
-           "largest_temporary"]
+__all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "memory_part", "largest_parts",
+           "replicated_parameters", "largest_temporary"]
 
 # Instructions that make no buffer of their own: inputs, views and aliases of other buffers, the loop and
 # call wrappers (their result is the loop state or the callee's root), and what XLA always fuses into its
@@ -28,23 +28,42 @@ _NO_BUFFER = frozenset({
 })
 
 
+# Each part of `Report.memory`: the report's own key, then `compiled.memory_analysis()`'s attribute name.
+_MEMORY_KEYS = {
+    "total": ("total_bytes", "total"),
+    "arguments": ("argument_bytes", "argument_size_in_bytes"),
+    "outputs": ("output_bytes", "output_size_in_bytes"),
+    "aliased": ("alias_bytes", "alias_size_in_bytes"),
+    "temporaries": ("temp_bytes", "temp_size_in_bytes"),
+    "code": ("generated_code_bytes", "generated_code_size_in_bytes"),
+}
+
+
+def memory_part(memory: Mapping[str, Any], part: str) -> float:
+    """XLA's per-device bytes of one `part` of the plan (a key of `_MEMORY_KEYS`: "arguments", "outputs",
+    "aliased", "temporaries", "code", "total") under either spelling; 0 when XLA did not say.
+
+    Example:
+        >>> memory_part({"temp_size_in_bytes": 2048}, "temporaries"), memory_part({}, "outputs")
+        (2048.0, 0.0)
+    """
+    return next((float(memory[n]) for n in _MEMORY_KEYS[part] if memory.get(n) is not None), 0.0)
+
+
 def per_device_bytes(memory: Mapping[str, Any] | None) -> float | None:
     """Arguments + outputs + temporaries - aliased bytes, per device, from `compiled.memory_analysis()`."""
     if not memory:
         return None
-
-    def get(*names: str) -> float:
-        for n in names:
-            if n in memory and memory[n] is not None:
-                return float(memory[n])
-        return 0.0
-
-    total = get("total_bytes", "total")
+    total = memory_part(memory, "total")
     if total:
         return total
-    return (get("argument_bytes", "argument_size_in_bytes") + get("output_bytes", "output_size_in_bytes")
-            + get("temp_bytes", "temp_size_in_bytes") - get("alias_bytes", "alias_size_in_bytes")
-            + get("generated_code_bytes", "generated_code_size_in_bytes"))
+    return (memory_part(memory, "arguments") + memory_part(memory, "outputs") + memory_part(memory, "temporaries")
+            - memory_part(memory, "aliased") + memory_part(memory, "code"))
+
+
+def largest_parts(parts: Sequence[tuple[str, float]], total: float) -> list[tuple[str, float]]:
+    """The (name, bytes) `parts` worth naming, largest first: each above 0 and at least 1% of `total`."""
+    return sorted(((k, v) for k, v in parts if v > 0 and v >= 0.01 * total), key=lambda kv: -kv[1])
 
 
 def _contributors(memory: Mapping[str, Any] | None, used: float) -> list[tuple[str, float]]:
@@ -52,14 +71,9 @@ def _contributors(memory: Mapping[str, Any] | None, used: float) -> list[tuple[s
     outputs alias), each at least 1% of the total."""
     if not memory:
         return []
-
-    def get(*names: str) -> float:
-        return next((float(memory[n]) for n in names if memory.get(n) is not None), 0.0)
-
-    parts = [("temporaries", get("temp_bytes", "temp_size_in_bytes")),
-             ("arguments", get("argument_bytes", "argument_size_in_bytes")),
-             ("outputs", get("output_bytes", "output_size_in_bytes") - get("alias_bytes", "alias_size_in_bytes"))]
-    return sorted(((k, v) for k, v in parts if v > 0 and v >= 0.01 * used), key=lambda kv: -kv[1])
+    return largest_parts([("temporaries", memory_part(memory, "temporaries")),
+                          ("arguments", memory_part(memory, "arguments")),
+                          ("outputs", memory_part(memory, "outputs") - memory_part(memory, "aliased"))], used)
 
 
 def replicated_parameters(ctx: RuleContext) -> list[tuple[Any, float, int]]:

@@ -4,7 +4,7 @@ Problem 2 and its closing note, pop quiz 2; tpus.md, ICI topology; training.md, 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
@@ -91,17 +91,17 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
         idle_text = axes_text(idle)
         yield ctx.diagnostic(
             IdleAxisLinks(axes=axes_text(c.axes), idle_axes=idle_text, new_axes=axes_text(new_axes), seconds=c.seconds,
-                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes), **step.fields()),
+                          alternative_seconds=alt, axes_now=len(c.axes), axes_then=len(new_axes)),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"AllGather_{''.join(new_axes) if all(len(a) == 1 for a in new_axes) else axes_text(new_axes)}"
                         f" after a free reshard onto {idle_text}",
             alternative_seconds=alt * c.count,
-            saving_seconds=step.seconds,
+            step=step,
             fix=f"add {idle_text} to the PartitionSpec entry of the gathered dimension "
                 f"(e.g. P(({', '.join(repr(a) for a in new_axes)}), ...)) so the gather runs over {axes_text(new_axes)}",
-            details={**step.details(), "idle_axes": idle, "bytes": c.bytes, "count": c.count},
+            details={"idle_axes": idle, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -174,24 +174,22 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
         if impossible:
             # the saving is the other layout's, in step time (every collective repriced on it)
             step = facts.step_saving(list(zip(facts.collectives, found[4]))) if found else None
-        saving = step.seconds if step is not None else None
-        if saving is not None and saving < min_saving:
+        if step is not None and step.seconds < min_saving:
             continue  # hidden behind compute (or under the threshold)
         yield ctx.diagnostic(
             MissingWraparound(axis=name, chips=link.size, collectives=len(rows), seconds=current,
                               alternative_seconds=better, assumed_slice=topo.slice.name if assumed else "",
-                              wraparound_possible=not impossible, layout=layout[0] if layout else "",
-                              **(step.fields() if step is not None else {})),
+                              wraparound_possible=not impossible, layout=layout[0] if layout else ""),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
             seconds=current,
             alternative=f"the same collectives on a ring of {link.size} with wraparound",
             alternative_seconds=better,
-            saving_seconds=saving,
+            step=step,
             fix=_wrap_fix(ctx, name, link.size, layout),
-            details={**(step.details() if step is not None else {}), "axis": name, "collectives": len(rows),
-                     "same_chips_layout": layout, "wraparound_possible": not impossible},
+            details={"axis": name, "collectives": len(rows), "same_chips_layout": layout,
+                     "wraparound_possible": not impossible},
         )
 
 
@@ -248,7 +246,6 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
         return None
     from itertools import product
 
-    from analyzer.theory.cost import collective_cost
     from analyzer.theory.topology import Topology
 
     sl = topo.slice
@@ -259,24 +256,13 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
     divisors = [d for d in range(1, n + 1) if n % d == 0]
     shapes = {dims for dims in product(divisors, repeat=len(torus)) if math.prod(dims) == n}
 
-    def per_row(t: Any) -> list[float]:
-        # Rows repeat (every layer's collectives): each distinct (kind, bytes, axes) is priced once per slice.
-        memo: dict[tuple, float] = {}
-        out = []
-        for c in facts.collectives:
-            if not c.axes:
-                out.append(0.0)
-                continue
-            key = (c.kind, float(c.bytes), tuple(c.axes))
-            if key not in memo:
-                memo[key] = float(collective_cost(key[0], key[1], key[2], t, model=facts.cost_model).seconds)
-            out.append(memo[key])
-        return out
-
     def cost(rows: list[float]) -> float:
         return sum(s * c.count for s, c in zip(rows, facts.collectives))
 
-    mine = per_row(topo)
+    try:
+        mine = _row_prices(facts, topo)
+    except AnalyzerError:
+        return None  # the step's own collectives cannot be priced again: nothing to compare with
     now = cost(mine)
     best: tuple[str, str, float, float, tuple[float, ...]] | None = None
     prefix = sl.name.split(":")[0]
@@ -286,15 +272,13 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
             continue
         try:
             t = Topology.for_mesh(sl.hardware, mesh.axis_names, mesh.axis_sizes, topology=name)
-            rows = per_row(t)
-        except AnalyzerError:  # a shape the mesh cannot be laid on in order: not an alternative
+            rows = _row_prices(facts, t)
+        except AnalyzerError:  # a shape the mesh cannot be laid on in order, or priced on: not an alternative
             continue
         there = cost(rows)
         if there < 0.99 * now and (best is None or there < best[3]):
             where = ", ".join(f"{a} on {'+'.join(t.axis_info(a).physical_axes)}" for a in mesh.axis_names)
-            alts = tuple(c.seconds * s / m if m > 0 else c.seconds
-                         for c, s, m in zip(facts.collectives, rows, mine))
-            best = (name, where, now, there, alts)
+            best = (name, where, now, there, tuple(_on_own_footing(facts, rows, mine)))
     return best
 
 
@@ -355,16 +339,16 @@ def slow_link(ctx: RuleContext) -> Iterator[Diagnostic]:
         inside = "inside a slice (ICI)" if facts.hardware.kind == "tpu" else "inside the NVLink domain"
         yield ctx.diagnostic(
             SlowLinkCollective(kind=c.kind, nbytes=c.bytes, slow_axes=axes_text(slow), network=net, seconds=c.seconds,
-                               alternative_seconds=alt, inside=inside, count=c.count, **step.fields()),
+                               alternative_seconds=alt, inside=inside, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"the same {c.kind} with {axes_text(slow)} laid {inside}",
             alternative_seconds=alt * c.count,
-            saving_seconds=step.seconds,
+            step=step,
             fix=f"reorder the mesh so {axes_text(slow)} stays {inside} and the axis that spans {net} only "
                 "carries data parallelism (e.g. jax.make_mesh((slices, chips), ('data', 'model')))",
-            details={**step.details(), "slow_axes": slow, "bytes": c.bytes, "count": c.count},
+            details={"slow_axes": slow, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -387,8 +371,10 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     axis of 2 or 4 over both physical axes), whose collectives the step waits for. It prices every
     collective of the step again on each explicit placement of the same mesh on the same slice (every mesh
     axis on whole physical axes, `SLICE@AXIS=PHYS,...`, and the axes in order), with the analysis's own
-    cost model, and offers the one that saves most step time. On a slice the analysis chose (no topology
-    given) the finding is info: the slice is an assumption.
+    cost model, and offers the one that saves most step time. A placement on which the cost model cannot
+    price one of the step's collectives is not offered: what it saves is unknown, and that collective is not
+    free there. On a slice the analysis chose (no topology given) the finding is info: the slice is an
+    assumption.
 
     ## Why is this bad?
     A straddling group is not one ring: its members sit on a zig-zag across physical axes, so a collective
@@ -431,14 +417,19 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     candidates = explicit_placements(topo)
     if not candidates:
         return
-    now = _row_prices(facts, topo)
+    try:
+        now = _row_prices(facts, topo)
+    except AnalyzerError:
+        return  # the step's own collectives cannot be priced again: no placement to compare with
     current = sum(c.seconds * c.count for c in facts.collectives)
     placement = topo.placement()
     # Each explicit placement's price of the whole step does not depend on the axis judged: once per placement.
     priced = []
     for text, t in candidates:
-        alts = [c.seconds * there / here if here > 0 else c.seconds
-                for c, there, here in zip(facts.collectives, _row_prices(facts, t), now)]
+        try:
+            alts = _on_own_footing(facts, _row_prices(facts, t), now)
+        except AnalyzerError:
+            continue  # a collective the cost model cannot price there: what the placement saves is unknown
         step = facts.step_saving(list(zip(facts.collectives, alts)))
         total = sum(a * c.count for a, c in zip(alts, facts.collectives))
         priced.append((text, t, t.straddling_axes(), step, total))
@@ -465,41 +456,52 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
         yield ctx.diagnostic(
             StraddlingAxis(axis=axis, size=placement[axis].size, physical="+".join(placement[axis].physical_axes),
                            axis_collectives=len(mine), axis_seconds=axis_seconds, placement=text, seconds=current,
-                           alternative_seconds=total, assumed_slice=topo.slice.name if assumed else "",
-                           **step.fields()),
+                           alternative_seconds=total, assumed_slice=topo.slice.name if assumed else ""),
             severity=Severity.INFO if assumed else None,
             location=main.location(),
             notation=main.notation or None,
             seconds=current,
             alternative=f"the same mesh placed as {text} ({where})",
             alternative_seconds=total,
-            saving_seconds=step.seconds,
+            step=step,
             fix=(f"place the mesh yourself with {where}: build jax.sharding.Mesh from the devices ordered by those "
                  f"coordinates instead of jax.make_mesh's order, and check it with --topology {text} "
                  f"(analyze(..., topology={text!r}))"),
-            details={**step.details(), "axis": axis, "physical_axes": list(placement[axis].physical_axes),
+            details={"axis": axis, "physical_axes": list(placement[axis].physical_axes),
                      "placement": text, "collectives": len(mine), "axis_seconds": axis_seconds},
         )
 
 
 def _row_prices(facts: Any, topo: Any) -> list[float]:
-    """Each row's collective priced on `topo` (seconds per call, the analysis's cost model; 0 without axes)."""
+    """Each row's collective priced on `topo`: seconds per call with the analysis's cost model, 0 for a row
+    that moves nothing (no mesh axes, or a group of one device: the analysis priced it at 0). Rows repeat
+    (every layer's collectives): each distinct (kind, bytes, axes) is priced once.
+
+    Raises:
+      AnalyzerError: a collective the cost model cannot price on `topo`. What the step costs there is then
+        unknown, so the callers (HA202's other layout, HA204's placements) offer nothing on it rather than
+        count that collective as free.
+    """
     from analyzer.theory.cost import collective_cost
 
     out = []
-    memo: dict[tuple, float] = {}  # rows repeat (every layer's collectives): each distinct one priced once
+    memo: dict[tuple, float] = {}
     for c in facts.collectives:
         if not c.axes or c.seconds <= 0:
             out.append(0.0)
             continue
         key = (c.kind, float(c.bytes), tuple(c.axes))
         if key not in memo:
-            try:
-                memo[key] = float(collective_cost(key[0], key[1], key[2], topo, model=facts.cost_model).seconds)
-            except AnalyzerError:
-                memo[key] = 0.0
+            memo[key] = float(collective_cost(key[0], key[1], key[2], topo, model=facts.cost_model).seconds)
         out.append(memo[key])
     return out
+
+
+def _on_own_footing(facts: Any, there: Sequence[float], here: Sequence[float]) -> list[float]:
+    """Each row's seconds per call on another layout, on the footing of its own row: its seconds scaled by
+    its price there over its price here (`_row_prices` on the two topologies); unchanged where it costs
+    nothing here."""
+    return [c.seconds * t / h if h > 0 else c.seconds for c, t, h in zip(facts.collectives, there, here)]
 
 
 def explicit_placements(topo: Any) -> list[tuple[str, Any]]:

@@ -18,7 +18,9 @@ says "saves" about a figure other than the one beside it.
 
 Extending: a new message kind is a subclass with a `template` and its fields; the rule passes an instance
 to `RuleContext.diagnostic`, which renders it into `Diagnostic.message` and keeps the instance as
-`Diagnostic.finding` (not serialised, not compared) for code that groups or re-words findings.
+`Diagnostic.finding` (not serialised, not compared) for code that groups or re-words findings. A rule that
+predicts a saving passes its `StepSaving` there too (`step=`): that fills the three step fields, the
+finding's `saving_seconds` and its `details`.
 `Message.fields()` gives the figures as a dict (for JSON `details`).
 
 Example:
@@ -101,18 +103,23 @@ class Message:
             ...                      comm_saving=1e-3, exposed_seconds=0.0, step_saving=0.0).in_step
             ' In the predicted step this communication runs behind compute (the compute never waits for it), so the change saves no step time.'
         """
+        return self._in_step()
+
+    def _in_step(self, where: str = "In the predicted step", what: str = "this communication") -> str:
+        """`in_step`'s sentence, opening with `where` and naming the communication `what` (a subclass whose
+        step figures are another change's says which)."""
         if self.step_saving is None or self.exposed_seconds is None:
             return ""
         if self.exposed_seconds <= 0:
-            return (" In the predicted step this communication runs behind compute (the compute never waits for "
-                    "it), so the change saves no step time.")
+            return (f" {where} {what} runs behind compute (the compute never waits for it), so the change saves "
+                    "no step time.")
         exposed, saving = format_seconds(self.exposed_seconds), format_seconds(self.step_saving)
         comm = self.comm_saving if self.comm_saving is not None else self.step_saving
         if self.step_saving < comm * (1 - 1e-6):
-            return (f" In the predicted step the compute waits {exposed} per step for this communication, so of "
-                    f"the {format_seconds(comm)} per step the change takes off the links it saves {saving}.")
-        return (f" In the predicted step the compute waits {exposed} per step for this communication, so the "
-                f"change saves all {saving} per step it takes off the links.")
+            return (f" {where} the compute waits {exposed} per step for {what}, so of the {format_seconds(comm)} "
+                    f"per step the change takes off the links it saves {saving}.")
+        return (f" {where} the compute waits {exposed} per step for {what}, so the change saves all {saving} per "
+                "step it takes off the links.")
 
 
 class _Lookup(dict):  # type: ignore[type-arg]
@@ -302,12 +309,11 @@ class MissingWraparound(Message):
 
     @property
     def in_step(self) -> str:
-        text = super().in_step
-        if not self.wraparound_possible and text:
-            # the step figures are those of the other layout of the same chips, not of the ring
-            return text.replace(" In the predicted step", f" Laid on {self.layout} instead (the fix): in the "
-                                "predicted step", 1).replace("this communication", "the collectives it makes cheaper")
-        return text
+        if self.wraparound_possible:
+            return self._in_step()
+        # the step figures are those of the other layout of the same chips, not of the ring
+        return self._in_step(where=f"Laid on {self.layout} instead (the fix): in the predicted step",
+                             what="the collectives it makes cheaper")
 
     @property
     def ratio(self) -> float:

@@ -63,15 +63,14 @@ def all_reduce_not_reduce_scatter(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         axes = axes_text(c.axes)
         yield ctx.diagnostic(
-            CollectiveCouldScatter(axes=axes, seconds=c.seconds, alternative_seconds=alt, count=c.count,
-                                   **step.fields()),
+            CollectiveCouldScatter(axes=axes, seconds=c.seconds, alternative_seconds=alt, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"ReduceScatter_{axes} (then the element-wise ops on the shard)",
             alternative_seconds=alt * c.count,
-            saving_seconds=step.seconds,
+            step=step,
             fix=f"reduce-scatter instead: jax.lax.psum_scatter(x, {c.axes[0]!r}, tiled=True) in shard_map, or "
                 f"constrain the result to the sharded layout right after the reduction",
-            details={**step.details(), "bytes": c.bytes, "count": c.count},
+            details={"bytes": c.bytes, "count": c.count},
         )

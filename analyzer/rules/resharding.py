@@ -83,18 +83,17 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
             change = (f"only changes the layout {before or '?'} -> {after or '?'} over {axes_text(c.axes)}: the "
                       "producer and its consumer disagree on the sharding")
         yield ctx.diagnostic(
-            ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count,
-                                 **step.fields()),
+            ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"produce {after or 'the consumer layout'} directly (no collective)",
             alternative_seconds=0.0,
-            saving_seconds=step.seconds,
+            step=step,
             fix=(f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
                  f"or make the consumer accept {before}") if spec else
                 "give producer and consumer the same PartitionSpec, with the mesh axes in the same order",
-            details={**step.details(), "before": before, "after": after, "bytes": c.bytes, "count": c.count},
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
         )
 
 
@@ -140,14 +139,14 @@ def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
         before, after = sides(c.notation)
         yield ctx.diagnostic(
             FullRematerialization(axes=axes_text(c.axes), nbytes=c.bytes, seconds=c.seconds, alternative_seconds=alt,
-                                  count=c.count, **step.fields()),
+                                  count=c.count),
             location=c.location(),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"AllToAll_{axes_text(c.axes)} (or matching shardings: no collective)",
             alternative_seconds=alt * c.count,
-            saving_seconds=step.seconds,
+            step=step,
             fix="keep the producer's and consumer's shardings equal, or reshard one mesh axis at a time "
                 "(each step an all-to-all)",
-            details={**step.details(), "before": before, "after": after, "bytes": c.bytes, "count": c.count},
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
         )

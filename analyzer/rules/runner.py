@@ -337,7 +337,8 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     # A fix whose plan no longer fits in HBM is no saving (analyzer.rules.fit), before anything weighs savings
     from analyzer.rules.fit import judge_fit
 
-    raw = judge_fit(raw, report, facts.hardware, float(config.option("HA401", "fraction", 1.0)))
+    raw = judge_fit(raw, report, facts.hardware, float(config.option("HA401", "fraction", 1.0)),
+                    arrays=facts.argument_arrays)
 
     suppressed: list[tuple[Diagnostic, Suppression]] = []
     used: set[tuple[str, str]] = set()

@@ -15,7 +15,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from analyzer.diagnostics import Diagnostic, Location
-from analyzer.rules.fit import ArgumentArray, argument_arrays, estimate_memory, judge_fit
+from analyzer.rules.arguments import ArgumentArray, argument_arrays
+from analyzer.rules.fit import estimate_memory, judge_fit
 from analyzer.rules.rootcause import split_negligible_groups, top_cause
 
 MiB, GiB = 2**20, 2**30

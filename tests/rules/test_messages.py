@@ -65,6 +65,18 @@ def test_missing_wraparound_saving_is_the_difference_it_prints():
     assert "waits 3.10 ms per step" in step and "of the 4.90 ms per step the change takes off the links it saves 3.10 ms" in step
 
 
+def test_missing_wraparound_without_a_ring_says_whose_step_figures_it_gives():
+    """On too few chips for any ring, the step figures are those of the other layout of the same chips (the
+    fix): the sentence names it and the collectives it makes cheaper, with the same figures."""
+    m = MissingWraparound(axis="data", chips=8, collectives=3, seconds=23.8e-3, alternative_seconds=18.9e-3,
+                          wraparound_possible=False, layout="v5e:4x2", comm_saving=4.9e-3, exposed_seconds=3.1e-3,
+                          step_saving=3.1e-3)
+    assert m.render().endswith(
+        "(1.26x, a ring no slice of this size can have, so not a saving). Laid on v5e:4x2 instead (the fix): in "
+        "the predicted step the compute waits 3.10 ms per step for the collectives it makes cheaper, so of the "
+        "4.90 ms per step the change takes off the links it saves 3.10 ms.")
+
+
 @pytest.mark.parametrize("exposed,saving,says", [
     (0.0, 0.0, "this communication runs behind compute (the compute never waits for it), so the change saves no "
                "step time."),
