@@ -105,13 +105,15 @@ class Message:
         """
         return self._in_step()
 
-    def _in_step(self, where: str = "In the predicted step", what: str = "this communication") -> str:
+    def _in_step(self, where: str = "In the predicted step", what: str = "this communication",
+                 plural: bool = False) -> str:
         """`in_step`'s sentence, opening with `where` and naming the communication `what` (a subclass whose
-        step figures are another change's says which)."""
+        step figures are another change's says which; `plural` when `what` is)."""
         if self.step_saving is None or self.exposed_seconds is None:
             return ""
         if self.exposed_seconds <= 0:
-            return (f" {where} {what} runs behind compute (the compute never waits for it), so the change saves "
+            run, it = ("run", "them") if plural else ("runs", "it")
+            return (f" {where} {what} {run} behind compute (the compute never waits for {it}), so the change saves "
                     "no step time.")
         exposed, saving = format_seconds(self.exposed_seconds), format_seconds(self.step_saving)
         comm = self.comm_saving if self.comm_saving is not None else self.step_saving
@@ -313,7 +315,7 @@ class MissingWraparound(Message):
             return self._in_step()
         # the step figures are those of the other layout of the same chips, not of the ring
         return self._in_step(where=f"Laid on {self.layout} instead (the fix): in the predicted step",
-                             what="the collectives it makes cheaper")
+                             what="the collectives it makes cheaper", plural=True)
 
     @property
     def ratio(self) -> float:

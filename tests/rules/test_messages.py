@@ -75,6 +75,9 @@ def test_missing_wraparound_without_a_ring_says_whose_step_figures_it_gives():
         "(1.26x, a ring no slice of this size can have, so not a saving). Laid on v5e:4x2 instead (the fix): in "
         "the predicted step the compute waits 3.10 ms per step for the collectives it makes cheaper, so of the "
         "4.90 ms per step the change takes off the links it saves 3.10 ms.")
+    hidden = dataclasses.replace(m, exposed_seconds=0.0, step_saving=0.0).render()
+    assert hidden.endswith("the collectives it makes cheaper run behind compute (the compute never waits for them), "
+                           "so the change saves no step time.")
 
 
 @pytest.mark.parametrize("exposed,saving,says", [
