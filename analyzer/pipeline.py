@@ -194,7 +194,7 @@ def analyze_hlo(
         text = str(text_or_path)
     # Dumps may come from another XLA version: opcodes and attributes this one does not know are kept raw
     # (lenient parse) and listed in the notes, rather than refusing the whole dump.
-    module = parse_hlo(text, path=path, lenient=True)
+    module = parse_hlo(text, path=path, lenient=True, lazy=True)
     notes.extend(_lenient_notes(module))
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,

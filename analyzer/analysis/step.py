@@ -76,6 +76,8 @@ _HEAVY = frozenset({"dot", "convolution", "ragged-dot", "while", "call", "condit
                     "sort", "scatter", "async-start", "async-done", "async-update", "send", "recv", "send-done",
                     "recv-done", "infeed", "outfeed", "rng-bit-generator", "cholesky", "triangular-solve", "fft"})
 _DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+# The instructions `_Walker.flops_in` adds up: dots (the opcodes `extract_dots` takes) and what calls code.
+_FLOPS_OPS = tuple(sorted(_DOT_OPS | {"fusion", "call"}))
 _SLICES = frozenset({"dynamic-slice", "slice", "gather"})
 
 
@@ -287,6 +289,23 @@ def _element_bytes(shape: Any) -> float:
     return _bytes(shape) / n if n else 0.0
 
 
+# What can make a fusion's bytes differ from its operands' plus its root's: the opcodes `_elements_read` and
+# `_bytes_written` treat apart (slices, in-place updates, links, nested fusions), and, at the root, a tuple, a
+# parameter or a view of one (`AsyncCollective` custom-calls are looked for in the text).
+_NOT_PLAIN = tuple(sorted(_SLICES | _LINK_OPS | {"dynamic-update-slice", "fusion"}))
+_NOT_PLAIN_ROOTS = frozenset({"tuple", "parameter", "bitcast", "reshape"})
+
+
+def _plain_root(comp: Computation) -> tuple[str, Any] | None:
+    """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
+    `_fusion_bytes` read less than its operands or write less than its output (`_NOT_PLAIN`, `_NOT_PLAIN_ROOTS`):
+    its root's opcode and shape, read from the text; else None (then the body is read in full)."""
+    if comp.is_parsed or comp.mentions(*_NOT_PLAIN) or "AsyncCollective" in comp.text:  # type: ignore[attr-defined]
+        return None
+    root = comp.root_head()  # type: ignore[attr-defined]
+    return None if root is None or root[0] in _NOT_PLAIN_ROOTS else root
+
+
 def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
     an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
@@ -297,6 +316,9 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
+    root = _plain_root(comp)
+    if root is not None:  # every operand read whole, the root's value written: no need to parse the body
+        return sum(_bytes(o.shape) for o in inst.operands) + _bytes(root[1])
     cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
     params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
     total = 0
@@ -342,8 +364,8 @@ class _Walker:
         self.hw = hw
         self.bw = float(hw.hbm_bandwidth)
         self.scheduled = module.attributes.get("is_scheduled", "false") == "true"
-        self.fused = self.scheduled or any(i.opcode == "fusion" for c in module.computations
-                                           for i in c.instructions)
+        # (a fusion names its body with `calls=`: the call graph's calling instructions have every one)
+        self.fused = self.scheduled or any(i.opcode == "fusion" for insts in graph.calling.values() for i in insts)
         self.max_spans = max_spans
         self.memo: dict[str, _Timeline] = {}
         self.track_axes: dict[str, str] = {}
@@ -424,8 +446,8 @@ class _Walker:
             self.comp_flops[comp_name] = 0.0  # guards recursion
             comp = self.module.by_name.get(comp_name)
             total = 0.0
-            if comp is not None:
-                for i in comp.instructions:
+            if comp is not None:  # (only the dots, fusions and calls: a fusion body stays text in a lazy module)
+                for i in comp.select(*_FLOPS_OPS):
                     f = self.dot_flops.get((comp_name, i.name))
                     if f is not None:
                         total += f[0]

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
-from analyzer.hlo.attributes import forget_valid
-from analyzer.hlo.fastpath import (_finder, _line_instruction, parse_head_fast, parse_tables_fast,
+from analyzer.hlo.attributes import CALL_KEYS, forget_valid
+from analyzer.hlo.fastpath import (_DEF, _finder, _line_instruction, parse_head_fast, parse_tables_fast,
                                    parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
-from analyzer.hlo.shapes import Shape
+from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
 from analyzer.hlo import verifier as _verifier
@@ -690,6 +690,58 @@ class LazyComputation(Computation):
                 return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
+    def call_instructions(self) -> tuple[Instruction, ...]:
+        """The instructions that name a called computation (an attribute of `attributes.CALL_KEYS`: `calls=`,
+        `to_apply=`, `body=`, `condition=`, branches, `select=`/`scatter=`...), in order, as the full parse
+        has them.
+
+        On an unparsed computation only the lines of those instructions' opcodes are read (`select`), so the
+        call graph of a module need not parse its fusion bodies; a parsed one answers from its instructions.
+        Falls back to a full parse where a call line is not in the form `select` reads.
+        """
+        if not self.is_parsed:
+            calls = self.__dict__.get("_calls")
+            if calls is None:
+                calls = self.__dict__["_calls"] = self._scan_calls()
+            return calls
+        return tuple(i for i in self.instructions if _names_callee(i))
+
+    def _scan_calls(self) -> tuple[Instruction, ...]:
+        """`call_instructions` of an unparsed computation: `select` of the opcodes on its call lines."""
+        start, end = self._span
+        src = self._source
+        opcodes: set[str] = set()
+        for m in _CALL_ATTR.finditer(src, start, end):
+            line_start = src.rfind("\n", start, m.start()) + 1
+            op = _OPCODE_AT.match(src, line_start) if line_start > start else None  # (the header line: read all)
+            if op is None or op.end() > m.start() or src[op.start(3) - 1] != " ":
+                # not `name = shape opcode(` with the space `select` looks for: parse the computation
+                return tuple(i for i in self.instructions if _names_callee(i))
+            opcodes.add(op.group(3))
+        if not opcodes:
+            return ()
+        return tuple(i for i in self.select(*sorted(opcodes)) if _names_callee(i))
+
+    def root_head(self) -> tuple[str, Shape] | None:
+        """The root instruction's opcode and shape. Unparsed: read from the one line marked `ROOT` (its shape by
+        the decoder `select` uses for operands), no parse; None when no single such line reads as `name = shape
+        opcode(`. Parsed: from the root.
+        """
+        if self.is_parsed:
+            return self.root.opcode, self.root.shape
+        start, end = self._span
+        src = self._source
+        m = _ROOT_LINE.search(src, start, end)
+        if m is None or _ROOT_LINE.search(src, m.end(), end) is not None:
+            return None
+        head = _OPCODE_AT.match(src, m.start())
+        if head is None or head.end() > end:
+            return None
+        try:
+            return head.group(3), decode_shape(head.group(2))
+        except ValueError:
+            return None
+
     @cached_property
     def _parsed(self) -> Computation:
         start, end = self._span
@@ -735,3 +787,16 @@ class LazyComputation(Computation):
     def __repr__(self) -> str:
         state = "parsed" if self.is_parsed else "unparsed"
         return f"LazyComputation({self.name!r}, {state}, line {self.position.line})"
+
+
+# `key=` of an attribute that names called computations (a superset of the lines that hold one: the same text
+# inside a quoted string also matches, and those lines are only read, not taken).
+_CALL_ATTR = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
+# `[ROOT] name = shape opcode(` at the start of a line: group 3 the opcode.
+_OPCODE_AT = re.compile(_DEF.pattern + r"[ \t]*([A-Za-z][\w\-]*)\(")
+_CALL_KEY_SET = frozenset(CALL_KEYS)
+_ROOT_LINE = re.compile(r"^[ \t]*ROOT[ \t]", re.M)
+
+
+def _names_callee(inst: Instruction) -> bool:
+    return any(a.key in _CALL_KEY_SET for a in inst.attributes)
