@@ -20,6 +20,7 @@ import re
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
 
 __all__ = ["parse_hlo", "parse_hlo_file", "parse_instruction", "parse_shape", "LazyComputation",
-           "attribute_value_pattern"]
+           "attribute_value_pattern", "check_read"]
 
 # Deepest bracket nesting inside one attribute value (backend_config JSON is the deepest XLA prints).
 _MAX_NESTING = 24
@@ -419,6 +420,37 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = Fals
     except (OSError, UnicodeDecodeError) as e:
         raise HloSyntaxError(f"cannot read HLO file: {e}", path=str(p)) from None
     return parse_hlo(text, path=str(p), lazy=lazy, lenient=lenient)
+
+
+def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) -> None:
+    """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
+    computation defined before its caller, the async-op structure) on what a lazily parsed module has read:
+    parsed computations whole, each unparsed one by its call instructions (`calls`, by name, as
+    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed).
+
+    Raises:
+      HloSemanticError: with path, line, column and the source line, as `parse_hlo` would.
+    """
+    comps = module.computations
+    lazy = [c for c in comps if isinstance(c, LazyComputation)]
+    if not lazy:
+        return
+    source, path = lazy[0]._source, lazy[0]._path
+    try:
+        views = []
+        for c in comps:
+            if c.is_parsed:
+                views.append(c)
+                continue
+            insts = calls.get(c.name, ())
+            if any(i.opcode not in _verifier.OPCODES or i.opcode in _verifier._ASYNC_GENERIC for i in insts):
+                c.instructions  # noqa: B018 - async chains are checked on the whole computation
+                views.append(c)
+            else:
+                views.append(Computation(c.name, insts, is_entry=c.is_entry, position=c.position))
+        check_computations(views)
+    except (HloSyntaxError, HloSemanticError) as e:
+        raise _positioned(e, source, path) from None
 
 
 # ---------------------------------------------------------------------------------------------- lazy
