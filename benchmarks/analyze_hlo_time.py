@@ -6,7 +6,7 @@ XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo
 `analyze_hlo` ran before it read lazily), `analyze_hlo` end to end from the file, and the parse work
 `analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
 it read, replayed on a fresh lazy parse in the order `analyze_hlo` asked for it (every computation it parsed
-in full, every `select`, call-line scan and root read of one still unparsed); then each parse's time as a
+in full, every `select`, call-line scan and line read of one still unparsed); then each parse's time as a
 multiple of XLA's, and how many computations the analysis parsed in full.
 
 Columns: `full s` the full parse, `lazy s` the lazy parse, `read s` what the analysis then reads (the replay
@@ -46,7 +46,7 @@ def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
 
     lazy = parser.LazyComputation
     events: list[tuple[str, str, tuple[str, ...]]] = []
-    saved = {k: lazy.__dict__[k] for k in ("select", "_scan_calls", "root_head")}
+    saved = {k: lazy.__dict__[k] for k in ("select", "_scan_calls", "line_head")}
     prop = lazy.__dict__["_parsed"]
     parse_func = prop.func
 
@@ -74,7 +74,7 @@ def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
 
     lazy.select = logged("select", saved["select"])
     lazy._scan_calls = logged("calls", saved["_scan_calls"])
-    lazy.root_head = logged("root", saved["root_head"])
+    lazy.line_head = logged("root", saved["line_head"])
     prop.func = parsed
     try:
         run()
@@ -101,7 +101,7 @@ def _replay(text: str, events) -> None:
         elif kind == "calls":
             c.call_instructions()
         else:
-            c.root_head()
+            c.line_head(*opcodes)
 
 
 def main(argv=None) -> int:

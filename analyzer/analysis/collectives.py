@@ -284,10 +284,34 @@ def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Ins
     return None
 
 
+_MOVEMENT_FUSION_OPS = _MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant", "broadcast",
+                                    "concatenate", "pad", "fusion"}
+
+
 def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
+    if _written_within(module, inst, _MOVEMENT_FUSION_OPS):
+        return True  # (what a lazily parsed module's bodies write as opcodes says so without a parse)
     ops = {i.opcode for _, i in _fused_instructions(module, inst)}
-    return bool(ops) and ops <= (_MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant",
-                                             "broadcast", "concatenate", "pad", "fusion"})
+    return bool(ops) and ops <= _MOVEMENT_FUSION_OPS
+
+
+def _written_within(module: HloModule, inst: Instruction, allowed: frozenset[str] | set[str],
+                    depth: int = 0) -> bool:
+    """Whether every computation `inst` calls (nested fusions too) is an unparsed one of a lazy module whose
+    text writes something as an opcode and nothing outside `allowed` (`LazyComputation.written`, a superset of
+    its opcodes): then its instructions' opcodes are within `allowed`. False when that cannot be told so."""
+    names = inst.called_computations
+    if not names or depth > 8:
+        return False
+    for name in names:
+        comp = module.by_name.get(name)
+        written = getattr(comp, "written", None) if comp is not None and not comp.is_parsed else None
+        if not written or not written <= allowed:
+            return False
+        if "fusion" in written and not all(_written_within(module, i, allowed, depth + 1)
+                                           for i in comp.select("fusion")):
+            return False
+    return True
 
 
 def _depends_on_partition_id(g: CallGraph, comp: str, inst: Instruction, seen: set[tuple[str, str]] | None = None) -> bool:
@@ -763,7 +787,7 @@ def _reducer(g: CallGraph, inst: Instruction) -> str:
     comp = g.module.by_name.get(name.lstrip("%")) if name else None
     if comp is None:
         return ""
-    head = None if comp.is_parsed else comp.root_head()  # type: ignore[attr-defined]  (a lazy module's: no parse)
+    head = None if comp.is_parsed else comp.line_head()  # type: ignore[attr-defined]  (a lazy module's: no parse)
     return head[0] if head is not None else comp.root.opcode
 
 

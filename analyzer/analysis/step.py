@@ -289,21 +289,28 @@ def _element_bytes(shape: Any) -> float:
     return _bytes(shape) / n if n else 0.0
 
 
-# What can make a fusion's bytes differ from its operands' plus its root's: the opcodes `_elements_read` and
-# `_bytes_written` treat apart (slices, in-place updates, links, nested fusions), and, at the root, a tuple, a
-# parameter or a view of one (`AsyncCollective` custom-calls are looked for in the text).
+# What can make a fusion's bytes differ from its operands' plus its output's: the opcodes `_elements_read` and
+# `_bytes_written` treat apart (slices, in-place updates, links, nested fusions; `AsyncCollective` custom-calls
+# are looked for in the text), and a tuple at the root. A root view (bitcast, reshape) writes what its operand
+# writes: nothing for a parameter passed through.
 _NOT_PLAIN = tuple(sorted(_SLICES | _LINK_OPS | {"dynamic-update-slice", "fusion"}))
-_NOT_PLAIN_ROOTS = frozenset({"tuple", "parameter", "bitcast", "reshape"})
+_VIEWS_WRITTEN = frozenset({"bitcast", "reshape"})
 
 
-def _plain_root(comp: Computation) -> tuple[str, Any] | None:
+def _plain_written(comp: Computation) -> int | None:
     """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
-    `_fusion_bytes` read less than its operands or write less than its output (`_NOT_PLAIN`, `_NOT_PLAIN_ROOTS`):
-    its root's opcode and shape, read from the text; else None (then the body is read in full)."""
+    `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
+    of the root, the root and the views under it read from their lines); else None (then the body is read)."""
     if comp.is_parsed or comp.mentions(*_NOT_PLAIN) or "AsyncCollective" in comp.text:  # type: ignore[attr-defined]
         return None
-    root = comp.root_head()  # type: ignore[attr-defined]
-    return None if root is None or root[0] in _NOT_PLAIN_ROOTS else root
+    head = comp.line_head()  # type: ignore[attr-defined]
+    for _ in range(8):
+        if head is None or head[0] not in _VIEWS_WRITTEN:
+            break
+        head = comp.line_head(head[2]) if head[2] is not None else None  # type: ignore[attr-defined]
+    if head is None or head[0] in _VIEWS_WRITTEN or head[0] == "tuple":
+        return None
+    return 0 if head[0] == "parameter" else _bytes(head[1])
 
 
 def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
@@ -316,9 +323,9 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
-    root = _plain_root(comp)
-    if root is not None:  # every operand read whole, the root's value written: no need to parse the body
-        return sum(_bytes(o.shape) for o in inst.operands) + _bytes(root[1])
+    written = _plain_written(comp)
+    if written is not None:  # every operand read whole: the body need not be parsed
+        return sum(_bytes(o.shape) for o in inst.operands) + written
     cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
     params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
     total = 0

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid
-from analyzer.hlo.fastpath import (_DEF, _finder, _line_instruction, parse_head_fast, parse_tables_fast,
+from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, parse_head_fast, parse_tables_fast,
                                    parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
 from analyzer.hlo.shapes import Shape, decode_shape
@@ -688,9 +688,16 @@ class LazyComputation(Computation):
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
+        return not self.written.isdisjoint(opcodes)
+
+    @cached_property
+    def written(self) -> frozenset[str]:
+        """Every name the text writes as ` name(`: each opcode an instruction in canonical form has (and some
+        other words, such as `jit` in a metadata op_name). One regex pass, kept: `mentions` and `select` then
+        answer "not here" by a set test. A name is in it exactly when `f" {name}("` is in the text.
+        """
         start, end = self._span
-        src = self._source
-        return any(src.find(f" {op}(", start, end) >= 0 for op in opcodes)
+        return frozenset(_WRITTEN.findall(self._source, start, end))
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -703,12 +710,21 @@ class LazyComputation(Computation):
         """
         if not self.is_parsed:
             start, end = self._span
-            if _finder(opcodes).search(self._source, start, end) is None:
+            want = self.written.intersection(opcodes)
+            if not want:
                 return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
+            # Each opcode's lines are read once: the analysis asks one body for its dots several times.
+            memo: dict[str, tuple[Instruction, ...]] = self.__dict__.setdefault("_selected", {})
+            missing = tuple(sorted(op for op in want if op not in memo))
+            if not missing:
+                parts = [memo[op] for op in want if memo[op]]
+                if len(parts) <= 1:
+                    return parts[0] if parts else ()
+                return tuple(sorted((i for part in parts for i in part), key=lambda i: i.at))
             chunk = self._source[start:end]
             try:
                 with gc_paused():
-                    found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
+                    found = select_fast(chunk, self.position.line, missing, _attr_regex(), _transformer())
                     if found:
                         check_ints = self._checks[1]
                         verify_instructions(Computation(self.name, found), lenient=self._checks[0],
@@ -719,7 +735,9 @@ class LazyComputation(Computation):
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
             if found is not None:
-                return found
+                for op in missing:
+                    memo[op] = tuple(i for i in found if i.opcode == op)
+                return self.select(*opcodes)
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
     def call_instructions(self) -> tuple[Instruction, ...]:
@@ -742,6 +760,8 @@ class LazyComputation(Computation):
         """`call_instructions` of an unparsed computation: `select` of the opcodes on its call lines."""
         start, end = self._span
         src = self._source
+        if not any(src.find(key, start, end) >= 0 for key in _CALL_KEY_TEXTS):
+            return ()  # (most fusion bodies: a few substring tests, no regex pass)
         opcodes: set[str] = set()
         for m in _CALL_ATTR.finditer(src, start, end):
             line_start = src.rfind("\n", start, m.start()) + 1
@@ -754,25 +774,39 @@ class LazyComputation(Computation):
             return ()
         return tuple(i for i in self.select(*sorted(opcodes)) if _names_callee(i))
 
-    def root_head(self) -> tuple[str, Shape] | None:
-        """The root instruction's opcode and shape. Unparsed: read from the one line marked `ROOT` (its shape by
-        the decoder `select` uses for operands), no parse; None when no single such line reads as `name = shape
-        opcode(`. Parsed: from the root.
+    def line_head(self, name: str | None = None) -> tuple[str, Shape, str | None] | None:
+        """Opcode, shape and first operand's name (None without operands) of the instruction `name` (None: the
+        root). Unparsed: read from its defining line (the one marked `ROOT` for the root; the shape by the
+        decoder `select` uses for operands), no parse; None when that line is not there once, or does not read
+        as `name = shape opcode(operand`. Parsed: from the instruction.
         """
         if self.is_parsed:
-            return self.root.opcode, self.root.shape
+            inst = self.root if name is None else self.by_name.get(name)
+            if inst is None:
+                return None
+            return inst.opcode, inst.shape, inst.operand_names[0] if inst.operand_names else None
         start, end = self._span
         src = self._source
-        m = _ROOT_LINE.search(src, start, end)
-        if m is None or _ROOT_LINE.search(src, m.end(), end) is not None:
+        if name is None:
+            m = _ROOT_LINE.search(src, start, end)
+            if m is None or _ROOT_LINE.search(src, m.end(), end) is not None:
+                return None
+            line_start = m.start()
+        else:  # the line that defines `name` as XLA prints it: `  [ROOT ][%]name = ...` (a literal search)
+            found = [i for i in _find_all(src, f"{name} = ", start, end)
+                     if src[src.rfind("\n", start, i) + 1:i].strip() in ("", "%", "ROOT", "ROOT %")]
+            if len(found) != 1:
+                return None
+            line_start = src.rfind("\n", start, found[0]) + 1
+        head = _OPCODE_AT.match(src, line_start)
+        if head is None or head.end() > end or (name is not None and head.group(1) != name):
             return None
-        head = _OPCODE_AT.match(src, m.start())
-        if head is None or head.end() > end:
-            return None
+        first = _FIRST_OPERAND.match(src, head.end())
         try:
-            return head.group(3), decode_shape(head.group(2))
+            shape = decode_shape(head.group(2))
         except ValueError:
             return None
+        return head.group(3), shape, first.group(1) if first is not None else None
 
     @cached_property
     def _parsed(self) -> Computation:
@@ -827,7 +861,23 @@ _CALL_ATTR = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
 # `[ROOT] name = shape opcode(` at the start of a line: group 3 the opcode.
 _OPCODE_AT = re.compile(_DEF.pattern + r"[ \t]*([A-Za-z][\w\-]*)\(")
 _CALL_KEY_SET = frozenset(CALL_KEYS)
+_CALL_KEY_TEXTS = tuple(f"{k}=" for k in CALL_KEYS)
 _ROOT_LINE = re.compile(r"^[ \t]*ROOT[ \t]", re.M)
+
+
+def _find_all(text: str, sub: str, start: int, end: int) -> list[int]:
+    out = []
+    i = text.find(sub, start, end)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1, end)
+    return out
+
+
+# The first operand after `opcode(`: a name, maybe after its shape (older printers), then `,` or `)`.
+_FIRST_OPERAND = re.compile(r"[ \t]*(?:(?:" + _ARRAY + "|" + _TUPLE + r")[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*[,)]")
+# ` name(`: what `LazyComputation.written` collects (a name cannot hold a space, so no match hides another).
+_WRITTEN = re.compile(r" ([A-Za-z][\w.\-]*)\(")
 
 
 def _names_callee(inst: Instruction) -> bool:

@@ -67,7 +67,8 @@ ENTRY %main (e: f32[8]) -> f32[] {
     calls = fused.call_instructions()
     assert [(i.name, i.called_computations) for i in calls] == [("f", ("inner",)), ("r", ("add",))]
     assert not fused.is_parsed
-    assert fused.root_head()[0] == "reduce" and str(fused.root_head()[1]) == "f32[]"
+    assert fused.line_head()[0] == "reduce" and str(fused.line_head()[1]) == "f32[]"
+    assert fused.line_head()[2] == "f" and fused.line_head("f")[:1] == ("fusion",)
     assert calls == parse_hlo(text).by_name["fused"].select("fusion", "reduce")
     g = CallGraph.build(lazy)
     assert not fused.is_parsed and lazy.entry.is_parsed
