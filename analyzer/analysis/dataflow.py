@@ -133,7 +133,8 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
       users: `users_map(comp)`, when the caller has it.
       module: the module, to look inside fusions.
     """
-    users = users if users is not None else users_map(comp)
+    if users is None:  # (a fusion body of a lazily parsed module: its users read line by line, no parse)
+        users = users_map(comp) if comp.is_parsed else _LazyUsers(comp)
     found: list[DotUse] = []
     stack: list[tuple[str, int | None]] = [(inst.name, dim)]
     seen: set[str] = set()
@@ -157,8 +158,7 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
                     called = module.by_name.get(called_name)
                     if called is None or not called.mentions(*_DOTS_OR_FUSION):
                         continue  # no dot can be reached in there (a lazy module's body stays text)
-                    param = next((i for i in called.instructions
-                                  if i.opcode == "parameter" and i.parameter_number == k), None)
+                    param = next((i for i in called.select("parameter") if i.parameter_number == k), None)
                     if param is not None:
                         found.extend(dot_uses(called, param, d, None, module, depth + 1))
     return tuple(found)
@@ -260,8 +260,27 @@ def only_used_sliced(comp: Computation, inst: Instruction,
 
 
 def _dims_of(comp: Computation, name: str) -> tuple[int, ...] | None:
+    if not comp.is_parsed:  # a lazily parsed module's body: the shape from the defining line
+        head = comp.line_head(name)  # type: ignore[attr-defined]
+        if head is not None:
+            return head[1].dims if head[1].is_array else None
     inst = comp.by_name.get(name)
     return inst.shape.dims if inst is not None and inst.shape.is_array else None
+
+
+class _LazyUsers:
+    """`users_map(comp)` of an unparsed computation, each name's users read when asked
+    (`LazyComputation.users_of`)."""
+
+    def __init__(self, comp: Computation) -> None:
+        self.comp = comp
+        self.memo: dict[str, tuple[tuple[Instruction, int], ...]] = {}
+
+    def get(self, name: str, default: Any = ()) -> tuple[tuple[Instruction, int], ...]:
+        found = self.memo.get(name)
+        if found is None:
+            found = self.memo[name] = self.comp.users_of(name)  # type: ignore[attr-defined]
+        return found or default
 
 
 def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:

@@ -787,26 +787,59 @@ class LazyComputation(Computation):
             return inst.opcode, inst.shape, inst.operand_names[0] if inst.operand_names else None
         start, end = self._span
         src = self._source
+        # the line marked ROOT, or the one that defines `name` as XLA prints it, `  [ROOT ][%]name = ...` (literal
+        # searches, each hit checked for what precedes it on its line)
         if name is None:
-            m = _ROOT_LINE.search(src, start, end)
-            if m is None or _ROOT_LINE.search(src, m.end(), end) is not None:
-                return None
-            line_start = m.start()
-        else:  # the line that defines `name` as XLA prints it: `  [ROOT ][%]name = ...` (a literal search)
+            found = [i for i in _find_all(src, "ROOT", start, end) if not src[src.rfind("\n", start, i) + 1:i].strip()
+                     and src[i + 4:i + 5] in (" ", "\t")]
+        else:
             found = [i for i in _find_all(src, f"{name} = ", start, end)
                      if src[src.rfind("\n", start, i) + 1:i].strip() in ("", "%", "ROOT", "ROOT %")]
-            if len(found) != 1:
-                return None
-            line_start = src.rfind("\n", start, found[0]) + 1
+        if len(found) != 1:
+            return None
+        line_start = src.rfind("\n", start, found[0]) + 1
         head = _OPCODE_AT.match(src, line_start)
         if head is None or head.end() > end or (name is not None and head.group(1) != name):
             return None
-        first = _FIRST_OPERAND.match(src, head.end())
+        first = _FIRST_OPERAND.match(src, head.end()) if head.group(3) != "constant" else None  # (a literal)
         try:
             shape = decode_shape(head.group(2))
         except ValueError:
             return None
         return head.group(3), shape, first.group(1) if first is not None else None
+
+    def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
+        """The instructions that read the value `name`, each with the operand index it is read at, in order (what
+        `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: the lines that write `name` as a
+        word are found by a literal search and their instructions read by `select` of their opcodes; the rest
+        stays text. Falls back to the parsed instructions where a line is not in the form `select` reads.
+        """
+        if not self.is_parsed:
+            start, end = self._span
+            src = self._source
+            width = len(name)
+            lines: dict[int, tuple[str, str]] = {}  # line start -> (opcode, instruction name)
+            for i in _find_all(src, name, start, end):
+                if src[i - 1] not in _BEFORE_OPERAND or src[i + width:i + width + 1] not in _AFTER_OPERAND:
+                    continue
+                line_start = src.rfind("\n", start, i) + 1
+                if line_start <= start or line_start in lines:
+                    continue  # (the header line declares parameters, `(name: shape)`: no user there)
+                head = _OPCODE_AT.match(src, line_start)
+                if head is None or src[head.start(3) - 1] != " ":
+                    break  # not `name = shape opcode(`: read the instructions
+                if head.start(1) != i:  # (not the line defining `name`)
+                    lines[line_start] = (head.group(3), head.group(1))
+            else:
+                out: list[tuple[Instruction, int]] = []
+                for opcode, iname in lines.values():
+                    inst = next((x for x in self.select(opcode) if x.name == iname), None)
+                    if inst is None:
+                        break
+                    out.extend((inst, k) for k, o in enumerate(inst.operand_names) if o == name)
+                else:
+                    return tuple(out)
+        return tuple((i, k) for i in self.instructions for k, o in enumerate(i.operand_names) if o == name)
 
     @cached_property
     def _parsed(self) -> Computation:
@@ -862,7 +895,11 @@ _CALL_ATTR = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
 _OPCODE_AT = re.compile(_DEF.pattern + r"[ \t]*([A-Za-z][\w\-]*)\(")
 _CALL_KEY_SET = frozenset(CALL_KEYS)
 _CALL_KEY_TEXTS = tuple(f"{k}=" for k in CALL_KEYS)
-_ROOT_LINE = re.compile(r"^[ \t]*ROOT[ \t]", re.M)
+
+
+# What can stand before and after an operand's name in an instruction's operand list.
+_BEFORE_OPERAND = frozenset(" \t(,%")
+_AFTER_OPERAND = frozenset(" \t,)")
 
 
 def _find_all(text: str, sub: str, start: int, end: int) -> list[int]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.analysis.dataflow import users_map
 from analyzer.analysis.graph import CallGraph
 from analyzer.analysis.step import _fusion_bytes
 from analyzer.errors import HloSemanticError
@@ -33,6 +34,28 @@ def test_lazy_call_graph_and_fusion_bytes_equal_full_parse(path):
     fusions = [(c, i) for c, insts in gl.calling.items() for i in insts if i.opcode == "fusion"]
     for comp, inst in fusions:
         assert _fusion_bytes(inst, lazy) == _fusion_bytes(full[comp].by_name[inst.name], full), (comp, inst.name)
+
+
+@pytest.mark.parametrize("path", VALID[::4] + VALID[-12:], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_users_and_line_heads_of_unparsed_computations_equal_full_parse(path):
+    """`LazyComputation.users_of` and `line_head` (what the rules' dot walk and the step model read of a fusion
+    body) give the full parse's users (order and operand index) and opcode, shape and first operand."""
+    text = path.read_text()
+    full = parse_hlo(text, lenient=True)
+    lazy = parse_hlo(text, lenient=True, lazy=True)
+    read = 0
+    for comp in lazy.computations:
+        want = full[comp.name]
+        users = users_map(want)
+        root = want.root
+        assert comp.line_head() in (None, (root.opcode, root.shape, root.operand_names[0] if root.operands else None))
+        for inst in want.instructions:
+            assert comp.users_of(inst.name) == users.get(inst.name, ()), (comp.name, inst.name)
+            head = comp.line_head(inst.name)
+            assert head in (None, (inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None))
+            read += head is not None
+        assert comp.line_head("no such name") is None
+    assert read
 
 
 def test_call_instructions_of_an_unparsed_computation():
