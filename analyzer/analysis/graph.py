@@ -91,7 +91,9 @@ class _Flow:
 class CallGraph:
     """Call graph, loop trip counts and per-computation data flow of one `HloModule`.
 
-    Build with `CallGraph.build(module)`; the object is then read-only.
+    Build with `CallGraph.build(module)`; the object is then read-only. `calling` holds, per computation, its
+    instructions that call computations, in order (of a lazily parsed module, read without parsing fusion
+    bodies: `_calling_instructions`); the analysis asks it rather than walking every instruction.
     """
 
     module: HloModule
