@@ -684,7 +684,7 @@ class LazyComputation(Computation):
         return "_parsed" in self.__dict__
 
     def mentions(self, *opcodes: str) -> bool:
-        """Whether any of `opcodes` appears as an opcode in the text (a substring test; no parse).
+        """Whether any of `opcodes` appears as an opcode in the text (`" opcode("`, by `written`; no parse).
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
@@ -694,7 +694,8 @@ class LazyComputation(Computation):
     def written(self) -> frozenset[str]:
         """Every name the text writes as ` name(`: each opcode an instruction in canonical form has (and some
         other words, such as `jit` in a metadata op_name). One regex pass, kept: `mentions` and `select` then
-        answer "not here" by a set test. A name is in it exactly when `f" {name}("` is in the text.
+        answer "not here" by a set test. An opcode is in it exactly when `f" {opcode}("` is in the text (what
+        `select_fast` looks for).
         """
         start, end = self._span
         return frozenset(_WRITTEN.findall(self._source, start, end))
