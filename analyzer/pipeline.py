@@ -168,7 +168,8 @@ def analyze_hlo(
       AnalyzerError: unreadable path, HLO syntax errors (`HloSyntaxError` with line and column), a mesh that
         does not match the module's device count.
     """
-    from analyzer.hlo.parser import parse_hlo
+    from analyzer.analysis.graph import CallGraph
+    from analyzer.hlo.parser import check_read, parse_hlo
     from analyzer.analysis.mapping import mesh_from_any
     from analyzer.workflows.config import as_config
 
@@ -194,7 +195,11 @@ def analyze_hlo(
         text = str(text_or_path)
     # Dumps may come from another XLA version: opcodes and attributes this one does not know are kept raw
     # (lenient parse) and listed in the notes, rather than refusing the whole dump.
-    module = parse_hlo(text, path=path, lenient=True)
+    # Read lazily: the entry and the computations it runs as code are parsed in full (the call graph parses
+    # them), fusion bodies only as far as the analysis asks (`docs/hlo.md`, "What analyze_hlo reads").
+    module = parse_hlo(text, path=path, lenient=True, lazy=True)
+    graph = CallGraph.build(module)
+    check_read(module, graph.calling)
     notes.extend(_lenient_notes(module))
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
@@ -204,7 +209,7 @@ def analyze_hlo(
     warning = backend_final_warning(module) if final else None
     return build_report(module, mesh=info, hardware=hardware, topology=topology, device_coords=None,
                         target="dump", notes=notes, memory=None, name=module.name, context=context, config=config,
-                        model=model, warnings=[warning] if warning else [])
+                        model=model, graph=graph, warnings=[warning] if warning else [])
 
 
 # What a backend's passes make of the SPMD partitioner's collectives, by the opcode left in the final module.
@@ -216,6 +221,7 @@ _REWRITES = {
     "all-to-all": "may be decomposed or combined",
     "collective-permute": "may be combined or split into send/recv",
 }
+_REWRITTEN_OPS = tuple(sorted({*_REWRITES, *(f"{k}-start" for k in _REWRITES)}))
 _SPMD_DUMP_FLAGS = "XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=spmd-partitioning'"
 
 
@@ -235,11 +241,9 @@ def backend_final_warning(module: HloModule) -> str | None:
     counts: dict[str, int] = {}
     starts = combined = 0
     for comp in module.computations:
-        for inst in comp.instructions:
+        for inst in comp.select(*_REWRITTEN_OPS):  # (a lazily parsed module's fusion bodies: their lines only)
             op = inst.opcode
             base = op[:-6] if op.endswith("-start") else op
-            if base not in _REWRITES:
-                continue
             counts[base] = counts.get(base, 0) + 1
             starts += op != base
             shape = inst.shape

@@ -2,9 +2,18 @@
 
 For each text (a file given, else the synthetic 22 MB module of `parse_speed.py`, made once and cached under
 build/bench/) it prints, in CPU seconds (`time.process_time`, best of `--repeat`, each in the same process):
-XLA's parser (`xla_client.hlo.hlo_module_from_text`), the parse `analyze_hlo` runs (`parse_hlo(text,
-lenient=True)`), `analyze_hlo` end to end from the file, the analysis (end to end less the parse) and the
-parse's time as a multiple of XLA's.
+XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo(text, lenient=True)`, what
+`analyze_hlo` ran before it read lazily), `analyze_hlo` end to end from the file, and the parse work
+`analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
+it read, replayed on a fresh lazy parse in the order `analyze_hlo` asked for it (every computation it parsed
+in full, every `select`, call-line scan and line read of one still unparsed); then each parse's time as a
+multiple of XLA's, and how many computations the analysis parsed in full.
+
+Columns: `full s` the full parse, `lazy s` the lazy parse, `read s` what the analysis then reads (the replay
+less the lazy parse), `path/xla` the lazy parse plus that reading against XLA's parser, the same two ratios with
+the cyclic collector off throughout (`no collector`: without the pass Python makes over a parse's new objects
+when the parse's pause ends, which also walks everything else the process holds), `parsed` computations parsed
+in full out of all.
 
 Run: `python benchmarks/analyze_hlo_time.py [--repeat 2] [--mesh fsdp=4,tp=2] [FILE ...]`.
 """
@@ -32,6 +41,87 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
+def _best_no_collector(fn, repeat: int) -> float:
+    """`_best` with the cyclic collector off throughout: without the pass Python runs over the objects a parse
+    made when its pause ends (that pass also walks whatever else the process holds)."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            t = time.process_time()
+            fn()
+            best = min(best, time.process_time() - t)
+        finally:
+            gc.enable()
+    return best
+
+
+def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
+    """What `run()` makes the lazy module read, in order: (what, computation, opcodes) with what one of
+    `parse`, `select`, `calls`, `root` (only reads of a computation not parsed at the time)."""
+    from analyzer.hlo import parser
+
+    lazy = parser.LazyComputation
+    events: list[tuple[str, str, tuple[str, ...]]] = []
+    saved = {k: lazy.__dict__[k] for k in ("select", "_scan_calls", "line_head")}
+    prop = lazy.__dict__["_parsed"]
+    parse_func = prop.func
+
+    depth = [0]  # only the reads the analysis asks for, not those they make themselves
+
+    def logged(kind, f):
+        def g(self, *opcodes):
+            if not self.is_parsed and not depth[0]:
+                events.append((kind, self.name, opcodes))
+            depth[0] += 1
+            try:
+                return f(self, *opcodes)
+            finally:
+                depth[0] -= 1
+        return g
+
+    def parsed(self):
+        if not depth[0]:
+            events.append(("parse", self.name, ()))
+        depth[0] += 1
+        try:
+            return parse_func(self)
+        finally:
+            depth[0] -= 1
+
+    lazy.select = logged("select", saved["select"])
+    lazy._scan_calls = logged("calls", saved["_scan_calls"])
+    lazy.line_head = logged("root", saved["line_head"])
+    prop.func = parsed
+    try:
+        run()
+    finally:
+        for k, v in saved.items():
+            setattr(lazy, k, v)
+        prop.func = parse_func
+    return events
+
+
+def _replay(text: str, events) -> None:
+    from analyzer.hlo.parser import parse_hlo
+
+    module = parse_hlo(text, lenient=True, lazy=True)
+    by_name = module.by_name
+    for kind, name, opcodes in events:
+        c = by_name[name]
+        if c.is_parsed:
+            continue
+        if kind == "parse":
+            c.instructions
+        elif kind == "select":
+            c.select(*opcodes)
+        elif kind == "calls":
+            c.call_instructions()
+        else:
+            c.line_head(*opcodes)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", help="HLO files (default: the synthetic module of parse_speed.py)")
@@ -51,15 +141,26 @@ def main(argv=None) -> int:
         from parse_speed import synthetic_module
 
         paths = [synthetic_module(64)]
-    print(f"{'text':<48} {'MB':>6} {'xla s':>6} {'parse s':>7} {'analyze_hlo s':>13} {'analysis s':>10} "
-          f"{'parse/xla':>9}")
+    from analyzer._gc import gc_paused
+
+    print(f"{'text':<40} {'MB':>6} {'xla s':>6} {'full s':>6} {'analyze_hlo s':>13} {'lazy s':>6} "
+          f"{'read s':>6} {'full/xla':>8} {'path/xla':>8} {'no collector: full/xla':>22} {'path/xla':>8} "
+          f"{'parsed':>13}")
     for p in paths:
         text = p.read_text()
         t_xla = _best(lambda: xc.hlo.hlo_module_from_text(text), args.repeat)
         t_parse = _best(lambda: parse_hlo(text, lenient=True), args.repeat)
         t_all = _best(lambda: analyze_hlo(str(p), mesh=args.mesh), args.repeat)
-        print(f"{str(p)[-48:]:<48} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:7.2f} {t_all:13.2f} "
-              f"{t_all - t_parse:10.2f} {t_parse / t_xla:8.2f}x")
+        events = _record(lambda: analyze_hlo(str(p), mesh=args.mesh))
+        t_lazy = _best(lambda: parse_hlo(text, lenient=True, lazy=True), args.repeat)
+        t_path = _best(gc_paused()(lambda: _replay(text, events)), args.repeat)
+        t_parse_nc = _best_no_collector(lambda: parse_hlo(text, lenient=True), args.repeat)
+        t_path_nc = _best_no_collector(lambda: _replay(text, events), args.repeat)
+        n_comps = len(parse_hlo(text, lenient=True, lazy=True).computations)
+        n_parsed = len({name for kind, name, _ in events if kind == "parse"})
+        print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
+              f"{t_lazy:6.2f} {t_path - t_lazy:6.2f} {t_parse / t_xla:7.2f}x {t_path / t_xla:7.2f}x "
+              f"{t_parse_nc / t_xla:21.2f}x {t_path_nc / t_xla:7.2f}x {n_parsed:>6}/{n_comps:<6}")
     return 0
 
 

@@ -47,10 +47,14 @@ KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective
          "collective-broadcast", "ragged-all-to-all")
 COLLECTIVE_OPCODES = frozenset(KINDS)
 _ASYNC_STARTS = {f"{k}-start": k for k in KINDS}
+_COLLECTIVE_LIST = tuple(sorted(COLLECTIVE_OPCODES))
+# What `_Builder._fusion` looks for inside a fusion: collectives and async collective starts.
+_FUSED_COLLECTIVES = tuple(sorted(COLLECTIVE_OPCODES | set(_ASYNC_STARTS)))
 _ASYNC_DONES = frozenset(f"{k}-done" for k in KINDS) | {"async-done", "async-update"}
 _MOVE_OPS = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "copy-start",
                        "copy-done", "bitcast-convert", "optimization-barrier"})
 _DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+_DOT_OP_LIST = tuple(sorted(_DOT_OPS))
 
 
 @dataclass(frozen=True)
@@ -212,20 +216,37 @@ def _fused_instructions(module: HloModule, inst: Instruction, depth: int = 0) ->
                 yield from _fused_instructions(module, i, depth + 1)
 
 
+def _fused_select(module: HloModule, inst: Instruction, opcodes: tuple[str, ...],
+                  depth: int = 0) -> Iterable[tuple[Computation, Instruction]]:
+    """The instructions of `opcodes` inside the computations a fusion calls, nested fusions included, in the
+    order `_fused_instructions` gives them; the bodies of a lazily parsed module are only `select`ed."""
+    if depth > 8:
+        return
+    want = opcodes if "fusion" in opcodes else (*opcodes, "fusion")
+    for name in inst.called_computations:
+        comp = module.by_name.get(name)
+        if comp is None:
+            continue
+        for i in comp.select(*want):
+            if i.opcode in opcodes:
+                yield comp, i
+            if i.opcode == "fusion":
+                yield from _fused_select(module, i, opcodes, depth + 1)
+
+
 def _has_dot(module: HloModule, inst: Instruction) -> Instruction | None:
     """The dot/convolution an instruction is or holds (fusions), else None."""
     if inst.opcode in _DOT_OPS:
         return inst
     if inst.opcode == "fusion":
-        for _, i in _fused_instructions(module, inst):
-            if i.opcode in _DOT_OPS:
-                return i
+        for _, i in _fused_select(module, inst, _DOT_OP_LIST):
+            return i
     return None
 
 
 def _custom_targets(module: HloModule, inst: Instruction) -> set[str]:
     out = set()
-    for _, i in _fused_instructions(module, inst):
+    for _, i in _fused_select(module, inst, ("custom-call",)):
         if i.opcode == "custom-call":
             t = (i.attr("custom_call_target") or "").strip('"')
             out.add(t)
@@ -263,10 +284,34 @@ def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Ins
     return None
 
 
+_MOVEMENT_FUSION_OPS = _MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant", "broadcast",
+                                    "concatenate", "pad", "fusion"}
+
+
 def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
+    if _written_within(module, inst, _MOVEMENT_FUSION_OPS):
+        return True  # (what a lazily parsed module's bodies write as opcodes says so without a parse)
     ops = {i.opcode for _, i in _fused_instructions(module, inst)}
-    return bool(ops) and ops <= (_MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant",
-                                             "broadcast", "concatenate", "pad", "fusion"})
+    return bool(ops) and ops <= _MOVEMENT_FUSION_OPS
+
+
+def _written_within(module: HloModule, inst: Instruction, allowed: frozenset[str] | set[str],
+                    depth: int = 0) -> bool:
+    """Whether every computation `inst` calls (nested fusions too) is an unparsed one of a lazy module whose
+    text writes something as an opcode and nothing outside `allowed` (`LazyComputation.written`, a superset of
+    its opcodes): then its instructions' opcodes are within `allowed`. False when that cannot be told so."""
+    names = inst.called_computations
+    if not names or depth > 8:
+        return False
+    for name in names:
+        comp = module.by_name.get(name)
+        written = getattr(comp, "written", None) if comp is not None and not comp.is_parsed else None
+        if not written or not written <= allowed:
+            return False
+        if "fusion" in written and not all(_written_within(module, i, allowed, depth + 1)
+                                           for i in comp.select("fusion")):
+            return False
+    return True
 
 
 def _depends_on_partition_id(g: CallGraph, comp: str, inst: Instruction, seen: set[tuple[str, str]] | None = None) -> bool:
@@ -294,9 +339,8 @@ def _depends_on_partition_id(g: CallGraph, comp: str, inst: Instruction, seen: s
                     stack.append((site.caller, caller.by_name[call.operands[n].name]))
             continue
         if i.opcode == "fusion":
-            for _, fi in _fused_instructions(g.module, i):
-                if fi.opcode in ("partition-id", "replica-id"):
-                    return True
+            for _ in _fused_select(g.module, i, ("partition-id", "replica-id")):
+                return True
         for op in g.operands(c, i):
             stack.append((c, op))
     return False
@@ -399,8 +443,8 @@ def _fused_slice_shape(module: HloModule, fusion: Instruction, params: list[int]
     bitcasts and copies) when every use of them is such a slice; else None."""
     names = fusion.called_computations
     comp = module.by_name.get(names[0]) if names else None
-    if comp is None or not params:
-        return None
+    if comp is None or not params or not comp.mentions("dynamic-slice"):
+        return None  # (without a dynamic-slice the walk below finds no shape: an unparsed body stays text)
     users: dict[str, list[Instruction]] = {}
     for i in comp.instructions:
         for o in i.operand_names:
@@ -570,7 +614,7 @@ class _Builder:
                 self.add_op(comp.name, inst, result_holder=inst, names=(inst.name, *done), sync=False, count=count,
                             branch=branch)
             elif op == "async-start":
-                for _, inner in _fused_instructions(self.module, inst):
+                for _, inner in _fused_select(self.module, inst, _COLLECTIVE_LIST):
                     if inner.opcode in COLLECTIVE_OPCODES:
                         done = [u.name for u in self.g.users(comp.name, inst.name) if u.opcode in _ASYNC_DONES]
                         self.add_op(comp.name, inner, result_holder=inst, names=(inst.name, *done), sync=False,
@@ -580,8 +624,7 @@ class _Builder:
                 self._fusion(comp, inst, count, branch)
 
     def _fusion(self, comp: Computation, inst: Instruction, count: float, branch: BranchKey) -> None:
-        found = [(c, i) for c, i in _fused_instructions(self.module, inst)
-                 if i.opcode in COLLECTIVE_OPCODES or i.opcode in _ASYNC_STARTS]
+        found = list(_fused_select(self.module, inst, _FUSED_COLLECTIVES))
         inner = [i for _, i in found]
         inner_comp = {i.name: c.name for c, i in found}
         if not inner:
@@ -744,7 +787,8 @@ def _reducer(g: CallGraph, inst: Instruction) -> str:
     comp = g.module.by_name.get(name.lstrip("%")) if name else None
     if comp is None:
         return ""
-    return comp.root.opcode
+    head = None if comp.is_parsed else comp.line_head()  # type: ignore[attr-defined]  (a lazy module's: no parse)
+    return head[0] if head is not None else comp.root.opcode
 
 
 def _value_name(g: CallGraph, r: Collective) -> str | None:
@@ -917,7 +961,7 @@ def extract_collectives(module: HloModule, graph: CallGraph | None = None,
     b = _Builder(g, max(1, num_devices))
     inside: set[str] = set()
     for comp in module.computations:
-        for inst in comp.instructions:
+        for inst in g.calling[comp.name]:  # (an instruction that calls nothing adds nothing)
             if inst.opcode in ("fusion", "async-start", "async-update", "async-done"):
                 inside.update(inst.called_computations)
     for name in g.executed():

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.dots import DOT_OPCODES, batch_dims, contracting_dims
 from analyzer.hlo.ir import Computation, HloModule, Instruction
+
+if TYPE_CHECKING:
+    from analyzer.analysis.graph import CallGraph
 
 __all__ = [
     "TRANSPARENT",
@@ -97,6 +100,7 @@ def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
 
 
 _COLLECTIVE_OPS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+_DOTS_OR_FUSION = tuple(sorted(DOT_OPCODES | {"fusion"}))
 
 
 def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
@@ -107,7 +111,9 @@ def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
         return False
     for name in user.called_computations:
         called = module.by_name.get(name)
-        if called is not None and any(i.opcode.startswith(_COLLECTIVE_OPS) for i in called.instructions):
+        if called is None or not (called.is_parsed or any(p in called.text for p in _COLLECTIVE_OPS)):  # type: ignore[attr-defined]
+            continue  # (an unparsed body of a lazy module that does not even spell a collective's name)
+        if any(i.opcode.startswith(_COLLECTIVE_OPS) for i in called.instructions):
             return True
     return False
 
@@ -127,7 +133,8 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
       users: `users_map(comp)`, when the caller has it.
       module: the module, to look inside fusions.
     """
-    users = users if users is not None else users_map(comp)
+    if users is None:  # (a fusion body of a lazily parsed module: its users read line by line, no parse)
+        users = users_map(comp) if comp.is_parsed else _LazyUsers(comp)
     found: list[DotUse] = []
     stack: list[tuple[str, int | None]] = [(inst.name, dim)]
     seen: set[str] = set()
@@ -149,10 +156,9 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
             elif module is not None and user.opcode == "fusion" and depth < 3:
                 for called_name in user.called_computations:
                     called = module.by_name.get(called_name)
-                    if called is None:
-                        continue
-                    param = next((i for i in called.instructions
-                                  if i.opcode == "parameter" and i.parameter_number == k), None)
+                    if called is None or not called.mentions(*_DOTS_OR_FUSION):
+                        continue  # no dot can be reached in there (a lazy module's body stays text)
+                    param = next((i for i in called.select("parameter") if i.parameter_number == k), None)
                     if param is not None:
                         found.extend(dot_uses(called, param, d, None, module, depth + 1))
     return tuple(found)
@@ -254,8 +260,27 @@ def only_used_sliced(comp: Computation, inst: Instruction,
 
 
 def _dims_of(comp: Computation, name: str) -> tuple[int, ...] | None:
+    if not comp.is_parsed:  # a lazily parsed module's body: the shape from the defining line
+        head = comp.line_head(name)  # type: ignore[attr-defined]
+        if head is not None:
+            return head[1].dims if head[1].is_array else None
     inst = comp.by_name.get(name)
     return inst.shape.dims if inst is not None and inst.shape.is_array else None
+
+
+class _LazyUsers:
+    """`users_map(comp)` of an unparsed computation, each name's users read when asked
+    (`LazyComputation.users_of`)."""
+
+    def __init__(self, comp: Computation) -> None:
+        self.comp = comp
+        self.memo: dict[str, tuple[tuple[Instruction, int], ...]] = {}
+
+    def get(self, name: str, default: Any = ()) -> tuple[tuple[Instruction, int], ...]:
+        found = self.memo.get(name)
+        if found is None:
+            found = self.memo[name] = self.comp.users_of(name)  # type: ignore[attr-defined]
+        return found or default
 
 
 def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:
@@ -297,12 +322,20 @@ _NOT_UNIFORM_LEAVES = frozenset({"partition-id", "replica-id", "rng", "rng-bit-g
 _MAX_DEPTH = 6
 
 
-def callers(module: HloModule) -> Mapping[str, tuple[tuple[Computation, Instruction], ...]]:
-    """Computation name -> the (computation, instruction) pairs that call it (while, call, fusion...)."""
+def callers(module: HloModule, graph: CallGraph | None = None) -> Mapping[str, tuple[tuple[Computation, Instruction], ...]]:
+    """Computation name -> the (computation, instruction) pairs that call it (while, call, fusion...).
+
+    Read from `graph`'s calling instructions when given, else from each computation (of a lazily parsed module,
+    an unparsed computation gives only its call lines: `LazyComputation.call_instructions`)."""
     out: dict[str, list[tuple[Computation, Instruction]]] = {}
-    for comp, inst in module.instructions():
-        for name in inst.called_computations:
-            out.setdefault(name, []).append((comp, inst))
+    for comp in module.computations:
+        if graph is not None:
+            insts = graph.calling[comp.name]
+        else:
+            insts = comp.instructions if comp.is_parsed else comp.call_instructions()  # type: ignore[attr-defined]
+        for inst in insts:
+            for name in inst.called_computations:
+                out.setdefault(name, []).append((comp, inst))
     return {k: tuple(v) for k, v in out.items()}
 
 

@@ -23,6 +23,7 @@ __all__ = ["Dot", "dot_flops", "extract_dots", "contracting_dims", "batch_dims",
 
 # The opcodes that multiply matrices: the TPU compiler spells many dots as convolutions.
 DOT_OPCODES = frozenset({"dot", "convolution", "ragged-dot"})
+_DOT_LIST = tuple(sorted(DOT_OPCODES))
 
 
 @dataclass(frozen=True)
@@ -194,11 +195,13 @@ def extract_dots(module: HloModule, graph: CallGraph | None = None) -> list[Dot]
     g = graph or CallGraph.build(module)
     out: list[Dot] = []
     for name in g.executed():
+        dots = None
         for branch, count in g.branch_counts(name).items():
             if count <= 0:
                 continue
-            for inst in module.by_name[name].instructions:
-                if inst.opcode in DOT_OPCODES:
-                    flops, contracting = dot_flops(inst)
-                    out.append(Dot(inst, name, flops, count, contracting, branch))
+            if dots is None:  # (a fusion body of a lazily parsed module: only its dot lines are read)
+                dots = module.by_name[name].select(*_DOT_LIST)
+            for inst in dots:
+                flops, contracting = dot_flops(inst)
+                out.append(Dot(inst, name, flops, count, contracting, branch))
     return out

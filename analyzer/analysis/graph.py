@@ -91,12 +91,15 @@ class _Flow:
 class CallGraph:
     """Call graph, loop trip counts and per-computation data flow of one `HloModule`.
 
-    Build with `CallGraph.build(module)`; the object is then read-only.
+    Build with `CallGraph.build(module)`; the object is then read-only. `calling` holds, per computation, its
+    instructions that call computations, in order (of a lazily parsed module, read without parsing fusion
+    bodies: `_calling_instructions`); the analysis asks it rather than walking every instruction.
     """
 
     module: HloModule
     graph: nx.MultiDiGraph
     trip_counts: dict[tuple[str, str], TripCount] = field(default_factory=dict)
+    calling: dict[str, tuple[Instruction, ...]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -113,9 +116,9 @@ class CallGraph:
         g = nx.MultiDiGraph()
         for comp in module.computations:
             g.add_node(comp.name)
-        self = cls(module=module, graph=g)
+        self = cls(module=module, graph=g, calling=_calling_instructions(module))
         for comp in module.computations:
-            for inst in comp.instructions:
+            for inst in self.calling[comp.name]:
                 for site in _call_sites(comp.name, inst):
                     if site.callee in module.by_name:
                         g.add_edge(site.caller, site.callee, site=site)
@@ -226,6 +229,39 @@ class CallGraph:
 
 
 # ---------------------------------------------------------------------- helpers
+def _calling_instructions(module: HloModule) -> dict[str, tuple[Instruction, ...]]:
+    """Per computation, its instructions that call computations (`CallGraph.build`'s call sites), in order.
+
+    A lazily parsed module (`parse_hlo(lazy=True)`) is read without parsing what the analysis does not read in
+    full: computations the entry runs as code (loop bodies and conditions, branches, `call`s, async-wrapped and
+    custom-call computations) are parsed, as the analysis reads them anyway; fusion bodies, reducers and
+    unreached computations give only their call lines (`LazyComputation.call_instructions`). Callers come
+    after their callees in HLO text, so one walk from the last computation sees every caller first.
+    """
+    from analyzer.hlo.attributes import CALL_KEYS
+    from analyzer.hlo.parser import LazyComputation
+
+    call_keys = frozenset(CALL_KEYS)
+    entry = module.entry if module.computations else None
+    code = {entry.name} if entry is not None else set()
+    out: dict[str, tuple[Instruction, ...]] = {}
+    for comp in reversed(module.computations):
+        if isinstance(comp, LazyComputation) and comp.name not in code:
+            insts = comp.call_instructions()
+        else:
+            insts = tuple(i for i in comp.instructions if any(a.key in call_keys for a in i.attributes))
+        out[comp.name] = insts
+        for inst in insts:
+            for site in _call_sites(comp.name, inst):
+                if site.role in _CODE_ROLES or (site.role == "call" and inst.opcode != "fusion"):
+                    code.add(site.callee)
+    return out
+
+
+# Roles whose callee runs as code of its own (not a fusion body or a reducer).
+_CODE_ROLES = frozenset({"body", "condition", "branch"})
+
+
 def _split_names(raw: str) -> list[str]:
     """`{%a, %b}` or `%a` -> ["a", "b"]."""
     text = raw.strip().strip("{}")

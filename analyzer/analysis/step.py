@@ -76,6 +76,8 @@ _HEAVY = frozenset({"dot", "convolution", "ragged-dot", "while", "call", "condit
                     "sort", "scatter", "async-start", "async-done", "async-update", "send", "recv", "send-done",
                     "recv-done", "infeed", "outfeed", "rng-bit-generator", "cholesky", "triangular-solve", "fft"})
 _DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+# The instructions `_Walker.flops_in` adds up: dots (the opcodes `extract_dots` takes) and what calls code.
+_FLOPS_OPS = tuple(sorted(_DOT_OPS | {"fusion", "call"}))
 _SLICES = frozenset({"dynamic-slice", "slice", "gather"})
 
 
@@ -287,6 +289,31 @@ def _element_bytes(shape: Any) -> float:
     return _bytes(shape) / n if n else 0.0
 
 
+# What can make a fusion's bytes differ from its operands' plus its output's: the opcodes `_elements_read` and
+# `_bytes_written` treat apart (slices, in-place updates, links, nested fusions; `AsyncCollective` custom-calls
+# are looked for in the text), and a tuple at the root. A root view (bitcast, reshape) writes what its operand
+# writes: nothing for a parameter passed through.
+_NOT_PLAIN = tuple(sorted(_SLICES | _LINK_OPS | {"dynamic-update-slice", "fusion"}))
+_VIEWS_WRITTEN = frozenset({"bitcast", "reshape"})
+
+
+def _plain_written(comp: Computation) -> int | None:
+    """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
+    `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
+    of the root, the root and the views under it read from their lines); else None (then the body is read)."""
+    if comp.is_parsed or comp.mentions(*_NOT_PLAIN) or (
+            comp.mentions("custom-call") and "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
+        return None
+    head = comp.line_head()  # type: ignore[attr-defined]
+    for _ in range(8):
+        if head is None or head[0] not in _VIEWS_WRITTEN:
+            break
+        head = comp.line_head(head[2]) if head[2] is not None else None  # type: ignore[attr-defined]
+    if head is None or head[0] in _VIEWS_WRITTEN or head[0] == "tuple":
+        return None
+    return 0 if head[0] == "parameter" else _bytes(head[1])
+
+
 def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
     an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
@@ -297,6 +324,9 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
+    written = _plain_written(comp)
+    if written is not None:  # every operand read whole: the body need not be parsed
+        return sum(_bytes(o.shape) for o in inst.operands) + written
     cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
     params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
     total = 0
@@ -342,8 +372,8 @@ class _Walker:
         self.hw = hw
         self.bw = float(hw.hbm_bandwidth)
         self.scheduled = module.attributes.get("is_scheduled", "false") == "true"
-        self.fused = self.scheduled or any(i.opcode == "fusion" for c in module.computations
-                                           for i in c.instructions)
+        # (a fusion names its body with `calls=`: the call graph's calling instructions have every one)
+        self.fused = self.scheduled or any(i.opcode == "fusion" for insts in graph.calling.values() for i in insts)
         self.max_spans = max_spans
         self.memo: dict[str, _Timeline] = {}
         self.track_axes: dict[str, str] = {}
@@ -424,8 +454,8 @@ class _Walker:
             self.comp_flops[comp_name] = 0.0  # guards recursion
             comp = self.module.by_name.get(comp_name)
             total = 0.0
-            if comp is not None:
-                for i in comp.instructions:
+            if comp is not None:  # (only the dots, fusions and calls: a fusion body stays text in a lazy module)
+                for i in comp.select(*_FLOPS_OPS):
                     f = self.dot_flops.get((comp_name, i.name))
                     if f is not None:
                         total += f[0]

@@ -20,15 +20,16 @@ import re
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
-from analyzer.hlo.attributes import forget_valid
-from analyzer.hlo.fastpath import (_finder, _line_instruction, parse_head_fast, parse_tables_fast,
+from analyzer.hlo.attributes import CALL_KEYS, forget_valid
+from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, parse_head_fast, parse_tables_fast,
                                    parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
-from analyzer.hlo.shapes import Shape
+from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
 from analyzer.hlo import verifier as _verifier
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
 
 __all__ = ["parse_hlo", "parse_hlo_file", "parse_instruction", "parse_shape", "LazyComputation",
-           "attribute_value_pattern"]
+           "attribute_value_pattern", "check_read"]
 
 # Deepest bracket nesting inside one attribute value (backend_config JSON is the deepest XLA prints).
 _MAX_NESTING = 24
@@ -421,6 +422,37 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = Fals
     return parse_hlo(text, path=str(p), lazy=lazy, lenient=lenient)
 
 
+def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) -> None:
+    """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
+    computation defined before its caller, the async-op structure) on what a lazily parsed module has read:
+    parsed computations whole, each unparsed one by its call instructions (`calls`, by name, as
+    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed).
+
+    Raises:
+      HloSemanticError: with path, line, column and the source line, as `parse_hlo` would.
+    """
+    comps = module.computations
+    lazy = [c for c in comps if isinstance(c, LazyComputation)]
+    if not lazy:
+        return
+    source, path = lazy[0]._source, lazy[0]._path
+    try:
+        views = []
+        for c in comps:
+            if c.is_parsed:
+                views.append(c)
+                continue
+            insts = calls.get(c.name, ())
+            if any(i.opcode not in _verifier.OPCODES or i.opcode in _verifier._ASYNC_GENERIC for i in insts):
+                c.instructions  # noqa: B018 - async chains are checked on the whole computation
+                views.append(c)
+            else:
+                views.append(Computation(c.name, insts, is_entry=c.is_entry, position=c.position))
+        check_computations(views)
+    except (HloSyntaxError, HloSemanticError) as e:
+        raise _positioned(e, source, path) from None
+
+
 # ---------------------------------------------------------------------------------------------- lazy
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
@@ -652,13 +684,21 @@ class LazyComputation(Computation):
         return "_parsed" in self.__dict__
 
     def mentions(self, *opcodes: str) -> bool:
-        """Whether any of `opcodes` appears as an opcode in the text (a substring test; no parse).
+        """Whether any of `opcodes` appears as an opcode in the text (`" opcode("`, by `written`; no parse).
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
+        return not self.written.isdisjoint(opcodes)
+
+    @cached_property
+    def written(self) -> frozenset[str]:
+        """Every name the text writes as ` name(`: each opcode an instruction in canonical form has (and some
+        other words, such as `jit` in a metadata op_name). One regex pass, kept: `mentions` and `select` then
+        answer "not here" by a set test. An opcode is in it exactly when `f" {opcode}("` is in the text (what
+        `select_fast` looks for).
+        """
         start, end = self._span
-        src = self._source
-        return any(src.find(f" {op}(", start, end) >= 0 for op in opcodes)
+        return frozenset(_WRITTEN.findall(self._source, start, end))
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -671,12 +711,21 @@ class LazyComputation(Computation):
         """
         if not self.is_parsed:
             start, end = self._span
-            if _finder(opcodes).search(self._source, start, end) is None:
+            want = self.written.intersection(opcodes)
+            if not want:
                 return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
+            # Each opcode's lines are read once: the analysis asks one body for its dots several times.
+            memo: dict[str, tuple[Instruction, ...]] = self.__dict__.setdefault("_selected", {})
+            missing = tuple(sorted(op for op in want if op not in memo))
+            if not missing:
+                parts = [memo[op] for op in want if memo[op]]
+                if len(parts) <= 1:
+                    return parts[0] if parts else ()
+                return tuple(sorted((i for part in parts for i in part), key=lambda i: i.at))
             chunk = self._source[start:end]
             try:
                 with gc_paused():
-                    found = select_fast(chunk, self.position.line, opcodes, _attr_regex(), _transformer())
+                    found = select_fast(chunk, self.position.line, missing, _attr_regex(), _transformer())
                     if found:
                         check_ints = self._checks[1]
                         verify_instructions(Computation(self.name, found), lenient=self._checks[0],
@@ -687,8 +736,111 @@ class LazyComputation(Computation):
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
             if found is not None:
-                return found
+                for op in missing:
+                    memo[op] = tuple(i for i in found if i.opcode == op)
+                return self.select(*opcodes)
         return tuple(i for i in self.instructions if i.opcode in opcodes)
+
+    def call_instructions(self) -> tuple[Instruction, ...]:
+        """The instructions that name a called computation (an attribute of `attributes.CALL_KEYS`: `calls=`,
+        `to_apply=`, `body=`, `condition=`, branches, `select=`/`scatter=`...), in order, as the full parse
+        has them.
+
+        On an unparsed computation only the lines of those instructions' opcodes are read (`select`), so the
+        call graph of a module need not parse its fusion bodies; a parsed one answers from its instructions.
+        Falls back to a full parse where a call line is not in the form `select` reads.
+        """
+        if not self.is_parsed:
+            calls = self.__dict__.get("_calls")
+            if calls is None:
+                calls = self.__dict__["_calls"] = self._scan_calls()
+            return calls
+        return tuple(i for i in self.instructions if _names_callee(i))
+
+    def _scan_calls(self) -> tuple[Instruction, ...]:
+        """`call_instructions` of an unparsed computation: `select` of the opcodes on its call lines."""
+        start, end = self._span
+        src = self._source
+        if not any(src.find(key, start, end) >= 0 for key in _CALL_KEY_TEXTS):
+            return ()  # (most fusion bodies: a few substring tests, no regex pass)
+        opcodes: set[str] = set()
+        for m in _CALL_ATTR.finditer(src, start, end):
+            line_start = src.rfind("\n", start, m.start()) + 1
+            op = _OPCODE_AT.match(src, line_start) if line_start > start else None  # (the header line: read all)
+            if op is None or op.end() > m.start() or src[op.start(3) - 1] != " ":
+                # not `name = shape opcode(` with the space `select` looks for: parse the computation
+                return tuple(i for i in self.instructions if _names_callee(i))
+            opcodes.add(op.group(3))
+        if not opcodes:
+            return ()
+        return tuple(i for i in self.select(*sorted(opcodes)) if _names_callee(i))
+
+    def line_head(self, name: str | None = None) -> tuple[str, Shape, str | None] | None:
+        """Opcode, shape and first operand's name (None without operands) of the instruction `name` (None: the
+        root). Unparsed: read from its defining line (the one marked `ROOT` for the root; the shape by the
+        decoder `select` uses for operands), no parse; None when that line is not there once, or does not read
+        as `name = shape opcode(operand`. Parsed: from the instruction.
+        """
+        if self.is_parsed:
+            inst = self.root if name is None else self.by_name.get(name)
+            if inst is None:
+                return None
+            return inst.opcode, inst.shape, inst.operand_names[0] if inst.operand_names else None
+        start, end = self._span
+        src = self._source
+        # the line marked ROOT, or the one that defines `name` as XLA prints it, `  [ROOT ][%]name = ...` (literal
+        # searches, each hit checked for what precedes it on its line)
+        if name is None:
+            found = [i for i in _find_all(src, "ROOT", start, end) if not src[src.rfind("\n", start, i) + 1:i].strip()
+                     and src[i + 4:i + 5] in (" ", "\t")]
+        else:
+            found = [i for i in _find_all(src, f"{name} = ", start, end)
+                     if src[src.rfind("\n", start, i) + 1:i].strip() in ("", "%", "ROOT", "ROOT %")]
+        if len(found) != 1:
+            return None
+        line_start = src.rfind("\n", start, found[0]) + 1
+        head = _OPCODE_AT.match(src, line_start)
+        if head is None or head.end() > end or (name is not None and head.group(1) != name):
+            return None
+        first = _FIRST_OPERAND.match(src, head.end()) if head.group(3) != "constant" else None  # (a literal)
+        try:
+            shape = decode_shape(head.group(2))
+        except ValueError:
+            return None
+        return head.group(3), shape, first.group(1) if first is not None else None
+
+    def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
+        """The instructions that read the value `name`, each with the operand index it is read at, in order (what
+        `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: the lines that write `name` as a
+        word are found by a literal search and their instructions read by `select` of their opcodes; the rest
+        stays text. Falls back to the parsed instructions where a line is not in the form `select` reads.
+        """
+        if not self.is_parsed:
+            start, end = self._span
+            src = self._source
+            width = len(name)
+            lines: dict[int, tuple[str, str]] = {}  # line start -> (opcode, instruction name)
+            for i in _find_all(src, name, start, end):
+                if src[i - 1] not in _BEFORE_OPERAND or src[i + width:i + width + 1] not in _AFTER_OPERAND:
+                    continue
+                line_start = src.rfind("\n", start, i) + 1
+                if line_start <= start or line_start in lines:
+                    continue  # (the header line declares parameters, `(name: shape)`: no user there)
+                head = _OPCODE_AT.match(src, line_start)
+                if head is None or src[head.start(3) - 1] != " ":
+                    break  # not `name = shape opcode(`: read the instructions
+                if head.start(1) != i:  # (not the line defining `name`)
+                    lines[line_start] = (head.group(3), head.group(1))
+            else:
+                out: list[tuple[Instruction, int]] = []
+                for opcode, iname in lines.values():
+                    inst = next((x for x in self.select(opcode) if x.name == iname), None)
+                    if inst is None:
+                        break
+                    out.extend((inst, k) for k, o in enumerate(inst.operand_names) if o == name)
+                else:
+                    return tuple(out)
+        return tuple((i, k) for i in self.instructions for k, o in enumerate(i.operand_names) if o == name)
 
     @cached_property
     def _parsed(self) -> Computation:
@@ -735,3 +887,36 @@ class LazyComputation(Computation):
     def __repr__(self) -> str:
         state = "parsed" if self.is_parsed else "unparsed"
         return f"LazyComputation({self.name!r}, {state}, line {self.position.line})"
+
+
+# `key=` of an attribute that names called computations (a superset of the lines that hold one: the same text
+# inside a quoted string also matches, and those lines are only read, not taken).
+_CALL_ATTR = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
+# `[ROOT] name = shape opcode(` at the start of a line: group 3 the opcode.
+_OPCODE_AT = re.compile(_DEF.pattern + r"[ \t]*([A-Za-z][\w\-]*)\(")
+_CALL_KEY_SET = frozenset(CALL_KEYS)
+_CALL_KEY_TEXTS = tuple(f"{k}=" for k in CALL_KEYS)
+
+
+# What can stand before and after an operand's name in an instruction's operand list.
+_BEFORE_OPERAND = frozenset(" \t(,%")
+_AFTER_OPERAND = frozenset(" \t,)")
+
+
+def _find_all(text: str, sub: str, start: int, end: int) -> list[int]:
+    out = []
+    i = text.find(sub, start, end)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1, end)
+    return out
+
+
+# The first operand after `opcode(`: a name, maybe after its shape (older printers), then `,` or `)`.
+_FIRST_OPERAND = re.compile(r"[ \t]*(?:(?:" + _ARRAY + "|" + _TUPLE + r")[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*[,)]")
+# ` name(`: what `LazyComputation.written` collects (a name cannot hold a space, so no match hides another).
+_WRITTEN = re.compile(r" ([A-Za-z][\w.\-]*)\(")
+
+
+def _names_callee(inst: Instruction) -> bool:
+    return any(a.key in _CALL_KEY_SET for a in inst.attributes)

@@ -175,7 +175,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     for dot, pairs in attached.values():
         for c, use in pairs:
             uses.setdefault(c.row, []).append((dot, use))
-    callers_of = callers(facts.module) if facts.module is not None else {}
+    graph = getattr(getattr(ctx.report, "analysis", None), "graph", None)
+    callers_of = callers(facts.module, graph if graph is not None and graph.module is facts.module else None) \
+        if facts.module is not None else {}
     from analyzer.rules.arguments import batch_axes as batch_axes_of
 
     batch_axes = batch_axes_of(facts.argument_arrays)  # the mesh axes the tokens are sharded over
