@@ -21,7 +21,7 @@ from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Posit
                              packed)
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
-from analyzer.hlo.transformer import HloTransformer, build_computation
+from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, build_computation
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
 __all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
@@ -39,7 +39,6 @@ _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
     r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++)?\)"
 )
-_OPERAND = re.compile(r"%([A-Za-z_][\w.\-]*)")
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
                    + r")[ \t]*\{[ \t]*$")
@@ -100,8 +99,9 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     """One canonical instruction line -> a pending-instruction tuple, or None.
 
     The common line gives the fast form `(is_root, name, at, shape, opcode, operands, attributes, parameter,
-    literal)` (`name` as written, `%` included; `at` its packed position); a constant gives the grammar
-    callback's 8-tuple. `build_computation` takes either.
+    literal)` (`name` as written, `%` included; `at` its packed position; `operands` empty or `(names, line,
+    column of the first, text when comments sit between them)`); a constant gives the grammar callback's 8-tuple.
+    `build_computation` takes either.
     """
     m = _LINE.match(line)
     if m is None:
@@ -114,7 +114,11 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         shape = decode_shape(shape_text)
     except ValueError:
         return None
-    operands: list = []
+    # Operands as `(names, line, column of the first, the text when a comment sits between them)`: one tuple per
+    # instruction, not one per operand (a 200,000-operand tuple line made 200,000); `build_computation` works out
+    # an operand's column only to report it (`transformer.operand_places`).
+    operands: tuple = ()
+    n_operands = 0
     parameter = None
     is_constant = opcode == "constant"
     if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
@@ -122,14 +126,13 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
             return None
     elif ops:
         if ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
-            col = m.start(5) + 1
-            for oname in ops[1:].split(", %"):  # (name, no shape, line, column): no token object per operand
-                operands.append((oname, None, lineno, col))
-                col += len(oname) + 3
+            names = ops[1:].split(", %")
+            operands = (names, lineno, m.start(5) + 1, None)
+            n_operands = len(names)
         elif ops[0] == "%" or ops[0] == "/":
-            base = m.start(5) + 1
-            for o in _OPERAND.finditer(ops):
-                operands.append((o.group(1), None, lineno, base + o.start()))
+            names = _OPERAND.findall(ops)
+            operands = (names, lineno, m.start(5) + 1, ops)
+            n_operands = len(names)
         elif opcode == "parameter" and ops.isdigit():
             parameter = int(ops)
         else:
@@ -174,9 +177,9 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     attrs_t = tuple(attrs)
     # check_instruction depends on the opcode, the operand count, whether a parameter number was given and the
     # attribute keys (and on one value, use_global_device_ids, not cached): each combination is checked once.
-    sig = (opcode, len(operands), parameter is None, *keys)
+    sig = (opcode, n_operands, parameter is None, *keys)
     if sig not in _CHECKED:
-        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(operands), parameter, attrs_t)
+        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), n_operands, parameter, attrs_t)
         if "use_global_device_ids" not in sig:
             if len(_CHECKED) > 4096:
                 _CHECKED.clear()
@@ -280,8 +283,7 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
             for d in _DEFS.finditer(text):
                 defs.setdefault(d.group(1), d)
         ops = []
-        for o in operands:
-            oname = o[0] if len(o) == 4 else (o[0][1:] if o[0][0] == "%" else str(o[0]))
+        for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
             d = defs.get(oname)
             if d is None or d.start() >= line_start:
                 return None  # not defined before this line

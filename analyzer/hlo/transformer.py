@@ -315,7 +315,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
       pending: the instruction tuples made by `HloTransformer.instruction` (name token second) or by the fast
-        path (`fastpath._line_instruction`: name text and packed position), in any mix.
+        path (`fastpath._line_instruction`: name text and packed position), in any mix; or an iterator of the
+        fast path's form, each built as it comes (what a 200,000-line computation needs to stay in bounded memory).
       comp_attrs: attributes printed after the closing brace (`execution_thread="..."`).
 
     Returns:
@@ -328,7 +329,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     name = _name(name_tok)
     if name_tok[0] != "%":
         verifier.check_name(name_tok, "a computation")
-    if any(len(p) == 8 for p in pending):
+    if isinstance(pending, list) and any(len(p) == 8 for p in pending):
         pending = _fast_form(pending)
     # Each defined name's Operand, shared by all its users (a large module has millions of operand slots).
     defined: dict[str, Operand] = {}
@@ -344,30 +345,32 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
                                    line=at >> _SHIFT, column=at & _COLUMN)
         if not operands:
             ops = ()
-        elif len(operands[0]) == 4:  # the fast path's (name, None, line, column): no shape to compare
+        elif type(operands) is tuple:  # the fast path's (names, line, column, text): no shape to compare
             try:
-                ops = tuple([defined[o[0]] for o in operands])
+                ops = tuple([defined[o] for o in operands[0]])
             except KeyError:
-                ops = _resolve(name, iname, operands, defined)  # raises, naming the operand
+                ops = _resolve(name, iname, operand_places(operands), defined)  # raises, naming the operand
         else:
             ops = _resolve(name, iname, operands, defined)
         if shape is None:
             shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
         defined[iname] = new_operand(iname, shape)
         insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
+    # What the last line made (a 200,000-operand tuple's list) and the names go before the checks that follow.
+    defined = operands = ops = None
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
-    if sig is not None:
-        param_shapes, result = sig
-    else:
-        by_num = {i.parameter_number: i for i in insts if i.parameter_number is not None}
-        param_shapes = tuple((by_num[k].name, by_num[k].shape) for k in sorted(by_num))
-        result = None
-    comp = Computation(name, tuple(insts), param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
+    insts = tuple(insts)
+    param_shapes, result = sig if sig is not None else ((), None)
+    comp = Computation(name, insts, param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
                        comp_attrs)
     verifier.verify_computation(comp, signed=sig is not None)
-    if result is None:
+    if sig is None:
+        # The parameters by number, once the checks have found them numbered 0..N-1 (no dict by number).
+        params = [i for i in insts if i.parameter_number is not None]
+        params.sort(key=_parameter_number)
+        object.__setattr__(comp, "parameter_shapes", tuple([(i.name, i.shape) for i in params]))
         object.__setattr__(comp, "result_shape", comp.root.shape)
     table = CALLEES.get()
     if table is not None:
@@ -377,6 +380,27 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
 
 _SHIFT = Position._SHIFT
 _COLUMN = Position._COLUMN
+
+
+def _parameter_number(inst: Instruction) -> int:
+    return inst.parameter_number
+
+
+OPERAND_NAME = re.compile(r"%([A-Za-z_][\w.\-]*)")  # an operand's name after its `%`
+
+
+def operand_places(operands: tuple) -> list[tuple[str, None, int, int]]:
+    """The fast path's operands `(names, line, column of the first, text or None)` as `(name, None, line, column)`
+    each, the column that of its `%`: counted from the first (`, %` between names) or, when the text had comments
+    between them, found in that text."""
+    names, line, column, text = operands
+    if text is not None:
+        return [(o.group(1), None, line, column + o.start()) for o in OPERAND_NAME.finditer(text)]
+    out = []
+    for name in names:
+        out.append((name, None, line, column))
+        column += len(name) + 3
+    return out
 
 
 def _resolve(comp: str, iname: str, operands: list, defined: dict[str, Operand]) -> tuple[Operand, ...]:
