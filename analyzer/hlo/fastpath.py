@@ -21,7 +21,7 @@ from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Posit
                              packed)
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
-from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, build_computation
+from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
 __all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
@@ -63,6 +63,12 @@ _SHIFT = Position._SHIFT
 # (opcode, operand count, no parameter number, *attribute keys) that passed `verifier.check_instruction`.
 _CHECKED: set[tuple] = set()
 _MAX_COLUMN = Position._COLUMN
+# A shape text this long (a tuple of thousands) is decoded without `decode_shape`'s cache, which would keep the
+# text alive after the module is gone (2.2 MB for a 200,000-element tuple); its elements still go through it.
+_CACHED_SHAPE = 4096
+# An operand list this long (a tuple of thousands) is not split into a list of names (`OperandNames`).
+_LONG_OPERANDS = 4096
+_decode_shape_once = decode_shape.__wrapped__
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -88,7 +94,7 @@ def parse_head_fast(line: str, lineno: int):
             while pos < len(body) and body[pos] == " ":
                 pos += 1
     try:
-        result = decode_shape(m.group(4))
+        result = decode_shape(m.group(4)) if len(m.group(4)) < _CACHED_SHAPE else _decode_shape_once(m.group(4))
     except ValueError:
         return None
     name_tok = Token("NAME", m.group(2), lineno, m.start(2) + 1)
@@ -111,7 +117,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     if name[0] != "%" and line[m.end(2):m.end(2) + 1] == "=":
         return None  # `c= ...`: XLA's lexer reads `c=` as an attribute name; the grammar reports it
     try:
-        shape = decode_shape(shape_text)
+        shape = decode_shape(shape_text) if len(shape_text) < _CACHED_SHAPE else _decode_shape_once(shape_text)
     except ValueError:
         return None
     # Operands as `(names, line, column of the first, the text when a comment sits between them)`: one tuple per
@@ -125,7 +131,11 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         if not ops or not _SCALAR.fullmatch(ops):
             return None
     elif ops:
-        if ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
+        if len(ops) >= _LONG_OPERANDS and ops[0] in "%/":  # thousands: each name read as it is resolved
+            names = OperandNames(ops)
+            operands = (names, lineno, m.start(5) + 1, ops)
+            n_operands = len(names)
+        elif ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
             names = ops[1:].split(", %")
             operands = (names, lineno, m.start(5) + 1, None)
             n_operands = len(names)
