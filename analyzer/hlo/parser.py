@@ -651,7 +651,7 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head) -> Computa
         return build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
     except _Decline:
         return None
-    except (_Listed, HloSyntaxError, HloSemanticError):
+    except Exception:  # (_Listed, an error, or anything else: the list form gives what it always gave)
         return _parse_lines_listed(source[start:end], line0, head)
 
 
