@@ -336,6 +336,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     defined: dict[str, Operand] = {}
     insts: list[Instruction] = []
     reserved = verifier.RESERVED_NAMES
+    sig_params = sig[0] if sig is not None else ()
+    n_sig = len(sig_params)
     for is_root, iname, at, shape, opcode, operands, attrs, parameter, literal in pending:
         if iname[0] == "%":
             iname = iname[1:]
@@ -346,6 +348,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
                                    line=at >> _SHIFT, column=at & _COLUMN)
         if not operands:
             ops = ()
+            if parameter is not None and 0 <= parameter < n_sig and sig_params[parameter][0] == iname:
+                iname = sig_params[parameter][0]  # the signature's string: one per parameter name, not two
         elif type(operands) is tuple:  # the fast path's (names, line, column, text): no shape to compare
             try:
                 ops = tuple([defined[o] for o in operands[0]])

@@ -18,16 +18,18 @@ SMALL, LARGE = 1_000, 4_000  # elements of the long line (and instructions of it
 GROWTH = 1.25  # most the per-byte memory may grow from SMALL to LARGE
 
 
-def _tuple_module(n: int, comments: bool) -> str:
+def _tuple_module(n: int, comments: bool, signed: bool = False) -> str:
     """`n` parameters and one `n`-element tuple of them on one line; with `comments`, XLA's `/*index=5*/` every fifth
-    operand and element (its own way of printing long operand lists), which the fast path reads another way."""
+    operand and element (its own way of printing long operand lists), which the fast path reads another way; with
+    `signed`, the computation's signature written as XLA prints it (every parameter's name and shape once more)."""
     def mark(i: int) -> str:
         return f"/*index={i}*/" if comments and i and i % 5 == 0 else ""
 
     params = "\n".join(f"  %p.{i} = f32[8]{{0}} parameter({i})" for i in range(n))
     shape = "(" + ", ".join(f"{mark(i)}f32[8]{{0}}" for i in range(n)) + ")"
     ops = ", ".join(f"{mark(i)}%p.{i}" for i in range(n))
-    return f"HloModule t\n\nENTRY %e {{\n{params}\n  ROOT %t = {shape} tuple({ops})\n}}\n"
+    head = f"%e ({', '.join(f'p.{i}: f32[8]' for i in range(n))}) -> {shape}" if signed else "%e"
+    return f"HloModule t\n\nENTRY {head} {{\n{params}\n  ROOT %t = {shape} tuple({ops})\n}}\n"
 
 
 def _replica_groups_module(n: int) -> str:
@@ -73,13 +75,14 @@ def _warm():
     parse_hlo(_replica_groups_module(3))
 
 
-@pytest.mark.parametrize("comments", [False, True], ids=["plain", "index-comments"])
-def test_long_computation_and_tuple_line_peak_within_target_and_linear(comments):
+@pytest.mark.parametrize("comments,signed", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "index-comments", "signed"])
+def test_long_computation_and_tuple_line_peak_within_target_and_linear(comments, signed):
     """One computation of n parameters and an n-operand tuple line (the shape issue 13 found at 26x): the peak is
     at most 8x the text at both sizes and grows no faster than the text; what the module keeps grows no faster."""
     per_byte = {}
     for n in (SMALL, LARGE):
-        text = _tuple_module(n, comments)
+        text = _tuple_module(n, comments, signed)
         peak, held = _memory(lambda: parse_hlo(text))
         per_byte[n] = (peak / len(text), held / len(text))
         assert per_byte[n][0] <= 8.0, f"n={n}: peak {per_byte[n][0]:.1f}x the text (issue 13's target: 8x)"
