@@ -21,7 +21,7 @@ from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Posit
                              packed)
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
-from analyzer.hlo.transformer import HloTransformer, build_computation
+from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
 __all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
@@ -39,7 +39,6 @@ _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
     r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++)?\)"
 )
-_OPERAND = re.compile(r"%([A-Za-z_][\w.\-]*)")
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
                    + r")[ \t]*\{[ \t]*$")
@@ -64,6 +63,12 @@ _SHIFT = Position._SHIFT
 # (opcode, operand count, no parameter number, *attribute keys) that passed `verifier.check_instruction`.
 _CHECKED: set[tuple] = set()
 _MAX_COLUMN = Position._COLUMN
+# A shape text this long (a tuple of thousands) is decoded without `decode_shape`'s cache, which would keep the
+# text alive after the module is gone (2.2 MB for a 200,000-element tuple); its elements still go through it.
+_CACHED_SHAPE = 4096
+# An operand list this long (a tuple of thousands) is not split into a list of names (`OperandNames`).
+_LONG_OPERANDS = 4096
+_decode_shape_once = decode_shape.__wrapped__
 
 
 def parse_head_fast(line: str, lineno: int):
@@ -89,7 +94,7 @@ def parse_head_fast(line: str, lineno: int):
             while pos < len(body) and body[pos] == " ":
                 pos += 1
     try:
-        result = decode_shape(m.group(4))
+        result = decode_shape(m.group(4)) if len(m.group(4)) < _CACHED_SHAPE else _decode_shape_once(m.group(4))
     except ValueError:
         return None
     name_tok = Token("NAME", m.group(2), lineno, m.start(2) + 1)
@@ -100,8 +105,9 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     """One canonical instruction line -> a pending-instruction tuple, or None.
 
     The common line gives the fast form `(is_root, name, at, shape, opcode, operands, attributes, parameter,
-    literal)` (`name` as written, `%` included; `at` its packed position); a constant gives the grammar
-    callback's 8-tuple. `build_computation` takes either.
+    literal)` (`name` as written, `%` included; `at` its packed position; `operands` empty or `(names, line,
+    column of the first, text when comments sit between them)`); a constant gives the grammar callback's 8-tuple.
+    `build_computation` takes either.
     """
     m = _LINE.match(line)
     if m is None:
@@ -111,25 +117,32 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     if name[0] != "%" and line[m.end(2):m.end(2) + 1] == "=":
         return None  # `c= ...`: XLA's lexer reads `c=` as an attribute name; the grammar reports it
     try:
-        shape = decode_shape(shape_text)
+        shape = decode_shape(shape_text) if len(shape_text) < _CACHED_SHAPE else _decode_shape_once(shape_text)
     except ValueError:
         return None
-    operands: list = []
+    # Operands as `(names, line, column of the first, the text when a comment sits between them)`: one tuple per
+    # instruction, not one per operand (a 200,000-operand tuple line made 200,000); `build_computation` works out
+    # an operand's column only to report it (`transformer.operand_places`).
+    operands: tuple = ()
+    n_operands = 0
     parameter = None
     is_constant = opcode == "constant"
     if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
         if not ops or not _SCALAR.fullmatch(ops):
             return None
     elif ops:
-        if ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
-            col = m.start(5) + 1
-            for oname in ops[1:].split(", %"):  # (name, no shape, line, column): no token object per operand
-                operands.append((oname, None, lineno, col))
-                col += len(oname) + 3
+        if len(ops) >= _LONG_OPERANDS and ops[0] in "%/":  # thousands: each name read as it is resolved
+            names = OperandNames(ops)
+            operands = (names, lineno, m.start(5) + 1, ops)
+            n_operands = len(names)
+        elif ops[0] == "%" and "/" not in ops:  # `%a, %b`: a name holds no `, %`, so a split finds them all
+            names = ops[1:].split(", %")
+            operands = (names, lineno, m.start(5) + 1, None)
+            n_operands = len(names)
         elif ops[0] == "%" or ops[0] == "/":
-            base = m.start(5) + 1
-            for o in _OPERAND.finditer(ops):
-                operands.append((o.group(1), None, lineno, base + o.start()))
+            names = _OPERAND.findall(ops)
+            operands = (names, lineno, m.start(5) + 1, ops)
+            n_operands = len(names)
         elif opcode == "parameter" and ops.isdigit():
             parameter = int(ops)
         else:
@@ -174,9 +187,9 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     attrs_t = tuple(attrs)
     # check_instruction depends on the opcode, the operand count, whether a parameter number was given and the
     # attribute keys (and on one value, use_global_device_ids, not cached): each combination is checked once.
-    sig = (opcode, len(operands), parameter is None, *keys)
+    sig = (opcode, n_operands, parameter is None, *keys)
     if sig not in _CHECKED:
-        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(operands), parameter, attrs_t)
+        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), n_operands, parameter, attrs_t)
         if "use_global_device_ids" not in sig:
             if len(_CHECKED) > 4096:
                 _CHECKED.clear()
@@ -280,8 +293,7 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
             for d in _DEFS.finditer(text):
                 defs.setdefault(d.group(1), d)
         ops = []
-        for o in operands:
-            oname = o[0] if len(o) == 4 else (o[0][1:] if o[0][0] == "%" else str(o[0]))
+        for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
             d = defs.get(oname)
             if d is None or d.start() >= line_start:
                 return None  # not defined before this line

@@ -28,7 +28,7 @@ from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid
 from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, parse_head_fast, parse_tables_fast,
                                    parse_tables_lenient, select_fast)
-from analyzer.hlo.ir import Computation, HloModule, Instruction, Position
+from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, packed
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
@@ -269,6 +269,7 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     # Numbers that may not fit an int64 are checked per attribute, where the text has a run of 19 digits; a lazy
     # parse looks for one in each computation as it reads it (None), not in the whole text up front.
     check_ints = None if lazy and split is not None else _has_long_int(text)
+    header_end = split[1][0][0] if split is not None else len(text)
     try:
         with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
             if single:
@@ -279,9 +280,8 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                 for c in module.computations:
                     _verify(c, lenient, text, check_ints)
             else:
-                module = _parse_split(text, split, path, lazy, lenient, check_ints)
+                module = _parse_split(text, split, path, lazy, lenient, check_ints)  # (empties split's spans)
             if module.attributes:
-                header_end = split[1][0][0] if split is not None else len(text)
                 notes = verify_header(module, text[:header_end], lenient=lenient)
                 if notes:
                     object.__setattr__(module, "header_notes", module.header_notes + notes)
@@ -556,12 +556,17 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     callees: dict = {}
     comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints, callees)
              for start, end, line, column, name, is_entry in spans]
+    spans.clear()  # (the caller's: 21,000 spans of a 22 MB module are a quarter of its text while it is parsed)
     callees.update((c.name, c) for c in comps)
     name = header.name
     if not _HAS_HEADER.search(header_text):  # XLA names a header-less module after its entry
         name = "module_" + next((c for c in comps if c.is_entry), comps[-1]).name
     if not lazy:
-        comps = [c._parsed for c in comps]
+        # Each computation in place of its lazy record, here and where later ones look up their callees, so that
+        # each record is freed once read (together they were three quarters of the text at the end of a parse).
+        for k in range(len(comps)):
+            record = comps[k]
+            comps[k] = callees[record.name] = record._parsed
         check_computations(comps)
     module = HloModule(name, tuple(comps), header.attributes, header.frames, path)
     if header.header_notes:
@@ -598,31 +603,97 @@ def _parse_header(header_text: str, lenient: bool = False) -> HloModule:
 def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = False,
                  check_ints: bool | None = True) -> Computation:
     """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
-    when they are in canonical form, else the whole computation by the grammar. Positions are in `source`."""
-    chunk = source[start:end]
-    newline = chunk.find("\n")
-    head_line = chunk[:newline] if newline >= 0 else chunk
+    when they are in canonical form, else the whole computation by the grammar. Positions are in `source`.
+
+    The computation's text is sliced out of `source` only for the grammar (a copy of a 100 MB entry is 100 MB).
+    """
+    if check_ints is None:  # (before the parse: its two temporary copies of the text then add nothing to the peak)
+        check_ints = _has_long_int(source[start:end])
+    newline = source.find("\n", start, end)
+    head_line = source[start:newline] if newline >= 0 else source[start:end]
     head = parse_head_fast(head_line, line) or _parse_interactive(head_line, "computation_head", line)
-    comp = _parse_lines(chunk, line, head) if newline >= 0 else None
+    comp = _parse_lines(source, start, end, line, head) if newline >= 0 else None
     if comp is None:
-        comp = _parse_interactive(chunk, "computation", line)
-    _verify(comp, lenient, source, _has_long_int(chunk) if check_ints is None else check_ints)
+        comp = _parse_interactive(source[start:end], "computation", line)
+    _verify(comp, lenient, source, check_ints)
     return comp
 
 
-def _parse_lines(chunk: str, line0: int, head) -> Computation | None:
-    """A computation's instruction lines, each by the fast path or, where it declines one (a constant array,
-    an operand with a shape prefix), that line alone by the grammar's `instruction` rule; None when a line
-    is not a whole instruction by itself (then the caller parses the computation by the grammar).
+class _Decline(Exception):
+    """A line that is not a whole instruction by itself: the grammar reads the computation."""
+
+
+class _Listed(Exception):
+    """What only the list form of `_parse_lines` gives exactly: an error (which XLA's order reports after every
+    line's own checks and before the computation's), or nested operands (named after every other name)."""
+
+
+def _parse_lines(source: str, start: int, end: int, line0: int, head) -> Computation | None:
+    """A computation's instruction lines (`source[start:end]`, its header line first), each by the fast path or,
+    where it declines one (a constant array, an operand with a shape prefix), that line alone by the grammar's
+    `instruction` rule; None when a line is not a whole instruction by itself (then the caller parses the
+    computation by the grammar).
 
     One odd line no longer sends a whole computation through Lark: the entry of an unrolled 32-layer step
     (6,700 lines) has a few `constant({0, 128, ...})` lines and took 0.5 s by the grammar.
+
+    Each line is built into its Instruction as it is read (`build_computation` takes the lines as they come),
+    so what a line makes on the way (its text, its pending tuple, its operand list) is freed before the next:
+    one computation of 200,000 instructions peaked at 20x its text when every line and pending tuple was held
+    until the last was read. An error, or nested operands, sends the computation through `_parse_lines_listed`,
+    which reads all lines first and so reports what it always did.
+    """
+    first = source.find("\n", start, end)
+    last = source.rfind("\n", start, end)
+    if first == last or source[last + 1:end].strip() != "}":
+        return None
+    try:
+        return build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
+    except _Decline:
+        return None
+    except Exception:  # (_Listed, an error, or anything else: the list form gives what it always gave)
+        return _parse_lines_listed(source[start:end], line0, head)
+
+
+def _instructions(source: str, pos: int, stop: int, lineno: int):
+    """The pending instruction of each line from `pos` to `stop`, in the fast form `build_computation` takes.
+
+    Raises:
+      _Decline: a line that is not a whole instruction.
+      _Listed: a line with nested operands.
     """
     from lark.exceptions import LarkError
 
+    attr_re, transformer = _attr_regex(), _transformer()
+    find = source.find
+    while pos < stop:
+        nl = find("\n", pos, stop)
+        if nl < 0:
+            nl = stop
+        text = source[pos:nl]
+        inst = _line_instruction(text, lineno, attr_re, transformer)
+        if inst is None and text.strip():
+            try:
+                inst = _parse_interactive(text, "instruction", lineno)
+            except LarkError:
+                raise _Decline from None
+        if inst is not None:
+            if len(inst) == 8:  # the grammar callback's form (also a constant's): name token second
+                if any(len(o) == 3 for o in inst[4]):
+                    raise _Listed
+                tok = inst[1]
+                inst = (inst[0], str(tok), packed(tok.line, tok.column)) + inst[2:]
+            yield inst
+        pos = nl + 1
+        lineno += 1
+
+
+def _parse_lines_listed(chunk: str, line0: int, head) -> Computation | None:
+    """`_parse_lines` on the computation's text with every line read before any is built: the order of errors
+    the grammar path gives (a line's own checks, then the computation's), and nested operands."""
+    from lark.exceptions import LarkError
+
     lines = chunk.split("\n")
-    if len(lines) < 3 or lines[-1].strip() != "}":
-        return None
     attr_re, transformer = _attr_regex(), _transformer()
     pending = []
     for k in range(1, len(lines) - 1):

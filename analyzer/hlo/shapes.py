@@ -7,6 +7,7 @@ can build on it; `analyzer.hlo.ir` re-exports the types.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -239,24 +240,40 @@ def decode_shape(text: str) -> Shape:
         return Shape("buffer", tuple_shapes=(decode_shape(text[2:-1].strip()),))
     if not text.startswith("("):
         return decode_array_shape(text)
-    body = _COMMENT.sub("", text[1:-1]).strip()
+    body = text[1:-1]
+    if "/*" in body:
+        body = _COMMENT.sub("", body)
+    body = body.strip()
     if not body:
         return Shape("tuple")
-    parts: list[str] = []
+    # Each element decoded as it is found, not after a list of their texts (a 200,000-element tuple's list was most
+    # of the parse's peak); an empty element still takes precedence over the first element that does not decode.
+    elements: list[Shape] = []
+    failed: ValueError | None = None
+    empty = False
     depth = 0
     start = 0
-    for i, c in enumerate(body):
+    n = len(body)
+    for i, c in enumerate(itertools.chain(body, ",")):
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[start:i].strip())
+        elif c == "," and (depth == 0 or i == n):
+            part = body[start:i].strip()
             start = i + 1
-    parts.append(body[start:].strip())
-    if any(not p for p in parts):
+            if not part:
+                empty = True
+            elif failed is None and not empty:
+                try:
+                    elements.append(decode_shape(part))
+                except ValueError as e:
+                    failed = e
+    if empty:
         raise ValueError(f"not a tuple shape: {text[:40]}")
-    elements = tuple(decode_shape(p) for p in parts)
+    if failed is not None:
+        raise failed
+    elements = tuple(elements)
     bad = bad_element_layout(elements)
     if bad is not None:
         raise ValueError(bad)

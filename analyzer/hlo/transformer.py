@@ -10,6 +10,7 @@ where the pieces it checks are at hand (like XLA's HloVerifier, kept apart from 
 
 from __future__ import annotations
 
+import operator
 import re
 import sys
 from collections.abc import Iterator
@@ -315,7 +316,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
       pending: the instruction tuples made by `HloTransformer.instruction` (name token second) or by the fast
-        path (`fastpath._line_instruction`: name text and packed position), in any mix.
+        path (`fastpath._line_instruction`: name text and packed position), in any mix; or an iterator of the
+        fast path's form, each built as it comes (what a 200,000-line computation needs to stay in bounded memory).
       comp_attrs: attributes printed after the closing brace (`execution_thread="..."`).
 
     Returns:
@@ -328,12 +330,14 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
     name = _name(name_tok)
     if name_tok[0] != "%":
         verifier.check_name(name_tok, "a computation")
-    if any(len(p) == 8 for p in pending):
+    if isinstance(pending, list) and any(len(p) == 8 for p in pending):
         pending = _fast_form(pending)
     # Each defined name's Operand, shared by all its users (a large module has millions of operand slots).
     defined: dict[str, Operand] = {}
     insts: list[Instruction] = []
     reserved = verifier.RESERVED_NAMES
+    sig_params = sig[0] if sig is not None else ()
+    n_sig = len(sig_params)
     for is_root, iname, at, shape, opcode, operands, attrs, parameter, literal in pending:
         if iname[0] == "%":
             iname = iname[1:]
@@ -344,30 +348,34 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
                                    line=at >> _SHIFT, column=at & _COLUMN)
         if not operands:
             ops = ()
-        elif len(operands[0]) == 4:  # the fast path's (name, None, line, column): no shape to compare
+            if parameter is not None and 0 <= parameter < n_sig and sig_params[parameter][0] == iname:
+                iname = sig_params[parameter][0]  # the signature's string: one per parameter name, not two
+        elif type(operands) is tuple:  # the fast path's (names, line, column, text): no shape to compare
             try:
-                ops = tuple([defined[o[0]] for o in operands])
+                ops = tuple([defined[o] for o in operands[0]])
             except KeyError:
-                ops = _resolve(name, iname, operands, defined)  # raises, naming the operand
+                ops = _resolve(name, iname, operand_places(operands), defined)  # raises, naming the operand
         else:
             ops = _resolve(name, iname, operands, defined)
         if shape is None:
             shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
         defined[iname] = new_operand(iname, shape)
         insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
+    # What the last line made (a 200,000-operand tuple's list) and the names go before the checks that follow.
+    defined = operands = ops = None
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
-    if sig is not None:
-        param_shapes, result = sig
-    else:
-        by_num = {i.parameter_number: i for i in insts if i.parameter_number is not None}
-        param_shapes = tuple((by_num[k].name, by_num[k].shape) for k in sorted(by_num))
-        result = None
-    comp = Computation(name, tuple(insts), param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
+    insts = tuple(insts)
+    param_shapes, result = sig if sig is not None else ((), None)
+    comp = Computation(name, insts, param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
                        comp_attrs)
     verifier.verify_computation(comp, signed=sig is not None)
-    if result is None:
+    if sig is None:
+        # The parameters by number, once the checks have found them numbered 0..N-1 (no dict by number).
+        params = [i for i in insts if i.parameter_number is not None]
+        params.sort(key=_parameter_number)
+        object.__setattr__(comp, "parameter_shapes", tuple([(i.name, i.shape) for i in params]))
         object.__setattr__(comp, "result_shape", comp.root.shape)
     table = CALLEES.get()
     if table is not None:
@@ -377,6 +385,46 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
 
 _SHIFT = Position._SHIFT
 _COLUMN = Position._COLUMN
+
+
+def _parameter_number(inst: Instruction) -> int:
+    return inst.parameter_number
+
+
+OPERAND_NAME = re.compile(r"%([A-Za-z_][\w.\-]*)")  # an operand's name after its `%`
+
+
+class OperandNames:
+    """The operand names of an operand list's text, found again each time they are iterated: what the fast path
+    keeps of a list of thousands (a list of 200,000 names is 11 MB for the few moments it is needed)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __iter__(self) -> Iterator[str]:
+        return map(_FIRST_GROUP, OPERAND_NAME.finditer(self.text))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in OPERAND_NAME.finditer(self.text))
+
+
+_FIRST_GROUP = operator.methodcaller("group", 1)
+
+
+def operand_places(operands: tuple) -> list[tuple[str, None, int, int]]:
+    """The fast path's operands `(names, line, column of the first, text or None)` as `(name, None, line, column)`
+    each, the column that of its `%`: counted from the first (`, %` between names) or, when the text had comments
+    between them, found in that text."""
+    names, line, column, text = operands
+    if text is not None:
+        return [(o.group(1), None, line, column + o.start()) for o in OPERAND_NAME.finditer(text)]
+    out = []
+    for name in names:
+        out.append((name, None, line, column))
+        column += len(name) + 3
+    return out
 
 
 def _resolve(comp: str, iname: str, operands: list, defined: dict[str, Operand]) -> tuple[Operand, ...]:

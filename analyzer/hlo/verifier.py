@@ -96,10 +96,16 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
     """
     name = comp.name
     root = None
-    params: dict[int, Instruction] = {}
-    index: dict[str, int] = {}
-    for k, inst in enumerate(comp.instructions):
-        index[inst.name] = k
+    instructions = comp.instructions
+    # Parameter numbers seen, one byte each (a dict by number, and one by name for control predecessors, were
+    # most of what a 200,000-parameter computation's checks held); numbers past the instruction count are invalid
+    # anyway and are kept apart only to name the error the same way.
+    n = len(instructions)
+    seen = bytearray(n)
+    beyond: set[int] = set()
+    count = 0
+    index: dict[str, int] | None = None  # each name's place, made on the first control-predecessors
+    for k, inst in enumerate(instructions):
         if inst.is_root:
             if root is not None:
                 raise HloSemanticError(f"computation {name!r} has two ROOT instructions (the first is at "
@@ -107,13 +113,17 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             root = inst
         p = inst.parameter_number
         if p is not None:
-            if p in params:
+            if (seen[p] if 0 <= p < n else p in beyond):
                 raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(inst.position))
             if p < 0:
                 raise HloSemanticError(f"parameter number {p} is negative", **_at(inst.position))
             if p > _INT64_MAX:
                 raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(inst.position))
-            params[p] = inst
+            if p < n:
+                seen[p] = 1
+            else:
+                beyond.add(p)
+            count += 1
         op = inst.opcode
         if op in _SHAPE_RULES:
             _SHAPE_RULES[op](inst)
@@ -139,13 +149,16 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
                 preds = attributes.parse_name_list(a.raw)
             except ValueError as e:
                 raise HloSyntaxError(f"bad control-predecessors on {inst.name!r}: {e}", **_at(apos)) from None
+            if index is None:  # (names are unique, so a name at or after `k` is one not defined before it)
+                index = {i.name: j for j, i in enumerate(instructions)}
             for q in preds:
                 if index.get(q, k) >= k:
                     raise HloSemanticError(f"control predecessor {q!r} of {inst.name!r} is not defined before it in "
                                            f"computation {name!r}", **_at(apos))
-    if params and sorted(params) != list(range(len(params))):
-        missing = next(i for i in range(len(params)) if i not in params)
-        raise HloSemanticError(f"computation {name!r} has parameters {sorted(params)}, but parameter({missing}) is "
+    if count and (beyond or seen.find(0, 0, count) >= 0):  # (all distinct: 0..count-1 each seen, or one missing)
+        missing = seen.find(0, 0, count)
+        numbers = [i for i in range(n) if seen[i]] + sorted(beyond)
+        raise HloSemanticError(f"computation {name!r} has parameters {numbers}, but parameter({missing}) is "
                                "missing: numbers must run 0..N-1", **_at(comp.position))
     if signed and comp.result_shape is not None:
         # XLA reads the signature's parameters for their names only; it checks just the result shape.

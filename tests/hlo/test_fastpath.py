@@ -127,3 +127,54 @@ def test_multiline_comment_scan(text, spans):
     from analyzer.hlo.parser import _has_multiline_comment
 
     assert _has_multiline_comment(text) is spans
+
+
+def _long_tuple(n: int, missing: int | None = None) -> str:
+    ops = ", ".join((f"/*index={i}*/" if i and i % 5 == 0 else "") + f"%p.{i if i != missing else 'x'}"
+                    for i in range(n))
+    params = "\n".join(f"  %p.{i} = f32[2]{{0}} parameter({i})" for i in range(n))
+    shape = "(" + ", ".join(["f32[2]{0}"] * n) + ")"
+    return f"HloModule m\n\nENTRY %e {{\n{params}\n  ROOT %t = {shape} tuple({ops})\n}}\n"
+
+
+_STREAMED = {
+    # an undefined operand, then a line the fast path leaves to the grammar, which finds a syntax error further on
+    "undefined-then-syntax": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n  %a = f32[2]{0} add(%p, %q)\n"
+                             "  ROOT %t = (f32[2]{0}, f32[2]{0}) tuple(%a,\n    %p))\n}\n",
+    # an undefined operand, then a line whose own check fails (an attribute add does not take)
+    "undefined-then-line-check": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n"
+                                 "  %a = f32[2]{0} add(%p, %q)\n  ROOT %b = f32[2]{0} add(%a, %a), dimensions={0}\n}\n",
+    "nested-operands": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n"
+                       "  ROOT %a = f32[2]{0} add(f32[2]{0} parameter(1), %p)\n}\n",
+    "duplicate-name": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n  %p = f32[2]{0} negate(%p)\n"
+                      "  ROOT %r = f32[2]{0} copy(%p)\n}\n",
+    "parameter-missing": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n  %q = f32[2]{0} parameter(2)\n"
+                         "  ROOT %r = f32[2]{0} add(%p, %q)\n}\n",
+    "parameter-twice": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n  %q = f32[2]{0} parameter(0)\n"
+                       "  ROOT %r = f32[2]{0} add(%p, %q)\n}\n",
+    "parameter-beyond": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n  %q = f32[2]{0} parameter(7)\n"
+                        "  ROOT %r = f32[2]{0} add(%p, %q)\n}\n",
+    "control-predecessor-later": "HloModule m\n\nENTRY %e {\n  %p = f32[2]{0} parameter(0)\n"
+                                 "  %a = f32[2]{0} negate(%p), control-predecessors={%b}\n"
+                                 "  ROOT %b = f32[2]{0} copy(%a)\n}\n",
+    "long-operand-list": _long_tuple(1200),
+    "long-operand-list-undefined": _long_tuple(1200, missing=777),
+    "signature-less-parameters": "HloModule m\n\nENTRY %e {\n  %q = f32[3]{0} parameter(1)\n"
+                                 "  %p = f32[2]{0} parameter(0)\n  ROOT %t = (f32[2]{0}, f32[3]{0}) tuple(%p, %q)\n}\n",
+}
+
+
+@pytest.mark.parametrize("text", _STREAMED.values(), ids=_STREAMED.keys())
+def test_streamed_lines_give_what_the_grammar_gives(text):
+    """A computation's lines are built as they are read (`parser._parse_lines`); what that returns or reports, with
+    its position, is what one pass of the grammar over the whole text gives (forced here by a comment that spans
+    lines at the end, which the line scanner leaves to the grammar)."""
+    def outcome(t):
+        try:
+            m = parse_hlo(t)
+        except (HloSyntaxError, HloSemanticError) as e:
+            return type(e).__name__, e.message, e.line, e.column
+        return m, _positions(m), [c.parameter_shapes for c in m.computations]
+
+    fast, slow = outcome(text), outcome(text + "/* a comment\nover two lines */\n")
+    assert fast == slow
