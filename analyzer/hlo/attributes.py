@@ -760,7 +760,12 @@ _DIM_LABELS = re.compile(r"^([0-9bf?]{2,})_([0-9io?]{2,})->([0-9bf?]{2,})$")
 
 
 def parse_dim_labels(raw: str) -> tuple[str, str, str]:
-    """`b01f_01io->b01f` -> ('b01f', '01io', 'b01f'), checked the way XLA checks convolution labels.
+    """`b01f_01io->b01f` -> ('b01f', '01io', 'b01f'), checked the way XLA's parser checks convolution labels.
+
+    Each part names every label at most once (`?` dims aside); its spatial labels are digits below the part's
+    length; the three parts have as many spatial dims. The batch and feature labels (`b`, `f`, `i`, `o`) may be
+    missing: XLA's parser then takes dimension 0 (its verifier, which `hlo_module_from_text` does not run,
+    is stricter).
 
     Example:
       >>> parse_dim_labels("bf_io->bf")
@@ -771,21 +776,17 @@ def parse_dim_labels(raw: str) -> tuple[str, str, str]:
         raise ValueError(f"expected dim labels like `b01f_01io->b01f`, got {raw[:40]!r}")
     parts = m.groups()
     spatial = []
-    for part, special in zip(parts, ("bf", "io", "bf")):
-        for c in special:
-            if part.count(c) != 1:
-                raise ValueError(f"dim labels {part!r} need exactly one {c!r}")
-        digits = [c for c in part if c.isdigit()]
-        if len(set(digits)) != len(digits):
-            raise ValueError(f"dim labels {part!r}: expects unique labels")
-        spatial.append(len(part) - 2)
-    if len(set(spatial)) != 1:
-        raise ValueError(f"dim labels {raw!r}: input, kernel and output must have same number of spatial dimensions")
-    n = spatial[0]
-    for part in parts:
+    for part, special, what in zip(parts, ("bf", "io", "bf"), ("lhs", "rhs", "output")):
+        named = [c for c in part if c != "?"]
+        if len(set(named)) != len(named):
+            raise ValueError(f"dim labels {part!r}: expects unique {what} dimension labels")
         for c in part:
-            if c.isdigit() and int(c) >= n:
-                raise ValueError(f"dim labels {part!r}: expects [0-{n - 1}bf?] for {n} spatial dimensions")
+            if c.isdigit() and int(c) >= len(part):
+                raise ValueError(f"dim labels {part!r}: expects [0-{len(part) - 1}{special}?] in the {what} labels")
+        spatial.append(sum(1 for c in named if c not in special))
+    if len(set(spatial)) != 1:
+        raise ValueError(f"dim labels {raw!r}: input, kernel and output must have same number of spatial dimensions, "
+                         f"got {spatial[0]}, {spatial[1]}, {spatial[2]}")
     return parts  # type: ignore[return-value]
 
 
