@@ -507,7 +507,9 @@ def _check_single(r: _Reader, *, opened: bool) -> None:
     devices = 0
     dims: list[int] = []
     reshape_rank = perm_rank = 0
+    reshape_total = 1
     last_dims = 0
+    subgroups: list[str] = []
     while True:
         at = r.pos
         tok = r.peek()
@@ -528,8 +530,9 @@ def _check_single(r: _Reader, *, opened: bool) -> None:
             devices = 1
         elif word == "devices":
             r.expect("=")
-            d, n, rr, pr = _check_tile_assignment(r, reshape_rank)
+            d, n, rr, pr, total = _check_tile_assignment(r, reshape_rank)
             dims += d
+            reshape_total *= total
             devices = devices + n if n else devices
             reshape_rank, perm_rank = reshape_rank + rr, perm_rank + pr
         elif word == "metadata":
@@ -544,6 +547,7 @@ def _check_single(r: _Reader, *, opened: bool) -> None:
                 if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
                     raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
                 last_dims += 1
+                subgroups.append(t[1])
                 if r.peek() != ("op", ","):
                     break
                 r.next()
@@ -573,11 +577,17 @@ def _check_single(r: _Reader, *, opened: bool) -> None:
             raise r.error(f"{last_dims} last tile dims but only {len(dims)} tile dims", start)
         if not reshape_rank and devices <= 1:
             raise r.error("a tiled sharding needs more than one device", start)
+        if reshape_rank:  # XLA aborts folding a replicated subgroup dim into an iota it does not divide
+            kinds = ["replicated"] if "last_tile_dim_replicate" in flags else subgroups
+            for size, kind in zip(dims[len(dims) - len(kinds):], kinds):
+                if kind == "replicated" and size > 1 and reshape_total > 0 and size % reshape_total and reshape_total % size:
+                    raise r.error(f"replicated subgroup dim {size} neither divides nor is a multiple of the "
+                                  f"{reshape_total} devices of the iota (XLA's parser aborts on it)", start)
 
 
-def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int, int]:
+def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int, int, int]:
     """`[d...]` then `<=[r...]` (and `T(p...)` when there are several `r`) or a device list: (dims, devices
-    listed, reshape rank, transpose rank). A repeated `devices=` adds to what the first gave, as in XLA (`prior`:
+    listed, reshape rank, transpose rank, devices of the reshape). A repeated `devices=` adds to what the first gave, as in XLA (`prior`:
     the reshape dims read before)."""
     dims = list(r.int_list("[", "]", "a tile dimension"))
     if not dims:
@@ -588,8 +598,11 @@ def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int,
         if not reshape:
             raise r.error("expected an iota reshape dimension (an integer)")
         rank = prior + len(reshape)
+        total = 1
+        for x in reshape:
+            total *= x
         if rank == 1:
-            return dims, 0, 1, 1
+            return dims, 0, 1, 1, total
         at = r.pos
         if r.peek() != ("word", "T"):
             raise r.error("expected 'T(' and the transpose of the iota reshape dims", at)
@@ -598,11 +611,11 @@ def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int,
         for p in perm:
             if not 0 <= p < rank:
                 raise r.error(f"transpose index {p} is outside the {rank} reshape dims", at)
-        return dims, 0, len(reshape), len(perm)
+        return dims, 0, len(reshape), len(perm), total
     n = 0
     while True:
         r.integer("a device id")
         n += 1
         if r.peek() != ("op", ","):
-            return dims, n, 0, 0
+            return dims, n, 0, 0, 1
         r.next()

@@ -127,6 +127,8 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         op = inst.opcode
         if op in _SHAPE_RULES:
             _SHAPE_RULES[op](inst)
+        if (op == "send-done" or op == "recv-done") and len(inst.operands) == 1:
+            _check_done_channel(inst, comp.instructions[index.get(inst.operands[0].name, k)])
         if not inst.attributes:
             continue
         if op == "get-tuple-element":
@@ -166,6 +168,22 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         if not compatible(comp.result_shape, root.shape):
             raise HloSemanticError(f"shape of computation {name!r}, {comp.result_shape}, is not compatible with that "
                                    f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
+
+
+def _check_done_channel(inst: Instruction, operand: Instruction) -> None:
+    """A send-done (recv-done) of a send (recv) has the same channel_id, or neither has one (XLA's parser
+    builds the done from its operand's channel and refuses, without a message, when they differ)."""
+    if operand.opcode != inst.opcode[:-5]:
+        return
+    mine, theirs = inst.attr("channel_id"), operand.attr("channel_id")
+    def value(raw: str | None) -> Any:
+        return None if raw is None else int(raw) if raw.strip().lstrip("-").isdigit() else raw
+    if value(mine) != value(theirs):
+        a = inst.attrs.get("channel_id")
+        at = a.position if a is not None and a.position is not None else inst.position
+        raise HloSemanticError(f"{inst.name!r} has channel_id={mine if mine is not None else '(none)'}, but its "
+                               f"{operand.opcode} {operand.name!r} has channel_id="
+                               f"{theirs if theirs is not None else '(none)'}: they must match", **_at(at))
 
 
 def verify_attributes(module: HloModule) -> None:
@@ -448,8 +466,25 @@ def _tuple_result(inst: Instruction) -> None:
                                f"got {inst.shape}", **_at(inst.position))
 
 
+def _reshape(inst: Instruction) -> None:
+    """A reshape keeps the element count of its operand (dynamic dims at their bound; XLA's parser aborts
+    otherwise, unless a dim is unbounded `?`)."""
+    if len(inst.operands) != 1:
+        return
+    a, b = inst.shape, inst.operands[0].shape
+    if a is None or b is None or (b.is_array and -1 in b.dims):
+        return
+    if not a.is_array or not b.is_array:
+        raise HloSemanticError(f"reshape {inst.name!r} takes and makes arrays, got {b} -> {a}", **_at(inst.position))
+    if -1 in a.dims or a.num_elements != b.num_elements:
+        raise HloSemanticError(f"reshape {inst.name!r} to {a} ({a.num_elements} elements) from {b} "
+                               f"({b.num_elements} elements): a reshape keeps the element count",
+                               **_at(inst.position))
+
+
 # Shape rules XLA's parser applies to single opcodes (measured: it rejects or aborts otherwise).
-_SHAPE_RULES = {"dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result}
+_SHAPE_RULES = {"dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result,
+                "reshape": _reshape}
 
 
 def _check_index(inst: Instruction) -> None:
