@@ -697,6 +697,30 @@ def parse_literal_attribute(raw: str) -> tuple[Shape, ...]:
     return tuple(shapes)
 
 
+_ALIASING_ITEM = re.compile(r"\s*\{\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\}\s*:\s*\(\s*(-?\d+)\s*,\s*"
+                            r"\{\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\}\s*\)\s*,?")
+
+
+def parse_output_to_operand_aliasing(raw: str) -> tuple[tuple[tuple[int, ...], int, tuple[int, ...]], ...]:
+    """`{ {0}: (0, {}), {1}: (1, {0}) }` -> ((output index, operand number, operand index), ...).
+
+    Example:
+      >>> parse_output_to_operand_aliasing("{{1}: (0, {0})}")
+      (((1,), 0, (0,)),)
+    """
+    body = _braced(raw, "aliasing like `{ {0}: (0, {}) }`")
+    out = []
+    pos = 0
+    while body[pos:].strip():
+        m = _ALIASING_ITEM.match(body, pos)
+        if m is None:
+            raise ValueError(f"expected `{{output index}}: (operand number, {{operand index}})`, got "
+                             f"{body[pos:].strip()[:40]!r}")
+        out.append((_ints(m.group(1) or ""), int(m.group(2)), _ints(m.group(3) or "")))
+        pos = m.end()
+    return tuple(out)
+
+
 def parse_outfeed_shape(raw: str) -> Shape:
     """`outfeed_shape=(u32[3]{0}, pred[])`: a shape (a tuple's element layouts are checked, as XLA does)."""
     text = raw.strip()
@@ -1026,6 +1050,7 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "result_accuracy": parse_result_accuracy,
     "sharding": _parse_sharding,
     "literal": parse_literal_attribute,
+    "output_to_operand_aliasing": parse_output_to_operand_aliasing,
     "outfeed_shape": parse_outfeed_shape,
     "domain": parse_domain,
     **{k: parse_computation_list for k in CALL_KEYS},
@@ -1045,7 +1070,8 @@ _PARSE_CHECKS: Mapping[str, Callable[[str], Any]] = {
 # Cheap whole-value checks that accept exactly what the decoder accepts for the common spellings; when one
 # does not match, the decoder runs and either accepts the value or says what is wrong with it.
 _QUICK = {
-    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^\s"{},]+)\s*,?)*\s*\}'),
+    # (a bare value here is an integer; any other goes to the decoder, which checks the integer fields)
+    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
     "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
     "channel_id": re.compile(r"-?\d+"),
     "index": re.compile(r"-?\d+"),

@@ -139,6 +139,8 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
         elif op == "parameter":
             _check_parameter_replication(inst.name, inst.shape, inst.attributes)
+        elif op == "scan":
+            _check_scan(inst)
         # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
         a = None
         for x in inst.attributes:
@@ -168,6 +170,15 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         if not compatible(comp.result_shape, root.shape):
             raise HloSemanticError(f"shape of computation {name!r}, {comp.result_shape}, is not compatible with that "
                                    f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
+
+
+def _check_scan(inst: Instruction) -> None:
+    """A scan has at least `num_carries` operands (XLA's parser checks it)."""
+    for a in inst.attributes:
+        if a.key == "num_carries" and a.raw.strip().isdigit() and int(a.raw) > len(inst.operands):
+            raise HloSemanticError(f"scan {inst.name!r} has num_carries={a.raw.strip()} but only "
+                                   f"{len(inst.operands)} operands: it needs one operand per carry",
+                                   **_at(a.position or inst.position))
 
 
 def _check_done_channel(inst: Instruction, operand: Instruction) -> None:
