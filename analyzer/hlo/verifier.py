@@ -291,7 +291,7 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             # Nothing left to check when every value was found valid before (most: values repeat).
             for a in attrs:
                 seen = valid.get(a.key)
-                if seen is not None and a.raw not in seen:
+                if (seen is not None and a.raw not in seen) or "\\" in a.raw:  # (escapes: checked below)
                     break
             else:
                 continue
@@ -318,6 +318,8 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
                 continue
             if check_ints and key != "backend_config":
                 _check_int64(a, inst)
+            if "\\" in a.raw and not (key == "backend_config" and a.raw[:1] == "{"):  # (JSON has its own escapes)
+                _check_escapes(a, inst)
             if key == "metadata" and not attributes.known_valid(key, a.raw) and not _METADATA_OK.fullmatch(a.raw):
                 note = _check_metadata(a, inst, lenient)
                 if note:
@@ -328,6 +330,24 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             a = e.attribute  # type: ignore[attr-defined]
             raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
     return tuple(notes)
+
+
+# The escapes XLA's lexer takes in a quoted string (C's, as `absl::CUnescape` reads them).
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]+|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[abfnrtv\\'\"?]|.?)", re.S)
+
+
+def _check_escapes(a: Attribute, inst: Instruction) -> None:
+    """Every backslash in the attribute's quoted strings starts an escape XLA's lexer knows."""
+    for q in _QUOTED.finditer(a.raw):
+        for e in _ESCAPE.finditer(q.group()[1:-1]):
+            esc = e.group(1)
+            if len(esc) <= 1 and (not esc or esc not in "abfnrtv\\'\"?01234567"):  # (a known escape matched longer)
+                at = _at(a.position or inst.position)
+                if a.position is not None:
+                    at["column"] = a.position.column + q.start() + 1 + e.start()
+                raise HloSyntaxError(f"unknown escape `\\{esc}` in a string of {a.key}= on {inst.name!r}; XLA takes "
+                                     "\\n \\t \\r \\\\ \\\" \\' \\? \\a \\b \\f \\v, octal \\0-\\377, \\xHH, \\uHHHH and "
+                                     "\\UHHHHHHHH", **at)
 
 
 def _key_at(a: Attribute, inst: Instruction | None) -> dict[str, int | None]:
