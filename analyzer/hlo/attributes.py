@@ -88,8 +88,10 @@ CALL_KEYS: tuple[str, ...] = (
 
 _CALL_KEY_SET = frozenset(CALL_KEYS)
 _ONE_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0"}
-_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)", re.S)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0", "?": "?", "a": "\a",
+            "b": "\b", "f": "\f", "v": "\v"}
+# C's escapes as XLA's lexer reads them (absl::CUnescape): `\xH...`, `\uHHHH`, `\UHHHHHHHH`, octal, one character.
+_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]+|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|.)", re.S)
 
 
 def unquote(text: str) -> str:
@@ -107,8 +109,8 @@ def unquote(text: str) -> str:
 
     def sub(m: re.Match) -> str:
         e = m.group(1)
-        if e[0] == "x":
-            return chr(int(e[1:], 16))
+        if e[0] in "xuU" and len(e) > 1:
+            return chr(min(int(e[1:], 16), 0x10FFFF))
         if e[0].isdigit():
             return chr(int(e, 8))
         return _ESCAPES.get(e, "\\" + e)
