@@ -482,13 +482,15 @@ def parse_frontend_attributes(raw: str) -> dict[str, str]:
     body = _braced(raw, 'frontend attributes like `{key="value"}`')
     out: dict[str, str] = {}
     for item in split_top(body):
-        key, eq, val = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise ValueError(f"expected `key=\"value\"` in frontend_attributes, got {item[:40]!r}")
-        val = val.strip()
-        out[key.strip('"')] = unquote(val) if val[:1] in "\"'" else val
+        m = _FRONTEND_ITEM.fullmatch(item)
+        if m is None:  # XLA: a name directly followed by `=`, then a quoted string or a `{...}` group
+            raise ValueError(f"expected `key=\"value\"` or `key={{...}}` in frontend_attributes, got {item.strip()[:40]!r}")
+        key, val = m.group(1), m.group(2)
+        out[key] = unquote(val) if val[0] == '"' else val
     return out
+
+
+_FRONTEND_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)=\s*("(?:[^"\\]|\\.)*"|\{.*\})\s*', re.S)
 
 
 _COMP_NAME = re.compile(r"^%?[A-Za-z_][\w.\-]*$")

@@ -114,6 +114,10 @@ CASES = [
     ("reshape_unbounded_operand", _inst("ROOT r = f32[7] reshape(p)", "  p = f32[2,?] parameter(0)\n"), None),
     ("string_escape_unknown", _cc('frontend_attributes={a="x\\%y"}'), 4),           # XLA: expects string
     ("string_escape_known", _cc('frontend_attributes={a="x\\u0041\\x4\\0\\?"}'), None),
+    ("frontend_attributes_braced", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a={x y},b.c="1"}'), None),
+    ("frontend_attributes_key", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a%b{x y}}'), 4),  # XLA: expects
+    ("frontend_attributes_spaced_key", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a = "1"}'), 4),
+    ("frontend_attributes_unquoted", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a=1}'), 4),
     ("metadata_integer", _inst('ROOT c = f32[4] negate(p), metadata={op_name="a" stack_frame_id=column}'), 4),
 ]
 
