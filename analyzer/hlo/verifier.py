@@ -6,7 +6,10 @@ attributes, a computation once built, the module once all computations are read)
 only read tokens (anything with `.line` and `.column`) and IR values, so they import no parser.
 
 Every failure is an `HloSyntaxError` (the text cannot mean anything) or an `HloSemanticError` (it parses,
-but XLA's parser or verifier rejects it) with the line and column of the offending token.
+but XLA's parser rejects it) with the line and column of the offending token. The rules of XLA's HLO verifier
+that its parser leaves out (`hlo_module_from_text` runs no verifier: a device twice in a sharding, an iota of
+another size) are not checked here; the attribute decoders the analysis reads apply them, positioned
+(`analyzer.hlo.attributes._PARSE_CHECKS`).
 """
 
 from __future__ import annotations
