@@ -131,7 +131,10 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         if op in _SHAPE_RULES:
             _SHAPE_RULES[op](inst)
         if (op == "send-done" or op == "recv-done") and len(inst.operands) == 1:
-            _check_done_channel(inst, comp.instructions[index.get(inst.operands[0].name, k)])
+            if index is None:
+                index = {i.name: j for j, i in enumerate(instructions)}
+            j = index.get(inst.operands[0].name, k)
+            _check_done_channel(inst, instructions[j if j < k else k])
         if not inst.attributes:
             continue
         if op == "get-tuple-element":
