@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from difflib import get_close_matches
+from math import prod
 from typing import Any
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
@@ -128,13 +129,16 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
                 beyond.add(p)
             count += 1
         op = inst.opcode
-        if op in _SHAPE_RULES:
-            _SHAPE_RULES[op](inst)
-        if (op == "send-done" or op == "recv-done") and len(inst.operands) == 1:
-            if index is None:
-                index = {i.name: j for j, i in enumerate(instructions)}
-            j = index.get(inst.operands[0].name, k)
-            _check_done_channel(inst, instructions[j if j < k else k])
+        rule = _SHAPE_RULES.get(op)
+        if rule is not None:
+            if rule is _check_done_channel:  # needs the operand's own instruction
+                if len(inst.operands) == 1:
+                    if index is None:
+                        index = {i.name: j for j, i in enumerate(instructions)}
+                    j = index.get(inst.operands[0].name, k)
+                    _check_done_channel(inst, instructions[j if j < k else k])
+            else:
+                rule(inst)
         if not inst.attributes:
             continue
         if op == "get-tuple-element":
@@ -145,8 +149,6 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
         elif op == "parameter":
             _check_parameter_replication(inst.name, inst.shape, inst.attributes)
-        elif op == "scan":
-            _check_scan(inst)
         # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
         a = None
         for x in inst.attributes:
@@ -503,25 +505,32 @@ def _tuple_result(inst: Instruction) -> None:
                                f"got {inst.shape}", **_at(inst.position))
 
 
+_NOT_ARRAY = frozenset({"tuple", "token", "buffer"})
+
+
 def _reshape(inst: Instruction) -> None:
     """A reshape keeps the element count of its operand (dynamic dims at their bound; XLA's parser aborts
-    otherwise, unless a dim is unbounded `?`)."""
-    if len(inst.operands) != 1:
+    otherwise, unless a dim of the operand is unbounded `?`)."""
+    ops = inst.operands
+    if len(ops) != 1:
         return
-    a, b = inst.shape, inst.operands[0].shape
-    if a is None or b is None or (b.is_array and -1 in b.dims):
+    a, b = inst.shape, ops[0].shape
+    if a is None or b is None:
         return
-    if not a.is_array or not b.is_array:
+    if a.element_type in _NOT_ARRAY or b.element_type in _NOT_ARRAY:
         raise HloSemanticError(f"reshape {inst.name!r} takes and makes arrays, got {b} -> {a}", **_at(inst.position))
-    if -1 in a.dims or a.num_elements != b.num_elements:
+    if -1 in b.dims:
+        return
+    if prod(a.dims) != prod(b.dims) or -1 in a.dims:
         raise HloSemanticError(f"reshape {inst.name!r} to {a} ({a.num_elements} elements) from {b} "
                                f"({b.num_elements} elements): a reshape keeps the element count",
                                **_at(inst.position))
 
 
 # Shape rules XLA's parser applies to single opcodes (measured: it rejects or aborts otherwise).
-_SHAPE_RULES = {"dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result,
-                "reshape": _reshape}
+_SHAPE_RULES: dict[str, Callable] = {
+    "dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result, "reshape": _reshape,
+    "scan": lambda inst: _check_scan(inst), "send-done": _check_done_channel, "recv-done": _check_done_channel}
 
 
 def _check_index(inst: Instruction) -> None:
