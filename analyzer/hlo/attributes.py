@@ -253,7 +253,7 @@ def check_replica_groups(raw: str) -> None:
     the groups for the analysis, does not)."""
     text = _strip_comments(raw).strip()
     if not text.startswith("["):
-        parse_replica_groups(raw)
+        DECODERS["replica_groups"](raw)  # (memoised: the analysis reads the same groups again)
         return
     m = _IOTA_RE.match(text)
     if not m:
