@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError
 from analyzer.hlo.iota import expand_iota
-from analyzer.hlo.shapes import decode_shape
+from analyzer.hlo.shapes import Shape, decode_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from analyzer.hlo.ir import HloModule, Instruction
@@ -49,6 +49,9 @@ __all__ = [
     "parse_frontend_attributes",
     "parse_computation_list",
     "parse_dim_labels",
+    "parse_literal_attribute",
+    "parse_outfeed_shape",
+    "parse_domain",
     "parse_window",
     "parse_padding",
     "parse_slice",
@@ -85,8 +88,10 @@ CALL_KEYS: tuple[str, ...] = (
 
 _CALL_KEY_SET = frozenset(CALL_KEYS)
 _ONE_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0"}
-_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)", re.S)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0", "?": "?", "a": "\a",
+            "b": "\b", "f": "\f", "v": "\v"}
+# C's escapes as XLA's lexer reads them (absl::CUnescape): `\xH...`, `\uHHHH`, `\UHHHHHHHH`, octal, one character.
+_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]+|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|.)", re.S)
 
 
 def unquote(text: str) -> str:
@@ -104,8 +109,8 @@ def unquote(text: str) -> str:
 
     def sub(m: re.Match) -> str:
         e = m.group(1)
-        if e[0] == "x":
-            return chr(int(e[1:], 16))
+        if e[0] in "xuU" and len(e) > 1:
+            return chr(min(int(e[1:], 16), 0x10FFFF))
         if e[0].isdigit():
             return chr(int(e, 8))
         return _ESCAPES.get(e, "\\" + e)
@@ -239,6 +244,40 @@ def parse_replica_groups(raw: str) -> tuple[tuple[int, ...], ...]:
         return parse_mesh_groups(text)
     raise ValueError(f"expected replica groups: `{{{{0,1}},{{2,3}}}}`, `[4,2]<=[8]` or `mesh['x'=4] {{'x'}}`, "
                      f"got {raw[:60]!r}")
+
+
+def check_replica_groups(raw: str) -> None:
+    """Check replica groups only as far as XLA's parser does: an iota form `[g,s]<=[r...]T(p...)` has two dims, a
+    transpose exactly when there are several reshape dims, each index within them. Its
+    sizes are not compared (XLA's parser takes `[10,10]<=[6,5]T(1,0)`; `parse_replica_groups`, which expands
+    the groups for the analysis, does not)."""
+    text = _strip_comments(raw).strip()
+    if not text.startswith("["):
+        DECODERS["replica_groups"](raw)  # (memoised: the analysis reads the same groups again)
+        return
+    m = _IOTA_RE.match(text)
+    if not m:
+        raise ValueError(f"expected iota replica groups like `[4,2]<=[8]` or `[2,4]<=[4,2]T(1,0)`, got {raw!r}")
+    dims, reshape = _ints(m.group(1)), _ints(m.group(2))
+    if len(dims) != 2:
+        raise ValueError(f"iota replica groups need two dims [groups,group_size], got {list(dims)}")
+    if not reshape:
+        raise ValueError("iota replica groups need reshape dims after `<=`, e.g. `[4,2]<=[8]`")
+    perm = _ints(m.group(3)) if m.group(3) is not None else None
+    if len(reshape) == 1:
+        if perm is not None:
+            raise ValueError("no transpose `T(...)` after a single reshape dim (XLA reads `<=[8]` as `<=[8]T(0)`)")
+        return
+    if perm is None:
+        raise ValueError(f"expected `T(...)` after the {len(reshape)} reshape dims {list(reshape)}")
+    if any(not 0 <= p < len(reshape) for p in perm):
+        raise ValueError(f"the transpose T{tuple(perm)} has an index outside [0, {len(reshape)}), the reshape dims")
+
+
+def _check_sharding(raw: str) -> None:
+    from analyzer.hlo.sharding import check_hlo_sharding
+
+    check_hlo_sharding(raw)
 
 
 _MESH_RE = re.compile(
@@ -443,13 +482,15 @@ def parse_frontend_attributes(raw: str) -> dict[str, str]:
     body = _braced(raw, 'frontend attributes like `{key="value"}`')
     out: dict[str, str] = {}
     for item in split_top(body):
-        key, eq, val = item.partition("=")
-        key = key.strip()
-        if not eq or not key:
-            raise ValueError(f"expected `key=\"value\"` in frontend_attributes, got {item[:40]!r}")
-        val = val.strip()
-        out[key.strip('"')] = unquote(val) if val[:1] in "\"'" else val
+        m = _FRONTEND_ITEM.fullmatch(item)
+        if m is None:  # XLA: a name directly followed by `=`, then a quoted string or a `{...}` group
+            raise ValueError(f"expected `key=\"value\"` or `key={{...}}` in frontend_attributes, got {item.strip()[:40]!r}")
+        key, val = m.group(1), m.group(2)
+        out[key] = unquote(val) if val[0] == '"' else val
     return out
+
+
+_FRONTEND_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)=\s*("(?:[^"\\]|\\.)*"|\{.*\})\s*', re.S)
 
 
 _COMP_NAME = re.compile(r"^%?[A-Za-z_][\w.\-]*$")
@@ -551,6 +592,184 @@ def _parse_sharding(raw: str) -> Any:
     return parse_hlo_sharding(_strip_comments(raw) if "/*" in raw else raw)
 
 
+# The tokens of a `literal=` value: an array shape (with its layout, which may follow a space), a scalar, the
+# elided `...`, and punctuation. The shape and scalar spellings are the grammar's (grammars/hlo.lark).
+_LITERAL_TOKEN = re.compile(
+    r"\s*(?:/\*.*?\*/\s*)*(?:"
+    r"(?P<shape>[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+)*)?(?::[^{}\n]*)?\})?)"
+    r"|(?P<scalar>-?(?:inf|nan(?:\(0x[0-9a-fA-F]+\))?|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false)"
+    r"|(?P<dots>\.\.\.)|(?P<op>[{}(),]))", re.S)
+
+
+class _LitTok(str):
+    """A literal token where the literal checks (analyzer.hlo.verifier) expect a positioned token."""
+
+    line = 1
+    column = 1
+
+
+def parse_literal_attribute(raw: str) -> tuple[Shape, ...]:
+    """A custom-call's `literal=` value: `s32[2]{0} {1, 2}`, `f32[] 0.1`, or a tuple `( s32[] 1, pred[] 0 )` of
+    such. Checked as XLA's parser checks it: every element has its shape first, a layout is a permutation of the
+    dims, the values fit the shape (count, nesting, kind and range); commas between values are optional.
+
+    Returns:
+      The shape of each literal (one unless the value is a tuple).
+
+    Example:
+      >>> [str(s) for s in parse_literal_attribute("( s32[4]{0} {4, 128, 128, 3}, pred[] 1 )")]
+      ['s32[4]', 'pred[]']
+    """
+    from analyzer.errors import HloSyntaxError
+    from analyzer.hlo import verifier
+
+    toks: list[tuple[str, str]] = []
+    pos, text = 0, raw.strip()
+    while pos < len(text):
+        m = _LITERAL_TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            if not text[pos:].strip():
+                break
+            raise ValueError(f"unexpected `{text[pos:].strip()[:20]}` in the literal")
+        pos = m.end()
+        toks.append((m.lastgroup or "op", m.group(m.lastgroup or "op")))
+    i = 0
+
+    def peek() -> tuple[str, str]:
+        return toks[i] if i < len(toks) else ("end", "")
+
+    def take() -> tuple[str, str]:
+        nonlocal i
+        tok = peek()
+        if tok[0] == "end":
+            raise ValueError("the literal ends early")
+        i += 1
+        return tok
+
+    def value() -> tuple:  # (text, kind, items) as the grammar's literal callbacks build it
+        kind, t = take()
+        if kind == "scalar":
+            return (t, "s", _LitTok(t))
+        if kind == "dots":
+            return (t, "e", _LitTok(t))
+        if t == "{":
+            items = []
+            while peek() != ("op", "}"):
+                if peek() == ("op", ","):
+                    take()
+                    continue
+                items.append(value())
+            take()
+            return ("{...}", "a", tuple(items))
+        if t == "(":  # a complex value
+            items = [value()]
+            if take() != ("op", ","):
+                raise ValueError("expected `,` after the real part of a complex value")
+            items.append(value())
+            if take() != ("op", ")"):
+                raise ValueError("expected `)` after the imaginary part of a complex value")
+            return ("(...)", "p", tuple(items))
+        raise ValueError(f"expected a value, got `{t}`")
+
+    def shaped(out: list[Shape]) -> None:
+        kind, t = take()
+        if (kind, t) == ("op", "("):  # a tuple: each element a shaped literal, commas optional
+            while peek() != ("op", ")"):
+                if peek() == ("op", ","):
+                    take()
+                    continue
+                shaped(out)
+            take()
+            return
+        if kind != "shape":
+            raise ValueError(f"expected a shape like `s32[2]{{0}}` before the value, got `{t}`")
+        shape = decode_shape(t)
+        if shape.is_token or shape.element_type == "opaque":
+            raise ValueError(f"a {shape.element_type} has no literal")
+        if shape.layout is not None and sorted(shape.layout.minor_to_major) != list(range(shape.rank)):
+            raise ValueError(f"the layout of {t} is not a permutation of its dimensions")
+        try:
+            verifier._check_literal(value(), shape, _LitTok(t))
+        except HloSyntaxError as e:
+            raise ValueError(e.message) from None
+        out.append(shape)
+
+    shapes: list[Shape] = []
+    shaped(shapes)
+    if i < len(toks):
+        raise ValueError(f"unexpected `{toks[i][1]}` after the literal")
+    return tuple(shapes)
+
+
+_ALIASING_ITEM = re.compile(r"\s*\{\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\}\s*:\s*\(\s*(-?\d+)\s*,\s*"
+                            r"\{\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\}\s*\)\s*,?")
+
+
+def parse_output_to_operand_aliasing(raw: str) -> tuple[tuple[tuple[int, ...], int, tuple[int, ...]], ...]:
+    """`{ {0}: (0, {}), {1}: (1, {0}) }` -> ((output index, operand number, operand index), ...).
+
+    Example:
+      >>> parse_output_to_operand_aliasing("{{1}: (0, {0})}")
+      (((1,), 0, (0,)),)
+    """
+    body = _braced(raw, "aliasing like `{ {0}: (0, {}) }`")
+    out = []
+    pos = 0
+    while body[pos:].strip():
+        m = _ALIASING_ITEM.match(body, pos)
+        if m is None:
+            raise ValueError(f"expected `{{output index}}: (operand number, {{operand index}})`, got "
+                             f"{body[pos:].strip()[:40]!r}")
+        out.append((_ints(m.group(1) or ""), int(m.group(2)), _ints(m.group(3) or "")))
+        pos = m.end()
+    return tuple(out)
+
+
+def parse_outfeed_shape(raw: str) -> Shape:
+    """`outfeed_shape=(u32[3]{0}, pred[])`: a shape (a tuple's element layouts are checked, as XLA does)."""
+    text = raw.strip()
+    try:
+        return decode_shape(text)
+    except ValueError as e:
+        raise ValueError(f"expected a shape like `(u32[3]{{0}}, pred[])`: {e}") from None
+
+
+def parse_domain(raw: str) -> tuple[str, Any, Any]:
+    """`{kind="sharding", entry={maximal device=0}, exit={maximal device=1}}` -> (kind, entry, exit shardings).
+
+    XLA takes the three keys, each once, and only the sharding kind.
+    """
+    body = _braced(raw, 'a domain like `{kind="sharding", entry={...}, exit={...}}`')
+    fields: dict[str, str] = {}
+    for item in split_top(body):
+        key, eq, val = item.partition("=")
+        key = key.strip()
+        if not eq or key not in ("kind", "entry", "exit"):
+            raise ValueError(f"expected kind=, entry= or exit= in a domain, got {item.strip()[:30]!r}")
+        if key in fields:
+            raise ValueError(f"the domain sets {key} twice")
+        fields[key] = val.strip()
+    for key in ("kind", "entry", "exit"):
+        if key not in fields:
+            raise ValueError(f"the domain has no {key}=")
+    kind = fields["kind"]
+    if not (len(kind) >= 2 and kind[0] == kind[-1] == '"'):
+        raise ValueError(f"expected a quoted domain kind like \"sharding\", got {kind[:20]!r}")
+    if unquote(kind) != "sharding":
+        raise ValueError(f"unsupported domain kind {unquote(kind)!r}; XLA takes \"sharding\"")
+    entry, exit_ = (_domain_sharding(fields[k], k) for k in ("entry", "exit"))
+    return "sharding", entry, exit_
+
+
+def _domain_sharding(raw: str, key: str) -> Any:
+    from analyzer.hlo.sharding import parse_hlo_sharding
+
+    try:
+        return parse_hlo_sharding(_strip_comments(raw) if "/*" in raw else raw)
+    except AnalyzerError as e:
+        raise ValueError(f"bad {key}= sharding: {getattr(e, 'message', e)}") from None
+
+
 def _parse_backend_config(raw: str) -> Any:
     import json
 
@@ -569,7 +788,12 @@ _DIM_LABELS = re.compile(r"^([0-9bf?]{2,})_([0-9io?]{2,})->([0-9bf?]{2,})$")
 
 
 def parse_dim_labels(raw: str) -> tuple[str, str, str]:
-    """`b01f_01io->b01f` -> ('b01f', '01io', 'b01f'), checked the way XLA checks convolution labels.
+    """`b01f_01io->b01f` -> ('b01f', '01io', 'b01f'), checked the way XLA's parser checks convolution labels.
+
+    Each part names every label at most once (`?` dims aside); its spatial labels are digits below the part's
+    length; the three parts have as many spatial dims. The batch and feature labels (`b`, `f`, `i`, `o`) may be
+    missing: XLA's parser then takes dimension 0 (its verifier, which `hlo_module_from_text` does not run,
+    is stricter).
 
     Example:
       >>> parse_dim_labels("bf_io->bf")
@@ -580,21 +804,17 @@ def parse_dim_labels(raw: str) -> tuple[str, str, str]:
         raise ValueError(f"expected dim labels like `b01f_01io->b01f`, got {raw[:40]!r}")
     parts = m.groups()
     spatial = []
-    for part, special in zip(parts, ("bf", "io", "bf")):
-        for c in special:
-            if part.count(c) != 1:
-                raise ValueError(f"dim labels {part!r} need exactly one {c!r}")
-        digits = [c for c in part if c.isdigit()]
-        if len(set(digits)) != len(digits):
-            raise ValueError(f"dim labels {part!r}: expects unique labels")
-        spatial.append(len(part) - 2)
-    if len(set(spatial)) != 1:
-        raise ValueError(f"dim labels {raw!r}: input, kernel and output must have same number of spatial dimensions")
-    n = spatial[0]
-    for part in parts:
+    for part, special, what in zip(parts, ("bf", "io", "bf"), ("lhs", "rhs", "output")):
+        named = [c for c in part if c != "?"]
+        if len(set(named)) != len(named):
+            raise ValueError(f"dim labels {part!r}: expects unique {what} dimension labels")
         for c in part:
-            if c.isdigit() and int(c) >= n:
-                raise ValueError(f"dim labels {part!r}: expects [0-{n - 1}bf?] for {n} spatial dimensions")
+            if c.isdigit() and int(c) >= len(part):
+                raise ValueError(f"dim labels {part!r}: expects [0-{len(part) - 1}{special}?] in the {what} labels")
+        spatial.append(sum(1 for c in named if c not in special))
+    if len(set(spatial)) != 1:
+        raise ValueError(f"dim labels {raw!r}: input, kernel and output must have same number of spatial dimensions, "
+                         f"got {spatial[0]}, {spatial[1]}, {spatial[2]}")
     return parts  # type: ignore[return-value]
 
 
@@ -833,17 +1053,29 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "parameter_replication": parse_bool_list,
     "result_accuracy": parse_result_accuracy,
     "sharding": _parse_sharding,
+    "literal": parse_literal_attribute,
+    "output_to_operand_aliasing": parse_output_to_operand_aliasing,
+    "outfeed_shape": parse_outfeed_shape,
+    "domain": parse_domain,
     **{k: parse_computation_list for k in CALL_KEYS},
 }
 
 # Decoders a full parse runs to reject malformed values (the backend config is free-form: checked on access).
 _VALIDATED = frozenset(DECODERS) - {"backend_config"}
+# Where XLA's parser takes less than the analysis needs (the rest is its HLO verifier's, which its
+# `hlo_module_from_text` does not run), a parse checks only what XLA's parser checks; the decoder still
+# reports the rest, with the attribute's position, when the analysis reads the value.
+_PARSE_CHECKS: Mapping[str, Callable[[str], Any]] = {
+    "replica_groups": check_replica_groups,
+    "sharding": _check_sharding,
+}
 
 
 # Cheap whole-value checks that accept exactly what the decoder accepts for the common spellings; when one
 # does not match, the decoder runs and either accepts the value or says what is wrong with it.
 _QUICK = {
-    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^\s"{},]+)\s*,?)*\s*\}'),
+    # (a bare value here is an integer; any other goes to the decoder, which checks the integer fields)
+    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
     "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
     "channel_id": re.compile(r"-?\d+"),
     "index": re.compile(r"-?\d+"),
@@ -887,7 +1119,7 @@ def validate(inst: Instruction) -> None:
                 seen.add(raw)
                 continue
             try:
-                DECODERS[key](raw)
+                (_PARSE_CHECKS.get(key) or DECODERS[key])(raw)
                 seen.add(raw)
             except ValueError as e:
                 e.attribute = a  # type: ignore[attr-defined]
@@ -905,12 +1137,12 @@ def _decode(inst: Instruction, key: str, a: Any = None, decoder: Callable[[str],
             return None
     try:
         return (decoder or DECODERS[key])(a.raw)
-    except ValueError as e:
+    except (ValueError, AnalyzerError) as e:  # AnalyzerError: the sharding parser's own (analyzer.hlo.sharding)
         from analyzer.errors import HloSyntaxError
 
         pos = a.position
-        raise HloSyntaxError(f"attribute {key} of {inst.name!r}: {e}", line=pos.line if pos else None,
-                             column=pos.column if pos else None) from None
+        raise HloSyntaxError(f"attribute {key} of {inst.name!r}: {getattr(e, 'message', e)}",
+                             line=pos.line if pos else None, column=pos.column if pos else None) from None
 
 
 def replica_groups(inst: Instruction) -> tuple[tuple[int, ...], ...] | None:

@@ -488,6 +488,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
         end = _comp_end(text, m.end())
         if end is None:
             return None
+        if text.find("{\n", m.end(), end.start()) >= 0 and _COMP_START.search(text, m.end(), end.start()):
+            return None  # a header inside: this computation's `}` ends an instruction's line (`add(a, b) }`)
         name = m.group(2).lstrip("%")
         if name == "ENTRY":
             return None  # `ENTRY /*comment*/ name {`: the grammar reads it

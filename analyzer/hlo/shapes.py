@@ -176,51 +176,164 @@ def decode_array_shape(text: str) -> Shape:
     return Shape(etype, tuple(dims), tuple(dynamic) if any(dynamic) else (), layout)
 
 
+# A layout's tokens as XLA's lexer reads them: integers, words, and single punctuation characters (anything
+# else, e.g. `%`, is a token no layout item takes).
+_LAYOUT_TOKEN = re.compile(r"\s*(?:(-?\d+)|([A-Za-z_][A-Za-z0-9_]*)|(\S))")
+# The items after the colon, in the only order XLA's `ParseLayout` takes them: dim level types, tiles, tail
+# padding, index and pointer types, element size, memory space, split configs, physical shape, metadata bytes.
+_LAYOUT_ITEMS = ("D", "T", "L", "#", "*", "E", "S", "SC", "P", "M")
+
+
+class _LayoutReader:
+    """A cursor over a layout's tokens. Like XLA's parser, a malformed item stops where it went wrong and the
+    layout goes on from that token (XLA records the item's error but only the closing `}` decides)."""
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self.toks: list[tuple[str, str, int, int]] = []  # (kind, text, start, end); kind "int", "word", "op"
+        pos = 0
+        while True:
+            m = _LAYOUT_TOKEN.match(body, pos)
+            if m is None:
+                break
+            kind = "int" if m.group(1) is not None else "word" if m.group(2) is not None else "op"
+            self.toks.append((kind, m.group(m.lastindex or 3), m.start(m.lastindex or 3), m.end()))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> tuple[str, str]:
+        return self.toks[self.i][:2] if self.i < len(self.toks) else ("end", "")
+
+    def eat(self, kind: str, text: str | None = None) -> str | None:
+        k, t = self.peek()
+        if k != kind or (text is not None and t != text):
+            return None
+        self.i += 1
+        return t
+
+    def word(self, text: str) -> bool:
+        return self.eat("word", text) is not None
+
+    def int_list(self, open_: str, close: str, star: bool = False) -> tuple[list[int], bool]:
+        """`open_ [item (',' item)*] close` -> (the items read, whether it got to `close`)."""
+        out: list[int] = []
+        if self.eat("op", open_) is None:
+            return out, False
+        if self.eat("op", close) is not None:
+            return out, True
+        while True:
+            v = self.eat("int")
+            if v is None and star and self.eat("op", "*") is not None:
+                out.append(-1)
+            elif v is None:
+                return out, False
+            else:
+                out.append(int(v))
+            if self.eat("op", ",") is None:
+                break
+        return out, self.eat("op", close) is not None
+
+    def int_attr(self) -> int | None:
+        if self.eat("op", "(") is None:
+            return None
+        v = self.eat("int")
+        if v is None:
+            return None
+        self.eat("op", ")")
+        return int(v)
+
+    def text_from(self, i: int) -> str:
+        if i >= len(self.toks) or i == self.i:
+            return ""
+        return self.body[self.toks[i][2]:self.toks[self.i - 1][3]].replace(" ", "")
+
+
 def _decode_layout(body: str, rank: int) -> Layout:
-    """`1,0:T(8,128)(2,1)S(1)` -> Layout. The part after ':' keeps unknown items verbatim in `extra`."""
-    m2m_text, _, rest = body.partition(":")
-    m2m_text = m2m_text.strip()
-    try:
-        m2m = tuple(int(x) for x in m2m_text.split(",")) if m2m_text else ()
-    except ValueError:
-        raise ValueError(f"expected a layout like `{{1,0}}` (minor-to-major dims), got `{{{body}}}`") from None
+    """`1,0:T(8,128)(2,1)S(1)` -> Layout, read as XLA's `ParseLayout` reads it.
+
+    The minor-to-major list, then after `:` the items in XLA's order (`D(...)`, `T(...)...`, `L(n)`, `#(u32)`,
+    `*(u32)`, `E(n)`, `S(n)`, `SC(d:i,...)...`, `M(n)`), then the end. Items other than the tiles are kept
+    verbatim in `extra`, in order, so printing gives back what was read.
+    """
+    r = _LayoutReader(body)
+    m2m: list[int] = []
+    if r.peek()[0] == "int":
+        while True:
+            v = r.eat("int")
+            if v is None:
+                raise ValueError(f"expected a layout like `{{1,0}}` (minor-to-major dims), got `{{{body}}}`")
+            m2m.append(int(v))
+            if r.eat("op", ",") is None:
+                break
     tiles: list[tuple[int, ...]] = []
     memory_space = None
     extra: list[str] = []
-    if rest:
-        i = 0
-        n = len(rest)
-        while i < n:
-            c = rest[i]
-            if c == "T":
-                i += 1
-                while i < n and rest[i] == "(":
-                    j = rest.find(")", i)
-                    if j < 0:  # XLA's layout lexer takes an unterminated tile to the end
-                        j = n
-                    inner = rest[i + 1:j]
-                    try:
-                        tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in inner.split(",")) if inner else ())
-                    except ValueError:
-                        raise ValueError(f"expected a tile like `T(8,128)`, got `T({inner})`") from None
-                    i = j + 1
-            elif c == "S" and i + 1 < n and rest[i + 1] == "(":
-                j = rest.find(")", i)
-                if j < 0 or not rest[i + 2:j].strip().isdigit():
-                    raise ValueError(f"expected a memory space like `S(1)` in the layout, got `{rest[i:i + 12]}`")
-                memory_space = int(rest[i + 2:j])
-                extra.append(rest[i:j + 1])  # kept in place too: XLA wants layout items in its order
-                i = j + 1
-            elif c.isspace():
-                i += 1
-            else:
-                j = rest.find(")", i)
-                if j < 0:
-                    extra.append(rest[i:])
+    if r.eat("op", ":") is not None:
+        if r.word("D"):
+            at = r.i - 1
+            _dim_level_types(r)
+            extra.append(r.text_from(at))
+        if r.word("T"):
+            while r.peek() == ("op", "("):
+                tile, ok = r.int_list("(", ")", star=True)
+                tiles.append(tuple(tile))
+                if not ok:
                     break
-                extra.append(rest[i:j + 1])
-                i = j + 1
-    return Layout(m2m, tuple(tiles), memory_space, "".join(extra))
+        if r.word("L"):
+            at = r.i - 1
+            r.int_attr()
+            extra.append(r.text_from(at))
+        for mark in ("#", "*"):  # index and pointer primitive types: `#(u32)`, `*(u32)`
+            if r.eat("op", mark) is not None:
+                at = r.i - 1
+                if r.eat("op", "(") is not None:
+                    k, t = r.peek()
+                    if k == "word" and t in ELEMENT_BITS:  # XLA takes the type, then says if it is not unsigned
+                        r.i += 1
+                    r.eat("op", ")")
+                extra.append(r.text_from(at))
+        if r.word("E"):
+            at = r.i - 1
+            r.int_attr()
+            extra.append(r.text_from(at))
+        if r.word("S"):
+            at = r.i - 1
+            memory_space = r.int_attr()
+            extra.append(r.text_from(at))
+        if r.word("SC"):
+            at = r.i - 1
+            while r.peek() == ("op", "("):
+                r.i += 1
+                if r.eat("int") is None or not r.int_list(":", ")")[1]:
+                    break
+            extra.append(r.text_from(at))
+        if r.peek() == ("word", "P"):
+            raise ValueError("a layout with a physical shape `P(...)` is for sparse arrays only")
+        if r.word("M"):
+            at = r.i - 1
+            r.int_attr()
+            extra.append(r.text_from(at))
+    if r.i < len(r.toks):
+        k, t = r.peek()
+        raise ValueError(f"unexpected `{t}` in the layout `{{{body}}}`: after the minor-to-major list XLA takes `:` "
+                         f"and then the items {', '.join(_LAYOUT_ITEMS)} in that order, then `}}`")
+    return Layout(tuple(m2m), tuple(tiles), memory_space, "".join(extra))
+
+
+def _dim_level_types(r: _LayoutReader) -> None:
+    """`(D, C+, S~, H)` after `D`: each a level type, optionally `+` then `~`."""
+    if r.eat("op", "(") is None or r.eat("op", ")") is not None:
+        return
+    while True:
+        k, t = r.peek()
+        if k != "word" or t not in ("D", "C", "S", "H"):
+            return
+        r.i += 1
+        r.eat("op", "+")
+        r.eat("op", "~")
+        if r.eat("op", ",") is None:
+            break
+    r.eat("op", ")")
 
 
 

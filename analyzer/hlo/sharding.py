@@ -33,7 +33,7 @@ from analyzer.errors import ShardingError
 if TYPE_CHECKING:  # numpy is light, but keep the import local to the one place that needs it
     import numpy as np
 
-__all__ = ["HloSharding", "ShardingSyntaxError", "parse_hlo_sharding", "SUBGROUP_TYPES"]
+__all__ = ["HloSharding", "ShardingSyntaxError", "check_hlo_sharding", "parse_hlo_sharding", "SUBGROUP_TYPES"]
 
 # The subgroup kinds XLA prints in `last_tile_dims={...}` (OpSharding::Type names, lower case).
 SUBGROUP_TYPES: tuple[str, ...] = ("replicated", "manual", "maximal", "other", "unreduced")
@@ -421,7 +421,7 @@ def _parse_devices(r: _Reader) -> dict:
     start = r.pos
     dims = r.int_list("[", "]", "a tile dimension")
     if not dims or any(d <= 0 for d in dims):
-        raise r.error(f"tile dimensions must be positive, got {list(dims)}", start)
+        raise r.error(f"tile dimensions must be positive, got {list(dims)} (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", start)
     total = 1
     for d in dims:
         total *= d
@@ -439,7 +439,7 @@ def _parse_devices(r: _Reader) -> dict:
         try:
             ids = expand_iota(dims, reshape, perm)
         except ValueError as e:
-            raise r.error(f"bad iota tile assignment: {e}", rstart) from None
+            raise r.error(f"bad iota tile assignment: {e} (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", rstart) from None
         return {"tile_dims": dims, "device_ids": tuple(int(i) for i in ids.flat), "iota": (reshape, perm)}
     ids_list: list[int] = []
     lstart = r.pos
@@ -450,7 +450,172 @@ def _parse_devices(r: _Reader) -> dict:
             continue
         break
     if len(ids_list) != total:
-        raise r.error(f"tile dims {list(dims)} need {total} device ids, got {len(ids_list)}", lstart)
+        raise r.error(f"tile dims {list(dims)} need {total} device ids, got {len(ids_list)} (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", lstart)
     if len(set(ids_list)) != len(ids_list):
-        raise r.error("a device id appears twice in the tile assignment", lstart)
+        raise r.error("a device id appears twice in the tile assignment (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", lstart)
     return {"tile_dims": dims, "device_ids": tuple(ids_list)}
+
+
+# ----------------------------------------------------------------------------------- XLA's parser's rules
+_FLAGS = ("replicated", "maximal", "manual", "unknown", "unreduced")
+
+
+def check_hlo_sharding(text: str) -> None:
+    """Check `text` only as far as XLA's HLO parser does (what `parse_hlo` must accept and reject).
+
+    XLA's parser takes the items of a sharding in any order and leaves most of their meaning to its HLO
+    verifier, which `hlo_module_from_text` does not run: a device listed twice, a device count that does not
+    fill the tile dims, an iota whose reshape holds another number of devices, or two kinds (the first of
+    replicated, maximal, manual, unknown, unreduced wins). It rejects: an unknown item, devices on a sharding
+    that has none, a maximal sharding without exactly one device, a tiled one without tile dims or (listed)
+    with fewer than two devices, `T(...)` after a one-dim iota or its absence after a longer one, a transpose
+    index outside the reshape dims, `last_tile_dim_replicate` together with `last_tile_dims`, and more last
+    tile dims than tile dims. `parse_hlo_sharding` (what the analysis reads) also applies the verifier's
+    rules.
+
+    Raises:
+      ShardingSyntaxError: with the 1-based column.
+    """
+    r = _Reader(_strip_block_comments(text))
+    r.expect("{", "'{' to open the sharding")
+    tok = r.peek()
+    if tok == ("op", "{"):
+        while True:
+            _check_single(r, opened=False)
+            if r.peek() != ("op", ","):
+                break
+            r.next()
+        r.expect("}", "',' or '}' to close the tuple sharding")
+    elif tok == ("op", "}"):
+        r.next()
+    else:
+        _check_single(r, opened=True)
+    if r.peek() is not None:
+        raise r.error("unexpected text after the sharding")
+
+
+def _strip_block_comments(text: str) -> str:
+    """`/*index=5*/` (XLA prints it in long tuple shardings) as spaces, so columns stay put."""
+    return re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), text, flags=re.S) if "/*" in text else text
+
+
+def _check_single(r: _Reader, *, opened: bool) -> None:
+    if not opened:
+        r.expect("{", "'{' to open the sharding")
+    start = r.pos
+    flags: set[str] = set()
+    devices = 0
+    dims: list[int] = []
+    reshape_rank = perm_rank = 0
+    reshape_total = 1
+    last_dims = 0
+    subgroups: list[str] = []
+    while True:
+        at = r.pos
+        tok = r.peek()
+        if tok is None:
+            raise r.error("expected '}' to close the sharding")
+        if tok == ("op", "}"):
+            r.next()
+            break
+        if tok[0] != "word":
+            raise r.error(f"unexpected {tok[1]!r} in the sharding", at)
+        word = tok[1]
+        r.next()
+        if word in _FLAGS or word == "last_tile_dim_replicate":
+            flags.add(word)
+        elif word == "device":
+            r.expect("=")
+            r.integer("a device id")
+            devices = 1
+        elif word == "devices":
+            r.expect("=")
+            d, n, rr, pr, total = _check_tile_assignment(r, reshape_rank)
+            dims += d
+            reshape_total *= total
+            devices = devices + n if n else devices
+            reshape_rank, perm_rank = reshape_rank + rr, perm_rank + pr
+        elif word == "metadata":
+            r.expect("=")
+            r.skip_balanced()
+        elif word == "last_tile_dims":
+            r.expect("=")
+            r.expect("{", "'{' after 'last_tile_dims='")
+            while True:
+                s = r.pos
+                t = r.next()
+                if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
+                    raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
+                last_dims += 1
+                subgroups.append(t[1])
+                if r.peek() != ("op", ","):
+                    break
+                r.next()
+            r.expect("}", "',' or '}'")
+            flags.add("last_tile_dims")
+        elif word in ("shard_as", "shard_like"):
+            r.integer("a shard group id")
+        else:
+            raise r.error(f"unknown sharding item {word!r}; XLA takes replicated, maximal, manual, unknown, "
+                          "unreduced, device=N, devices=[...], last_tile_dim_replicate, last_tile_dims={...}, "
+                          "metadata={...}, shard_as N, shard_like N", at)
+    kind = next((f for f in _FLAGS if f in flags), None)
+    if kind == "maximal":
+        if devices != 1:
+            raise r.error("a maximal sharding needs exactly one device: `{maximal device=0}`", start)
+    elif kind is not None:
+        if devices:
+            raise r.error(f"a {kind} sharding has no devices", start)
+    else:
+        if not dims:
+            raise r.error("expected replicated, maximal, manual, unknown or devices=[...] in the sharding", start)
+        if perm_rank != reshape_rank:
+            raise r.error(f"the iota transpose has {perm_rank} entries for {reshape_rank} reshape dims", start)
+        if "last_tile_dim_replicate" in flags and "last_tile_dims" in flags:
+            raise r.error("last_tile_dim_replicate and last_tile_dims={...} together (XLA takes one)", start)
+        if last_dims > len(dims):
+            raise r.error(f"{last_dims} last tile dims but only {len(dims)} tile dims", start)
+        if not reshape_rank and devices <= 1:
+            raise r.error("a tiled sharding needs more than one device", start)
+        if reshape_rank:  # XLA aborts folding a replicated subgroup dim into an iota it does not divide
+            kinds = ["replicated"] if "last_tile_dim_replicate" in flags else subgroups
+            for size, kind in zip(dims[len(dims) - len(kinds):], kinds):
+                if kind == "replicated" and size > 1 and reshape_total > 0 and size % reshape_total and reshape_total % size:
+                    raise r.error(f"replicated subgroup dim {size} neither divides nor is a multiple of the "
+                                  f"{reshape_total} devices of the iota (XLA's parser aborts on it)", start)
+
+
+def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int, int, int]:
+    """`[d...]` then `<=[r...]` (and `T(p...)` when there are several `r`) or a device list: (dims, devices
+    listed, reshape rank, transpose rank, devices of the reshape). A repeated `devices=` adds to what the first gave, as in XLA (`prior`:
+    the reshape dims read before)."""
+    dims = list(r.int_list("[", "]", "a tile dimension"))
+    if not dims:
+        raise r.error("expected a tile dimension (an integer)")
+    if r.peek() == ("op", "<="):
+        r.next()
+        reshape = r.int_list("[", "]", "an iota reshape dimension")
+        if not reshape:
+            raise r.error("expected an iota reshape dimension (an integer)")
+        rank = prior + len(reshape)
+        total = 1
+        for x in reshape:
+            total *= x
+        if rank == 1:
+            return dims, 0, 1, 1, total
+        at = r.pos
+        if r.peek() != ("word", "T"):
+            raise r.error("expected 'T(' and the transpose of the iota reshape dims", at)
+        r.next()
+        perm = r.int_list("(", ")", "a transpose index")
+        for p in perm:
+            if not 0 <= p < rank:
+                raise r.error(f"transpose index {p} is outside the {rank} reshape dims", at)
+        return dims, 0, len(reshape), len(perm), total
+    n = 0
+    while True:
+        r.integer("a device id")
+        n += 1
+        if r.peek() != ("op", ","):
+            return dims, n, 0, 0, 1
+        r.next()

@@ -110,7 +110,7 @@ class HloTransformer(Transformer):
         return (str(tok), "s", tok)
 
     def array_literal(self, children):
-        if children == [None]:
+        if not children:
             return ("{}", "a", ())
         return ("{" + ", ".join(c[0] for c in children) + "}", "a", tuple(children))
 

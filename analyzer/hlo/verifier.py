@@ -6,7 +6,10 @@ attributes, a computation once built, the module once all computations are read)
 only read tokens (anything with `.line` and `.column`) and IR values, so they import no parser.
 
 Every failure is an `HloSyntaxError` (the text cannot mean anything) or an `HloSemanticError` (it parses,
-but XLA's parser or verifier rejects it) with the line and column of the offending token.
+but XLA's parser rejects it) with the line and column of the offending token. The rules of XLA's HLO verifier
+that its parser leaves out (`hlo_module_from_text` runs no verifier: a device twice in a sharding, an iota of
+another size) are not checked here; the attribute decoders the analysis reads apply them, positioned
+(`analyzer.hlo.attributes._PARSE_CHECKS`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from difflib import get_close_matches
+from math import prod
 from typing import Any
 
 from analyzer.errors import HloSemanticError, HloSyntaxError
@@ -125,8 +129,16 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
                 beyond.add(p)
             count += 1
         op = inst.opcode
-        if op in _SHAPE_RULES:
-            _SHAPE_RULES[op](inst)
+        rule = _SHAPE_RULES.get(op)
+        if rule is not None:
+            if rule is _check_done_channel:  # needs the operand's own instruction
+                if len(inst.operands) == 1:
+                    if index is None:
+                        index = {i.name: j for j, i in enumerate(instructions)}
+                    j = index.get(inst.operands[0].name, k)
+                    _check_done_channel(inst, instructions[j if j < k else k])
+            else:
+                rule(inst)
         if not inst.attributes:
             continue
         if op == "get-tuple-element":
@@ -166,6 +178,31 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         if not compatible(comp.result_shape, root.shape):
             raise HloSemanticError(f"shape of computation {name!r}, {comp.result_shape}, is not compatible with that "
                                    f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
+
+
+def _check_scan(inst: Instruction) -> None:
+    """A scan has at least `num_carries` operands (XLA's parser checks it)."""
+    for a in inst.attributes:
+        if a.key == "num_carries" and a.raw.strip().isdigit() and int(a.raw) > len(inst.operands):
+            raise HloSemanticError(f"scan {inst.name!r} has num_carries={a.raw.strip()} but only "
+                                   f"{len(inst.operands)} operands: it needs one operand per carry",
+                                   **_at(a.position or inst.position))
+
+
+def _check_done_channel(inst: Instruction, operand: Instruction) -> None:
+    """A send-done (recv-done) of a send (recv) has the same channel_id, or neither has one (XLA's parser
+    builds the done from its operand's channel and refuses, without a message, when they differ)."""
+    if operand.opcode != inst.opcode[:-5]:
+        return
+    mine, theirs = inst.attr("channel_id"), operand.attr("channel_id")
+    def value(raw: str | None) -> Any:
+        return None if raw is None else int(raw) if raw.strip().lstrip("-").isdigit() else raw
+    if value(mine) != value(theirs):
+        a = inst.attrs.get("channel_id")
+        at = a.position if a is not None and a.position is not None else inst.position
+        raise HloSemanticError(f"{inst.name!r} has channel_id={mine if mine is not None else '(none)'}, but its "
+                               f"{operand.opcode} {operand.name!r} has channel_id="
+                               f"{theirs if theirs is not None else '(none)'}: they must match", **_at(at))
 
 
 def verify_attributes(module: HloModule) -> None:
@@ -262,7 +299,7 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             # Nothing left to check when every value was found valid before (most: values repeat).
             for a in attrs:
                 seen = valid.get(a.key)
-                if seen is not None and a.raw not in seen:
+                if (seen is not None and a.raw not in seen) or "\\" in a.raw:  # (escapes: checked below)
                     break
             else:
                 continue
@@ -289,6 +326,8 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
                 continue
             if check_ints and key != "backend_config":
                 _check_int64(a, inst)
+            if "\\" in a.raw and not (key == "backend_config" and a.raw[:1] == "{"):  # (JSON has its own escapes)
+                _check_escapes(a, inst)
             if key == "metadata" and not attributes.known_valid(key, a.raw) and not _METADATA_OK.fullmatch(a.raw):
                 note = _check_metadata(a, inst, lenient)
                 if note:
@@ -299,6 +338,24 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             a = e.attribute  # type: ignore[attr-defined]
             raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
     return tuple(notes)
+
+
+# The escapes XLA's lexer takes in a quoted string (C's, as `absl::CUnescape` reads them).
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]+|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|[abfnrtv\\'\"?]|.?)", re.S)
+
+
+def _check_escapes(a: Attribute, inst: Instruction) -> None:
+    """Every backslash in the attribute's quoted strings starts an escape XLA's lexer knows."""
+    for q in _QUOTED.finditer(a.raw):
+        for e in _ESCAPE.finditer(q.group()[1:-1]):
+            esc = e.group(1)
+            if len(esc) <= 1 and (not esc or esc not in "abfnrtv\\'\"?01234567"):  # (a known escape matched longer)
+                at = _at(a.position or inst.position)
+                if a.position is not None:
+                    at["column"] = a.position.column + q.start() + 1 + e.start()
+                raise HloSyntaxError(f"unknown escape `\\{esc}` in a string of {a.key}= on {inst.name!r}; XLA takes "
+                                     "\\n \\t \\r \\\\ \\\" \\' \\? \\a \\b \\f \\v, octal \\0-\\377, \\xHH, \\uHHHH and "
+                                     "\\UHHHHHHHH", **at)
 
 
 def _key_at(a: Attribute, inst: Instruction | None) -> dict[str, int | None]:
@@ -448,8 +505,32 @@ def _tuple_result(inst: Instruction) -> None:
                                f"got {inst.shape}", **_at(inst.position))
 
 
+_NOT_ARRAY = frozenset({"tuple", "token", "buffer"})
+
+
+def _reshape(inst: Instruction) -> None:
+    """A reshape keeps the element count of its operand (dynamic dims at their bound; XLA's parser aborts
+    otherwise, unless a dim of the operand is unbounded `?`)."""
+    ops = inst.operands
+    if len(ops) != 1:
+        return
+    a, b = inst.shape, ops[0].shape
+    if a is None or b is None:
+        return
+    if a.element_type in _NOT_ARRAY or b.element_type in _NOT_ARRAY:
+        raise HloSemanticError(f"reshape {inst.name!r} takes and makes arrays, got {b} -> {a}", **_at(inst.position))
+    if -1 in b.dims:
+        return
+    if prod(a.dims) != prod(b.dims) or -1 in a.dims:
+        raise HloSemanticError(f"reshape {inst.name!r} to {a} ({a.num_elements} elements) from {b} "
+                               f"({b.num_elements} elements): a reshape keeps the element count",
+                               **_at(inst.position))
+
+
 # Shape rules XLA's parser applies to single opcodes (measured: it rejects or aborts otherwise).
-_SHAPE_RULES = {"dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result}
+_SHAPE_RULES: dict[str, Callable] = {
+    "dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result, "reshape": _reshape,
+    "scan": lambda inst: _check_scan(inst), "send-done": _check_done_channel, "recv-done": _check_done_channel}
 
 
 def _check_index(inst: Instruction) -> None:

@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     judge.close()
     total = args.mutants
     print(f"mutants: {total} (seed {args.seed}, {len(seeds)} seed modules)")
-    print(f"agreement with XLA's verdict: {agree}/{total} ({100 * agree / total:.1f}%)")
+    print(f"agreement with XLA's verdict: {agree}/{total} ({100 * agree / total:.2f}%)")
     print(f"XLA rejects, we accept: {sum(we_accept.values())}")
     for reason, c in we_accept.most_common(15):
         print(f"  {c:5d}  {reason}")

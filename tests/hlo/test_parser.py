@@ -228,9 +228,16 @@ def test_lazy_defers_parsing_and_reports_errors_on_access():
 def test_shardings_are_typed_and_checked():
     m = parse_hlo(BASE)
     assert str(m.entry["p"].sharding) == "{devices=[4,1]<=[4]}"
-    bad = BASE.replace("sharding={devices=[4,1]<=[4]}", "sharding={devices=[4,1]<=[5]}")
+    # XLA's parser wants `T(...)` after two reshape dims
+    bad = BASE.replace("sharding={devices=[4,1]<=[4]}", "sharding={devices=[4,1]<=[2,2]}")
     e = _err(bad)
-    assert "sharding" in e.message and e.line == 10
+    assert "sharding" in e.message and "T(" in e.message and e.line == 10
+    # an iota of 5 devices for 4 tiles: XLA's parser takes it (its verifier does not), so the parse does; the
+    # analysis, which reads the tile assignment, gets a positioned error when it asks for the sharding
+    m = parse_hlo(BASE.replace("sharding={devices=[4,1]<=[4]}", "sharding={devices=[4,1]<=[5]}"))
+    with pytest.raises(HloSyntaxError) as e2:
+        m.entry["p"].sharding
+    assert "verifier" in e2.value.message and e2.value.line == 10 and e2.value.column is not None
 
 
 _EDGE_CASES = {

@@ -1,0 +1,155 @@
+"""The forms where the differential fuzz (tests/hlo/differential.py) found `parse_hlo` and XLA's parser disagreeing
+(issue 13): layouts, custom-call `literal=`, `domain=`, aliasing, shardings and replica groups, `dim_labels`,
+dense literals, a computation's `}` on an instruction's line, send/recv channels, reshape counts, string escapes.
+
+Each case is XLA's own verdict (jaxlib 0.10.2, `xla_client.hlo.hlo_module_from_text`, which runs the parser and
+no HLO verifier), written beside it; a rejection must come with the line (and a column) of the bad text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.errors import HloSemanticError, HloSyntaxError
+from analyzer.hlo.parser import parse_hlo
+
+
+def _inst(line: str, params: str = "  p = f32[4] parameter(0)\n") -> str:
+    """A module whose entry holds `params` then `line` (on line 4 when one parameter line comes first)."""
+    return f"HloModule m\nENTRY e {{\n{params}  {line}\n}}\n"
+
+
+def _cc(attr: str) -> str:
+    return _inst(f'ROOT c = f32[4] custom-call(p), custom_call_target="x", {attr}')
+
+
+def _sh(sharding: str) -> str:
+    return _inst(f"ROOT q = f32[4,4] parameter(1), sharding={sharding}", "  p = f32[4] parameter(0)\n")
+
+
+_AR = ("HloModule m\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT z = f32[] add(x, y)\n}\n"
+       "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), replica_groups=%s, to_apply=add\n}\n")
+
+
+def _conv(labels: str) -> str:
+    return _inst(f"ROOT c = f32[1,4,4,1] convolution(a, b), window={{size=1x1}}, dim_labels={labels}",
+                 "  a = f32[1,4,4,1] parameter(0)\n  b = f32[1,1,1,1] parameter(1)\n")
+
+
+def _recv(recv_channel: str, done_channel: str) -> str:
+    return ("HloModule m\nENTRY e {\n  t = token[] after-all()\n"
+            f"  r = (f32[], u32[], token[]) recv(t){recv_channel}\n"
+            f"  ROOT d = (f32[], token[]) recv-done(r){done_channel}\n}}\n")
+
+
+CASES = [
+    # ------------------------------------------------ layouts: XLA's item order, an item's error recovers
+    ("layout_items_in_order", _inst("ROOT c = f32[4]{0:T(2)L(4)E(32)S(1)SC(0:1,2)M(4)} negate(p)"), None),
+    ("layout_memory_space_unclosed", _inst("ROOT c = f32[4]{0:S(2} negate(p)"), None),        # XLA: accepts
+    ("layout_negative_memory_space", _inst("ROOT c = f32[4]{0:S(-1)} negate(p)"), None),      # XLA: accepts
+    ("layout_index_type_signed", _inst("ROOT c = f32[4]{0:#(s8)} negate(p)"), None),         # XLA: accepts
+    ("layout_items_out_of_order", _inst("ROOT c = f32[4]{0:S(1)T(2)} negate(p)"), 4),         # expects layout to end
+    ("layout_item_twice", _inst("ROOT c = f32[4]{0:S(1)S(2)} negate(p)"), 4),
+    ("layout_stray_colon", _inst("ROOT c = f32[4]{0:T(128)S(6):} negate(p)"), 4),
+    ("layout_tile_without_paren", _inst("ROOT c = f32[4]{0:T(8)2,1)} negate(p)"), 4),
+    ("layout_split_config_name", _inst("ROOT c = f32[4]{0:SC(0:10)(1:%4,5)} negate(p)"), 4),
+    ("layout_split_config_no_colon", _inst("ROOT c = f32[4]{0:SC(0)} negate(p)"), 4),
+    ("layout_bad_level_type", _inst("ROOT c = f32[4]{0:D(X)} negate(p)"), 4),
+    ("layout_physical_shape", _inst("ROOT c = f32[4]{0:P(f32[4])} negate(p)"), 4),
+    ("layout_unknown_item", _inst("ROOT c = f32[4]{0:X} negate(p)"), 4),
+    ("tuple_layout_unclosed", _inst("ROOT t = (f32[4]{0}, u32[]{:S(2), u32[]{:S(2)}) tuple(p, p, p)"), 4),
+    # ------------------------------------------------ custom-call literal=
+    ("literal_tuple", _cc("literal=( s32[2]{0} {1 2}, pred[] 1 )"), None),
+    ("literal_scalar", _cc("literal=f32[] 0.1"), None),
+    ("literal_without_shape", _cc("literal={1,2}"), 4),                 # XLA: expected primitive type
+    ("literal_bad_type", _cc("literal=prd[2]{0} {1, 0}"), 4),
+    ("literal_count", _cc("literal=s32[3]{0} {1, 2}"), 4),               # XLA: expects 3 elements
+    ("literal_value_kind", _cc("literal=s32[2]{0} {1, 2.5}"), 4),         # XLA: expects integer
+    ("literal_layout_not_permutation", _cc("literal=s32[2]{1} {1, 2}"), 4),   # XLA: aborts
+    ("literal_bracket", _cc("literal=s32[4]{0} {4, ]128, 3, 1}"), 4),
+    ("literal_token", _cc("literal=token[] 1"), 4),                        # XLA: aborts
+    # ------------------------------------------------ outfeed_shape=, domain=, output_to_operand_aliasing=
+    ("outfeed_shape_layout", _inst("ROOT o = token[] outfeed(p, t), outfeed_shape=(f32[4]{100}, pred[])",
+                                   "  p = f32[4] parameter(0)\n  t = token[] after-all()\n"), 5),
+    ("outfeed_shape_type", _inst("ROOT o = token[] outfeed(p, t), outfeed_shape=(f32[4]{0}, prd[])",
+                                 "  p = f32[4] parameter(0)\n  t = token[] after-all()\n"), 5),
+    ("domain", _inst('ROOT d = f32[4] domain(p), domain={kind="sharding", entry={maximal device=0}, '
+                     'exit={maximal device=1}}'), None),
+    ("domain_bad_sharding", _inst('ROOT d = f32[4] domain(p), domain={kind="sharding", entry={maxial device=0}, '
+                                  'exit={maximal device=1}}'), 4),
+    ("domain_kind", _inst('ROOT d = f32[4] domain(p), domain={kind="other", entry={maximal device=0}, '
+                          'exit={maximal device=1}}'), 4),
+    ("aliasing_trailing_comma", _cc("output_to_operand_aliasing={{0}: (0, {}),}"), None),
+    ("aliasing_no_parens", _cc("output_to_operand_aliasing={{0}: 10, {})}"), 4),   # XLA: Expected format
+    ("aliasing_kind", _cc("output_to_operand_aliasing={{0}: (0, {}, may-alias)}"), 4),
+    # ------------------------------------------------ shardings: XLA's parser leaves these to its verifier
+    ("sharding_device_twice", _sh("{devices=[2,2]0,2,2,3 last_tile_dim_replicate}"), None),
+    ("sharding_device_count", _sh("{devices=[2,2]0,1,2}"), None),
+    ("sharding_iota_size", _sh("{devices=[2,8]<=[4,2]T(1,0)}"), None),
+    ("sharding_two_kinds", _sh("{replicated manual}"), None),
+    ("sharding_iota_needs_transpose", _sh("{devices=[2,2]<=[2,2]}"), 4),      # XLA: expected 'T('
+    ("sharding_iota_no_transpose", _sh("{devices=[2,2]<=[4]T(0)}"), 4),       # XLA: unexpected token
+    ("sharding_one_device", _sh("{devices=[1]0}"), 4),
+    ("sharding_devices_on_replicated", _sh("{devices=[2]0,1 replicated}"), 4),
+    ("sharding_both_subgroup_forms", _sh("{devices=[2,2]<=[4] last_tile_dim_replicate last_tile_dims={manual}}"),
+     4),                                                                        # XLA: aborts
+    ("sharding_replicated_dim_misfit", _sh("{devices=[2,1,11]<=[4,2]T(1,0) last_tile_dim_replicate}"), 4),  # aborts
+    ("replica_groups_iota_size", _AR % "[10,10]<=[6,5]T(1,0)", None),
+    ("replica_groups_iota_needs_transpose", _AR % "[2,2]<=[2,2]", 9),
+    # ------------------------------------------------ dim_labels: b/f/i/o may be missing
+    ("dim_labels_no_batch", _conv("01f_01io->b01f"), None),
+    ("dim_labels_no_output_feature", _conv("b01f_01o->b01f"), None),
+    ("dim_labels_label_bound", _conv("b03f_01io->b01f"), None),                # '3' < the part's length
+    ("dim_labels_repeated", _conv("bb1f_01io->b01f"), 5),
+    ("dim_labels_spatial_count", _conv("012f_01io->b01f"), 5),
+    # ------------------------------------------------ dense literals: commas are optional
+    ("literal_commas_optional", _inst("ROOT c = s32[2,2] constant({{1 2}{3,,4,}})"), None),
+    ("literal_leading_comma", _inst("ROOT c = f8e4m3b11fnuz[2] constant({,-nan, 7})"), None),
+    ("complex_needs_comma", _inst("ROOT c = c64[] constant((1 2))"), 4),
+    # ------------------------------------------------ send/recv channels, reshape, scan, escapes, metadata
+    ("recv_done_same_channel", _recv(", channel_id=15", ", channel_id=15"), None),
+    ("recv_done_other_channel", _recv(", channel_id=15", ", channel_id=16"), 5),
+    ("recv_done_missing_channel", _recv(", channel_id=15", ""), 5),
+    ("reshape_count", _inst("ROOT r = f32[5] reshape(p)"), 4),                      # XLA: aborts
+    ("reshape_unbounded_operand", _inst("ROOT r = f32[7] reshape(p)", "  p = f32[2,?] parameter(0)\n"), None),
+    ("string_escape_unknown", _cc('frontend_attributes={a="x\\%y"}'), 4),           # XLA: expects string
+    ("string_escape_known", _cc('frontend_attributes={a="x\\u0041\\x4\\0\\?"}'), None),
+    ("frontend_attributes_braced", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a={x y},b.c="1"}'), None),
+    ("frontend_attributes_key", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a%b{x y}}'), 4),  # XLA: expects
+    ("frontend_attributes_spaced_key", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a = "1"}'), 4),
+    ("frontend_attributes_unquoted", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a=1}'), 4),
+    ("metadata_integer", _inst('ROOT c = f32[4] negate(p), metadata={op_name="a" stack_frame_id=column}'), 4),
+]
+
+
+@pytest.mark.parametrize("text, line", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_agrees_with_xla(text, line):
+    if line is None:
+        parse_hlo(text)
+        return
+    with pytest.raises((HloSyntaxError, HloSemanticError)) as e:
+        parse_hlo(text)
+    assert e.value.line == line and e.value.column is not None, str(e.value)
+
+
+def test_closing_brace_on_an_instruction_line():
+    # XLA reads `}` after an instruction as the end of its computation, on that line or after spaces
+    for close in ("}", "  }"):
+        text = ("HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                f"  ROOT c = f32[] add(a, b){close}\n\nENTRY e {{\n  p = f32[] parameter(0)\n"
+                "  ROOT r = f32[] call(p, p), to_apply=add\n}\n")
+        m = parse_hlo(text)
+        assert [(c.name, c.root.name) for c in m.computations] == [("add", "c"), ("e", "r")]
+
+
+def test_verifier_rules_reach_the_analysis_positioned():
+    # XLA's parser takes a device twice (its verifier does not): the parse does too, and reading the sharding,
+    # as the analysis does, gives a positioned error
+    m = parse_hlo(_sh("{devices=[2,2]0,1,1,3}"))
+    with pytest.raises(HloSyntaxError) as e:
+        m.entry["q"].sharding
+    assert (e.value.line, "twice" in e.value.message) == (4, True) and e.value.column is not None
+    m = parse_hlo(_AR % "[10,10]<=[6,5]T(1,0)")
+    with pytest.raises(HloSyntaxError) as e:
+        m.entry["a"].replica_groups
+    assert e.value.line == 9 and e.value.column is not None
