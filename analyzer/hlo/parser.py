@@ -271,7 +271,9 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     check_ints = None if lazy and split is not None else _has_long_int(text)
     header_end = split[1][0][0] if split is not None else len(text)
     try:
-        with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
+        # The parse makes many small objects and no cycles: collection passes only cost time; what it keeps goes
+        # to the oldest generation unscanned (`promote`, see analyzer._gc for what that does to the process).
+        with gc_paused(promote=True):
             if single:
                 module = _parse_single(text, lenient, check_ints)
             elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
@@ -927,7 +929,7 @@ class LazyComputation(Computation):
         try:                                # cost 5% of a large parse)
             if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
                 return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
-            with gc_paused():
+            with gc_paused(promote=True):
                 return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
