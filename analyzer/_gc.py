@@ -69,12 +69,10 @@ def promote_young() -> bool:
 
     Example:
       >>> import gc
-      >>> keep = [[] for _ in range(PROMOTE_MIN)]
-      >>> gc.collect(); gc.disable(); keep += [[] for _ in range(PROMOTE_MIN)]
-      0
-      >>> promote_young(), gc.get_count()[0] < PROMOTE_MIN, gc.get_freeze_count()
-      (True, True, 0)
-      >>> gc.enable()
+      >>> with gc_paused():
+      ...     keep = [[] for _ in range(PROMOTE_MIN)]
+      ...     promote_young(), gc.get_count()[0], gc.get_freeze_count()
+      (True, 0, 0)
     """
     if gc.get_freeze_count() or gc.get_count()[0] < PROMOTE_MIN:
         return False

@@ -315,3 +315,45 @@ def test_opcode_shape_rules_like_xla(line, xla_accepts):
         with pytest.raises(HloSemanticError) as e:
             parse_hlo(text)
         assert e.value.line == 6 and e.value.column is not None
+
+
+def _big_module(n: int) -> str:
+    lines = "\n".join(f"  %a.{k} = f32[8]{{0}} add(%p, %p), metadata={{op_name=\"x\"}}" for k in range(n))
+    return f"HloModule big\nENTRY %e (p: f32[8]) -> f32[8] {{\n  %p = f32[8]{{0}} parameter(0)\n{lines}\n" \
+           f"  ROOT %r = f32[8]{{0}} negate(%p)\n}}\n"
+
+
+def test_parse_promotes_its_objects_without_a_scan():
+    """A parse large enough hands its IR to the collector's oldest generation (gc.freeze then unfreeze, no scan)
+    and leaves the collector as it found it; not when the caller froze objects of its own (unfreeze would thaw
+    them), nor when the collector was off."""
+    import gc
+
+    from analyzer._gc import PROMOTE_MIN
+
+    text = _big_module(PROMOTE_MIN // 3)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    m = parse_hlo(text)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(i) in oldest for i in m.entry.instructions)
+
+    del m
+    frozen_before = [[k] for k in range(10)]
+    gc.freeze()
+    try:
+        m = parse_hlo(text)
+        tracked = {id(o) for o in gc.get_objects()}  # (the permanent generation is not among them)
+        assert id(frozen_before) not in tracked  # the caller's frozen objects stay frozen
+        assert id(m.entry.instructions[0]) in tracked  # ours are not added to them
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+    del frozen_before
+
+    gc.disable()
+    try:
+        m = parse_hlo(text)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
