@@ -357,3 +357,17 @@ def test_parse_promotes_its_objects_without_a_scan():
         assert not gc.isenabled() and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("attrs, want", [
+    ([("condition", "%c"), ("body", "%b")], ("b", "c")),  # CALL_KEYS order (body, condition), not as written
+    ([("body", "%b")], ("b",)),
+    ([("branch_computations", "{%t, %f}")], ("t", "f")),
+    ([("to_apply", "add"), ("calls", "%f")], ("add", "f")),
+    ([("metadata", '{op_name="x"}')], ()),
+])
+def test_called_computations(attrs, want):
+    from analyzer.hlo.ir import Attribute, Instruction, Shape
+
+    inst = Instruction("i", "while", Shape("f32"), (), tuple(Attribute(k, v) for k, v in attrs))
+    assert inst.called_computations == want
