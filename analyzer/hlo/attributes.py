@@ -1075,7 +1075,7 @@ _PARSE_CHECKS: Mapping[str, Callable[[str], Any]] = {
 # does not match, the decoder runs and either accepts the value or says what is wrong with it.
 _QUICK = {
     # (a bare value here is an integer; any other goes to the decoder, which checks the integer fields)
-    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
+    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
     "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
     "channel_id": re.compile(r"-?\d+"),
     "index": re.compile(r"-?\d+"),

@@ -57,12 +57,16 @@ def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = T
       >>> re.fullmatch(attribute_value_pattern(3), "{{0,1},{2,3}}") is not None
       True
     """
-    string = r'"(?:[^"\\]|\\.)*+"' + "|" + r"'(?:[^'\\]|\\.)*+'"
+    # (A quoted string as runs of plain characters between escapes, `"[^"\\]*+(?:\\.[^"\\]*+)*+"`: the same strings
+    # as `"(?:[^"\\]|\\.)*+"`, and `re` reads a run in one step rather than one character per repetition, which
+    # made reading a line's attributes a third faster.)
+    dq = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+    string = dq + "|" + r"'[^'\\]*+(?:\\.[^'\\]*+)*+'"
     # Inside braces XLA's lexer balances braces only, and skips double-quoted strings (a JSON backend_config
     # with a `]` dropped or a stray `'` is still one value to it); `[...]` and `(...)` groups (`[4,2]<=[8]`, `device_ids=(...)`) balance every kind.
     brace = ""
     for _ in range(depth):
-        brace = r'\{(?:[^{}"]++|"(?:[^"\\]|\\.)*+"' + (("|" + brace) if brace else "") + r")*+\}"
+        brace = r'\{(?:[^{}"]++|' + dq + (("|" + brace) if brace else "") + r")*+\}"
     inner = r"""[^{}\[\]()"']++""" + "|" + string + "|" + brace
     group = ""
     for _ in range(min(depth, 4)):

@@ -243,7 +243,7 @@ def check_name(tok: Any, what: str) -> None:
 
 
 _INT64_MAX = (1 << 63) - 1
-_METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"(?:[^"\\]|\\.)*"|[^\s"{},]+)\s*,?)*\s*\}')
+_METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|[^\s"{},]+)\s*,?)*\s*\}')
 _METADATA_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([A-Za-z_][\w.\-]*)\s*=')
 _INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
 _LONG_INT = re.compile(r"-?\d{19,}")

@@ -331,7 +331,7 @@ def test_parse_promotes_its_objects_without_a_scan():
 
     from analyzer._gc import PROMOTE_MIN
 
-    text = _big_module(PROMOTE_MIN // 3)
+    text = _big_module(3 * PROMOTE_MIN)  # (several objects an instruction: well over PROMOTE_MIN young ones)
     assert gc.isenabled() and gc.get_freeze_count() == 0
     m = parse_hlo(text)
     assert gc.isenabled() and gc.get_freeze_count() == 0
