@@ -178,3 +178,26 @@ def test_streamed_lines_give_what_the_grammar_gives(text):
 
     fast, slow = outcome(text), outcome(text + "/* a comment\nover two lines */\n")
     assert fast == slow
+
+
+def test_frames_read_alike_in_any_spelling():
+    """Stack-frame rows as XLA prints them (read by one match, frames set through their slots) and the same rows
+    spelt otherwise (fields reordered, spaced: the general reading) give the Frames the constructor gives."""
+    from analyzer.hlo.ir import Frame
+
+    def module(locs, frames):
+        return ('HloModule m\n\nFileNames\n1 "a.py"\n\nFunctionNames\n1 "f"\n2 "g"\n\nFileLocations\n' + locs
+                + "\n\nStackFrames\n" + frames + "\n\nENTRY %e {\n  ROOT %p = f32[] parameter(0)\n}\n")
+
+    canonical = module("1 {file_name_id=1 function_name_id=1 line=5 end_line=6 column=2 end_column=9}\n"
+                       "2 {file_name_id=1 function_name_id=2 line=7 end_line=7 column=1 end_column=3}",
+                       "1 {file_location_id=1 parent_frame_id=1}\n2 {file_location_id=2 parent_frame_id=2}")
+    other = module("1 { column=2 end_column=9 file_name_id=1 function_name_id=1 line=5 end_line=6 }\n"
+                   "2 {file_name_id=1  function_name_id=2 line=7 end_line=7 column=1 end_column=3}",
+                   "1 {parent_frame_id=1 file_location_id=1}\n2 { file_location_id=2 parent_frame_id=2 }")
+    want = {1: Frame(1, "a.py", "f", 5, 2, 6, 9, None), 2: Frame(2, "a.py", "g", 7, 1, 7, 3, 1)}
+    for text in (canonical, other):
+        got = parse_hlo(text).frames
+        assert got == want
+        assert [tuple(getattr(f, k) for k in Frame.__slots__) for f in got.values()] == \
+            [tuple(getattr(f, k) for k in Frame.__slots__) for f in want.values()]
