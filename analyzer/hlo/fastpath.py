@@ -308,7 +308,19 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
 
 @lru_cache(maxsize=64)
 def _finder(opcodes: tuple[str, ...]) -> re.Pattern:
-    return re.compile("|".join(re.escape(f" {op}(") for op in opcodes))
+    """` op(` for any of `opcodes`, the alternatives merged by their common starts (` all-(?:gather...|reduce...)`):
+    `re` tries each alternative at each space of the text, so a third fewer tries on the analysis' 11 opcodes.
+    (No ` op(` is the start of another: each ends with `(`, so at most one alternative matches at a place.)"""
+    return re.compile(" " + _prefix_tree(sorted({op + "(" for op in opcodes})))
+
+
+def _prefix_tree(words: list[str]) -> str:
+    """A regex of exactly `words` (non-empty, none the start of another), sharing common starts."""
+    first: dict[str, list[str]] = {}
+    for w in words:
+        first.setdefault(w[0], []).append(w[1:])
+    alts = [re.escape(ch) + (_prefix_tree(rest) if rest != [""] else "") for ch, rest in first.items()]
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
 _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")
