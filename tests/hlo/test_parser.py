@@ -371,3 +371,20 @@ def test_called_computations(attrs, want):
 
     inst = Instruction("i", "while", Shape("f32"), (), tuple(Attribute(k, v) for k, v in attrs))
     assert inst.called_computations == want
+
+
+def test_full_parse_leaves_no_cycles_behind():
+    """A full parse leaves no reference cycles among what it no longer needs (the lazy computations it read
+    through hold a table of each other): promoted unscanned to the oldest generation, they would wait for a full
+    collection with their memory."""
+    import gc
+
+    comps = "\n\n".join(f"%c{k} (x: f32[]) -> f32[] {{\n  %x = f32[] parameter(0)\n  ROOT %n = f32[] negate(%x)\n}}"
+                        for k in range(300))
+    text = f"HloModule m\n\n{comps}\n\nENTRY %e (p: f32[]) -> f32[] {{\n  %p = f32[] parameter(0)\n" \
+           f"  ROOT %r = f32[] call(%p), to_apply=%c0\n}}\n"
+    parse_hlo(text)
+    gc.collect()
+    m = parse_hlo(text)
+    assert gc.collect() < 100  # (the lazy records and their shared table were five objects a computation)
+    assert len(m.computations) == 301
