@@ -17,8 +17,8 @@ import sys
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute,
-                             packed)
+from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute, new_instruction,
+                             new_operand, packed)
 from analyzer.hlo.shapes import decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation
@@ -251,31 +251,33 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Patt
 
 
 def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[re.Pattern, re.Pattern],
-                transformer: HloTransformer) -> tuple[Instruction, ...] | None:
+                transformer: HloTransformer, start: int = 0, end: int | None = None,
+                ) -> tuple[Instruction, ...] | None:
     """The instructions of `opcodes` in a computation's text, each with its operands' shapes, parsing only
     their lines and their operands' definitions; None when that is not possible (then parse it all).
 
-    The per-line checks are the grammar path's; checks that need the whole computation (unique names, one
-    ROOT) run when the computation itself is parsed.
+    The computation is `text[start:end]` (the whole module's text and the computation's span: no copy of it
+    is made), its header on line `line0`. The per-line checks are the grammar path's; checks that need the whole
+    computation (unique names, one ROOT) run when the computation itself is parsed.
     """
-    finder = _finder(opcodes)
-    hits = [m.start() for m in finder.finditer(text)]
-    if not hits:
-        return ()
-    lines = text.split("\n")
-    # (line index, where the line starts) of each line with a hit; the hits ascend, so each counts only the
-    # newlines since the one before (counting from the text's start per hit grew with hits x text)
-    wanted: list[tuple[int, int]] = []
-    k = prev = 0
-    for h in hits:
+    if end is None:
+        end = len(text)
+    out = []
+    defs: dict[str, re.Match] | None = None
+    body = None  # where the line after the header starts
+    k = 0  # the line of the last hit, counted from the header's (each hit counts the newlines since the last)
+    prev = start
+    last = -1
+    for hit in _finder(opcodes).finditer(text, start, end):
+        h = hit.start()
         k += text.count("\n", prev, h)
         prev = h
-        if not wanted or wanted[-1][0] != k:
-            wanted.append((k, text.rfind("\n", 0, h) + 1))
-    defs: dict[str, re.Match] | None = None
-    out = []
-    for k, line_start in wanted:
-        line = lines[k]
+        if k == last:
+            continue  # a second hit on the same line
+        last = k
+        line_start = text.rfind("\n", start, h) + 1 or start
+        line_end = text.find("\n", h, end)
+        line = text[line_start:line_end if line_end >= 0 else end]
         pending = _line_instruction(line, line0 + k, attr_re, transformer)
         if pending is None:
             if k == 0:
@@ -288,22 +290,39 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
             name, at = str(tok), packed(tok.line, tok.column)
         if opcode not in opcodes:
             continue
-        if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
-            defs = {}
-            for d in _DEFS.finditer(text):
-                defs.setdefault(d.group(1), d)
+        if body is None:
+            body = text.find("\n", start, end) + 1
+            if not body or _DEF.match(text, start, body) is not None:
+                body = -1  # (a header that reads as a definition: not XLA's; the whole pass decides)
         ops = []
         for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
-            d = defs.get(oname)
+            d = _definition(text, oname, body, line_start) if defs is None and body > 0 else None
+            if d is None:
+                if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
+                    defs = {}
+                    for d in _DEFS.finditer(text, start, end):
+                        defs.setdefault(d.group(1), d)
+                d = defs.get(oname)
             if d is None or d.start() >= line_start:
                 return None  # not defined before this line
             try:
-                ops.append(Operand(oname, decode_shape(d.group(2))))
+                ops.append(new_operand(oname, decode_shape(d.group(2))))
             except ValueError:
                 return None
-        out.append(Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
-                               parameter, literal))
+        out.append(new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root,
+                                   at, parameter, literal))
     return tuple(out)
+
+
+def _definition(text: str, name: str, body: int, before: int) -> re.Match | None:
+    """The first definition of `name` (`_DEF` at the start of its line) between `body` and `before`, found by a
+    substring search for `%name = ` rather than a pass over every line; None when that search cannot tell (no such
+    text, or `name` written earlier, maybe in a definition spelled another way), and the caller's pass decides."""
+    p = text.find("%" + name + " = ", body, before)
+    if p < 0 or text.find(name, body, p) >= 0:
+        return None
+    d = _DEF.match(text, text.rfind("\n", body, p) + 1 or body)
+    return d if d is not None and d.group(1) == name else None
 
 
 @lru_cache(maxsize=64)

@@ -740,6 +740,15 @@ def _transformer():
     return HloTransformer()
 
 
+def _found_computation(name: str, found: tuple[Instruction, ...]) -> Computation:
+    """`Computation(name, found)`, for the verifier's per-instruction checks of what `select` found (set through
+    its `__dict__`: the frozen dataclass's `__init__` was a tenth of a select)."""
+    comp = object.__new__(Computation)
+    comp.__dict__.update(name=name, instructions=found, parameter_shapes=(), result_shape=None, is_entry=False,
+                         position=None, attributes=(), notes=())
+    return comp
+
+
 class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
@@ -801,19 +810,25 @@ class LazyComputation(Computation):
                 if len(parts) <= 1:
                     return parts[0] if parts else ()
                 return tuple(sorted((i for part in parts for i in part), key=lambda i: i.at))
-            chunk = self._source[start:end]
+            paused = gc.isenabled()  # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis)
+            if paused:
+                gc.disable()
             try:
-                with gc_paused():
-                    found = select_fast(chunk, self.position.line, missing, _attr_regex(), _transformer())
-                    if found:
-                        check_ints = self._checks[1]
-                        verify_instructions(Computation(self.name, found), lenient=self._checks[0],
-                                            source=self._source,
-                                            check_ints=_has_long_int(chunk) if check_ints is None else check_ints)
+                found = select_fast(self._source, self.position.line, missing, _attr_regex(), _transformer(), start,
+                                    end)
+                if found:
+                    check_ints = self._checks[1]
+                    if check_ints is None:  # what the range check reads: the found instructions' attributes
+                        check_ints = _has_long_int("\n".join(a.raw for i in found for a in i.attributes))
+                    verify_instructions(_found_computation(self.name, found), lenient=self._checks[0],
+                                        source=self._source, check_ints=check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
+            finally:
+                if paused:
+                    gc.enable()
             if found is not None:
                 for op in missing:
                     memo[op] = tuple(i for i in found if i.opcode == op)

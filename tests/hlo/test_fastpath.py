@@ -217,3 +217,36 @@ def test_finder_finds_what_the_plain_alternation_finds(opcodes):
     plain = re.compile("|".join(re.escape(f" {op}(") for op in opcodes))
     assert [m.span() for m in _finder(opcodes).finditer(text)] == [m.span() for m in plain.finditer(text)]
     assert any(True for _ in plain.finditer(text))
+
+
+def test_found_computation_sets_every_field():
+    """What `select` hands the verifier is the Computation the constructor makes, every field set."""
+    import dataclasses
+
+    from analyzer.hlo.ir import Computation
+    from analyzer.hlo.parser import _found_computation
+
+    fast, slow = _found_computation("f", ()), Computation("f", ())
+    assert type(fast) is type(slow)
+    for f in dataclasses.fields(slow):
+        assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+
+
+def test_select_checks_int64_ranges_of_what_it_reads():
+    """A lazy `select` range-checks the integers of the instructions it returns (it looks for 19-digit runs in
+    their attributes), with the position; a long number elsewhere in the fusion is the full parse's business."""
+    fusion = ('HloModule m\n\n%f (a: f32[2,2], b: f32[2,2]) -> f32[2,2] {\n  %a = f32[2,2]{1,0} parameter(0)\n'
+              '  %b = f32[2,2]{1,0} parameter(1), frontend_attributes={n="OTHER"}\n'
+              '  ROOT %d = f32[2,2]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={DOT}\n}\n\n'
+              'ENTRY %e (p: f32[2,2]) -> f32[2,2] {\n  %p = f32[2,2]{1,0} parameter(0)\n'
+              '  ROOT %r = f32[2,2]{1,0} fusion(%p, %p), kind=kOutput, calls=%f\n}\n')
+    long = "99999999999999999999"
+    lazy = parse_hlo(fusion.replace("OTHER", "1").replace("DOT", long), lazy=True)
+    with pytest.raises(HloSyntaxError, match="out of range for an int64") as e:
+        lazy["f"].select("dot")
+    assert (e.value.line, e.value.column) == (6, 88)  # the number's first digit, as the full parse says
+    with pytest.raises(HloSyntaxError, match="out of range for an int64") as full:
+        parse_hlo(fusion.replace("OTHER", "1").replace("DOT", long))
+    assert (full.value.line, full.value.column) == (6, 88)
+    elsewhere = parse_hlo(fusion.replace("OTHER", long).replace("DOT", "0"), lazy=True)
+    assert [i.name for i in elsewhere["f"].select("dot")] == ["d"]
