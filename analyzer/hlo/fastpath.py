@@ -34,10 +34,14 @@ _ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+
 # which on one 200,000-element tuple line cost ~100 bytes per character of the line.
 _TUPLE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
 
-# head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list
+# One scalar literal (the grammar's SCALAR less the `nan(0x...)` payloads, which go to the grammar).
+_SCALAR_TEXT = r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false"
+# head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list (names, a number,
+# or a constant's flat array as XLA prints it, `{0, 1, 2}`)
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
-    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++)?\)"
+    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++"
+    r"|\{(?:(?:" + _SCALAR_TEXT + r")(?:, (?:" + _SCALAR_TEXT + r"))*+)?\})?\)"
 )
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
@@ -54,7 +58,7 @@ class FastToken(str):
         t.line = line
         t.column = column
         return t
-_SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false")
+_SCALAR = re.compile(_SCALAR_TEXT)
 
 
 Token = FastToken  # noqa: F811
@@ -127,8 +131,8 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     n_operands = 0
     parameter = None
     is_constant = opcode == "constant"
-    if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
-        if not ops or not _SCALAR.fullmatch(ops):
+    if is_constant:  # a scalar `constant(-inf)` or a flat array `constant({0, 1})`; others go to the grammar
+        if not ops or (ops[0] != "{" and not _SCALAR.fullmatch(ops)):
             return None
     elif ops:
         if len(ops) >= _LONG_OPERANDS and ops[0] in "%/":  # thousands: each name read as it is resolved
@@ -181,7 +185,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
             Token("NAME", name, lineno, m.start(2) + 1), shape, Token("CONSTANT_OPEN", "constant(", lineno,
                                                                      m.start(4) + 1),
-            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
+            _literal(ops, lineno, m.start(5) + 1)] + attrs
         return transformer.constant_instruction(children)
     # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
     attrs_t = tuple(attrs)
@@ -195,6 +199,20 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
                 _CHECKED.clear()
             _CHECKED.add(sig)
     return (root is not None, name, at + m.start(2) + 1, shape, opcode, operands, attrs_t, parameter, None)
+
+
+def _literal(text: str, lineno: int, column: int) -> tuple:
+    """A scalar or flat-array literal as the grammar's callbacks give it: `(text, "s", token)`, or
+    `("{a, b}", "a", (item, ...))` with an item per element (the text as XLA prints it, `, ` between elements)."""
+    if text[0] != "{":
+        return (text, "s", Token("SCALAR", text, lineno, column))
+    items = []
+    if len(text) > 2:
+        column += 1
+        for item in text[1:-1].split(", "):
+            items.append((item, "s", Token("SCALAR", item, lineno, column)))
+            column += len(item) + 2
+    return (text, "a", tuple(items))
 
 
 def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pattern,

@@ -250,3 +250,37 @@ def test_select_checks_int64_ranges_of_what_it_reads():
     assert (full.value.line, full.value.column) == (6, 88)
     elsewhere = parse_hlo(fusion.replace("OTHER", long).replace("DOT", "0"), lazy=True)
     assert [i.name for i in elsewhere["f"].select("dot")] == ["d"]
+
+
+def test_flat_array_constants_read_as_the_grammar_reads_them():
+    """`constant({0, 1, 2})` lines (XLA's spelling of a flat array) are read by the fast path as the grammar reads
+    them, positions of every element included, or rejected with the grammar's error at its place."""
+    import random
+
+    from analyzer.hlo.fastpath import _line_instruction
+    from analyzer.hlo.parser import _attr_regex, _parse_interactive, _transformer
+
+    def norm(x):
+        if isinstance(x, str) and hasattr(x, "line"):
+            return (str(x), x.line, x.column)
+        return tuple(norm(y) for y in x) if isinstance(x, (tuple, list)) else x
+
+    def outcome(fn):
+        try:
+            return ("ok", norm(fn()))
+        except (HloSyntaxError, HloSemanticError) as e:
+            return ("error", e.message, e.line, e.column)
+
+    rng = random.Random(13)
+    shapes = ["u32[4]{0}", "s8[3]{0}", "pred[2]{0}", "f32[2]{0}", "u8[2]{0}", "s32[0]{0}", "f32[2,2]{1,0}",
+              "u32[1]{0:T(128)}"]
+    values = ["0", "1", "-1", "300", "true", "inf", "-inf", "nan", "1.5", "1e5", "99999999999", ".5", "2."]
+    read = 0
+    for _ in range(300):
+        items = ", ".join(rng.choice(values) for _ in range(rng.randint(0, 4)))
+        line = f"  %c = {rng.choice(shapes)} constant({{{items}}})" + rng.choice(["", ', metadata={op_name="x"}'])
+        fast = outcome(lambda: _line_instruction(line, 7, _attr_regex(), _transformer()))
+        if fast != ("ok", None):
+            read += 1
+            assert fast == outcome(lambda: _parse_interactive(line, "instruction", 7)), line
+    assert read > 250
