@@ -19,12 +19,13 @@ from functools import lru_cache
 from analyzer.hlo.attributes import unquote
 from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute, new_instruction,
                              new_operand, packed)
-from analyzer.hlo.shapes import decode_shape
+from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
-from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation
+from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation,
+                                      finish_computation)
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
-__all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
+__all__ = ["build_lines", "parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
@@ -234,6 +235,193 @@ def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pat
             attrs.append(Attribute(key, _intern(raw), at + a.start(3) + 1))
         pos = a.end()
     return attrs
+
+
+_attribute_slots = (Attribute.key.__set__, Attribute.raw.__set__, Attribute.at.__set__)
+_operand_slots = (Operand.name.__set__, Operand.shape.__set__)
+_instruction_slots = tuple(getattr(Instruction, f).__set__ for f in (
+    "name", "opcode", "shape", "operands", "attributes", "is_root", "at", "parameter_number", "literal", "_attrs"))
+_new_object = object.__new__
+_BLANK = object()  # `other`'s answer for a blank line
+
+
+def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: tuple[re.Pattern, re.Pattern],
+                transformer: HloTransformer, read_line) -> Computation | None:
+    """A computation's instruction lines (`source[pos:stop]`, the line after the header first) read and built in
+    one pass: what `build_computation` makes of the lines `_line_instruction` (else `read_line`) reads, or None,
+    and then the caller takes that path (which reports what is wrong: callers send any exception there too).
+
+    The commonest line (names as operands, attributes that `findall` tiles) is read here without the pending
+    tuple and the generic loop of the two-step path; each line is sliced when it is read and what it makes is
+    freed before the next (bounded memory on a computation of 200,000 lines, as in the two-step path). Each
+    line's operands are resolved as it is read: an operand not defined before it, a name defined twice, an
+    instruction named without `%`, a shape left out, nested operands or a line `read_line` cannot take (None)
+    make it return None.
+
+    Args:
+      source, pos, stop: the text and where the instruction lines start and end.
+      lineno: the 1-based line of the first instruction line.
+      head: `(name_token, is_entry, signature)` of the header.
+      attr_res, transformer: as `_line_instruction` takes them.
+      read_line: `(text, lineno)` -> the grammar's pending instruction for one line, or None when the line is
+        not a whole instruction.
+    """
+    name_tok, is_entry, sig = head
+    if name_tok[0] != "%":
+        return None  # a computation named without `%`: build_computation checks the name
+    match = _LINE.match
+    findall = attr_res[1].findall
+    find = source.find
+    intern = _intern
+    new = _new_object
+    set_key, set_raw, set_at = _attribute_slots
+    set_oname, set_oshape = _operand_slots
+    (set_name, set_opcode, set_shape, set_operands, set_attributes, set_root, set_iat, set_parameter, set_literal,
+     set_cache) = _instruction_slots
+    checked = _CHECKED
+    sig_params = sig[0] if sig is not None else ()
+    n_sig = len(sig_params)
+    shapes: dict[str, Shape] = {}
+    defined: dict[str, Operand] = {}
+    insts: list[Instruction] = []
+
+    def other(line: str, lineno: int):
+        """Any line but the commonest, as the two-step path reads it, its operands resolved: the instruction's
+        fields, _BLANK for a blank line, or None to decline the computation."""
+        pending = _line_instruction(line, lineno, attr_res, transformer)
+        if pending is None:
+            if not line.strip():
+                return _BLANK
+            pending = read_line(line, lineno)
+            if pending is None or len(pending) != 8:
+                return None
+        if len(pending) == 8:  # the grammar callbacks' form (also a constant's): name token second
+            if any(len(o) != 2 for o in pending[4]):
+                return None  # nested operands
+            tok = pending[1]
+            pending = (pending[0], str(tok), packed(tok.line, tok.column)) + pending[2:]
+        is_root, iname, at, shape, opcode, operands, attrs, parameter, literal = pending
+        if iname[0] != "%" or shape is None:
+            return None  # a name without `%` (maybe a keyword), a shape to infer
+        refs = []
+        if type(operands) is tuple:  # the fast path's (names, line, column, text), or ()
+            for oname in operands[0] if operands else ():
+                ref = defined.get(oname)
+                if ref is None:
+                    return None
+                refs.append(ref)
+        else:  # the grammar's (token, shape written with it or None) pairs
+            for otok, oshape in operands:
+                ref = defined.get(otok[1:] if otok[0] == "%" else str(otok))
+                if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
+                    return None
+                refs.append(ref)
+        return (iname[1:], at, shape, opcode, tuple(refs), attrs, is_root, parameter, literal)
+
+    while pos < stop:
+        nl = find("\n", pos, stop)
+        if nl < 0:
+            nl = stop
+        line = source[pos:nl]
+        pos = nl + 1
+        m = match(line)
+        common = False
+        if m is not None:
+            root, name, shape_text, opcode, ops = m.groups()
+            common = (name[0] == "%" and opcode != "constant" and not line[-1].isspace()
+                      and (not ops or (ops[0] == "%" and "/" not in ops and len(ops) < _LONG_OPERANDS)
+                           or (opcode == "parameter" and ops.isdigit()))
+                      and len(line) < _MAX_COLUMN and len(shape_text) < _CACHED_SHAPE)
+        if common:
+            shape = shapes.get(shape_text)
+            if shape is None:
+                try:
+                    shape = shapes[shape_text] = decode_shape(shape_text)
+                except ValueError:
+                    common = False
+        if common:
+            at = lineno << _SHIFT
+            start = m.end()
+            end = len(line)
+            keys: list = []
+            attrs = ()
+            if start < end:
+                attrs = []
+                p = start
+                for pre, key, raw in findall(line, start):
+                    if key == "device_ids":
+                        p = -1
+                        break
+                    p += len(pre)
+                    key = intern(key)
+                    keys.append(key)
+                    a = new(Attribute)
+                    set_key(a, key)
+                    set_raw(a, intern(raw))
+                    set_at(a, at + p + 1)
+                    attrs.append(a)
+                    p += len(raw)
+                if p == end:
+                    attrs = tuple(attrs)
+                else:  # a gap, `key= value`, `device_ids`: `other` reads the attributes one by one
+                    common = False
+        if common:
+            opcode = intern(opcode)
+            parameter = None
+            iname = name[1:]
+            if not ops:
+                ops = ()
+            elif ops[0] == "%":
+                try:
+                    ops = tuple([defined[o] for o in ops[1:].split(", %")])
+                except KeyError:
+                    return None  # not defined before: the two-step path says which
+            else:  # parameter(N)
+                parameter = int(ops)
+                ops = ()
+            sig_key = (opcode, len(ops), parameter is None, *keys)
+            if sig_key not in checked:
+                verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(ops), parameter, attrs)
+                if "use_global_device_ids" not in sig_key:
+                    if len(checked) > 4096:
+                        checked.clear()
+                    checked.add(sig_key)
+            is_root = root is not None
+            at += m.start(2) + 1
+            literal = None
+        else:
+            fields = other(line, lineno)
+            if fields is None:
+                return None
+            if fields is _BLANK:
+                lineno += 1
+                continue
+            iname, at, shape, opcode, ops, attrs, is_root, parameter, literal = fields
+        lineno += 1
+        if iname in defined:
+            return None  # defined twice: the two-step path reports it
+        if not ops and parameter is not None and 0 <= parameter < n_sig and sig_params[parameter][0] == iname:
+            iname = sig_params[parameter][0]  # the signature's string: one per parameter name, not two
+        o = new(Operand)
+        set_oname(o, iname)
+        set_oshape(o, shape)
+        defined[iname] = o
+        i = new(Instruction)
+        set_name(i, iname)
+        set_opcode(i, opcode)
+        set_shape(i, shape)
+        set_operands(i, ops)
+        set_attributes(i, attrs)
+        set_root(i, is_root)
+        set_iat(i, at)
+        set_parameter(i, parameter)
+        set_literal(i, literal)
+        set_cache(i, None)
+        insts.append(i)
+    defined = None
+    if not insts:
+        return None
+    return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts)
 
 
 def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Pattern, re.Pattern],

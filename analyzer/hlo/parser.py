@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid
-from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, parse_head_fast, parse_tables_fast,
-                                   parse_tables_lenient, select_fast)
+from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, build_lines, parse_head_fast,
+                                   parse_tables_fast, parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, packed
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
@@ -655,6 +655,12 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head) -> Computa
     last = source.rfind("\n", start, end)
     if first == last or source[last + 1:end].strip() != "}":
         return None
+    try:  # the lines read and built in one pass; what it declines, or finds wrong, goes the two-step way below
+        comp = build_lines(source, first + 1, last, line0 + 1, head, _attr_regex(), _transformer(), _read_line)
+    except (HloSyntaxError, HloSemanticError):
+        comp = None
+    if comp is not None:
+        return comp
     try:
         return build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
     except _Decline:
@@ -716,6 +722,16 @@ def _parse_lines_listed(chunk: str, line0: int, head) -> Computation | None:
                 return None
         pending.append(inst)
     return build_computation(head[0], head[1], head[2], pending)
+
+
+def _read_line(text: str, line: int):
+    """One instruction line by the grammar's `instruction` rule, or None when it is not a whole instruction."""
+    from lark.exceptions import LarkError
+
+    try:
+        return _parse_interactive(text, "instruction", line)
+    except LarkError:
+        return None
 
 
 def _parse_interactive(text: str, start: str, line: int):

@@ -25,8 +25,8 @@ from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instructi
                              new_instruction, new_operand, packed)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
-__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
-           "single_instruction_mode", "callee_table", "CALLEES"]
+__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
+           "build_module", "frames", "Unnamed", "single_instruction_mode", "callee_table", "CALLEES"]
 
 # While one instruction is parsed on its own (XLA's single-instruction texts), a shape written without a name is
 # an operand of its own (a parameter of the module made around it); in a module XLA drops it.
@@ -363,6 +363,16 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
     # What the last line made (a 200,000-operand tuple's list) and the names go before the checks that follow.
     defined = operands = ops = None
+    return finish_computation(name, name_tok, is_entry, sig, insts, comp_attrs)
+
+
+def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, comp_attrs: tuple = ()) -> Computation:
+    """The Computation of built instructions `insts`: its signature (from the parameters when none was written),
+    the whole-computation checks (`verifier.verify_computation`), and its place in the callee table.
+
+    Raises:
+      HloSemanticError: an empty computation, and whatever `verifier.verify_computation` rejects.
+    """
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)

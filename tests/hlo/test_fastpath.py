@@ -284,3 +284,50 @@ def test_flat_array_constants_read_as_the_grammar_reads_them():
             read += 1
             assert fast == outcome(lambda: _parse_interactive(line, "instruction", 7)), line
     assert read > 250
+
+
+def _outcome(fn):
+    """What `fn()` gives: ("ok", value) or ("error", type, message, line, column)."""
+    try:
+        return ("ok", fn())
+    except (HloSyntaxError, HloSemanticError) as e:
+        return ("error", type(e), e.message, e.line, e.column)
+
+
+def _fields(comp):
+    import dataclasses
+
+    return [(comp.name, comp.position, comp.result_shape, comp.parameter_shapes)] + [
+        tuple(getattr(i, f.name) for f in dataclasses.fields(i) if f.name != "_attrs")
+        + (tuple((a.key, a.raw, a.at) for a in i.attributes),) for i in comp.instructions]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_one_pass_build_equals_two_steps(path):
+    """`fastpath.build_lines` (lines read and built in one pass) gives what the two steps give (every line read,
+    then `build_computation`), every field and position, or declines; when it raises, the two steps raise too (and
+    the parser reports theirs). On every computation of every file the tests know, mutants included."""
+    from analyzer.hlo.fastpath import build_lines, parse_head_fast
+    from analyzer.hlo.parser import _attr_regex, _parse_lines_listed, _read_line, _split, _transformer
+    from analyzer.hlo.transformer import callee_table
+
+    text = path.read_text()
+    split = _split(text)
+    if split is None:
+        return
+    for start, end, line, _column, _name, _entry in split[1]:
+        first, last = text.find("\n", start, end), text.rfind("\n", start, end)
+        head = parse_head_fast(text[start:first], line) if first >= 0 else None
+        if head is None or first == last or text[last + 1:end].strip() != "}":
+            continue
+        with callee_table({}):
+            one = _outcome(lambda: build_lines(text, first + 1, last, line + 1, head, _attr_regex(), _transformer(),
+                                               _read_line))
+        if one == ("ok", None):
+            continue  # declined: the two steps read it
+        with callee_table({}):
+            two = _outcome(lambda: _parse_lines_listed(text[start:end], line, head))
+        if one[0] == "ok":
+            assert two[0] == "ok" and one[1] == two[1] and _fields(one[1]) == _fields(two[1])
+        else:
+            assert two[0] == "error"
