@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid
-from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, build_lines, parse_head_fast,
+from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _finder, _line_instruction, build_lines, parse_head_fast,
                                    parse_tables_fast, parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, packed
 from analyzer.hlo.shapes import Shape, decode_shape
@@ -815,6 +815,8 @@ class LazyComputation(Computation):
         """
         if not self.is_parsed:
             start, end = self._span
+            if "written" not in self.__dict__ and _finder(opcodes).search(self._source, start, end) is None:
+                return ()  # (one search, not the scan for every name `written` makes, where none is written)
             want = self.written.intersection(opcodes)
             if not want:
                 return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
@@ -846,8 +848,13 @@ class LazyComputation(Computation):
                 if paused:
                     gc.enable()
             if found is not None:
+                by_op: dict[str, list[Instruction]] = {op: [] for op in missing}
+                for i in found:  # (one pass, not one per opcode)
+                    by_op[i.opcode].append(i)
                 for op in missing:
-                    memo[op] = tuple(i for i in found if i.opcode == op)
+                    memo[op] = tuple(by_op[op])
+                if len(missing) == len(want):
+                    return found  # every opcode asked for read just now: `found` is the answer, in order
                 return self.select(*opcodes)
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
