@@ -2,12 +2,14 @@
 
 Most of a module's text is instruction lines in one canonical form:
 `  [ROOT ]%name = <shape> <opcode>(%a, %b, ...)[, key=value]*`. This module matches such a line with one
-regular expression (its attributes with one `findall` whose matches must tile the rest of the line) and hands the
-pieces to the same `HloTransformer` callbacks and checks the grammar
-path uses, so both paths build identical IR (tests/hlo/test_fastpath.py compares them on every fixture
-and corpus module). Anything else — constants, operands with shape prefixes, nested or multi-line
-instructions, comments — makes the whole computation go through the Lark parser instead. The grammar
-stays the definition of the language; this is only a shortcut for its commonest sentence.
+regular expression (its attributes with one `findall` whose matches must tile the rest of the line) and makes
+what the grammar's `HloTransformer` callbacks and checks make of it, so both paths build identical IR
+(tests/hlo/test_fastpath.py compares them on every fixture and corpus module, positions included).
+`build_lines` reads a computation's lines and builds the computation in one pass; what it declines or finds
+wrong goes through the two-step path (`_line_instruction` per line, else the grammar for that line alone, then
+`transformer.build_computation`), which says what is wrong; text not laid out one instruction per line goes
+through the grammar whole. `select_fast` reads only the lines of some opcodes and their operands' definitions.
+The grammar stays the definition of the language; this is only a shortcut for its commonest sentence.
 """
 
 from __future__ import annotations
