@@ -352,7 +352,7 @@ def _hw_name(hw: Any) -> str:
     return hw if isinstance(hw, str) else getattr(hw, "name", str(hw))
 
 
-@gc_paused()
+@gc_paused(promote=True)
 def build_report(
     module: HloModule,
     *,
@@ -373,7 +373,8 @@ def build_report(
 ) -> Report:
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
-    (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
+    (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here; what the analysis
+    keeps (computations a lazy parse read, the report) goes to the oldest generation unscanned (`promote`)."""
     from analyzer.analysis.collectives import extract_collectives
     from analyzer.analysis.context import AnalysisContext
     from analyzer.analysis.devices import device_count

@@ -9,7 +9,8 @@ once, cached under build/bench/). For each text it prints MB/s of XLA's parser
 fusions, and inside fusions only those that hold a collective or a dot), the time ratios against XLA, and
 peak Python memory (tracemalloc) and the memory the parsed module keeps (the lazy one once the analysis path has
 read it), as multiples of the text size.
-XLA's parser and ours are timed in turn, best of `--repeat`, so other jobs on a shared machine weigh on both.
+XLA's parser and ours are timed in turn (CPU time), best of `--repeat`, so other jobs on a shared machine weigh on
+both.
 
 Targets (issue 13): full <= 3x XLA's time, lazy (the analysis path) <= 1x, peak memory <= 8x the text, kept <= 4x.
 
@@ -139,11 +140,11 @@ def analysis_path(module) -> int:
     The entry, and everything it calls (while bodies and conditions, called computations, branches) in
     full; of a fusion's computation only its collectives and dots, with their operands' shapes
     (`LazyComputation.select`). With Python's cyclic collector paused, as the analysis runs
-    (`pipeline.build_report` is `@gc_paused()`), so computations read meanwhile skip their own pause.
+    (`pipeline.build_report` is `@gc_paused(promote=True)`), so computations read meanwhile skip their own pause.
     """
     from analyzer._gc import gc_paused
 
-    with gc_paused():
+    with gc_paused(promote=True):
         return _analysis_path(module)
 
 
@@ -178,15 +179,16 @@ def _lazy_read(module):
 
 
 def _best(fns, repeat: int) -> list[float]:
-    """The best time of each of `fns`, run in turn `repeat` times (interleaved, so that another job on a shared
-    machine slows all of them alike rather than one)."""
+    """The best CPU time (`time.process_time`: less moved than wall time by other jobs on a shared machine) of
+    each of `fns`, run in turn `repeat` times (interleaved, so that another job slows all of them alike rather
+    than one)."""
     best = [float("inf")] * len(fns)
     for _ in range(repeat):
         for k, fn in enumerate(fns):
             gc.collect()
-            t = time.perf_counter()
+            t = time.process_time()
             fn()
-            best[k] = min(best[k], time.perf_counter() - t)
+            best[k] = min(best[k], time.process_time() - t)
     return best
 
 

@@ -1075,7 +1075,7 @@ _PARSE_CHECKS: Mapping[str, Callable[[str], Any]] = {
 # does not match, the decoder runs and either accepts the value or says what is wrong with it.
 _QUICK = {
     # (a bare value here is an integer; any other goes to the decoder, which checks the integer fields)
-    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
+    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
     "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
     "channel_id": re.compile(r"-?\d+"),
     "index": re.compile(r"-?\d+"),
@@ -1190,9 +1190,22 @@ def int_list(inst: Instruction, key: str) -> tuple[int, ...] | None:
 
 def called_computations(inst: Instruction) -> tuple[str, ...]:
     """Every computation `inst` calls, in attribute order (to_apply, calls, body, condition, branches...)."""
-    found = [a for a in inst.attributes if a.key in _CALL_KEY_SET]
-    if not found:
+    found = None
+    for a in inst.attributes:  # (a loop, not a list comprehension: most instructions call nothing)
+        if a.key in _CALL_KEY_SET:
+            if found is None:
+                found = a
+            elif type(found) is list:
+                found.append(a)
+            else:
+                found = [found, a]
+    if found is None:
         return ()
+    if type(found) is not list:  # one calling attribute, the common case: no walk over CALL_KEYS
+        raw = found.raw
+        if _ONE_NAME.fullmatch(raw):
+            return (raw[1:] if raw[0] == "%" else raw,)
+        return tuple(_decode(inst, found.key, found))
     out: list[str] = []
     for key in CALL_KEYS:
         for a in found:

@@ -2,12 +2,14 @@
 
 Most of a module's text is instruction lines in one canonical form:
 `  [ROOT ]%name = <shape> <opcode>(%a, %b, ...)[, key=value]*`. This module matches such a line with one
-regular expression (its attributes with one `findall` whose matches must tile the rest of the line) and hands the
-pieces to the same `HloTransformer` callbacks and checks the grammar
-path uses, so both paths build identical IR (tests/hlo/test_fastpath.py compares them on every fixture
-and corpus module). Anything else — constants, operands with shape prefixes, nested or multi-line
-instructions, comments — makes the whole computation go through the Lark parser instead. The grammar
-stays the definition of the language; this is only a shortcut for its commonest sentence.
+regular expression (its attributes with one `findall` whose matches must tile the rest of the line) and makes
+what the grammar's `HloTransformer` callbacks and checks make of it, so both paths build identical IR
+(tests/hlo/test_fastpath.py compares them on every fixture and corpus module, positions included).
+`build_lines` reads a computation's lines and builds the computation in one pass; what it declines or finds
+wrong goes through the two-step path (`_line_instruction` per line, else the grammar for that line alone, then
+`transformer.build_computation`), which says what is wrong; text not laid out one instruction per line goes
+through the grammar whole. `select_fast` reads only the lines of some opcodes and their operands' definitions.
+The grammar stays the definition of the language; this is only a shortcut for its commonest sentence.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import sys
 from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute,
-                             packed)
-from analyzer.hlo.shapes import decode_shape
+from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute, new_instruction,
+                             new_operand, packed)
+from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
-from analyzer.hlo.transformer import OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation
+from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation,
+                                      finish_computation)
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
-__all__ = ["parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
+__all__ = ["build_lines", "parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
@@ -34,10 +37,14 @@ _ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+
 # which on one 200,000-element tuple line cost ~100 bytes per character of the line.
 _TUPLE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
 
-# head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list
+# One scalar literal (the grammar's SCALAR less the `nan(0x...)` payloads, which go to the grammar).
+_SCALAR_TEXT = r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false"
+# head of a canonical instruction line: indentation, ROOT, name, shape, opcode, simple operand list (names, a number,
+# or a constant's flat array as XLA prints it, `{0, 1, 2}`)
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
-    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++)?\)"
+    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++"
+    r"|\{(?:(?:" + _SCALAR_TEXT + r")(?:, (?:" + _SCALAR_TEXT + r"))*+)?\})?\)"
 )
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
@@ -54,7 +61,7 @@ class FastToken(str):
         t.line = line
         t.column = column
         return t
-_SCALAR = re.compile(r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false")
+_SCALAR = re.compile(_SCALAR_TEXT)
 
 
 Token = FastToken  # noqa: F811
@@ -127,8 +134,8 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     n_operands = 0
     parameter = None
     is_constant = opcode == "constant"
-    if is_constant:  # a scalar literal: `constant(0)`, `constant(-inf)`; others go to the grammar
-        if not ops or not _SCALAR.fullmatch(ops):
+    if is_constant:  # a scalar `constant(-inf)` or a flat array `constant({0, 1})`; others go to the grammar
+        if not ops or (ops[0] != "{" and not _SCALAR.fullmatch(ops)):
             return None
     elif ops:
         if len(ops) >= _LONG_OPERANDS and ops[0] in "%/":  # thousands: each name read as it is resolved
@@ -181,7 +188,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         children = ([Token("ROOT", "ROOT", lineno, m.start(1) + 1)] if root else []) + [
             Token("NAME", name, lineno, m.start(2) + 1), shape, Token("CONSTANT_OPEN", "constant(", lineno,
                                                                      m.start(4) + 1),
-            (ops, "s", Token("SCALAR", ops, lineno, m.start(5) + 1))] + attrs
+            _literal(ops, lineno, m.start(5) + 1)] + attrs
         return transformer.constant_instruction(children)
     # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
     attrs_t = tuple(attrs)
@@ -195,6 +202,20 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
                 _CHECKED.clear()
             _CHECKED.add(sig)
     return (root is not None, name, at + m.start(2) + 1, shape, opcode, operands, attrs_t, parameter, None)
+
+
+def _literal(text: str, lineno: int, column: int) -> tuple:
+    """A scalar or flat-array literal as the grammar's callbacks give it: `(text, "s", token)`, or
+    `("{a, b}", "a", (item, ...))` with an item per element (the text as XLA prints it, `, ` between elements)."""
+    if text[0] != "{":
+        return (text, "s", Token("SCALAR", text, lineno, column))
+    items = []
+    if len(text) > 2:
+        column += 1
+        for item in text[1:-1].split(", "):
+            items.append((item, "s", Token("SCALAR", item, lineno, column)))
+            column += len(item) + 2
+    return (text, "a", tuple(items))
 
 
 def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pattern,
@@ -216,6 +237,193 @@ def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pat
             attrs.append(Attribute(key, _intern(raw), at + a.start(3) + 1))
         pos = a.end()
     return attrs
+
+
+_attribute_slots = (Attribute.key.__set__, Attribute.raw.__set__, Attribute.at.__set__)
+_operand_slots = (Operand.name.__set__, Operand.shape.__set__)
+_instruction_slots = tuple(getattr(Instruction, f).__set__ for f in (
+    "name", "opcode", "shape", "operands", "attributes", "is_root", "at", "parameter_number", "literal", "_attrs"))
+_new_object = object.__new__
+_BLANK = object()  # `other`'s answer for a blank line
+
+
+def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: tuple[re.Pattern, re.Pattern],
+                transformer: HloTransformer, read_line) -> Computation | None:
+    """A computation's instruction lines (`source[pos:stop]`, the line after the header first) read and built in
+    one pass: what `build_computation` makes of the lines `_line_instruction` (else `read_line`) reads, or None,
+    and then the caller takes that path (which reports what is wrong: callers send any exception there too).
+
+    The commonest line (names as operands, attributes that `findall` tiles) is read here without the pending
+    tuple and the generic loop of the two-step path; each line is sliced when it is read and what it makes is
+    freed before the next (bounded memory on a computation of 200,000 lines, as in the two-step path). Each
+    line's operands are resolved as it is read: an operand not defined before it, a name defined twice, an
+    instruction named without `%`, a shape left out, nested operands or a line `read_line` cannot take (None)
+    make it return None.
+
+    Args:
+      source, pos, stop: the text and where the instruction lines start and end.
+      lineno: the 1-based line of the first instruction line.
+      head: `(name_token, is_entry, signature)` of the header.
+      attr_res, transformer: as `_line_instruction` takes them.
+      read_line: `(text, lineno)` -> the grammar's pending instruction for one line, or None when the line is
+        not a whole instruction.
+    """
+    name_tok, is_entry, sig = head
+    if name_tok[0] != "%":
+        return None  # a computation named without `%`: build_computation checks the name
+    match = _LINE.match
+    findall = attr_res[1].findall
+    find = source.find
+    intern = _intern
+    new = _new_object
+    set_key, set_raw, set_at = _attribute_slots
+    set_oname, set_oshape = _operand_slots
+    (set_name, set_opcode, set_shape, set_operands, set_attributes, set_root, set_iat, set_parameter, set_literal,
+     set_cache) = _instruction_slots
+    checked = _CHECKED
+    sig_params = sig[0] if sig is not None else ()
+    n_sig = len(sig_params)
+    shapes: dict[str, Shape] = {}
+    defined: dict[str, Operand] = {}
+    insts: list[Instruction] = []
+
+    def other(line: str, lineno: int):
+        """Any line but the commonest, as the two-step path reads it, its operands resolved: the instruction's
+        fields, _BLANK for a blank line, or None to decline the computation."""
+        pending = _line_instruction(line, lineno, attr_res, transformer)
+        if pending is None:
+            if not line.strip():
+                return _BLANK
+            pending = read_line(line, lineno)
+            if pending is None or len(pending) != 8:
+                return None
+        if len(pending) == 8:  # the grammar callbacks' form (also a constant's): name token second
+            if any(len(o) != 2 for o in pending[4]):
+                return None  # nested operands
+            tok = pending[1]
+            pending = (pending[0], str(tok), packed(tok.line, tok.column)) + pending[2:]
+        is_root, iname, at, shape, opcode, operands, attrs, parameter, literal = pending
+        if iname[0] != "%" or shape is None:
+            return None  # a name without `%` (maybe a keyword), a shape to infer
+        refs = []
+        if type(operands) is tuple:  # the fast path's (names, line, column, text), or ()
+            for oname in operands[0] if operands else ():
+                ref = defined.get(oname)
+                if ref is None:
+                    return None
+                refs.append(ref)
+        else:  # the grammar's (token, shape written with it or None) pairs
+            for otok, oshape in operands:
+                ref = defined.get(otok[1:] if otok[0] == "%" else str(otok))
+                if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
+                    return None
+                refs.append(ref)
+        return (iname[1:], at, shape, opcode, tuple(refs), attrs, is_root, parameter, literal)
+
+    while pos < stop:
+        nl = find("\n", pos, stop)
+        if nl < 0:
+            nl = stop
+        line = source[pos:nl]
+        pos = nl + 1
+        m = match(line)
+        common = False
+        if m is not None:
+            root, name, shape_text, opcode, ops = m.groups()
+            common = (name[0] == "%" and opcode != "constant" and not line[-1].isspace()
+                      and (not ops or (ops[0] == "%" and "/" not in ops and len(ops) < _LONG_OPERANDS)
+                           or (opcode == "parameter" and ops.isdigit()))
+                      and len(line) < _MAX_COLUMN and len(shape_text) < _CACHED_SHAPE)
+        if common:
+            shape = shapes.get(shape_text)
+            if shape is None:
+                try:
+                    shape = shapes[shape_text] = decode_shape(shape_text)
+                except ValueError:
+                    common = False
+        if common:
+            at = lineno << _SHIFT
+            start = m.end()
+            end = len(line)
+            keys: list = []
+            attrs = ()
+            if start < end:
+                attrs = []
+                p = start
+                for pre, key, raw in findall(line, start):
+                    if key == "device_ids":
+                        p = -1
+                        break
+                    p += len(pre)
+                    key = intern(key)
+                    keys.append(key)
+                    a = new(Attribute)
+                    set_key(a, key)
+                    set_raw(a, intern(raw))
+                    set_at(a, at + p + 1)
+                    attrs.append(a)
+                    p += len(raw)
+                if p == end:
+                    attrs = tuple(attrs)
+                else:  # a gap, `key= value`, `device_ids`: `other` reads the attributes one by one
+                    common = False
+        if common:
+            opcode = intern(opcode)
+            parameter = None
+            iname = name[1:]
+            if not ops:
+                ops = ()
+            elif ops[0] == "%":
+                try:
+                    ops = tuple([defined[o] for o in ops[1:].split(", %")])
+                except KeyError:
+                    return None  # not defined before: the two-step path says which
+            else:  # parameter(N)
+                parameter = int(ops)
+                ops = ()
+            sig_key = (opcode, len(ops), parameter is None, *keys)
+            if sig_key not in checked:
+                verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(ops), parameter, attrs)
+                if "use_global_device_ids" not in sig_key:
+                    if len(checked) > 4096:
+                        checked.clear()
+                    checked.add(sig_key)
+            is_root = root is not None
+            at += m.start(2) + 1
+            literal = None
+        else:
+            fields = other(line, lineno)
+            if fields is None:
+                return None
+            if fields is _BLANK:
+                lineno += 1
+                continue
+            iname, at, shape, opcode, ops, attrs, is_root, parameter, literal = fields
+        lineno += 1
+        if iname in defined:
+            return None  # defined twice: the two-step path reports it
+        if not ops and parameter is not None and 0 <= parameter < n_sig and sig_params[parameter][0] == iname:
+            iname = sig_params[parameter][0]  # the signature's string: one per parameter name, not two
+        o = new(Operand)
+        set_oname(o, iname)
+        set_oshape(o, shape)
+        defined[iname] = o
+        i = new(Instruction)
+        set_name(i, iname)
+        set_opcode(i, opcode)
+        set_shape(i, shape)
+        set_operands(i, ops)
+        set_attributes(i, attrs)
+        set_root(i, is_root)
+        set_iat(i, at)
+        set_parameter(i, parameter)
+        set_literal(i, literal)
+        set_cache(i, None)
+        insts.append(i)
+    defined = None
+    if not insts:
+        return None
+    return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts)
 
 
 def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Pattern, re.Pattern],
@@ -251,31 +459,33 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Patt
 
 
 def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[re.Pattern, re.Pattern],
-                transformer: HloTransformer) -> tuple[Instruction, ...] | None:
+                transformer: HloTransformer, start: int = 0, end: int | None = None,
+                ) -> tuple[Instruction, ...] | None:
     """The instructions of `opcodes` in a computation's text, each with its operands' shapes, parsing only
     their lines and their operands' definitions; None when that is not possible (then parse it all).
 
-    The per-line checks are the grammar path's; checks that need the whole computation (unique names, one
-    ROOT) run when the computation itself is parsed.
+    The computation is `text[start:end]` (the whole module's text and the computation's span: no copy of it
+    is made), its header on line `line0`. The per-line checks are the grammar path's; checks that need the whole
+    computation (unique names, one ROOT) run when the computation itself is parsed.
     """
-    finder = _finder(opcodes)
-    hits = [m.start() for m in finder.finditer(text)]
-    if not hits:
-        return ()
-    lines = text.split("\n")
-    # (line index, where the line starts) of each line with a hit; the hits ascend, so each counts only the
-    # newlines since the one before (counting from the text's start per hit grew with hits x text)
-    wanted: list[tuple[int, int]] = []
-    k = prev = 0
-    for h in hits:
+    if end is None:
+        end = len(text)
+    out = []
+    defs: dict[str, re.Match] | None = None
+    body = None  # where the line after the header starts
+    k = 0  # the line of the last hit, counted from the header's (each hit counts the newlines since the last)
+    prev = start
+    last = -1
+    for hit in _finder(opcodes).finditer(text, start, end):
+        h = hit.start()
         k += text.count("\n", prev, h)
         prev = h
-        if not wanted or wanted[-1][0] != k:
-            wanted.append((k, text.rfind("\n", 0, h) + 1))
-    defs: dict[str, re.Match] | None = None
-    out = []
-    for k, line_start in wanted:
-        line = lines[k]
+        if k == last:
+            continue  # a second hit on the same line
+        last = k
+        line_start = text.rfind("\n", start, h) + 1 or start
+        line_end = text.find("\n", h, end)
+        line = text[line_start:line_end if line_end >= 0 else end]
         pending = _line_instruction(line, line0 + k, attr_re, transformer)
         if pending is None:
             if k == 0:
@@ -288,27 +498,56 @@ def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[
             name, at = str(tok), packed(tok.line, tok.column)
         if opcode not in opcodes:
             continue
-        if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
-            defs = {}
-            for d in _DEFS.finditer(text):
-                defs.setdefault(d.group(1), d)
+        if body is None:
+            body = text.find("\n", start, end) + 1
+            if not body or _DEF.match(text, start, body) is not None:
+                body = -1  # (a header that reads as a definition: not XLA's; the whole pass decides)
         ops = []
         for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
-            d = defs.get(oname)
+            d = _definition(text, oname, body, line_start) if defs is None and body > 0 else None
+            if d is None:
+                if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
+                    defs = {}
+                    for d in _DEFS.finditer(text, start, end):
+                        defs.setdefault(d.group(1), d)
+                d = defs.get(oname)
             if d is None or d.start() >= line_start:
                 return None  # not defined before this line
             try:
-                ops.append(Operand(oname, decode_shape(d.group(2))))
+                ops.append(new_operand(oname, decode_shape(d.group(2))))
             except ValueError:
                 return None
-        out.append(Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
-                               parameter, literal))
+        out.append(new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root,
+                                   at, parameter, literal))
     return tuple(out)
+
+
+def _definition(text: str, name: str, body: int, before: int) -> re.Match | None:
+    """The first definition of `name` (`_DEF` at the start of its line) between `body` and `before`, found by a
+    substring search for `%name = ` rather than a pass over every line; None when that search cannot tell (no such
+    text, or `name` written earlier, maybe in a definition spelled another way), and the caller's pass decides."""
+    p = text.find("%" + name + " = ", body, before)
+    if p < 0 or text.find(name, body, p) >= 0:
+        return None
+    d = _DEF.match(text, text.rfind("\n", body, p) + 1 or body)
+    return d if d is not None and d.group(1) == name else None
 
 
 @lru_cache(maxsize=64)
 def _finder(opcodes: tuple[str, ...]) -> re.Pattern:
-    return re.compile("|".join(re.escape(f" {op}(") for op in opcodes))
+    """` op(` for any of `opcodes`, the alternatives merged by their common starts (` all-(?:gather...|reduce...)`):
+    `re` tries each alternative at each space of the text, so a third fewer tries on the analysis' 11 opcodes.
+    (No ` op(` is the start of another: each ends with `(`, so at most one alternative matches at a place.)"""
+    return re.compile(" " + _prefix_tree(sorted({op + "(" for op in opcodes})))
+
+
+def _prefix_tree(words: list[str]) -> str:
+    """A regex of exactly `words` (non-empty, none the start of another), sharing common starts."""
+    first: dict[str, list[str]] = {}
+    for w in words:
+        first.setdefault(w[0], []).append(w[1:])
+    alts = [re.escape(ch) + (_prefix_tree(rest) if rest != [""] else "") for ch, rest in first.items()]
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
 _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid
-from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _line_instruction, parse_head_fast, parse_tables_fast,
-                                   parse_tables_lenient, select_fast)
+from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _finder, _line_instruction, build_lines, parse_head_fast,
+                                   parse_tables_fast, parse_tables_lenient, select_fast)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, packed
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
@@ -57,12 +57,16 @@ def attribute_value_pattern(depth: int = _MAX_NESTING, *, continuation: bool = T
       >>> re.fullmatch(attribute_value_pattern(3), "{{0,1},{2,3}}") is not None
       True
     """
-    string = r'"(?:[^"\\]|\\.)*+"' + "|" + r"'(?:[^'\\]|\\.)*+'"
+    # (A quoted string as runs of plain characters between escapes, `"[^"\\]*+(?:\\.[^"\\]*+)*+"`: the same strings
+    # as `"(?:[^"\\]|\\.)*+"`, and `re` reads a run in one step rather than one character per repetition, which
+    # made reading a line's attributes a third faster.)
+    dq = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+    string = dq + "|" + r"'[^'\\]*+(?:\\.[^'\\]*+)*+'"
     # Inside braces XLA's lexer balances braces only, and skips double-quoted strings (a JSON backend_config
     # with a `]` dropped or a stray `'` is still one value to it); `[...]` and `(...)` groups (`[4,2]<=[8]`, `device_ids=(...)`) balance every kind.
     brace = ""
     for _ in range(depth):
-        brace = r'\{(?:[^{}"]++|"(?:[^"\\]|\\.)*+"' + (("|" + brace) if brace else "") + r")*+\}"
+        brace = r'\{(?:[^{}"]++|' + dq + (("|" + brace) if brace else "") + r")*+\}"
     inner = r"""[^{}\[\]()"']++""" + "|" + string + "|" + brace
     group = ""
     for _ in range(min(depth, 4)):
@@ -271,7 +275,9 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     check_ints = None if lazy and split is not None else _has_long_int(text)
     header_end = split[1][0][0] if split is not None else len(text)
     try:
-        with gc_paused():  # the parse makes many small objects and no cycles; collection passes only cost time
+        # The parse makes many small objects and no cycles: collection passes only cost time; what it keeps goes
+        # to the oldest generation unscanned (`promote`, see analyzer._gc for what that does to the process).
+        with gc_paused(promote=True):
             if single:
                 module = _parse_single(text, lenient, check_ints)
             elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
@@ -649,6 +655,12 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head) -> Computa
     last = source.rfind("\n", start, end)
     if first == last or source[last + 1:end].strip() != "}":
         return None
+    try:  # the lines read and built in one pass; what it declines, or finds wrong, goes the two-step way below
+        comp = build_lines(source, first + 1, last, line0 + 1, head, _attr_regex(), _transformer(), _read_line)
+    except (HloSyntaxError, HloSemanticError):
+        comp = None
+    if comp is not None:
+        return comp
     try:
         return build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
     except _Decline:
@@ -712,6 +724,16 @@ def _parse_lines_listed(chunk: str, line0: int, head) -> Computation | None:
     return build_computation(head[0], head[1], head[2], pending)
 
 
+def _read_line(text: str, line: int):
+    """One instruction line by the grammar's `instruction` rule, or None when it is not a whole instruction."""
+    from lark.exceptions import LarkError
+
+    try:
+        return _parse_interactive(text, "instruction", line)
+    except LarkError:
+        return None
+
+
 def _parse_interactive(text: str, start: str, line: int):
     """Parse `text` from rule `start`, with line numbers counted from `line`."""
     ip = _lark().parse_interactive(text, start=start)
@@ -732,6 +754,15 @@ def _attr_regex() -> tuple[re.Pattern, re.Pattern]:
 @lru_cache(maxsize=1)
 def _transformer():
     return HloTransformer()
+
+
+def _found_computation(name: str, found: tuple[Instruction, ...]) -> Computation:
+    """`Computation(name, found)`, for the verifier's per-instruction checks of what `select` found (set through
+    its `__dict__`: the frozen dataclass's `__init__` was a tenth of a select)."""
+    comp = object.__new__(Computation)
+    comp.__dict__.update(name=name, instructions=found, parameter_shapes=(), result_shape=None, is_entry=False,
+                         position=None, attributes=(), notes=())
+    return comp
 
 
 class LazyComputation(Computation):
@@ -784,6 +815,8 @@ class LazyComputation(Computation):
         """
         if not self.is_parsed:
             start, end = self._span
+            if "written" not in self.__dict__ and _finder(opcodes).search(self._source, start, end) is None:
+                return ()  # (one search, not the scan for every name `written` makes, where none is written)
             want = self.written.intersection(opcodes)
             if not want:
                 return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
@@ -795,22 +828,33 @@ class LazyComputation(Computation):
                 if len(parts) <= 1:
                     return parts[0] if parts else ()
                 return tuple(sorted((i for part in parts for i in part), key=lambda i: i.at))
-            chunk = self._source[start:end]
+            paused = gc.isenabled()  # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis)
+            if paused:
+                gc.disable()
             try:
-                with gc_paused():
-                    found = select_fast(chunk, self.position.line, missing, _attr_regex(), _transformer())
-                    if found:
-                        check_ints = self._checks[1]
-                        verify_instructions(Computation(self.name, found), lenient=self._checks[0],
-                                            source=self._source,
-                                            check_ints=_has_long_int(chunk) if check_ints is None else check_ints)
+                found = select_fast(self._source, self.position.line, missing, _attr_regex(), _transformer(), start,
+                                    end)
+                if found:
+                    check_ints = self._checks[1]
+                    if check_ints is None:  # what the range check reads: the found instructions' attributes
+                        check_ints = _has_long_int("\n".join(a.raw for i in found for a in i.attributes))
+                    verify_instructions(_found_computation(self.name, found), lenient=self._checks[0],
+                                        source=self._source, check_ints=check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
+            finally:
+                if paused:
+                    gc.enable()
             if found is not None:
+                by_op: dict[str, list[Instruction]] = {op: [] for op in missing}
+                for i in found:  # (one pass, not one per opcode)
+                    by_op[i.opcode].append(i)
                 for op in missing:
-                    memo[op] = tuple(i for i in found if i.opcode == op)
+                    memo[op] = tuple(by_op[op])
+                if len(missing) == len(want):
+                    return found  # every opcode asked for read just now: `found` is the answer, in order
                 return self.select(*opcodes)
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
@@ -927,7 +971,7 @@ class LazyComputation(Computation):
         try:                                # cost 5% of a large parse)
             if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
                 return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
-            with gc_paused():
+            with gc_paused(promote=True):
                 return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None

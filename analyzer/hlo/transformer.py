@@ -25,8 +25,8 @@ from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instructi
                              new_instruction, new_operand, packed)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
-__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "build_single", "build_module", "frames", "Unnamed",
-           "single_instruction_mode", "callee_table", "CALLEES"]
+__all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
+           "build_module", "frames", "Unnamed", "single_instruction_mode", "callee_table", "CALLEES"]
 
 # While one instruction is parsed on its own (XLA's single-instruction texts), a shape written without a name is
 # an operand of its own (a parameter of the module made around it); in a module XLA drops it.
@@ -363,6 +363,16 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
     # What the last line made (a 200,000-operand tuple's list) and the names go before the checks that follow.
     defined = operands = ops = None
+    return finish_computation(name, name_tok, is_entry, sig, insts, comp_attrs)
+
+
+def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, comp_attrs: tuple = ()) -> Computation:
+    """The Computation of built instructions `insts`: its signature (from the parameters when none was written),
+    the whole-computation checks (`verifier.verify_computation`), and its place in the callee table.
+
+    Raises:
+      HloSemanticError: an empty computation, and whatever `verifier.verify_computation` rejects.
+    """
     if not insts:
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
@@ -726,29 +736,48 @@ def frames(tables: dict[str, list], notes: list[str] | None = None) -> dict[int,
     files = {i: s for i, s, _ in tables.get("FileNames", ())}
     funcs = {i: s for i, s, _ in tables.get("FunctionNames", ())}
     frames: dict[int, Frame] = {}
+    new, slots = object.__new__, _FRAME_SLOTS
     for i, text, tok in tables["StackFrames"]:
         f = _int_fields(text, tok, verifier.STACK_FRAME_FIELDS, notes)
         # XLA accepts a frame whose location is missing from the table; it resolves to an unknown place.
         loc = locs.get(f.get("file_location_id", -1), {})
         parent = f.get("parent_frame_id", 0)
-        frames[i] = Frame(
-            id=i,
-            file=files.get(loc.get("file_name_id", -1), ""),
-            function=funcs.get(loc.get("function_name_id", -1), ""),
-            line=loc.get("line", 0),
-            column=loc.get("column", 0),
-            end_line=loc.get("end_line"),
-            end_column=loc.get("end_column"),
-            # XLA prints the parent one higher than its id; 0 (and so 1) means no parent.
-            parent=parent - 1 if parent > 1 else None,
-        )
+        # Frame(id, file, function, line, column, end_line, end_column, parent), set through its slots (the frozen
+        # dataclass's __init__ with keywords was a fifth of reading the tables)
+        frame = new(Frame)
+        for set_slot, value in zip(slots, (
+                i, files.get(loc.get("file_name_id", -1), ""), funcs.get(loc.get("function_name_id", -1), ""),
+                loc.get("line", 0), loc.get("column", 0), loc.get("end_line"), loc.get("end_column"),
+                # XLA prints the parent one higher than its id; 0 (and so 1) means no parent.
+                parent - 1 if parent > 1 else None)):
+            set_slot(frame, value)
+        frames[i] = frame
     return frames
+
+
+_FRAME_SLOTS = tuple(getattr(Frame, f).__set__ for f in (
+    "id", "file", "function", "line", "column", "end_line", "end_column", "parent"))
 
 
 _KV = re.compile(r"([A-Za-z_]\w*)=(-?\d+)")
 
 
+# A row as XLA prints it, its fields in XLA's order: read by one match (the general reading below gives the same).
+_CANONICAL_ROWS = {
+    verifier.FILE_LOCATION_FIELDS: (re.compile(r"\{file_name_id=(\d+) function_name_id=(\d+) line=(\d+) "
+                                               r"end_line=(\d+) column=(\d+) end_column=(\d+)\}"),
+                                    ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column")),
+    verifier.STACK_FRAME_FIELDS: (re.compile(r"\{file_location_id=(\d+) parent_frame_id=(\d+)\}"),
+                                  ("file_location_id", "parent_frame_id")),
+}
+
+
 def _int_fields(text: str, tok: Token, allowed: frozenset[str], notes: list[str] | None = None) -> dict[str, int]:
+    canonical = _CANONICAL_ROWS.get(allowed)
+    if canonical is not None:
+        m = canonical[0].fullmatch(text)
+        if m is not None:
+            return dict(zip(canonical[1], map(int, m.groups())))
     body = text[1:-1].strip()
     pairs = _KV.findall(body)
     out = {k: int(v) for k, v in pairs}

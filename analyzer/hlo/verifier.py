@@ -14,6 +14,7 @@ another size) are not checked here; the attribute decoders the analysis reads ap
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Sequence
 from difflib import get_close_matches
@@ -243,7 +244,7 @@ def check_name(tok: Any, what: str) -> None:
 
 
 _INT64_MAX = (1 << 63) - 1
-_METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"(?:[^"\\]|\\.)*"|[^\s"{},]+)\s*,?)*\s*\}')
+_METADATA_OK = re.compile(r'\{(?:\s*(?:' + "|".join(sorted(METADATA_FIELDS)) + r')\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|[^\s"{},]+)\s*,?)*\s*\}')
 _METADATA_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([A-Za-z_][\w.\-]*)\s*=')
 _INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su")
 _LONG_INT = re.compile(r"-?\d{19,}")
@@ -252,6 +253,7 @@ _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 # (opcode, *attribute keys) of instructions whose opcode is known and whose keys the opcode allows, each once.
 _SIGNATURES_OK: set[tuple] = set()
+_KEY = operator.attrgetter("key")
 
 
 def verify_instructions(comp: Computation, *, lenient: bool = False, source: str | None = None,
@@ -285,7 +287,7 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
         attrs = inst.attributes
         # A known opcode with keys it allows, each once, passes whatever the values: each such combination is
         # checked in full once (its values still are, below).
-        sig = (opcode, *[a.key for a in attrs])
+        sig = (opcode, *map(_KEY, attrs))
         known = sig in _SIGNATURES_OK
         if not known and not is_known_opcode(opcode):
             col = _opcode_column(inst, source)

@@ -178,3 +178,156 @@ def test_streamed_lines_give_what_the_grammar_gives(text):
 
     fast, slow = outcome(text), outcome(text + "/* a comment\nover two lines */\n")
     assert fast == slow
+
+
+def test_frames_read_alike_in_any_spelling():
+    """Stack-frame rows as XLA prints them (read by one match, frames set through their slots) and the same rows
+    spelt otherwise (fields reordered, spaced: the general reading) give the Frames the constructor gives."""
+    from analyzer.hlo.ir import Frame
+
+    def module(locs, frames):
+        return ('HloModule m\n\nFileNames\n1 "a.py"\n\nFunctionNames\n1 "f"\n2 "g"\n\nFileLocations\n' + locs
+                + "\n\nStackFrames\n" + frames + "\n\nENTRY %e {\n  ROOT %p = f32[] parameter(0)\n}\n")
+
+    canonical = module("1 {file_name_id=1 function_name_id=1 line=5 end_line=6 column=2 end_column=9}\n"
+                       "2 {file_name_id=1 function_name_id=2 line=7 end_line=7 column=1 end_column=3}",
+                       "1 {file_location_id=1 parent_frame_id=1}\n2 {file_location_id=2 parent_frame_id=2}")
+    other = module("1 { column=2 end_column=9 file_name_id=1 function_name_id=1 line=5 end_line=6 }\n"
+                   "2 {file_name_id=1  function_name_id=2 line=7 end_line=7 column=1 end_column=3}",
+                   "1 {parent_frame_id=1 file_location_id=1}\n2 { file_location_id=2 parent_frame_id=2 }")
+    want = {1: Frame(1, "a.py", "f", 5, 2, 6, 9, None), 2: Frame(2, "a.py", "g", 7, 1, 7, 3, 1)}
+    for text in (canonical, other):
+        got = parse_hlo(text).frames
+        assert got == want
+        assert [tuple(getattr(f, k) for k in Frame.__slots__) for f in got.values()] == \
+            [tuple(getattr(f, k) for k in Frame.__slots__) for f in want.values()]
+
+
+@pytest.mark.parametrize("opcodes", [("dot",), ("all-gather", "all-gather-start", "all-reduce", "dot"),
+                                     ("a", "ab", "abc", "d"), ("all-to-all", "ragged-all-to-all")])
+def test_finder_finds_what_the_plain_alternation_finds(opcodes):
+    """`select`'s finder (alternatives merged by their common starts) finds ` op(` where the plain alternation
+    of the opcodes does."""
+    import re
+
+    from analyzer.hlo.fastpath import _finder
+
+    text = " ".join(f"{w}{end}" for w in ("all-gather", "all-gather-start", "a", "ab", "abc", "abd", "dot", "d",
+                                          "ragged-all-to-all", "all-to-all", "x") for end in ("(", " (", "", "-(")) + " "
+    plain = re.compile("|".join(re.escape(f" {op}(") for op in opcodes))
+    assert [m.span() for m in _finder(opcodes).finditer(text)] == [m.span() for m in plain.finditer(text)]
+    assert any(True for _ in plain.finditer(text))
+
+
+def test_found_computation_sets_every_field():
+    """What `select` hands the verifier is the Computation the constructor makes, every field set."""
+    import dataclasses
+
+    from analyzer.hlo.ir import Computation
+    from analyzer.hlo.parser import _found_computation
+
+    fast, slow = _found_computation("f", ()), Computation("f", ())
+    assert type(fast) is type(slow)
+    for f in dataclasses.fields(slow):
+        assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+
+
+def test_select_checks_int64_ranges_of_what_it_reads():
+    """A lazy `select` range-checks the integers of the instructions it returns (it looks for 19-digit runs in
+    their attributes), with the position; a long number elsewhere in the fusion is the full parse's business."""
+    fusion = ('HloModule m\n\n%f (a: f32[2,2], b: f32[2,2]) -> f32[2,2] {\n  %a = f32[2,2]{1,0} parameter(0)\n'
+              '  %b = f32[2,2]{1,0} parameter(1), frontend_attributes={n="OTHER"}\n'
+              '  ROOT %d = f32[2,2]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={DOT}\n}\n\n'
+              'ENTRY %e (p: f32[2,2]) -> f32[2,2] {\n  %p = f32[2,2]{1,0} parameter(0)\n'
+              '  ROOT %r = f32[2,2]{1,0} fusion(%p, %p), kind=kOutput, calls=%f\n}\n')
+    long = "99999999999999999999"
+    lazy = parse_hlo(fusion.replace("OTHER", "1").replace("DOT", long), lazy=True)
+    with pytest.raises(HloSyntaxError, match="out of range for an int64") as e:
+        lazy["f"].select("dot")
+    assert (e.value.line, e.value.column) == (6, 88)  # the number's first digit, as the full parse says
+    with pytest.raises(HloSyntaxError, match="out of range for an int64") as full:
+        parse_hlo(fusion.replace("OTHER", "1").replace("DOT", long))
+    assert (full.value.line, full.value.column) == (6, 88)
+    elsewhere = parse_hlo(fusion.replace("OTHER", long).replace("DOT", "0"), lazy=True)
+    assert [i.name for i in elsewhere["f"].select("dot")] == ["d"]
+
+
+def test_flat_array_constants_read_as_the_grammar_reads_them():
+    """`constant({0, 1, 2})` lines (XLA's spelling of a flat array) are read by the fast path as the grammar reads
+    them, positions of every element included, or rejected with the grammar's error at its place."""
+    import random
+
+    from analyzer.hlo.fastpath import _line_instruction
+    from analyzer.hlo.parser import _attr_regex, _parse_interactive, _transformer
+
+    def norm(x):
+        if isinstance(x, str) and hasattr(x, "line"):
+            return (str(x), x.line, x.column)
+        return tuple(norm(y) for y in x) if isinstance(x, (tuple, list)) else x
+
+    def outcome(fn):
+        try:
+            return ("ok", norm(fn()))
+        except (HloSyntaxError, HloSemanticError) as e:
+            return ("error", e.message, e.line, e.column)
+
+    rng = random.Random(13)
+    shapes = ["u32[4]{0}", "s8[3]{0}", "pred[2]{0}", "f32[2]{0}", "u8[2]{0}", "s32[0]{0}", "f32[2,2]{1,0}",
+              "u32[1]{0:T(128)}"]
+    values = ["0", "1", "-1", "300", "true", "inf", "-inf", "nan", "1.5", "1e5", "99999999999", ".5", "2."]
+    read = 0
+    for _ in range(300):
+        items = ", ".join(rng.choice(values) for _ in range(rng.randint(0, 4)))
+        line = f"  %c = {rng.choice(shapes)} constant({{{items}}})" + rng.choice(["", ', metadata={op_name="x"}'])
+        fast = outcome(lambda: _line_instruction(line, 7, _attr_regex(), _transformer()))
+        if fast != ("ok", None):
+            read += 1
+            assert fast == outcome(lambda: _parse_interactive(line, "instruction", 7)), line
+    assert read > 250
+
+
+def _outcome(fn):
+    """What `fn()` gives: ("ok", value) or ("error", type, message, line, column)."""
+    try:
+        return ("ok", fn())
+    except (HloSyntaxError, HloSemanticError) as e:
+        return ("error", type(e), e.message, e.line, e.column)
+
+
+def _fields(comp):
+    import dataclasses
+
+    return [(comp.name, comp.position, comp.result_shape, comp.parameter_shapes)] + [
+        tuple(getattr(i, f.name) for f in dataclasses.fields(i) if f.name != "_attrs")
+        + (tuple((a.key, a.raw, a.at) for a in i.attributes),) for i in comp.instructions]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_one_pass_build_equals_two_steps(path):
+    """`fastpath.build_lines` (lines read and built in one pass) gives what the two steps give (every line read,
+    then `build_computation`), every field and position, or declines; when it raises, the two steps raise too (and
+    the parser reports theirs). On every computation of every file the tests know, mutants included."""
+    from analyzer.hlo.fastpath import build_lines, parse_head_fast
+    from analyzer.hlo.parser import _attr_regex, _parse_lines_listed, _read_line, _split, _transformer
+    from analyzer.hlo.transformer import callee_table
+
+    text = path.read_text()
+    split = _split(text)
+    if split is None:
+        return
+    for start, end, line, _column, _name, _entry in split[1]:
+        first, last = text.find("\n", start, end), text.rfind("\n", start, end)
+        head = parse_head_fast(text[start:first], line) if first >= 0 else None
+        if head is None or first == last or text[last + 1:end].strip() != "}":
+            continue
+        with callee_table({}):
+            one = _outcome(lambda: build_lines(text, first + 1, last, line + 1, head, _attr_regex(), _transformer(),
+                                               _read_line))
+        if one == ("ok", None):
+            continue  # declined: the two steps read it
+        with callee_table({}):
+            two = _outcome(lambda: _parse_lines_listed(text[start:end], line, head))
+        if one[0] == "ok":
+            assert two[0] == "ok" and one[1] == two[1] and _fields(one[1]) == _fields(two[1])
+        else:
+            assert two[0] == "error"

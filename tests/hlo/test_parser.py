@@ -315,3 +315,76 @@ def test_opcode_shape_rules_like_xla(line, xla_accepts):
         with pytest.raises(HloSemanticError) as e:
             parse_hlo(text)
         assert e.value.line == 6 and e.value.column is not None
+
+
+def _big_module(n: int) -> str:
+    lines = "\n".join(f"  %a.{k} = f32[8]{{0}} add(%p, %p), metadata={{op_name=\"x\"}}" for k in range(n))
+    return f"HloModule big\nENTRY %e (p: f32[8]) -> f32[8] {{\n  %p = f32[8]{{0}} parameter(0)\n{lines}\n" \
+           f"  ROOT %r = f32[8]{{0}} negate(%p)\n}}\n"
+
+
+def test_parse_promotes_its_objects_without_a_scan():
+    """A parse large enough hands its IR to the collector's oldest generation (gc.freeze then unfreeze, no scan)
+    and leaves the collector as it found it; not when the caller froze objects of its own (unfreeze would thaw
+    them), nor when the collector was off."""
+    import gc
+
+    from analyzer._gc import PROMOTE_MIN
+
+    text = _big_module(3 * PROMOTE_MIN)  # (several objects an instruction: well over PROMOTE_MIN young ones)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    m = parse_hlo(text)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(i) in oldest for i in m.entry.instructions)
+
+    del m
+    frozen_before = [[k] for k in range(10)]
+    gc.freeze()
+    try:
+        m = parse_hlo(text)
+        tracked = {id(o) for o in gc.get_objects()}  # (the permanent generation is not among them)
+        assert id(frozen_before) not in tracked  # the caller's frozen objects stay frozen
+        assert id(m.entry.instructions[0]) in tracked  # ours are not added to them
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+    del frozen_before
+
+    gc.disable()
+    try:
+        m = parse_hlo(text)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("attrs, want", [
+    ([("condition", "%c"), ("body", "%b")], ("b", "c")),  # CALL_KEYS order (body, condition), not as written
+    ([("body", "%b")], ("b",)),
+    ([("branch_computations", "{%t, %f}")], ("t", "f")),
+    ([("to_apply", "add"), ("calls", "%f")], ("add", "f")),
+    ([("metadata", '{op_name="x"}')], ()),
+])
+def test_called_computations(attrs, want):
+    from analyzer.hlo.ir import Attribute, Instruction, Shape
+
+    inst = Instruction("i", "while", Shape("f32"), (), tuple(Attribute(k, v) for k, v in attrs))
+    assert inst.called_computations == want
+
+
+def test_full_parse_leaves_no_cycles_behind():
+    """A full parse leaves no reference cycles among what it no longer needs (the lazy computations it read
+    through hold a table of each other): promoted unscanned to the oldest generation, they would wait for a full
+    collection with their memory."""
+    import gc
+
+    comps = "\n\n".join(f"%c{k} (x: f32[]) -> f32[] {{\n  %x = f32[] parameter(0)\n  ROOT %n = f32[] negate(%x)\n}}"
+                        for k in range(300))
+    text = f"HloModule m\n\n{comps}\n\nENTRY %e (p: f32[]) -> f32[] {{\n  %p = f32[] parameter(0)\n" \
+           f"  ROOT %r = f32[] call(%p), to_apply=%c0\n}}\n"
+    parse_hlo(text)
+    gc.collect()
+    m = parse_hlo(text)
+    assert gc.collect() < 100  # (the lazy records and their shared table were five objects a computation)
+    assert len(m.computations) == 301
