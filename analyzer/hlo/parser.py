@@ -267,6 +267,8 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     """
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
+    if not text.isascii():
+        _check_ascii(text, path)
     forget_valid()
     single = is_single_instruction(text)
     split = None if single else _split(text)
@@ -298,6 +300,35 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     if path is not None:
         object.__setattr__(module, "path", path)
     return module
+
+
+# A quoted string (C escapes) or a comment: where XLA's lexer takes characters beyond ASCII.
+_STRING_OR_COMMENT = re.compile(r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"|/\*(?:[^*]|\*(?!/))*+\*/|//[^\n]*+')
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _check_ascii(text: str, path: str | None) -> None:
+    """XLA's lexer reads names, numbers and punctuation in ASCII only; a character beyond it outside a quoted
+    string or a comment is an error there. (The fast path's `\\d` and `\\w` would take `²` or `é`, and `int()`
+    fails on `²` with no position.)
+
+    Raises:
+      HloSyntaxError: at the first such character, naming it.
+    """
+    tokens = _STRING_OR_COMMENT.finditer(text)  # (in order, each read once: only texts with such a character)
+    token = next(tokens, None)
+    for m in _NON_ASCII.finditer(text):
+        while token is not None and token.end() <= m.start():
+            token = next(tokens, None)
+        if token is not None and token.start() <= m.start():
+            continue  # inside a string or a comment
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        line = text.count("\n", 0, m.start()) + 1
+        ch = m.group()
+        raise HloSyntaxError(f"unexpected character {ch!r} (U+{ord(ch):04X}): HLO names, numbers and punctuation "
+                             "are ASCII; other characters may only appear inside a quoted string or a comment",
+                             path=path, line=line, column=m.start() - line_start + 1,
+                             source_line=_source_line(text, line))
 
 
 # Where the text starts: whitespace and comments, then the first token and what follows it.
@@ -374,6 +405,8 @@ def parse_shape(text: str) -> Shape:
     """
     if not isinstance(text, str):
         raise HloSyntaxError(f"expected a shape (str), got {type(text).__name__}")
+    if not text.isascii():
+        _check_ascii(text, None)
     try:
         return _lark().parse(text, start="shape")
     except (HloSyntaxError, HloSemanticError) as e:

@@ -119,6 +119,12 @@ CASES = [
     ("frontend_attributes_spaced_key", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a = "1"}'), 4),
     ("frontend_attributes_unquoted", _inst('ROOT c = f32[4] negate(p), frontend_attributes={a=1}'), 4),
     ("metadata_integer", _inst('ROOT c = f32[4] negate(p), metadata={op_name="a" stack_frame_id=column}'), 4),
+    # ------------------------------------------------ ASCII outside strings and comments (XLA's lexer)
+    ("superscript_digit", _inst("ROOT c = f32[4] negate(p), sharding={maximal device=\u00b2}"), 4),
+    ("arabic_digit_in_dims", _inst("ROOT c = f32[\u0664] negate(p)"), 4),          # int() would read it as 4
+    ("letter_in_name", _inst("ROOT \u00e9 = f32[4] negate(p)"), 4),
+    ("non_ascii_in_string_and_comment", _inst('ROOT c = f32[4] negate(p), metadata={op_name="\u00e9"} /* \u00fc */'),
+     None),
 ]
 
 
@@ -130,6 +136,18 @@ def test_agrees_with_xla(text, line):
     with pytest.raises((HloSyntaxError, HloSemanticError)) as e:
         parse_hlo(text)
     assert e.value.line == line and e.value.column is not None, str(e.value)
+
+
+def test_non_ascii_column_and_shape():
+    """The error points at the character (its column), and `parse_shape` says the same of a shape."""
+    from analyzer.hlo.parser import parse_shape
+
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(\u00b2)\n}\n")
+    assert (e.value.line, e.value.column) == (3, 28) and "U+00B2" in str(e.value)
+    with pytest.raises(HloSyntaxError) as e:
+        parse_shape("f32[\u0663]")
+    assert (e.value.line, e.value.column) == (1, 5)
 
 
 def test_closing_brace_on_an_instruction_line():
