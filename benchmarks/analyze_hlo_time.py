@@ -6,8 +6,8 @@ XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo
 `analyze_hlo` ran before it read lazily), `analyze_hlo` end to end from the file, and the parse work
 `analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
 it read, replayed on a fresh lazy parse in the order `analyze_hlo` asked for it (every computation it parsed
-in full, every `select`, call-line scan and line read of one still unparsed); then each parse's time as a
-multiple of XLA's, and how many computations the analysis parsed in full.
+in full; every `select`, `call_instructions`, `line_head`, `users_of` and `mentions` of one still unparsed);
+then each parse's time as a multiple of XLA's, and how many computations the analysis parsed in full.
 
 Columns: `full s` the full parse, `lazy s` the lazy parse, `read s` what the analysis then reads (the replay
 less the lazy parse), `path/xla` the lazy parse plus that reading against XLA's parser, the same two ratios with
@@ -15,7 +15,10 @@ the cyclic collector off throughout (`no collector`: without the pass Python mak
 when the parse's pause ends, which also walks everything else the process holds), `parsed` computations parsed
 in full out of all.
 
-Run: `python benchmarks/analyze_hlo_time.py [--repeat 2] [--mesh fsdp=4,tp=2] [FILE ...]`.
+With `--by-kind`, the path (collector off) split by kind of question: `lazy` the lazy parse, `parse` the
+computations parsed in full, then `calls`, `select`, `head`, `users`, `mentions` of unparsed ones.
+
+Run: `python benchmarks/analyze_hlo_time.py [--repeat 2] [--mesh fsdp=4,tp=2] [--by-kind] [FILE ...]`.
 """
 
 from __future__ import annotations
@@ -58,25 +61,27 @@ def _best_no_collector(fn, repeat: int) -> float:
 
 
 def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
-    """What `run()` makes the lazy module read, in order: (what, computation, opcodes) with what one of
-    `parse`, `select`, `calls`, `root` (only reads of a computation not parsed at the time)."""
+    """What `run()` makes the lazy module read, in order: (what, computation, arguments) with what one of
+    `parse`, `select`, `calls`, `head`, `users`, `mentions` (only reads of a computation not parsed at the time)."""
     from analyzer.hlo import parser
 
     lazy = parser.LazyComputation
+    kinds = {"select": "select", "call_instructions": "calls", "line_head": "head", "users_of": "users",
+             "mentions": "mentions"}
     events: list[tuple[str, str, tuple[str, ...]]] = []
-    saved = {k: lazy.__dict__[k] for k in ("select", "_scan_calls", "line_head")}
+    saved = {k: lazy.__dict__[k] for k in kinds}
     prop = lazy.__dict__["_parsed"]
     parse_func = prop.func
 
     depth = [0]  # only the reads the analysis asks for, not those they make themselves
 
     def logged(kind, f):
-        def g(self, *opcodes):
+        def g(self, *args):
             if not self.is_parsed and not depth[0]:
-                events.append((kind, self.name, opcodes))
+                events.append((kind, self.name, args))
             depth[0] += 1
             try:
-                return f(self, *opcodes)
+                return f(self, *args)
             finally:
                 depth[0] -= 1
         return g
@@ -90,9 +95,8 @@ def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
         finally:
             depth[0] -= 1
 
-    lazy.select = logged("select", saved["select"])
-    lazy._scan_calls = logged("calls", saved["_scan_calls"])
-    lazy.line_head = logged("root", saved["line_head"])
+    for method, kind in kinds.items():
+        setattr(lazy, method, logged(kind, saved[method]))
     prop.func = parsed
     try:
         run()
@@ -103,23 +107,37 @@ def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
     return events
 
 
-def _replay(text: str, events) -> None:
+def _replay(text: str, events, by_kind: dict | None = None) -> None:
+    """`events` asked again of a fresh lazy parse; with `by_kind`, the CPU seconds of each kind added into it (the
+    lazy parse under `lazy`; each timing costs about a microsecond, counted in)."""
     from analyzer.hlo.parser import parse_hlo
 
+    clock = time.process_time
+    t = clock()
     module = parse_hlo(text, lenient=True, lazy=True)
+    if by_kind is not None:
+        by_kind["lazy"] = by_kind.get("lazy", 0.0) + clock() - t
     by_name = module.by_name
-    for kind, name, opcodes in events:
+    for kind, name, args in events:
         c = by_name[name]
         if c.is_parsed:
             continue
+        if by_kind is not None:
+            t = clock()
         if kind == "parse":
             c.instructions
         elif kind == "select":
-            c.select(*opcodes)
+            c.select(*args)
         elif kind == "calls":
             c.call_instructions()
+        elif kind == "head":
+            c.line_head(*args)
+        elif kind == "users":
+            c.users_of(*args)
         else:
-            c.line_head(*opcodes)
+            c.mentions(*args)
+        if by_kind is not None:
+            by_kind[kind] = by_kind.get(kind, 0.0) + clock() - t
 
 
 def main(argv=None) -> int:
@@ -127,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="*", help="HLO files (default: the synthetic module of parse_speed.py)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--mesh", default="fsdp=4,tp=2", help="mesh for analyze_hlo (the synthetic module's)")
+    ap.add_argument("--by-kind", action="store_true", help="also the path's time per kind of question")
     args = ap.parse_args(argv)
     sys.setrecursionlimit(10000)
 
@@ -161,6 +180,19 @@ def main(argv=None) -> int:
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
               f"{t_lazy:6.2f} {t_path - t_lazy:6.2f} {t_parse / t_xla:7.2f}x {t_path / t_xla:7.2f}x "
               f"{t_parse_nc / t_xla:21.2f}x {t_path_nc / t_xla:7.2f}x {n_parsed:>6}/{n_comps:<6}")
+        if args.by_kind:  # the path with the collector off, per kind of question, best of --repeat
+            runs = []
+            for _ in range(args.repeat):
+                gc.collect()
+                gc.disable()
+                try:
+                    runs.append({})
+                    _replay(text, events, runs[-1])
+                finally:
+                    gc.enable()
+            best = min(runs, key=lambda r: sum(r.values()))
+            print("  by kind (s, collector off): " + ", ".join(f"{k} {v:.3f}" for k, v in best.items())
+                  + f"; total {sum(best.values()):.2f}")
     return 0
 
 

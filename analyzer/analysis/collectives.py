@@ -298,8 +298,8 @@ def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
 def _written_within(module: HloModule, inst: Instruction, allowed: frozenset[str] | set[str],
                     depth: int = 0) -> bool:
     """Whether every computation `inst` calls (nested fusions too) is an unparsed one of a lazy module whose
-    text writes something as an opcode and nothing outside `allowed` (`LazyComputation.written`, a superset of
-    its opcodes): then its instructions' opcodes are within `allowed`. False when that cannot be told so."""
+    instructions (one at least) have no opcode outside `allowed` (`LazyComputation.written`, read from its lines
+    without a parse when they are in XLA's form). False when that cannot be told so."""
     names = inst.called_computations
     if not names or depth > 8:
         return False

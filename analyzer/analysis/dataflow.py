@@ -111,8 +111,9 @@ def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
         return False
     for name in user.called_computations:
         called = module.by_name.get(name)
-        if called is None or not (called.is_parsed or any(p in called.text for p in _COLLECTIVE_OPS)):  # type: ignore[attr-defined]
-            continue  # (an unparsed body of a lazy module that does not even spell a collective's name)
+        if called is None or not (called.is_parsed or any(op.startswith(_COLLECTIVE_OPS)
+                                                          for op in called.written)):  # type: ignore[attr-defined]
+            continue  # (an unparsed body of a lazy module that writes no collective's opcode)
         if any(i.opcode.startswith(_COLLECTIVE_OPS) for i in called.instructions):
             return True
     return False

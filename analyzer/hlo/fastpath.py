@@ -8,7 +8,7 @@ what the grammar's `HloTransformer` callbacks and checks make of it, so both pat
 `build_lines` reads a computation's lines and builds the computation in one pass; what it declines or finds
 wrong goes through the two-step path (`_line_instruction` per line, else the grammar for that line alone, then
 `transformer.build_computation`), which says what is wrong; text not laid out one instruction per line goes
-through the grammar whole. `select_fast` reads only the lines of some opcodes and their operands' definitions.
+through the grammar whole. A lazy computation reads single lines with `_line_instruction` (`parser._Index`).
 The grammar stays the definition of the language; this is only a shortcut for its commonest sentence.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import sys
-from functools import lru_cache
 
 from analyzer.hlo.attributes import unquote
 from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute, new_instruction,
@@ -27,7 +26,7 @@ from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, 
                                       finish_computation)
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
-__all__ = ["build_lines", "parse_computation_fast", "parse_head_fast", "select_fast", "decode_shape", "FastToken"]
+__all__ = ["build_lines", "parse_computation_fast", "parse_head_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
@@ -456,103 +455,6 @@ def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Patt
             return None
         pending.append(inst)
     return build_computation(name_tok, is_entry, sig, pending)
-
-
-def select_fast(text: str, line0: int, opcodes: tuple[str, ...], attr_re: tuple[re.Pattern, re.Pattern],
-                transformer: HloTransformer, start: int = 0, end: int | None = None,
-                ) -> tuple[Instruction, ...] | None:
-    """The instructions of `opcodes` in a computation's text, each with its operands' shapes, parsing only
-    their lines and their operands' definitions; None when that is not possible (then parse it all).
-
-    The computation is `text[start:end]` (the whole module's text and the computation's span: no copy of it
-    is made), its header on line `line0`. The per-line checks are the grammar path's; checks that need the whole
-    computation (unique names, one ROOT) run when the computation itself is parsed.
-    """
-    if end is None:
-        end = len(text)
-    out = []
-    defs: dict[str, re.Match] | None = None
-    body = None  # where the line after the header starts
-    k = 0  # the line of the last hit, counted from the header's (each hit counts the newlines since the last)
-    prev = start
-    last = -1
-    for hit in _finder(opcodes).finditer(text, start, end):
-        h = hit.start()
-        k += text.count("\n", prev, h)
-        prev = h
-        if k == last:
-            continue  # a second hit on the same line
-        last = k
-        line_start = text.rfind("\n", start, h) + 1 or start
-        line_end = text.find("\n", h, end)
-        line = text[line_start:line_end if line_end >= 0 else end]
-        pending = _line_instruction(line, line0 + k, attr_re, transformer)
-        if pending is None:
-            if k == 0:
-                continue  # the header line (a parameter name that looks like an opcode call)
-            return None
-        if len(pending) == 9:  # the fast form
-            is_root, name, at, shape, opcode, operands, attrs, parameter, literal = pending
-        else:  # a constant, as the grammar's callback gives it
-            is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
-            name, at = str(tok), packed(tok.line, tok.column)
-        if opcode not in opcodes:
-            continue
-        if body is None:
-            body = text.find("\n", start, end) + 1
-            if not body or _DEF.match(text, start, body) is not None:
-                body = -1  # (a header that reads as a definition: not XLA's; the whole pass decides)
-        ops = []
-        for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
-            d = _definition(text, oname, body, line_start) if defs is None and body > 0 else None
-            if d is None:
-                if defs is None:  # each name's first definition (what `_DEF` matches at the start of a line)
-                    defs = {}
-                    for d in _DEFS.finditer(text, start, end):
-                        defs.setdefault(d.group(1), d)
-                d = defs.get(oname)
-            if d is None or d.start() >= line_start:
-                return None  # not defined before this line
-            try:
-                ops.append(new_operand(oname, decode_shape(d.group(2))))
-            except ValueError:
-                return None
-        out.append(new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root,
-                                   at, parameter, literal))
-    return tuple(out)
-
-
-def _definition(text: str, name: str, body: int, before: int) -> re.Match | None:
-    """The first definition of `name` (`_DEF` at the start of its line) between `body` and `before`, found by a
-    substring search for `%name = ` rather than a pass over every line; None when that search cannot tell (no such
-    text, or `name` written earlier, maybe in a definition spelled another way), and the caller's pass decides."""
-    p = text.find("%" + name + " = ", body, before)
-    if p < 0 or text.find(name, body, p) >= 0:
-        return None
-    d = _DEF.match(text, text.rfind("\n", body, p) + 1 or body)
-    return d if d is not None and d.group(1) == name else None
-
-
-@lru_cache(maxsize=64)
-def _finder(opcodes: tuple[str, ...]) -> re.Pattern:
-    """` op(` for any of `opcodes`, the alternatives merged by their common starts (` all-(?:gather...|reduce...)`):
-    `re` tries each alternative at each space of the text, so a third fewer tries on the analysis' 11 opcodes.
-    (No ` op(` is the start of another: each ends with `(`, so at most one alternative matches at a place.)"""
-    return re.compile(" " + _prefix_tree(sorted({op + "(" for op in opcodes})))
-
-
-def _prefix_tree(words: list[str]) -> str:
-    """A regex of exactly `words` (non-empty, none the start of another), sharing common starts."""
-    first: dict[str, list[str]] = {}
-    for w in words:
-        first.setdefault(w[0], []).append(w[1:])
-    alts = [re.escape(ch) + (_prefix_tree(rest) if rest != [""] else "") for ch, rest in first.items()]
-    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-
-
-_DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]")
-# `_DEF` at the start of every line of a text in one pass (none of its parts crosses a newline).
-_DEFS = re.compile("^" + _DEF.pattern, re.M)
 
 
 _TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -5,9 +5,11 @@ Two paths:
 - full (default): one LALR pass over the whole text with the transformer inlined (no parse tree), then
   every known attribute is decoded once so malformed values are reported with their position.
 - lazy (`lazy=True`): a fast line scanner splits the text into the header and the computations; each
-  computation is parsed only when its instructions are first asked for (`LazyComputation`). Its raw text
-  stays available (`.text`), so a caller can look for, say, collectives inside fusions with a substring
-  test before paying for a parse. Cross-computation checks (called computations defined) are skipped.
+  computation is parsed only when its instructions are first asked for (`LazyComputation`). Until then its
+  questions (`written`/`mentions`, `select`, `call_instructions`, `line_head`, `users_of`) are answered from
+  one index of its lines (`_Index`: one regex pass, name, opcode, shape and operands per line) and the few
+  lines they need read by the fast path; a computation with a line not in XLA's form parses instead.
+  Cross-computation checks (called computations defined) are skipped (`check_read` runs them on what was read).
 
 Errors are `analyzer.HloSyntaxError` / `analyzer.HloSemanticError` with path, line, column, the source
 line and a caret; no Lark exception escapes.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import re
+from itertools import chain
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -26,9 +29,9 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid
-from analyzer.hlo.fastpath import (_ARRAY, _DEF, _TUPLE, _finder, _line_instruction, build_lines, parse_head_fast,
-                                   parse_tables_fast, parse_tables_lenient, select_fast)
-from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, packed
+from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, parse_head_fast,
+                                   parse_tables_fast, parse_tables_lenient)
+from analyzer.hlo.ir import Computation, HloModule, Instruction, Operand, Position, packed
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
@@ -821,74 +824,46 @@ class LazyComputation(Computation):
         return "_parsed" in self.__dict__
 
     def mentions(self, *opcodes: str) -> bool:
-        """Whether any of `opcodes` appears as an opcode in the text (`" opcode("`, by `written`; no parse).
+        """Whether any of `opcodes` is an opcode here (`written`; no parse of a computation in XLA's form).
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
         return not self.written.isdisjoint(opcodes)
 
-    @cached_property
+    @property
     def written(self) -> frozenset[str]:
-        """Every name the text writes as ` name(`: each opcode an instruction in canonical form has (and some
-        other words, such as `jit` in a metadata op_name). One regex pass, kept: `mentions` and `select` then
-        answer "not here" by a set test. An opcode is in it exactly when `f" {opcode}("` is in the text (what
-        `select_fast` looks for).
-        """
+        """The opcodes of the instructions: read by the index (`_Index`, one regex pass over the text, kept) when
+        every line is in XLA's form, else from the parsed instructions. `mentions` and `select` answer "not
+        here" by a set test."""
+        index = self._index
+        return index.written if index is not None else self._opcodes
+
+    @cached_property
+    def _opcodes(self) -> frozenset[str]:
+        return frozenset(i.opcode for i in self.instructions)
+
+    @cached_property
+    def _index(self) -> _Index | None:
+        """The index of the text's instruction lines; None when a line between the header and `}` is not
+        `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
         start, end = self._span
-        return frozenset(_WRITTEN.findall(self._source, start, end))
+        return _Index.of(self._source, start, end)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
 
-        On an unparsed computation only the matching lines and their operands' definitions are read (what
-        the analysis needs of a fusion: its collectives and dots); the rest stays text. Falls back to a
-        full parse of the computation when a line is not in XLA's canonical form.
+        On an unparsed computation only the lines of those opcodes are read (`_read`: what the analysis needs
+        of a fusion: its collectives and dots); the rest stays text. Falls back to a full parse of the
+        computation when a line is not in XLA's canonical form.
 
         Example: `fusion_comp.select("dot", "all-gather")`.
         """
-        if not self.is_parsed:
-            start, end = self._span
-            if "written" not in self.__dict__ and _finder(opcodes).search(self._source, start, end) is None:
-                return ()  # (one search, not the scan for every name `written` makes, where none is written)
-            want = self.written.intersection(opcodes)
-            if not want:
-                return ()  # none of the opcodes is written here (most fusions): no slice, no collector pause
-            # Each opcode's lines are read once: the analysis asks one body for its dots several times.
-            memo: dict[str, tuple[Instruction, ...]] = self.__dict__.setdefault("_selected", {})
-            missing = tuple(sorted(op for op in want if op not in memo))
-            if not missing:
-                parts = [memo[op] for op in want if memo[op]]
-                if len(parts) <= 1:
-                    return parts[0] if parts else ()
-                return tuple(sorted((i for part in parts for i in part), key=lambda i: i.at))
-            paused = gc.isenabled()  # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis)
-            if paused:
-                gc.disable()
-            try:
-                found = select_fast(self._source, self.position.line, missing, _attr_regex(), _transformer(), start,
-                                    end)
-                if found:
-                    check_ints = self._checks[1]
-                    if check_ints is None:  # what the range check reads: the found instructions' attributes
-                        check_ints = _has_long_int("\n".join(a.raw for i in found for a in i.attributes))
-                    verify_instructions(_found_computation(self.name, found), lenient=self._checks[0],
-                                        source=self._source, check_ints=check_ints)
-            except (HloSyntaxError, HloSemanticError) as e:
-                raise _positioned(e, self._source, self._path) from None
-            except Exception as e:
-                raise _translate(e, self._source, self._path) from None
-            finally:
-                if paused:
-                    gc.enable()
+        index = None if self.is_parsed else self._index
+        if index is not None:
+            want = index.written.intersection(opcodes)
+            found = self._read(index.rows_of(want)) if want else ()  # (most fusions: none written, nothing read)
             if found is not None:
-                by_op: dict[str, list[Instruction]] = {op: [] for op in missing}
-                for i in found:  # (one pass, not one per opcode)
-                    by_op[i.opcode].append(i)
-                for op in missing:
-                    memo[op] = tuple(by_op[op])
-                if len(missing) == len(want):
-                    return found  # every opcode asked for read just now: `found` is the answer, in order
-                return self.select(*opcodes)
+                return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
     def call_instructions(self) -> tuple[Instruction, ...]:
@@ -896,101 +871,92 @@ class LazyComputation(Computation):
         `to_apply=`, `body=`, `condition=`, branches, `select=`/`scatter=`...), in order, as the full parse
         has them.
 
-        On an unparsed computation only the lines of those instructions' opcodes are read (`select`), so the
-        call graph of a module need not parse its fusion bodies; a parsed one answers from its instructions.
-        Falls back to a full parse where a call line is not in the form `select` reads.
+        On an unparsed computation only the rows the index found a call attribute on are read, so the call
+        graph of a module need not parse its fusion bodies; a parsed one answers from its instructions.
         """
-        if not self.is_parsed:
-            calls = self.__dict__.get("_calls")
-            if calls is None:
-                calls = self.__dict__["_calls"] = self._scan_calls()
-            return calls
+        index = None if self.is_parsed else self._index
+        if index is not None and index.calls is not None:
+            found = self._read(index.calls)
+            if found is not None:
+                return tuple(i for i in found if _names_callee(i))
         return tuple(i for i in self.instructions if _names_callee(i))
-
-    def _scan_calls(self) -> tuple[Instruction, ...]:
-        """`call_instructions` of an unparsed computation: `select` of the opcodes on its call lines."""
-        start, end = self._span
-        src = self._source
-        if not any(src.find(key, start, end) >= 0 for key in _CALL_KEY_TEXTS):
-            return ()  # (most fusion bodies: a few substring tests, no regex pass)
-        opcodes: set[str] = set()
-        for m in _CALL_ATTR.finditer(src, start, end):
-            line_start = src.rfind("\n", start, m.start()) + 1
-            op = _OPCODE_AT.match(src, line_start) if line_start > start else None  # (the header line: read all)
-            if op is None or op.end() > m.start() or src[op.start(3) - 1] != " ":
-                # not `name = shape opcode(` with the space `select` looks for: parse the computation
-                return tuple(i for i in self.instructions if _names_callee(i))
-            opcodes.add(op.group(3))
-        if not opcodes:
-            return ()
-        return tuple(i for i in self.select(*sorted(opcodes)) if _names_callee(i))
 
     def line_head(self, name: str | None = None) -> tuple[str, Shape, str | None] | None:
         """Opcode, shape and first operand's name (None without operands) of the instruction `name` (None: the
-        root). Unparsed: read from its defining line (the one marked `ROOT` for the root; the shape by the
-        decoder `select` uses for operands), no parse; None when that line is not there once, or does not read
-        as `name = shape opcode(operand`. Parsed: from the instruction.
+        root). Unparsed: from the index's row, no parse; None when no row or two define it (or mark ROOT), or
+        the row does not read as `name = shape opcode(operand`. Parsed: from the instruction.
         """
-        if self.is_parsed:
+        index = None if self.is_parsed else self._index
+        if index is None:
             inst = self.root if name is None else self.by_name.get(name)
             if inst is None:
                 return None
-            return inst.opcode, inst.shape, inst.operand_names[0] if inst.operand_names else None
-        start, end = self._span
-        src = self._source
-        # the line marked ROOT, or the one that defines `name` as XLA prints it, `  [ROOT ][%]name = ...` (literal
-        # searches, each hit checked for what precedes it on its line)
-        if name is None:
-            found = [i for i in _find_all(src, "ROOT", start, end) if not src[src.rfind("\n", start, i) + 1:i].strip()
-                     and src[i + 4:i + 5] in (" ", "\t")]
-        else:
-            found = [i for i in _find_all(src, f"{name} = ", start, end)
-                     if src[src.rfind("\n", start, i) + 1:i].strip() in ("", "%", "ROOT", "ROOT %")]
-        if len(found) != 1:
+            return inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None
+        k = index.root if name is None else index.by_name.get(name, -1)
+        if k < 0:
             return None
-        line_start = src.rfind("\n", start, found[0]) + 1
-        head = _OPCODE_AT.match(src, line_start)
-        if head is None or head.end() > end or (name is not None and head.group(1) != name):
-            return None
-        first = _FIRST_OPERAND.match(src, head.end()) if head.group(3) != "constant" else None  # (a literal)
+        shape_text, opcode, operands = index.cells[5 * k + 2:5 * k + 5]
+        first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
         try:
-            shape = decode_shape(head.group(2))
+            shape = decode_shape(shape_text)
         except ValueError:
             return None
-        return head.group(3), shape, first.group(1) if first is not None else None
+        return opcode, shape, first.group(1) if first is not None else None
 
     def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
         """The instructions that read the value `name`, each with the operand index it is read at, in order (what
-        `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: the lines that write `name` as a
-        word are found by a literal search and their instructions read by `select` of their opcodes; the rest
-        stays text. Falls back to the parsed instructions where a line is not in the form `select` reads.
+        `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: only the rows whose operand text
+        may name it (`_Index.readers`) are read; the rest stays text.
         """
-        if not self.is_parsed:
-            start, end = self._span
-            src = self._source
-            width = len(name)
-            lines: dict[int, tuple[str, str]] = {}  # line start -> (opcode, instruction name)
-            for i in _find_all(src, name, start, end):
-                if src[i - 1] not in _BEFORE_OPERAND or src[i + width:i + width + 1] not in _AFTER_OPERAND:
-                    continue
-                line_start = src.rfind("\n", start, i) + 1
-                if line_start <= start or line_start in lines:
-                    continue  # (the header line declares parameters, `(name: shape)`: no user there)
-                head = _OPCODE_AT.match(src, line_start)
-                if head is None or src[head.start(3) - 1] != " ":
-                    break  # not `name = shape opcode(`: read the instructions
-                if head.start(1) != i:  # (not the line defining `name`)
-                    lines[line_start] = (head.group(3), head.group(1))
-            else:
-                out: list[tuple[Instruction, int]] = []
-                for opcode, iname in lines.values():
-                    inst = next((x for x in self.select(opcode) if x.name == iname), None)
+        index = None if self.is_parsed else self._index
+        found = self._read(index.readers(name)) if index is not None else None
+        if found is None:
+            found = self.instructions
+        return tuple((i, k) for i in found for k, o in enumerate(i.operand_names) if o == name)
+
+    def _read(self, ks: list[int] | tuple[int, ...]) -> tuple[Instruction, ...] | None:
+        """The instructions of the index's rows `ks` (ascending), each with its operands' shapes (from the rows
+        that define them), read by the fast path line by line and checked as a full parse checks each
+        instruction; each row is read once. None when a line is not in the form the fast path reads, or an
+        operand is not defined once by an earlier row (then the caller parses the computation).
+        """
+        if not ks:
+            return ()
+        memo: dict[int, Instruction] = self.__dict__.setdefault("_rows_read", {})
+        missing = [k for k in ks if k not in memo]
+        if missing:
+            index = self._index
+            src, (at, end) = self._source, self._span
+            line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
+            attr_re, transformer = _attr_regex(), _transformer()
+            new = []
+            paused = gc.isenabled()  # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis)
+            if paused:
+                gc.disable()
+            try:
+                for k in missing:
+                    while line <= k:
+                        at = src.find("\n", at, end) + 1
+                        line += 1
+                    text = src[at:src.find("\n", at, end)]
+                    inst = _row_instruction(text, self.position.line + line, k, index, attr_re, transformer)
                     if inst is None:
-                        break
-                    out.extend((inst, k) for k, o in enumerate(inst.operand_names) if o == name)
-                else:
-                    return tuple(out)
-        return tuple((i, k) for i in self.instructions for k, o in enumerate(i.operand_names) if o == name)
+                        return None
+                    new.append(inst)
+                lenient, check_ints = self._checks
+                if check_ints is None:  # what the range check reads: the read instructions' attributes
+                    check_ints = _has_long_int("\n".join(a.raw for i in new for a in i.attributes))
+                verify_instructions(_found_computation(self.name, tuple(new)), lenient=lenient, source=self._source,
+                                    check_ints=check_ints)
+            except (HloSyntaxError, HloSemanticError) as e:
+                raise _positioned(e, self._source, self._path) from None
+            except Exception as e:
+                raise _translate(e, self._source, self._path) from None
+            finally:
+                if paused:
+                    gc.enable()
+            memo.update(zip(missing, new))
+        return tuple(memo[k] for k in ks)
 
     @cached_property
     def _parsed(self) -> Computation:
@@ -1039,33 +1005,113 @@ class LazyComputation(Computation):
         return f"LazyComputation({self.name!r}, {state}, line {self.position.line})"
 
 
-# `key=` of an attribute that names called computations (a superset of the lines that hold one: the same text
-# inside a quoted string also matches, and those lines are only read, not taken).
-_CALL_ATTR = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
-# `[ROOT] name = shape opcode(` at the start of a line: group 3 the opcode.
-_OPCODE_AT = re.compile(_DEF.pattern + r"[ \t]*([A-Za-z][\w\-]*)\(")
+# One instruction line as XLA prints it, up to the end of its operand list, led by its newline (`re` then finds
+# candidates with a fast literal scan): ROOT, name, shape, opcode, the operand text (no parentheses in it: an
+# operand with a tuple shape or a nested instruction is not XLA's print). No part crosses a line, so each line
+# gives at most one match.
+_ROW = re.compile(r"\n[ \t]*+(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE
+                  + r")[ \t]+([A-Za-z][\w\-]*)\(([^()\n]*+)\)")
+# `, key=` of an attribute that names called computations: where the fast path reads attribute keys (a superset
+# of the lines that hold one: the same text inside a quoted string also matches, and those lines are only read).
+# With a comment in the text, any key after a space too (the grammar reads `, /*c*/ calls=`).
+_CALL_AT = re.compile(r",[ \t]*+(?:" + "|".join(CALL_KEYS) + r")=")
+_CALL_AT_SPACED = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
 _CALL_KEY_SET = frozenset(CALL_KEYS)
-_CALL_KEY_TEXTS = tuple(f"{k}=" for k in CALL_KEYS)
+# The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end.
+_FIRST_OPERAND = re.compile(r"[ \t]*(?:" + _ARRAY + r"[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(?:,|\Z)")
 
 
-# What can stand before and after an operand's name in an instruction's operand list.
-_BEFORE_OPERAND = frozenset(" \t(,%")
-_AFTER_OPERAND = frozenset(" \t,)")
+class _Index:
+    """What one regex pass (`_ROW.findall`) reads of a computation's text in XLA's form, for `LazyComputation`.
+
+    Per instruction line (row k is line k + 1 of the text): its ROOT mark, name, shape text, opcode and operand
+    text (`_ROW`'s groups), kept flat in `cells` (row k's `f`th at `5 * k + f`: one object per computation, not
+    one per line). `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
+    one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
+    `by_name`: each name's row (-1 for a name two rows define).
+    """
+
+    __slots__ = ("cells", "written", "calls", "root", "_by_name")
+
+    @classmethod
+    def of(cls, src: str, start: int, end: int) -> _Index | None:
+        """The index of `src[start:end]`; None when a line between the header and `}` is not a row. (What
+        follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)"""
+        rows = _ROW.findall(src, start, end)
+        return cls(src, start, end, rows) if len(rows) == src.count("\n", start, end) - 1 else None
+
+    def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]]) -> None:
+        self.cells = cells = tuple(chain.from_iterable(rows))
+        self._by_name = None
+        written = frozenset(cells[3::5])
+        self.written = _WRITTEN_SETS.setdefault(written, written)  # (one set per distinct opcode set)
+        marks = cells[0::5]
+        self.root = -1
+        if len(marks) - marks.count("") == 1:
+            self.root = len(rows) - 1 if marks[-1] else next(k for k, mark in enumerate(marks) if mark)
+        calls: list[int] | None = []
+        line, at = 0, start  # (the line of `at`: each hit counts the newlines since the last)
+        for hit in (_CALL_AT_SPACED if src.find("/*", start, end) >= 0 else _CALL_AT).finditer(src, start, end):
+            line += src.count("\n", at, hit.start())
+            at = hit.start()
+            if not 0 < line <= len(rows):
+                calls = None  # (the header or the closing line: parse)
+                break
+            if not calls or calls[-1] != line - 1:
+                calls.append(line - 1)
+        self.calls = tuple(calls) if calls is not None else None
+
+    def field(self, k: int, f: int) -> str:
+        """Row `k`'s `f`th group of `_ROW` (0 ROOT mark, 1 name, 2 shape, 3 opcode, 4 operand text)."""
+        return self.cells[5 * k + f]
+
+    def rows_of(self, opcodes: frozenset[str] | set[str]) -> list[int]:
+        """The rows with an opcode in `opcodes`, ascending."""
+        return [k for k, opcode in enumerate(self.cells[3::5]) if opcode in opcodes]
+
+    def readers(self, name: str) -> list[int]:
+        """The rows whose operand text holds `name` as text, ascending (a superset of its users: they are read
+        to tell)."""
+        return [k for k, operands in enumerate(self.cells[4::5]) if name in operands]
+
+    @property
+    def by_name(self) -> dict[str, int]:
+        if self._by_name is None:
+            by_name: dict[str, int] = {}
+            for k, name in enumerate(self.cells[1::5]):
+                by_name[name] = -1 if name in by_name else k
+            self._by_name = by_name
+        return self._by_name
 
 
-def _find_all(text: str, sub: str, start: int, end: int) -> list[int]:
-    out = []
-    i = text.find(sub, start, end)
-    while i >= 0:
-        out.append(i)
-        i = text.find(sub, i + 1, end)
-    return out
+# The distinct `_Index.written` sets (most fusion bodies write one of a few dozen).
+_WRITTEN_SETS: dict[frozenset[str], frozenset[str]] = {}
 
 
-# The first operand after `opcode(`: a name, maybe after its shape (older printers), then `,` or `)`.
-_FIRST_OPERAND = re.compile(r"[ \t]*(?:(?:" + _ARRAY + "|" + _TUPLE + r")[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*[,)]")
-# ` name(`: what `LazyComputation.written` collects (a name cannot hold a space, so no match hides another).
-_WRITTEN = re.compile(r" ([A-Za-z][\w.\-]*)\(")
+def _row_instruction(line: str, lineno: int, k: int, index: _Index, attr_re: tuple[re.Pattern, re.Pattern],
+                     transformer) -> Instruction | None:
+    """Row `k`'s instruction by the fast path, with its operands' shapes from the rows that define them; None
+    when the line is not in the form the fast path reads or an operand is not defined by an earlier row."""
+    pending = _line_instruction(line, lineno, attr_re, transformer)
+    if pending is None:
+        return None
+    if len(pending) == 9:  # the fast form
+        is_root, name, at, shape, opcode, operands, attrs, parameter, literal = pending
+    else:  # a constant, as the grammar's callback gives it
+        is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
+        name, at = str(tok), packed(tok.line, tok.column)
+    by_name = index.by_name
+    ops = []
+    for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
+        j = by_name.get(oname, -1)
+        if not 0 <= j < k:
+            return None  # not defined once, by an earlier row
+        try:
+            ops.append(Operand(oname, decode_shape(index.field(j, 2))))
+        except ValueError:
+            return None
+    return Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
+                       parameter, literal)
 
 
 def _names_callee(inst: Instruction) -> bool:

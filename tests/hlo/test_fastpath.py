@@ -203,22 +203,6 @@ def test_frames_read_alike_in_any_spelling():
             [tuple(getattr(f, k) for k in Frame.__slots__) for f in want.values()]
 
 
-@pytest.mark.parametrize("opcodes", [("dot",), ("all-gather", "all-gather-start", "all-reduce", "dot"),
-                                     ("a", "ab", "abc", "d"), ("all-to-all", "ragged-all-to-all")])
-def test_finder_finds_what_the_plain_alternation_finds(opcodes):
-    """`select`'s finder (alternatives merged by their common starts) finds ` op(` where the plain alternation
-    of the opcodes does."""
-    import re
-
-    from analyzer.hlo.fastpath import _finder
-
-    text = " ".join(f"{w}{end}" for w in ("all-gather", "all-gather-start", "a", "ab", "abc", "abd", "dot", "d",
-                                          "ragged-all-to-all", "all-to-all", "x") for end in ("(", " (", "", "-(")) + " "
-    plain = re.compile("|".join(re.escape(f" {op}(") for op in opcodes))
-    assert [m.span() for m in _finder(opcodes).finditer(text)] == [m.span() for m in plain.finditer(text)]
-    assert any(True for _ in plain.finditer(text))
-
-
 def test_found_computation_sets_every_field():
     """What `select` hands the verifier is the Computation the constructor makes, every field set."""
     import dataclasses
