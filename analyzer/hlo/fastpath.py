@@ -22,11 +22,11 @@ from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Posit
                              new_operand, packed)
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
-from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames, build_computation,
+from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
                                       finish_computation)
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
-__all__ = ["build_lines", "parse_computation_fast", "parse_head_fast", "decode_shape", "FastToken"]
+__all__ = ["build_lines", "parse_head_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
@@ -423,38 +423,6 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
     if not insts:
         return None
     return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts)
-
-
-def parse_computation_fast(text: str, line0: int, header, attr_re: tuple[re.Pattern, re.Pattern],
-                           transformer: HloTransformer,
-                           ) -> Computation | None:
-    """Parse one computation's instruction lines without Lark, or return None to ask for the grammar.
-
-    Args:
-      text: the computation's text, from its header line to its closing brace.
-      line0: the 1-based line of the header in the whole text.
-      header: `(name_token, is_entry, signature)` from the grammar's reading of the header line.
-      attr_re: the `, key=value` patterns of `parser._attr_regex` (the grammar's ATTR terminal with a leading
-        comma, for one match and for all of a line's).
-      transformer: the callbacks that build IR.
-
-    Returns:
-      The Computation, or None when a line is not in the canonical form (or the closing line has more).
-    """
-    name_tok, is_entry, sig = header
-    lines = text.split("\n")
-    if len(lines) < 3 or lines[-1].strip() != "}":
-        return None
-    pending = []
-    for k in range(1, len(lines) - 1):
-        line = lines[k]
-        inst = _line_instruction(line, line0 + k, attr_re, transformer)
-        if inst is None:
-            if not line.strip():
-                continue
-            return None
-        pending.append(inst)
-    return build_computation(name_tok, is_entry, sig, pending)
 
 
 _TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
