@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError
 from analyzer.hlo.iota import expand_iota
+from analyzer.hlo.literals import check_literal
 from analyzer.hlo.shapes import Shape, decode_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -621,7 +622,6 @@ def parse_literal_attribute(raw: str) -> tuple[Shape, ...]:
       ['s32[4]', 'pred[]']
     """
     from analyzer.errors import HloSyntaxError
-    from analyzer.hlo import verifier
 
     toks: list[tuple[str, str]] = []
     pos, text = 0, raw.strip()
@@ -689,7 +689,7 @@ def parse_literal_attribute(raw: str) -> tuple[Shape, ...]:
         if shape.layout is not None and sorted(shape.layout.minor_to_major) != list(range(shape.rank)):
             raise ValueError(f"the layout of {t} is not a permutation of its dimensions")
         try:
-            verifier._check_literal(value(), shape, _LitTok(t))
+            check_literal(value(), shape, _LitTok(t))
         except HloSyntaxError as e:
             raise ValueError(e.message) from None
         out.append(shape)
