@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "analyzer"
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -39,7 +39,7 @@ def resolve(current: str, is_package: bool, node: ast.ImportFrom) -> str:
 
 def import_graph(root: Path = ROOT) -> nx.DiGraph:
     """Module -> imported module, for every import of an `analyzer` module (TYPE_CHECKING blocks excluded)."""
-    files = {module_name(p): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+    files = {module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
     graph = nx.DiGraph()
     graph.add_nodes_from(files)
     for name, path in files.items():
