@@ -196,7 +196,8 @@ def analyze_hlo(
     # Dumps may come from another XLA version: opcodes and attributes this one does not know are kept raw
     # (lenient parse) and listed in the notes, rather than refusing the whole dump.
     # Read lazily: the entry and the computations it runs as code are parsed in full (the call graph parses
-    # them), fusion bodies only as far as the analysis asks (`docs/hlo.md`, "What analyze_hlo reads").
+    # them), fusion bodies only as far as the analysis asks (docs/analysis.md, "What `analyze_hlo` parses of a
+    # dump").
     module = parse_hlo(text, path=path, lenient=True, lazy=True)
     graph = CallGraph.build(module)
     check_read(module, graph.calling)
