@@ -199,8 +199,9 @@ def analyze_hlo(
     # them), fusion bodies only as far as the analysis asks (docs/analysis.md, "What `analyze_hlo` parses of a
     # dump").
     module = parse_hlo(text, path=path, lenient=True, lazy=True)
-    graph = CallGraph.build(module)
-    check_read(module, graph.calling)
+    with gc_paused(promote=True):  # (what the call graph reads is IR for the rest of the analysis, as a parse's)
+        graph = CallGraph.build(module)
+        check_read(module, graph.calling)
     notes.extend(_lenient_notes(module))
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
