@@ -158,13 +158,24 @@ class CallGraph:
         return 1.0
 
     @cached_property
-    def _counts(self) -> dict[str, dict[BranchKey, float]]:
-        """Executions per entry call of each computation, split by the conditional branches on the path."""
+    def _order(self) -> list[str] | None:
+        """The computations callers first (networkx's topological sort), or None when calls form a cycle.
+
+        Sorted once: `_counts` and every `executed` walk read it (each sort, and the cycle check before it,
+        walks the whole graph: 21,533 computations on the 22 MB synthetic module)."""
         import networkx as nx
 
+        try:
+            return list(nx.topological_sort(self.graph))
+        except nx.NetworkXUnfeasible:
+            return None
+
+    @cached_property
+    def _counts(self) -> dict[str, dict[BranchKey, float]]:
+        """Executions per entry call of each computation, split by the conditional branches on the path."""
         counts: dict[str, dict[BranchKey, float]] = {n: {} for n in self.graph.nodes}
         counts[self.entry] = {(): 1.0}
-        order = list(nx.topological_sort(self.graph)) if nx.is_directed_acyclic_graph(self.graph) else []
+        order = self._order or []
         for name in order:
             here = counts[name]
             if not here:
@@ -190,10 +201,9 @@ class CallGraph:
 
     def executed(self) -> Iterator[str]:
         """Names of the computations that run as code (reached from the entry, not reducers), callers first."""
-        import networkx as nx
-
-        order = list(nx.topological_sort(self.graph)) if nx.is_directed_acyclic_graph(self.graph) else [
-            c.name for c in self.module.computations]
+        order = self._order
+        if order is None:
+            order = [c.name for c in self.module.computations]
         for name in order:
             if self._counts.get(name):
                 yield name
