@@ -93,7 +93,7 @@ class CallGraph:
 
     Build with `CallGraph.build(module)`; the object is then read-only. `calling` holds, per computation, its
     instructions that call computations, in order (of a lazily parsed module, read without parsing fusion
-    bodies: `_calling_instructions`); the analysis asks it rather than walking every instruction.
+    bodies: `_calling_and_sites`); the analysis asks it rather than walking every instruction.
     """
 
     module: HloModule
@@ -116,10 +116,11 @@ class CallGraph:
         g = nx.MultiDiGraph()
         for comp in module.computations:
             g.add_node(comp.name)
-        self = cls(module=module, graph=g, calling=_calling_instructions(module))
+        calling, sites_of = _calling_and_sites(module)
+        self = cls(module=module, graph=g, calling=calling)
         for comp in module.computations:
-            for inst in self.calling[comp.name]:
-                for site in _call_sites(comp.name, inst):
+            for inst, sites in zip(self.calling[comp.name], sites_of[comp.name]):
+                for site in sites:
                     if site.callee in module.by_name:
                         g.add_edge(site.caller, site.callee, site=site)
                 if inst.opcode == "while":
@@ -239,8 +240,11 @@ class CallGraph:
 
 
 # ---------------------------------------------------------------------- helpers
-def _calling_instructions(module: HloModule) -> dict[str, tuple[Instruction, ...]]:
-    """Per computation, its instructions that call computations (`CallGraph.build`'s call sites), in order.
+def _calling_and_sites(module: HloModule
+                       ) -> tuple[dict[str, tuple[Instruction, ...]], dict[str, list[list[CallSite]]]]:
+    """Per computation, its instructions that call computations (`CallGraph.calling`), in order, and in the
+    same order each one's `_call_sites` (read once here, for `CallGraph.build` too: each read decodes the
+    instruction's calling attributes).
 
     A lazily parsed module (`parse_hlo(lazy=True)`) is read without parsing what the analysis does not read in
     full: computations the entry runs as code (loop bodies and conditions, branches, `call`s, async-wrapped and
@@ -255,17 +259,21 @@ def _calling_instructions(module: HloModule) -> dict[str, tuple[Instruction, ...
     entry = module.entry if module.computations else None
     code = {entry.name} if entry is not None else set()
     out: dict[str, tuple[Instruction, ...]] = {}
+    sites_of: dict[str, list[list[CallSite]]] = {}
     for comp in reversed(module.computations):
         if isinstance(comp, LazyComputation) and comp.name not in code:
             insts = comp.call_instructions()
         else:
             insts = tuple(i for i in comp.instructions if any(a.key in call_keys for a in i.attributes))
         out[comp.name] = insts
+        per = sites_of[comp.name] = []
         for inst in insts:
-            for site in _call_sites(comp.name, inst):
+            sites = _call_sites(comp.name, inst)
+            per.append(sites)
+            for site in sites:
                 if site.role in _CODE_ROLES or (site.role == "call" and inst.opcode != "fusion"):
                     code.add(site.callee)
-    return out
+    return out, sites_of
 
 
 # Roles whose callee runs as code of its own (not a fusion body or a reducer).
