@@ -230,6 +230,24 @@ class CallGraph:
         comp = self.module.by_name[computation]
         return [comp.by_name[u] for u in self.flow(computation).users.get(instruction, ())]
 
+    @cached_property
+    def _elements(self) -> dict[tuple[str, str], dict[str, list[Instruction]]]:
+        return {}
+
+    def elements(self, computation: str, instruction: str, index: int) -> list[Instruction]:
+        """The `get-tuple-element`s of `computation` that take element `index` of `instruction`, in `users`
+        order. Each instruction's users are sorted by index once: a collective of many operands is one row
+        per operand, each asking this of the same instruction."""
+        key = (computation, instruction)
+        by_index = self._elements.get(key)
+        if by_index is None:
+            by_index = {}
+            for u in self.users(computation, instruction):
+                if u.opcode == "get-tuple-element":
+                    by_index.setdefault(u.attr("index"), []).append(u)
+            self._elements[key] = by_index
+        return by_index.get(str(index), [])
+
     def producer(self, computation: str, name: str) -> Instruction | None:
         """The instruction named `name` in `computation`, or None."""
         return self.module.by_name[computation].by_name.get(name)
