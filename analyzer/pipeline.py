@@ -898,17 +898,29 @@ def _price_all(rows: list[Collective], topo: Any, model: str) -> tuple[list[Coll
         return [replace(c, cost=None) for c in rows], "No cost model available (analyzer.theory.cost); seconds are 0."
 
     out = []
+    # Rows that ask the same price get the same (frozen) Cost: an unrolled step repeats each layer's
+    # collectives, and each pricing walks the groups' geometry.
+    priced: dict[tuple, Any] = {}
     for c in rows:
         pairs = c.pairs if c.kind == "collective-permute" and not c.permute_steps else None
         if not c.axes or (c.group_size <= 1 and not pairs):
             out.append(replace(c, cost=None))  # nothing leaves the device
             continue
-        if c.regular:
-            cost = collective_cost(c.kind, c.bytes, c.axes, topo, model=model, pairs=pairs)
-        elif len({len(grp) for grp in c.groups}) == 1:
-            cost = group_cost(c.kind, c.bytes, [list(grp) for grp in c.groups], topo, model=model, pairs=pairs)
-        else:
-            cost = collective_cost(c.kind, c.bytes, c.axes, topo, model=model, pairs=pairs)
+        key = (c.kind, c.bytes, tuple(c.axes), pairs, c.regular, None if c.regular else c.groups)
+        try:
+            cost = priced.get(key)
+        except TypeError:  # an unhashable part (a list of groups built by hand): price it alone
+            key, cost = None, None
+        if cost is None:
+            if c.regular:
+                cost = collective_cost(c.kind, c.bytes, c.axes, topo, model=model, pairs=pairs)
+            elif len({len(grp) for grp in c.groups}) == 1:
+                cost = group_cost(c.kind, c.bytes, [list(grp) for grp in c.groups], topo, model=model,
+                                  pairs=pairs)
+            else:
+                cost = collective_cost(c.kind, c.bytes, c.axes, topo, model=model, pairs=pairs)
+            if key is not None:
+                priced[key] = cost
         out.append(replace(c, cost=cost))
     return out, ""
 

@@ -564,8 +564,7 @@ class _Builder:
     def _maybe_reduce_scatter(self, comp: str, holder: Instruction, row: Collective, index: int | None) -> Collective:
         value: Instruction | None = holder
         if index is not None:
-            value = next((u for u in self.g.users(comp, holder.name)
-                          if u.opcode == "get-tuple-element" and u.attr("index") == str(index)), None)
+            value = next(iter(self.g.elements(comp, holder.name, index)), None)
         if value is not None and value.opcode.endswith("-start"):
             value = next((u for u in self.g.users(comp, value.name) if u.opcode in _ASYNC_DONES), None)
         if value is None:
@@ -804,8 +803,7 @@ def _value_name(g: CallGraph, r: Collective) -> str | None:
             return None
         name = done[0].name
     if r.operand_index is not None:
-        gte = [u for u in g.users(r.computation, name)
-               if u.opcode == "get-tuple-element" and u.attr("index") == str(r.operand_index)]
+        gte = g.elements(r.computation, name, r.operand_index)
         return gte[0].name if len(gte) == 1 else None
     return name
 

@@ -93,7 +93,7 @@ class CallGraph:
 
     Build with `CallGraph.build(module)`; the object is then read-only. `calling` holds, per computation, its
     instructions that call computations, in order (of a lazily parsed module, read without parsing fusion
-    bodies: `_calling_instructions`); the analysis asks it rather than walking every instruction.
+    bodies: `_calling_and_sites`); the analysis asks it rather than walking every instruction.
     """
 
     module: HloModule
@@ -116,10 +116,11 @@ class CallGraph:
         g = nx.MultiDiGraph()
         for comp in module.computations:
             g.add_node(comp.name)
-        self = cls(module=module, graph=g, calling=_calling_instructions(module))
+        calling, sites_of = _calling_and_sites(module)
+        self = cls(module=module, graph=g, calling=calling)
         for comp in module.computations:
-            for inst in self.calling[comp.name]:
-                for site in _call_sites(comp.name, inst):
+            for inst, sites in zip(self.calling[comp.name], sites_of[comp.name]):
+                for site in sites:
                     if site.callee in module.by_name:
                         g.add_edge(site.caller, site.callee, site=site)
                 if inst.opcode == "while":
@@ -158,13 +159,24 @@ class CallGraph:
         return 1.0
 
     @cached_property
-    def _counts(self) -> dict[str, dict[BranchKey, float]]:
-        """Executions per entry call of each computation, split by the conditional branches on the path."""
+    def _order(self) -> list[str] | None:
+        """The computations callers first (networkx's topological sort), or None when calls form a cycle.
+
+        Sorted once: `_counts` and every `executed` walk read it (each sort, and the cycle check before it,
+        walks the whole graph: 21,533 computations on the 22 MB synthetic module)."""
         import networkx as nx
 
+        try:
+            return list(nx.topological_sort(self.graph))
+        except nx.NetworkXUnfeasible:
+            return None
+
+    @cached_property
+    def _counts(self) -> dict[str, dict[BranchKey, float]]:
+        """Executions per entry call of each computation, split by the conditional branches on the path."""
         counts: dict[str, dict[BranchKey, float]] = {n: {} for n in self.graph.nodes}
         counts[self.entry] = {(): 1.0}
-        order = list(nx.topological_sort(self.graph)) if nx.is_directed_acyclic_graph(self.graph) else []
+        order = self._order or []
         for name in order:
             here = counts[name]
             if not here:
@@ -190,10 +202,9 @@ class CallGraph:
 
     def executed(self) -> Iterator[str]:
         """Names of the computations that run as code (reached from the entry, not reducers), callers first."""
-        import networkx as nx
-
-        order = list(nx.topological_sort(self.graph)) if nx.is_directed_acyclic_graph(self.graph) else [
-            c.name for c in self.module.computations]
+        order = self._order
+        if order is None:
+            order = [c.name for c in self.module.computations]
         for name in order:
             if self._counts.get(name):
                 yield name
@@ -219,6 +230,24 @@ class CallGraph:
         comp = self.module.by_name[computation]
         return [comp.by_name[u] for u in self.flow(computation).users.get(instruction, ())]
 
+    @cached_property
+    def _elements(self) -> dict[tuple[str, str], dict[str, list[Instruction]]]:
+        return {}
+
+    def elements(self, computation: str, instruction: str, index: int) -> list[Instruction]:
+        """The `get-tuple-element`s of `computation` that take element `index` of `instruction`, in `users`
+        order. Each instruction's users are sorted by index once: a collective of many operands is one row
+        per operand, each asking this of the same instruction."""
+        key = (computation, instruction)
+        by_index = self._elements.get(key)
+        if by_index is None:
+            by_index = {}
+            for u in self.users(computation, instruction):
+                if u.opcode == "get-tuple-element":
+                    by_index.setdefault(u.attr("index"), []).append(u)
+            self._elements[key] = by_index
+        return by_index.get(str(index), [])
+
     def producer(self, computation: str, name: str) -> Instruction | None:
         """The instruction named `name` in `computation`, or None."""
         return self.module.by_name[computation].by_name.get(name)
@@ -229,8 +258,11 @@ class CallGraph:
 
 
 # ---------------------------------------------------------------------- helpers
-def _calling_instructions(module: HloModule) -> dict[str, tuple[Instruction, ...]]:
-    """Per computation, its instructions that call computations (`CallGraph.build`'s call sites), in order.
+def _calling_and_sites(module: HloModule
+                       ) -> tuple[dict[str, tuple[Instruction, ...]], dict[str, list[list[CallSite]]]]:
+    """Per computation, its instructions that call computations (`CallGraph.calling`), in order, and in the
+    same order each one's `_call_sites` (read once here, for `CallGraph.build` too: each read decodes the
+    instruction's calling attributes).
 
     A lazily parsed module (`parse_hlo(lazy=True)`) is read without parsing what the analysis does not read in
     full: computations the entry runs as code (loop bodies and conditions, branches, `call`s, async-wrapped and
@@ -245,17 +277,21 @@ def _calling_instructions(module: HloModule) -> dict[str, tuple[Instruction, ...
     entry = module.entry if module.computations else None
     code = {entry.name} if entry is not None else set()
     out: dict[str, tuple[Instruction, ...]] = {}
+    sites_of: dict[str, list[list[CallSite]]] = {}
     for comp in reversed(module.computations):
         if isinstance(comp, LazyComputation) and comp.name not in code:
             insts = comp.call_instructions()
         else:
             insts = tuple(i for i in comp.instructions if any(a.key in call_keys for a in i.attributes))
         out[comp.name] = insts
+        per = sites_of[comp.name] = []
         for inst in insts:
-            for site in _call_sites(comp.name, inst):
+            sites = _call_sites(comp.name, inst)
+            per.append(sites)
+            for site in sites:
                 if site.role in _CODE_ROLES or (site.role == "call" and inst.opcode != "fusion"):
                     code.add(site.callee)
-    return out
+    return out, sites_of
 
 
 # Roles whose callee runs as code of its own (not a fusion body or a reducer).
