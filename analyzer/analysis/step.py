@@ -552,7 +552,6 @@ class _Walker:
 
     def _walk(self, comp: Computation, loop: bool = False) -> _Timeline:
         tl = _Timeline()
-        insts = comp.instructions
         cheap = users = None
         if not self.fused:
             cheap, users = self._cheap_map(comp)
