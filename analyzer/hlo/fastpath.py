@@ -18,8 +18,9 @@ import re
 import sys
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute, new_instruction,
-                             new_operand, packed)
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, new_attribute, packed
+# (the slot setters `ir.new_instruction`/`new_operand` use: `build_lines` calls them inline, 145,000 times a module)
+from analyzer.hlo.ir import _instruction_slots, _new as _new_object, _operand_slots
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
@@ -163,22 +164,10 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
     attrs: list = []
     keys: list = []
     if pos < end:
-        # All attributes in one `findall`: when the matches tile the rest of the line exactly, each is what
-        # `attr_re.match` at its place gives (the first starts where the head ends, each next where the
-        # last ended); otherwise (a gap, `key= value`, `device_ids`) the loop below reads them one by one.
-        p = pos
-        for pre, key, raw in attr_res[1].findall(line, pos):
-            if key == "device_ids":
-                p = -1
-                break
-            # Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
-            # attribute text of real dumps is unique, so one string per distinct value, one per key.
-            p += len(pre)
-            key = _intern(key)
-            keys.append(key)
-            attrs.append(new_attribute(key, _intern(raw), at + p + 1))
-            p += len(raw)
-        if p != end:
+        tiled = _tiled_attributes(line, pos, end, at, attr_res[1].findall)
+        if tiled is not None:
+            keys, attrs = tiled
+        else:
             attrs = _attributes_slow(line, pos, end, lineno, attr_res[0], transformer)
             if attrs is None:
                 return None
@@ -191,15 +180,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         return transformer.constant_instruction(children)
     # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
     attrs_t = tuple(attrs)
-    # check_instruction depends on the opcode, the operand count, whether a parameter number was given and the
-    # attribute keys (and on one value, use_global_device_ids, not cached): each combination is checked once.
-    sig = (opcode, n_operands, parameter is None, *keys)
-    if sig not in _CHECKED:
-        verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), n_operands, parameter, attrs_t)
-        if "use_global_device_ids" not in sig:
-            if len(_CHECKED) > 4096:
-                _CHECKED.clear()
-            _CHECKED.add(sig)
+    _check_once(opcode, lineno, m.start(4) + 1, n_operands, parameter, keys, attrs_t)
     return (root is not None, name, at + m.start(2) + 1, shape, opcode, operands, attrs_t, parameter, None)
 
 
@@ -215,6 +196,44 @@ def _literal(text: str, lineno: int, column: int) -> tuple:
             items.append((item, "s", Token("SCALAR", item, lineno, column)))
             column += len(item) + 2
     return (text, "a", tuple(items))
+
+
+def _tiled_attributes(line: str, start: int, end: int, at: int, findall
+                      ) -> tuple[list[str], list[Attribute]] | None:
+    """The keys and attributes of `line[start:end]` read by one `findall` (the `, key=value` pattern of
+    `parser._attr_regex`), or None when its matches do not tile that text exactly (a gap, `key= value`,
+    `device_ids`: then they are read one by one). When they tile it, each is what a match at its place gives
+    (the first starts where the head ends, each next where the last ended). `at`: the line's packed position.
+
+    Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute
+    text of real dumps is unique, so one string per distinct value, one per key.
+    """
+    keys: list[str] = []
+    attrs: list[Attribute] = []
+    p = start
+    for pre, key, raw in findall(line, start):
+        if key == "device_ids":
+            return None
+        p += len(pre)
+        key = _intern(key)
+        keys.append(key)
+        attrs.append(new_attribute(key, _intern(raw), at + p + 1))
+        p += len(raw)
+    return (keys, attrs) if p == end else None
+
+
+def _check_once(opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None, keys: list[str],
+                attrs: tuple[Attribute, ...]) -> None:
+    """`verifier.check_instruction` of an instruction read by the fast path, once per combination of what it
+    depends on: the opcode, the operand count, whether a parameter number was given and the attribute keys (and
+    one value, use_global_device_ids, so a line with it is checked each time)."""
+    sig = (opcode, n_operands, parameter is None, *keys)
+    if sig not in _CHECKED:
+        verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, attrs)
+        if "use_global_device_ids" not in sig:
+            if len(_CHECKED) > 4096:
+                _CHECKED.clear()
+            _CHECKED.add(sig)
 
 
 def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pattern,
@@ -238,11 +257,6 @@ def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pat
     return attrs
 
 
-_attribute_slots = (Attribute.key.__set__, Attribute.raw.__set__, Attribute.at.__set__)
-_operand_slots = (Operand.name.__set__, Operand.shape.__set__)
-_instruction_slots = tuple(getattr(Instruction, f).__set__ for f in (
-    "name", "opcode", "shape", "operands", "attributes", "is_root", "at", "parameter_number", "literal", "_attrs"))
-_new_object = object.__new__
 _BLANK = object()  # `other`'s answer for a blank line
 
 
@@ -275,11 +289,9 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
     find = source.find
     intern = _intern
     new = _new_object
-    set_key, set_raw, set_at = _attribute_slots
     set_oname, set_oshape = _operand_slots
     (set_name, set_opcode, set_shape, set_operands, set_attributes, set_root, set_iat, set_parameter, set_literal,
      set_cache) = _instruction_slots
-    checked = _CHECKED
     sig_params = sig[0] if sig is not None else ()
     n_sig = len(sig_params)
     shapes: dict[str, Shape] = {}
@@ -347,25 +359,11 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
             keys: list = []
             attrs = ()
             if start < end:
-                attrs = []
-                p = start
-                for pre, key, raw in findall(line, start):
-                    if key == "device_ids":
-                        p = -1
-                        break
-                    p += len(pre)
-                    key = intern(key)
-                    keys.append(key)
-                    a = new(Attribute)
-                    set_key(a, key)
-                    set_raw(a, intern(raw))
-                    set_at(a, at + p + 1)
-                    attrs.append(a)
-                    p += len(raw)
-                if p == end:
-                    attrs = tuple(attrs)
-                else:  # a gap, `key= value`, `device_ids`: `other` reads the attributes one by one
+                tiled = _tiled_attributes(line, start, end, at, findall)
+                if tiled is None:  # a gap, `key= value`, `device_ids`: `other` reads the attributes one by one
                     common = False
+                else:
+                    keys, attrs = tiled[0], tuple(tiled[1])
         if common:
             opcode = intern(opcode)
             parameter = None
@@ -380,13 +378,7 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
             else:  # parameter(N)
                 parameter = int(ops)
                 ops = ()
-            sig_key = (opcode, len(ops), parameter is None, *keys)
-            if sig_key not in checked:
-                verifier.check_instruction(Token("NAME", opcode, lineno, m.start(4) + 1), len(ops), parameter, attrs)
-                if "use_global_device_ids" not in sig_key:
-                    if len(checked) > 4096:
-                        checked.clear()
-                    checked.add(sig_key)
+            _check_once(opcode, lineno, m.start(4) + 1, len(ops), parameter, keys, attrs)
             is_root = root is not None
             at += m.start(2) + 1
             literal = None
