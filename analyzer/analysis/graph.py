@@ -270,10 +270,9 @@ def _calling_and_sites(module: HloModule
     unreached computations give only their call lines (`LazyComputation.call_instructions`). Callers come
     after their callees in HLO text, so one walk from the last computation sees every caller first.
     """
-    from analyzer.hlo.attributes import CALL_KEYS
+    from analyzer.hlo.attributes import names_callee
     from analyzer.hlo.parser import LazyComputation
 
-    call_keys = frozenset(CALL_KEYS)
     entry = module.entry if module.computations else None
     code = {entry.name} if entry is not None else set()
     out: dict[str, tuple[Instruction, ...]] = {}
@@ -282,7 +281,7 @@ def _calling_and_sites(module: HloModule
         if isinstance(comp, LazyComputation) and comp.name not in code:
             insts = comp.call_instructions()
         else:
-            insts = tuple(i for i in comp.instructions if any(a.key in call_keys for a in i.attributes))
+            insts = tuple(i for i in comp.instructions if names_callee(i))
         out[comp.name] = insts
         per = sites_of[comp.name] = []
         for inst in insts:

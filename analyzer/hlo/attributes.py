@@ -40,6 +40,7 @@ __all__ = [
     "Metadata",
     "DECODERS",
     "CALL_KEYS",
+    "names_callee",
     "unquote",
     "split_top",
     "parse_int_list",
@@ -1186,6 +1187,11 @@ def int_list(inst: Instruction, key: str) -> tuple[int, ...] | None:
         pos = a.position
         raise HloSyntaxError(f"attribute {key} of {inst.name!r}: {e}", line=pos.line if pos else None,
                              column=pos.column if pos else None) from None
+
+
+def names_callee(inst: Instruction) -> bool:
+    """Whether `inst` has an attribute that names called computations (one of `CALL_KEYS`)."""
+    return any(a.key in _CALL_KEY_SET for a in inst.attributes)
 
 
 def called_computations(inst: Instruction) -> tuple[str, ...]:

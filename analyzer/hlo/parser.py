@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
-from analyzer.hlo.attributes import CALL_KEYS, forget_valid
+from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, parse_head_fast,
                                    parse_tables_fast, parse_tables_lenient)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Operand, Position, packed
@@ -878,8 +878,8 @@ class LazyComputation(Computation):
         if index is not None and index.calls is not None:
             found = self._read(index.calls)
             if found is not None:
-                return tuple(i for i in found if _names_callee(i))
-        return tuple(i for i in self.instructions if _names_callee(i))
+                return tuple(i for i in found if names_callee(i))
+        return tuple(i for i in self.instructions if names_callee(i))
 
     def line_head(self, name: str | None = None) -> tuple[str, Shape, str | None] | None:
         """Opcode, shape and first operand's name (None without operands) of the instruction `name` (None: the
@@ -1016,7 +1016,6 @@ _ROW = re.compile(r"\n[ \t]*+(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*=[ \t]*(" 
 # With a comment in the text, any key after a space too (the grammar reads `, /*c*/ calls=`).
 _CALL_AT = re.compile(r",[ \t]*+(?:" + "|".join(CALL_KEYS) + r")=")
 _CALL_AT_SPACED = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
-_CALL_KEY_SET = frozenset(CALL_KEYS)
 # The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end.
 _FIRST_OPERAND = re.compile(r"[ \t]*(?:" + _ARRAY + r"[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(?:,|\Z)")
 
@@ -1112,7 +1111,3 @@ def _row_instruction(line: str, lineno: int, k: int, index: _Index, attr_re: tup
             return None
     return Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
                        parameter, literal)
-
-
-def _names_callee(inst: Instruction) -> bool:
-    return any(a.key in _CALL_KEY_SET for a in inst.attributes)
