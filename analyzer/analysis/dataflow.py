@@ -119,7 +119,7 @@ def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
     return False
 
 
-def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
+def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
              users: Mapping[str, tuple[tuple[Instruction, int], ...]] | None = None,
              module: HloModule | None = None, depth: int = 0) -> tuple[DotUse, ...]:
     """The dots that read `inst`'s value through transparent ops, and whether `dim` is contracted.
@@ -129,7 +129,7 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
 
     Args:
       comp: the computation holding `inst`.
-      inst: the producer (e.g. an all-gather).
+      inst: the producer (e.g. an all-gather), or its name.
       dim: a dimension of `inst`'s output to track (e.g. the gathered dim), or None.
       users: `users_map(comp)`, when the caller has it.
       module: the module, to look inside fusions.
@@ -137,7 +137,7 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
     if users is None:  # (a fusion body of a lazily parsed module: its users read line by line, no parse)
         users = users_map(comp) if comp.is_parsed else _LazyUsers(comp)
     found: list[DotUse] = []
-    stack: list[tuple[str, int | None]] = [(inst.name, dim)]
+    stack: list[tuple[str, int | None]] = [(inst if isinstance(inst, str) else inst.name, dim)]
     seen: set[str] = set()
     while stack:
         name, d = stack.pop()
@@ -159,7 +159,7 @@ def dot_uses(comp: Computation, inst: Instruction, dim: int | None = None,
                     called = module.by_name.get(called_name)
                     if called is None or not called.mentions(*_DOTS_OR_FUSION):
                         continue  # no dot can be reached in there (a lazy module's body stays text)
-                    param = next((i for i in called.select("parameter") if i.parameter_number == k), None)
+                    param = called.parameter_name(k)  # (a lazy module's body: from its index, no line read)
                     if param is not None:
                         found.extend(dot_uses(called, param, d, None, module, depth + 1))
     return tuple(found)

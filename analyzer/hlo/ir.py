@@ -269,6 +269,12 @@ class Computation:
         """Whether any instruction has one of `opcodes`."""
         return any(i.opcode in opcodes for i in self.instructions)
 
+    def parameter_name(self, number: int) -> str | None:
+        """The name of `parameter(number)`; None when there is none. (A lazily parsed computation answers from
+        its index without reading the line.)"""
+        return next((i.name for i in self.instructions if i.opcode == "parameter" and i.parameter_number == number),
+                    None)
+
     @property
     def is_parsed(self) -> bool:
         """Whether the instructions are parsed (always, except for a lazy computation not yet read)."""

@@ -31,7 +31,8 @@ from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, parse_head_fast,
                                    parse_tables_fast, parse_tables_lenient)
-from analyzer.hlo.ir import Computation, HloModule, Instruction, Operand, Position, packed
+from analyzer.hlo.ir import (Computation, HloModule, Instruction, Operand, Position, new_instruction, new_operand,
+                             packed)
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
@@ -598,8 +599,9 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     header_text, spans = split
     header = _parse_header(header_text, lenient)
     callees: dict = {}
-    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints, callees)
-             for start, end, line, column, name, is_entry in spans]
+    commented = "/*" in text  # (else no computation's index looks for a comment)
+    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints, callees,
+                             commented) for start, end, line, column, name, is_entry in spans]
     spans.clear()  # (the caller's: 21,000 spans of a 22 MB module are a quarter of its text while it is parsed)
     callees.update((c.name, c) for c in comps)
     name = header.name
@@ -806,11 +808,11 @@ class LazyComputation(Computation):
 
     def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
                  path: str | None, lenient: bool = False, check_ints: bool | None = True,
-                 callees: dict | None = None) -> None:
+                 callees: dict | None = None, commented: bool = True) -> None:
         # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
         # large module)
         self.__dict__.update(_checks=(lenient, check_ints), _callees={} if callees is None else callees,
-                             _source=source, _span=(start, end), _path=path, name=name, is_entry=is_entry,
+                             _commented=commented, _source=source, _span=(start, end), _path=path, name=name, is_entry=is_entry,
                              position=Position(line, column))
 
     @property
@@ -847,7 +849,7 @@ class LazyComputation(Computation):
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
         start, end = self._span
-        return _Index.of(self._source, start, end)
+        return _Index.of(self._source, start, end, self._commented)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -858,11 +860,23 @@ class LazyComputation(Computation):
 
         Example: `fusion_comp.select("dot", "all-gather")`.
         """
-        index = None if self.is_parsed else self._index
+        index = None if "_parsed" in self.__dict__ else self._index
         if index is not None:
             want = index.written.intersection(opcodes)
-            found = self._read(index.rows_of(want)) if want else ()  # (most fusions: none written, nothing read)
-            if found is not None:
+            if not want:
+                return ()  # (most fusions: none written, nothing read)
+            # One answer per set of opcodes both asked and written: the step model, the dots and the collectives
+            # ask a fusion body for dots with different company (fusions, calls, collectives) and get the same.
+            selected = self.__dict__.get("_selected")
+            if selected is None:
+                selected = self.__dict__["_selected"] = {}
+            found = selected.get(want)
+            if found is None:
+                found = self._read(index.rows_of(want))
+                if found is not None:
+                    selected[want] = found
+                    return found
+            else:
                 return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
@@ -874,8 +888,10 @@ class LazyComputation(Computation):
         On an unparsed computation only the rows the index found a call attribute on are read, so the call
         graph of a module need not parse its fusion bodies; a parsed one answers from its instructions.
         """
-        index = None if self.is_parsed else self._index
+        index = None if "_parsed" in self.__dict__ else self._index
         if index is not None and index.calls is not None:
+            if not index.calls:
+                return ()
             found = self._read(index.calls)
             if found is not None:
                 return tuple(i for i in found if names_callee(i))
@@ -903,6 +919,20 @@ class LazyComputation(Computation):
             return None
         return opcode, shape, first.group(1) if first is not None else None
 
+    def parameter_name(self, number: int) -> str | None:
+        """The name of `parameter(number)`, None when there is none. Unparsed: from the index, no line read (a
+        row `name = shape parameter(N)`; the parse when two rows give the number)."""
+        index = None if "_parsed" in self.__dict__ else self._index
+        if index is None or "parameter" not in index.written:
+            return super().parameter_name(number) if index is None else None
+        cells = index.cells
+        found = [k for k in index.rows_of(("parameter",))
+                 if (text := cells[5 * k + 4].strip()).isdigit() and int(text) == number]
+        if len(found) != 1:
+            return super().parameter_name(number) if found else None
+        name = cells[5 * found[0] + 1]
+        return name[1:] if name[0] == "%" else name
+
     def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
         """The instructions that read the value `name`, each with the operand index it is read at, in order (what
         `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: only the rows whose operand text
@@ -922,14 +952,17 @@ class LazyComputation(Computation):
         """
         if not ks:
             return ()
-        memo: dict[int, Instruction] = self.__dict__.setdefault("_rows_read", {})
-        missing = [k for k in ks if k not in memo]
+        memo: dict[int, Instruction] | None = self.__dict__.get("_rows_read")
+        if memo is None:
+            memo = self.__dict__["_rows_read"] = {}
+        missing = [k for k in ks if k not in memo] if memo else ks
         if missing:
             index = self._index
             src, (at, end) = self._source, self._span
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             attr_re, transformer = _attr_regex(), _transformer()
-            new = []
+            new: list[Instruction] = []
+            texts: list[str] = []
             paused = gc.isenabled()  # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis)
             if paused:
                 gc.disable()
@@ -943,9 +976,10 @@ class LazyComputation(Computation):
                     if inst is None:
                         return None
                     new.append(inst)
+                    texts.append(text)
                 lenient, check_ints = self._checks
-                if check_ints is None:  # what the range check reads: the read instructions' attributes
-                    check_ints = _has_long_int("\n".join(a.raw for i in new for a in i.attributes))
+                if check_ints is None:  # what the range check reads (a superset: the read lines)
+                    check_ints = _has_long_int(texts[0] if len(texts) == 1 else "\n".join(texts))
                 verify_instructions(_found_computation(self.name, tuple(new)), lenient=lenient, source=self._source,
                                     check_ints=check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
@@ -956,7 +990,7 @@ class LazyComputation(Computation):
                 if paused:
                     gc.enable()
             memo.update(zip(missing, new))
-        return tuple(memo[k] for k in ks)
+        return tuple([memo[k] for k in ks])
 
     @cached_property
     def _parsed(self) -> Computation:
@@ -1033,13 +1067,14 @@ class _Index:
     __slots__ = ("cells", "written", "calls", "root", "_by_name")
 
     @classmethod
-    def of(cls, src: str, start: int, end: int) -> _Index | None:
+    def of(cls, src: str, start: int, end: int, commented: bool = True) -> _Index | None:
         """The index of `src[start:end]`; None when a line between the header and `}` is not a row. (What
-        follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)"""
+        follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)
+        `commented`: False when the whole text holds no `/*` (then the text is not searched for one)."""
         rows = _ROW.findall(src, start, end)
-        return cls(src, start, end, rows) if len(rows) == src.count("\n", start, end) - 1 else None
+        return cls(src, start, end, rows, commented) if len(rows) == src.count("\n", start, end) - 1 else None
 
-    def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]]) -> None:
+    def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]], commented: bool = True) -> None:
         self.cells = cells = tuple(chain.from_iterable(rows))
         self._by_name = None
         written = frozenset(cells[3::5])
@@ -1048,9 +1083,13 @@ class _Index:
         self.root = -1
         if len(marks) - marks.count("") == 1:
             self.root = len(rows) - 1 if marks[-1] else next(k for k, mark in enumerate(marks) if mark)
+        call_at = _CALL_AT_SPACED if commented and src.find("/*", start, end) >= 0 else _CALL_AT
+        if call_at.search(src, start, end) is None:  # (most fusion bodies)
+            self.calls = ()
+            return
         calls: list[int] | None = []
         line, at = 0, start  # (the line of `at`: each hit counts the newlines since the last)
-        for hit in (_CALL_AT_SPACED if src.find("/*", start, end) >= 0 else _CALL_AT).finditer(src, start, end):
+        for hit in call_at.finditer(src, start, end):
             line += src.count("\n", at, hit.start())
             at = hit.start()
             if not 0 < line <= len(rows):
@@ -1099,15 +1138,16 @@ def _row_instruction(line: str, lineno: int, k: int, index: _Index, attr_re: tup
     else:  # a constant, as the grammar's callback gives it
         is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
         name, at = str(tok), packed(tok.line, tok.column)
-    by_name = index.by_name
     ops = []
-    for oname in operands[0] if operands else ():  # (either form has none, or the fast path's names first)
-        j = by_name.get(oname, -1)
-        if not 0 <= j < k:
-            return None  # not defined once, by an earlier row
-        try:
-            ops.append(Operand(oname, decode_shape(index.field(j, 2))))
-        except ValueError:
-            return None
-    return Instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
-                       parameter, literal)
+    if operands:  # (either form has none, or the fast path's names first)
+        by_name, cells = index.by_name, index.cells
+        for oname in operands[0]:
+            j = by_name.get(oname, -1)
+            if not 0 <= j < k:
+                return None  # not defined once, by an earlier row
+            try:
+                ops.append(new_operand(oname, decode_shape(cells[5 * j + 2])))
+            except ValueError:
+                return None
+    return new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
+                           parameter, literal)

@@ -55,6 +55,11 @@ def test_users_and_line_heads_of_unparsed_computations_equal_full_parse(path):
             assert head in (None, (inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None))
             read += head is not None
         assert comp.line_head("no such name") is None
+        numbers = sorted(i.parameter_number for i in want.instructions if i.opcode == "parameter")
+        for n in numbers:  # (the dot walk into a fusion asks its parameter by number: no line read)
+            assert comp.parameter_name(n) == want.parameter_name(n) == next(
+                i.name for i in want.instructions if i.parameter_number == n)
+        assert comp.parameter_name(len(numbers)) is None
     assert read
 
 
@@ -150,6 +155,11 @@ def test_index_answers_equal_full_parse_on_xla_forms(path):
         fresh = lambda: parse_hlo(text, lenient=True, lazy=True)[comp.name]  # noqa: E731 - one question each
         assert fresh().written == opcodes
         assert fresh().select(*sorted(opcodes)[::2]) == comp.select(*sorted(opcodes)[::2])
+        asked = fresh()  # the same answer again when asked with opcodes it does not write (one read, kept)
+        assert asked.select(*sorted(opcodes)[::2]) == asked.select(*sorted(opcodes)[::2], "no-such-op") == comp.select(
+            *sorted(opcodes)[::2])
+        assert all(fresh().parameter_name(i.parameter_number) == i.name for i in comp.instructions
+                   if i.opcode == "parameter")
         assert fresh().call_instructions() == tuple(i for i in comp.instructions if i.called_computations)
         users = users_map(comp)
         for inst in comp.instructions:
