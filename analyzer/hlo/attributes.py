@@ -1076,12 +1076,15 @@ _PARSE_CHECKS: Mapping[str, Callable[[str], Any]] = {
 # does not match, the decoder runs and either accepts the value or says what is wrong with it.
 _QUICK = {
     # (a bare value here is an integer; any other goes to the decoder, which checks the integer fields)
-    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}'),
-    "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}"),
-    "channel_id": re.compile(r"-?\d+"),
-    "index": re.compile(r"-?\d+"),
-    **{k: re.compile(r"%?[A-Za-z_][\w.\-]*") for k in ("to_apply", "calls", "body", "condition", "select", "scatter",
-                                                       "true_computation", "false_computation")},
+    # (ASCII classes: a parse has rejected any other character outside a quoted string, and `\w` over ASCII is a
+    # table lookup, not a Unicode category test per character)
+    "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}',
+                           re.A),
+    "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}", re.A),
+    "channel_id": re.compile(r"-?\d+", re.A),
+    "index": re.compile(r"-?\d+", re.A),
+    **{k: re.compile(r"%?[A-Za-z_][\w.\-]*", re.A) for k in ("to_apply", "calls", "body", "condition", "select",
+                                                             "scatter", "true_computation", "false_computation")},
 }
 
 

@@ -20,7 +20,7 @@ import sys
 from analyzer.hlo.attributes import unquote
 from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, new_attribute, packed
 # (the slot setters `ir.new_instruction`/`new_operand` use: `build_lines` calls them inline, 145,000 times a module)
-from analyzer.hlo.ir import _instruction_slots, _new as _new_object, _operand_slots
+from analyzer.hlo.ir import _attribute_slots, _instruction_slots, _new as _new_object, _operand_slots
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
@@ -44,12 +44,13 @@ _SCALAR_TEXT = r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false"
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
     r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++"
-    r"|\{(?:(?:" + _SCALAR_TEXT + r")(?:, (?:" + _SCALAR_TEXT + r"))*+)?\})?\)"
+    r"|\{(?:(?:" + _SCALAR_TEXT + r")(?:, (?:" + _SCALAR_TEXT + r"))*+)?\})?\)", re.A
 )
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
 _HEAD = re.compile(r"(ENTRY[ \t]+)?(" + _NAME + r")[ \t]*\((.*)\)[ \t]*->[ \t]*(" + _ARRAY + "|" + _TUPLE
-                   + r")[ \t]*\{[ \t]*$")
-_PARAM = re.compile(r"[ \t]*(?:/\*[^*\n]*\*/)?[ \t]*(" + _NAME + r"):[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]*(?:,|$)")
+                   + r")[ \t]*\{[ \t]*$", re.A)
+_PARAM = re.compile(r"[ \t]*(?:/\*[^*\n]*\*/)?[ \t]*(" + _NAME + r"):[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]*(?:,|$)",
+                    re.A)
 
 
 class FastToken(str):
@@ -198,28 +199,34 @@ def _literal(text: str, lineno: int, column: int) -> tuple:
     return (text, "a", tuple(items))
 
 
-def _tiled_attributes(line: str, start: int, end: int, at: int, findall
-                      ) -> tuple[list[str], list[Attribute]] | None:
+def _tiled_attributes(line: str, start: int, end: int, at: int, findall, _intern=sys.intern, _new=_new_object,
+                      _cls=Attribute, _set=_attribute_slots) -> tuple[list[str], list[Attribute]] | None:
     """The keys and attributes of `line[start:end]` read by one `findall` (the `, key=value` pattern of
     `parser._attr_regex`), or None when its matches do not tile that text exactly (a gap, `key= value`,
     `device_ids`: then they are read one by one). When they tile it, each is what a match at its place gives
     (the first starts where the head ends, each next where the last ended). `at`: the line's packed position.
 
     Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute
-    text of real dumps is unique, so one string per distinct value, one per key.
+    text of real dumps is unique, so one string per distinct value, one per key. (Each Attribute is made by its
+    slot setters inline, `ir.new_attribute`'s body: 110,000 a large module's code computations.)
     """
+    set_key, set_raw, set_at = _set
     keys: list[str] = []
     attrs: list[Attribute] = []
-    p = start
+    p = start + 1
     for pre, key, raw in findall(line, start):
         if key == "device_ids":
             return None
         p += len(pre)
         key = _intern(key)
         keys.append(key)
-        attrs.append(new_attribute(key, _intern(raw), at + p + 1))
+        a = _new(_cls)
+        set_key(a, key)
+        set_raw(a, _intern(raw))
+        set_at(a, at + p)
+        attrs.append(a)
         p += len(raw)
-    return (keys, attrs) if p == end else None
+    return (keys, attrs) if p == end + 1 else None
 
 
 def _check_once(opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None, keys: list[str],

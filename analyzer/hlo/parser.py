@@ -499,7 +499,7 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
 # ---------------------------------------------------------------------------------------------- lazy
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
-_COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M)
+_COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][\w.\-]*)[^\n]*\{[ \t]*$", re.M | re.A)
 # A computation's closing line: `}` (XLA prints it unindented; its parser takes it indented too), maybe
 # followed by attributes (`}, execution_thread="main_thread"`).
 # (Led by the newline: `re` then finds candidates with a fast literal scan; `^[ \t]*\}` was 8x slower.)
@@ -524,26 +524,32 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     line = header_text.count("\n") + 1
     names: set[str] = set()
     n = len(text)
+    start_at, end_at, ws_at, find, count = _COMP_START.match, _COMP_END.search, _WS.match, text.find, text.count
     while pos < n:
-        m = _COMP_START.match(text, pos)
+        m = start_at(text, pos)
         if m is None:
             return None  # something between computations that the scanner does not know
-        end = _comp_end(text, m.end())
-        if end is None:
-            return None
-        if text.find("{\n", m.end(), end.start()) >= 0 and _COMP_START.search(text, m.end(), end.start()):
+        body = m.end()
+        end = end_at(text, body - 1)  # (the first `}` line; XLA prints it at column 1, which always closes)
+        if end is None or text[end.start(1)] != "}":
+            end = _comp_end(text, body)
+            if end is None:
+                return None
+        close = end.end()
+        if find("{\n", body, end.start()) >= 0 and _COMP_START.search(text, body, end.start()):
             return None  # a header inside: this computation's `}` ends an instruction's line (`add(a, b) }`)
-        name = m.group(2).lstrip("%")
+        name = m.group(2)
+        if name[0] == "%":
+            name = name[1:]
         if name == "ENTRY":
             return None  # `ENTRY /*comment*/ name {`: the grammar reads it
         if name in names:
             return None  # let the grammar path report the duplicate
         names.add(name)
-        spans.append((m.start(), end.end(), line, m.start(2) - m.start() + 1, name, m.group(1) is not None))
-        line += text.count("\n", m.start(), end.end())
-        ws = _WS.match(text, end.end())
-        line += text.count("\n", end.end(), ws.end())
-        pos = ws.end()
+        begin = m.start()
+        spans.append((begin, close, line, m.start(2) - begin + 1, name, m.group(1) is not None))
+        pos = ws_at(text, close).end()
+        line += count("\n", begin, pos)
     return (header_text, spans) if spans else None
 
 
@@ -785,8 +791,8 @@ def _attr_regex() -> tuple[re.Pattern, re.Pattern]:
     the whole `key=value`, 2 the key, 3 the value), and the same without the space after `=` for `findall`
     over a whole line (groups: `, key=`, the key, the value)."""
     value = attribute_value_pattern()
-    return (re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + value + "))"),
-            re.compile(r"(,[ \t]*([a-zA-Z_][a-zA-Z0-9_.\-]*)=)(" + value + ")"))
+    return (re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + value + "))", re.A),
+            re.compile(r"(,[ \t]*([a-zA-Z_][a-zA-Z0-9_.\-]*)=)(" + value + ")", re.A))
 
 
 @lru_cache(maxsize=1)
@@ -830,7 +836,8 @@ class LazyComputation(Computation):
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
-        return not self.written.isdisjoint(opcodes)
+        index = self._index  # (`written`, inlined: asked of every fusion body several times)
+        return not (index.written if index is not None else self._opcodes).isdisjoint(opcodes)
 
     @property
     def written(self) -> frozenset[str]:
@@ -862,9 +869,9 @@ class LazyComputation(Computation):
         """
         index = None if "_parsed" in self.__dict__ else self._index
         if index is not None:
-            want = index.written.intersection(opcodes)
-            if not want:
+            if index.written.isdisjoint(opcodes):
                 return ()  # (most fusions: none written, nothing read)
+            want = index.written.intersection(opcodes)
             # One answer per set of opcodes both asked and written: the step model, the dots and the collectives
             # ask a fusion body for dots with different company (fusions, calls, collectives) and get the same.
             selected = self.__dict__.get("_selected")
@@ -902,22 +909,28 @@ class LazyComputation(Computation):
         root). Unparsed: from the index's row, no parse; None when no row or two define it (or mark ROOT), or
         the row does not read as `name = shape opcode(operand`. Parsed: from the instruction.
         """
-        index = None if self.is_parsed else self._index
+        index = None if "_parsed" in self.__dict__ else self._index
         if index is None:
             inst = self.root if name is None else self.by_name.get(name)
             if inst is None:
                 return None
             return inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None
+        heads = index.heads
+        if heads is None:
+            heads = index.heads = {}
+        elif name in heads:  # (the step model asks a body's root once per call site)
+            return heads[name]
         k = index.root if name is None else index.by_name.get(name, -1)
-        if k < 0:
-            return None
-        shape_text, opcode, operands = index.cells[5 * k + 2:5 * k + 5]
-        first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
-        try:
-            shape = decode_shape(shape_text)
-        except ValueError:
-            return None
-        return opcode, shape, first.group(1) if first is not None else None
+        head = None
+        if k >= 0:
+            shape_text, opcode, operands = index.cells[5 * k + 2:5 * k + 5]
+            first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
+            try:
+                head = opcode, decode_shape(shape_text), first.group(1) if first is not None else None
+            except ValueError:
+                pass
+        heads[name] = head
+        return head
 
     def parameter_name(self, number: int) -> str | None:
         """The name of `parameter(number)`, None when there is none. Unparsed: from the index, no line read (a
@@ -959,6 +972,7 @@ class LazyComputation(Computation):
         if missing:
             index = self._index
             src, (at, end) = self._source, self._span
+            start, rows = at, len(index.cells) // 5
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             attr_re, transformer = _attr_regex(), _transformer()
             new: list[Instruction] = []
@@ -968,6 +982,12 @@ class LazyComputation(Computation):
                 gc.disable()
             try:
                 for k in missing:
+                    if rows - k < k - line:  # (nearer the end: most rows read are the root, the last)
+                        at = end
+                        for _ in range(rows - k + 1):
+                            at = src.rfind("\n", start, at)
+                        at += 1
+                        line = k + 1
                     while line <= k:
                         at = src.find("\n", at, end) + 1
                         line += 1
@@ -1044,14 +1064,14 @@ class LazyComputation(Computation):
 # operand with a tuple shape or a nested instruction is not XLA's print). No part crosses a line, so each line
 # gives at most one match.
 _ROW = re.compile(r"\n[ \t]*+(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE
-                  + r")[ \t]+([A-Za-z][\w\-]*)\(([^()\n]*+)\)")
+                  + r")[ \t]+([A-Za-z][\w\-]*)\(([^()\n]*+)\)", re.A)
 # `, key=` of an attribute that names called computations: where the fast path reads attribute keys (a superset
 # of the lines that hold one: the same text inside a quoted string also matches, and those lines are only read).
 # With a comment in the text, any key after a space too (the grammar reads `, /*c*/ calls=`).
 _CALL_AT = re.compile(r",[ \t]*+(?:" + "|".join(CALL_KEYS) + r")=")
-_CALL_AT_SPACED = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=")
+_CALL_AT_SPACED = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=", re.A)
 # The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end.
-_FIRST_OPERAND = re.compile(r"[ \t]*(?:" + _ARRAY + r"[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(?:,|\Z)")
+_FIRST_OPERAND = re.compile(r"[ \t]*(?:" + _ARRAY + r"[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(?:,|\Z)", re.A)
 
 
 class _Index:
@@ -1061,10 +1081,10 @@ class _Index:
     text (`_ROW`'s groups), kept flat in `cells` (row k's `f`th at `5 * k + f`: one object per computation, not
     one per line). `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
     one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
-    `by_name`: each name's row (-1 for a name two rows define).
+    `by_name`: each name's row (-1 for a name two rows define). `heads`: what `line_head` answered, by name.
     """
 
-    __slots__ = ("cells", "written", "calls", "root", "_by_name")
+    __slots__ = ("cells", "written", "calls", "root", "_by_name", "heads")
 
     @classmethod
     def of(cls, src: str, start: int, end: int, commented: bool = True) -> _Index | None:
@@ -1077,6 +1097,7 @@ class _Index:
     def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]], commented: bool = True) -> None:
         self.cells = cells = tuple(chain.from_iterable(rows))
         self._by_name = None
+        self.heads: dict[str | None, tuple | None] | None = None  # (`LazyComputation.line_head`'s answers)
         written = frozenset(cells[3::5])
         self.written = _WRITTEN_SETS.setdefault(written, written)  # (one set per distinct opcode set)
         marks = cells[0::5]

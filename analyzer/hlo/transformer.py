@@ -401,7 +401,7 @@ def _parameter_number(inst: Instruction) -> int:
     return inst.parameter_number
 
 
-OPERAND_NAME = re.compile(r"%([A-Za-z_][\w.\-]*)")  # an operand's name after its `%`
+OPERAND_NAME = re.compile(r"%([A-Za-z_][\w.\-]*)", re.A)  # an operand's name after its `%`
 
 
 class OperandNames:
