@@ -373,6 +373,31 @@ def test_called_computations(attrs, want):
     assert inst.called_computations == want
 
 
+def test_a_lazily_parsed_module_is_freed_when_dropped():
+    """A lazy module, read in part (a computation parsed, others asked through their index), is freed by reference
+    counting as soon as it is dropped, with the collector off: its records reach their shared callee table through
+    a weak reference (a strong one made every lazy module a cycle that waited for a full collection)."""
+    import gc
+    import weakref
+
+    comps = "\n\n".join(f"%c{k} (x: f32[]) -> f32[] {{\n  %x = f32[] parameter(0)\n  ROOT %n = f32[] negate(%x)\n}}"
+                        for k in range(50))
+    text = f"HloModule m\n\n{comps}\n\nENTRY %e (p: f32[]) -> f32[] {{\n  %p = f32[] parameter(0)\n" \
+           f"  ROOT %r = f32[] call(%p), to_apply=%c0\n}}\n"
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        m = parse_hlo(text, lazy=True)
+        assert m.entry.root.opcode == "call"  # the entry parsed (it looks its callee up in the table)
+        assert m.by_name["c1"].select("negate")[0].name == "n" and m.by_name["c2"].line_head()[0] == "negate"
+        gone = [weakref.ref(m), weakref.ref(m.by_name["c1"]), weakref.ref(m.entry)]
+        del m
+        assert [r() for r in gone] == [None, None, None]
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_full_parse_leaves_no_cycles_behind():
     """A full parse leaves no reference cycles among what it no longer needs (the lazy computations it read
     through hold a table of each other): promoted unscanned to the oldest generation, they would wait for a full
