@@ -826,6 +826,22 @@ def _found_computation(name: str, found: tuple[Instruction, ...]) -> Computation
     return comp
 
 
+class _kept:
+    """`functools.cached_property` without its lock (Python 3.11 takes an RLock on each first read): the first read
+    stores the value in the instance's `__dict__`, where later reads find it. For `LazyComputation._index`, read
+    first on each of a large module's 21,000 computations; a lazy module is not shared between threads while it is
+    read (its caches are plain dicts)."""
+
+    def __init__(self, func) -> None:
+        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
+
+
 class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
@@ -834,9 +850,9 @@ class LazyComputation(Computation):
                  callees: weakref.ref | None = None, commented: bool = True) -> None:
         # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
         # large module)
-        self.__dict__.update(_checks=(lenient, check_ints), _callees=callees, _commented=commented, _source=source,
-                             _span=(start, end), _path=path, name=name, is_entry=is_entry,
-                             position=Position(line, column))
+        self.__dict__.update({"_checks": (lenient, check_ints), "_callees": callees, "_commented": commented,
+                              "_source": source, "_span": (start, end), "_path": path, "name": name,
+                              "is_entry": is_entry, "position": Position(line, column)})
 
     @property
     def text(self) -> str:
@@ -868,7 +884,7 @@ class LazyComputation(Computation):
     def _opcodes(self) -> frozenset[str]:
         return frozenset(i.opcode for i in self.instructions)
 
-    @cached_property
+    @_kept
     def _index(self) -> _Index | None:
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
