@@ -1,7 +1,8 @@
 """How `analyzer.pipeline.analyze_hlo` splits its time between parsing and analysis, against XLA's parser.
 
 For each text (a file given, else the synthetic 22 MB module of `parse_speed.py`, made once and cached under
-build/bench/) it prints, in CPU seconds (`time.process_time`, best of `--repeat`, each in the same process):
+build/bench/) it prints, in CPU seconds (`time.process_time`, best of `--repeat` rounds in the same process, the
+parses taken in turn in each round, each module freed inside its timing as XLA's is):
 XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo(text, lenient=True)`, what
 `analyze_hlo` ran before it read lazily), `analyze_hlo` end to end from the file, and the parse work
 `analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
@@ -44,19 +45,23 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
-def _best_no_collector(fn, repeat: int) -> float:
-    """`_best` with the cyclic collector off throughout: without the pass Python runs over the objects a parse
-    made when its pause ends (that pass also walks whatever else the process holds)."""
-    best = float("inf")
+def _interleaved(fns: dict, repeat: int) -> dict[str, float]:
+    """Best CPU seconds of each of `fns` (name -> (function, collector off)), taken in turn in each of `repeat`
+    rounds: XLA's parser beside ours in every round, so that a slow spell of a shared machine (a run's times drift
+    by a quarter over minutes here) falls on both sides of a ratio rather than on one."""
+    best = {name: float("inf") for name in fns}
     for _ in range(repeat):
-        gc.collect()
-        gc.disable()
-        try:
-            t = time.process_time()
-            fn()
-            best = min(best, time.process_time() - t)
-        finally:
-            gc.enable()
+        for name, (fn, collector_off) in fns.items():
+            gc.collect()
+            if collector_off:
+                gc.disable()
+            try:
+                t = time.process_time()
+                fn()
+                best[name] = min(best[name], time.process_time() - t)
+            finally:
+                if collector_off:
+                    gc.enable()
     return best
 
 
@@ -171,15 +176,17 @@ def main(argv=None) -> int:
           f"{'parsed':>13}")
     for p in paths:
         text = p.read_text()
-        t_xla = _best(lambda: xc.hlo.hlo_module_from_text(text), args.repeat)
-        t_parse = _best(lambda: parse_hlo(text, lenient=True), args.repeat)
         t_all = _best(lambda: analyze_hlo(str(p), mesh=args.mesh), args.repeat)
         events = _record(lambda: analyze_hlo(str(p), mesh=args.mesh))
         asks = _asks(events)
-        t_lazy = _best(lambda: parse_hlo(text, lenient=True, lazy=True), args.repeat)
-        t_path = _best(gc_paused()(lambda: _replay(text, asks)), args.repeat)
-        t_parse_nc = _best_no_collector(lambda: parse_hlo(text, lenient=True), args.repeat)
-        t_path_nc = _best_no_collector(lambda: _replay(text, asks), args.repeat)
+        t = _interleaved({"xla": (lambda: xc.hlo.hlo_module_from_text(text), False),
+                          "full": (lambda: parse_hlo(text, lenient=True), False),
+                          "lazy": (lambda: parse_hlo(text, lenient=True, lazy=True), False),
+                          "path": (gc_paused()(lambda: _replay(text, asks)), False),
+                          "full_nc": (lambda: parse_hlo(text, lenient=True), True),
+                          "path_nc": (lambda: _replay(text, asks), True)}, args.repeat)
+        t_xla, t_parse, t_lazy, t_path, t_parse_nc, t_path_nc = (
+            t[k] for k in ("xla", "full", "lazy", "path", "full_nc", "path_nc"))
         n_comps = len(parse_hlo(text, lenient=True, lazy=True).computations)
         n_parsed = len({name for kind, name, _ in events if kind == "parse"})
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "

@@ -907,16 +907,14 @@ class LazyComputation(Computation):
             want = index.written.intersection(opcodes)
             # One answer per set of opcodes both asked and written: the step model, the dots and the collectives
             # ask a fusion body for dots with different company (fusions, calls, collectives) and get the same.
-            selected = self.__dict__.get("_selected")
-            if selected is None:
-                selected = self.__dict__["_selected"] = {}
-            found = selected.get(want)
-            if found is None:
-                found = self._read(index.rows_of(want))
-                if found is not None:
-                    selected[want] = found
+            # (Kept as (set, answer) pairs, most bodies one: a dict and a set per body were 0.2x the text kept.)
+            selected = self.__dict__.get("_selected", ())
+            for asked, found in selected:
+                if asked == want:
                     return found
-            else:
+            found = self._read(index.rows_of(want))
+            if found is not None:
+                self.__dict__["_selected"] = selected + ((_WRITTEN_SETS.setdefault(want, want), found),)
                 return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
