@@ -1107,8 +1107,11 @@ _ROW = re.compile(r"\n[ \t]*+(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*=[ \t]*(" 
 # With a comment in the text, any key after a space too (the grammar reads `, /*c*/ calls=`).
 _CALL_AT = re.compile(r",[ \t]*+(?:" + "|".join(CALL_KEYS) + r")=")
 _CALL_AT_SPACED = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=", re.A)
-# The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end.
-_FIRST_OPERAND = re.compile(r"[ \t]*(?:" + _ARRAY + r"[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(?:,|\Z)", re.A)
+# The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end;
+# `/*...*/` comments may stand wherever spaces may (XLA prints `/*index=5*/%x` in long lists; its lexer skips them).
+_GAP = r"(?:[ \t]|/\*(?:[^*\n]|\*(?!/))*+\*/)*+"
+_FIRST_OPERAND = re.compile(_GAP + r"(?:" + _ARRAY + r"[ \t]" + _GAP + r")?%?([A-Za-z_][\w.\-]*+)" + _GAP
+                            + r"(?:,|\Z)", re.A)
 
 
 class _Index:

@@ -125,6 +125,9 @@ CASES = [
     ("letter_in_name", _inst("ROOT \u00e9 = f32[4] negate(p)"), 4),
     ("non_ascii_in_string_and_comment", _inst('ROOT c = f32[4] negate(p), metadata={op_name="\u00e9"} /* \u00fc */'),
      None),
+    # ------------------------------------------------ comments in operand lists (the lexer skips them)
+    ("comment_before_operand_names_none", _inst("ROOT c = f32[4] add(/*%q*/%p, /*%q*/%p)"), None),   # XLA: accepts
+    ("comment_operand_count", _inst("ROOT c = f32[4] add(/*%p*/%p)"), 4),          # XLA: expects 2 operands
 ]
 
 
