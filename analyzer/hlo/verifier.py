@@ -338,7 +338,11 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             attributes.validate(inst)
         except ValueError as e:
             a = e.attribute  # type: ignore[attr-defined]
-            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
+            where = _at(a.position or inst.position)
+            offset = getattr(e, "offset", 0)  # (a decoder that knows where in the value: `attributes.OriginError`)
+            if offset and a.position is not None and "\n" not in a.raw[:offset]:
+                where["column"] = a.position.column + offset
+            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **where) from None
     return tuple(notes)
 
 

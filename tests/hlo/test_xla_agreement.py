@@ -128,6 +128,20 @@ CASES = [
     # ------------------------------------------------ comments in operand lists (the lexer skips them)
     ("comment_before_operand_names_none", _inst("ROOT c = f32[4] add(/*%q*/%p, /*%q*/%p)"), None),   # XLA: accepts
     ("comment_operand_count", _inst("ROOT c = f32[4] add(/*%p*/%p)"), 4),          # XLA: expects 2 operands
+    # ------------------------------------------------ origin= (an original value): XLA's reader, token by token
+    ("origin_tuple_tree", _inst('ROOT c = f32[4] negate(p), origin={({"a"}, {"b" {1,}})}'), None),
+    ("origin_synthetic_call", _inst("ROOT c = f32[4] negate(p), origin={ [synthetic_call] }"), None),
+    ("origin_any_order", _inst('ROOT c = f32[4] negate(p), origin={({"a"}(}'), None),       # XLA: accepts
+    ("origin_stray_close_alone", _inst('ROOT c = f32[4] negate(p), origin={({"a"}))}'), None),  # XLA: accepts
+    ("origin_array_unclosed", _inst('ROOT c = f32[4] negate(p), origin={(({"a"}, {"b"}), {"c"(})}'), 4),  # '}' at end
+    ("origin_not_a_tree", _inst('ROOT c = f32[4] negate(p), origin={"a"}'), 4),   # XLA: expects [synthetic] or tree
+    ("origin_synthetic_misspelled", _inst("ROOT c = f32[4] negate(p), origin={[synthetic]}"), 4),
+    ("origin_synthetic_then_more", _inst('ROOT c = f32[4] negate(p), origin={[synthetic_call]{"a"}}'), 4),
+    ("origin_name_unquoted", _inst("ROOT c = f32[4] negate(p), origin={{a}}"), 4),
+    ("origin_shape_index_integer", _inst('ROOT c = f32[4] negate(p), origin={{"a" {1.0}}}'), 4),  # expects integer
+    ("origin_shape_index_two", _inst('ROOT c = f32[4] negate(p), origin={{"a" {1}{2}}}'), 4),
+    ("origin_comma_outside_tuple", _inst('ROOT c = f32[4] negate(p), origin={{"a"}, {"b"}}'), 4),   # XLA: aborts
+    ("origin_array_after_stray_close", _inst('ROOT c = f32[4] negate(p), origin={){"a"}}'), 4),  # XLA: bad_alloc
 ]
 
 
@@ -151,6 +165,13 @@ def test_non_ascii_column_and_shape():
     with pytest.raises(HloSyntaxError) as e:
         parse_shape("f32[\u0663]")
     assert (e.value.line, e.value.column) == (1, 5)
+
+
+def test_origin_error_column():
+    """A bad `origin=` is reported at the token XLA stops at (here the `(` where `}` should end the array)."""
+    with pytest.raises(HloSyntaxError) as e:
+        parse_hlo(_inst('ROOT c = f32[4] negate(p), origin={(({"a"}, {"b"}), {"c"(})}'))
+    assert (e.value.line, e.value.column) == (4, 59) and "to end the original array" in e.value.message
 
 
 def test_closing_brace_on_an_instruction_line():
