@@ -38,7 +38,7 @@ from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
 from analyzer.hlo import verifier as _verifier
-from analyzer.hlo.verifier import check_computations, verify_header, verify_instructions
+from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -298,6 +298,10 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                 notes = verify_header(module, text[:header_end], lenient=lenient)
                 if notes:
                     object.__setattr__(module, "header_notes", module.header_notes + notes)
+                if "input_output_alias" in module.attributes and module.entry.is_parsed:
+                    # (a lazy parse's entry is not read yet: `check_read` checks it once it is)
+                    check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
+                                        module.entry.root.shape)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _hint_single(_positioned(e, text, path), single) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
@@ -470,7 +474,10 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
     """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
     computation defined before its caller, the async-op structure) on what a lazily parsed module has read:
     parsed computations whole, each unparsed one by its call instructions (`calls`, by name, as
-    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed).
+    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed). And the
+    header's `input_output_alias` output indexes against the entry's root shape (`verifier.check_alias_outputs`):
+    the parsed entry's, else its ROOT row's (`line_head`, no parse); an unparsed entry without one ROOT row
+    is not checked.
 
     Raises:
       HloSemanticError: with path, line, column and the source line, as `parse_hlo` would.
@@ -481,6 +488,13 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
         return
     source, path = lazy[0]._source, lazy[0]._path
     try:
+        aliasing = module.attributes.get("input_output_alias")
+        if aliasing is not None:  # the entry's root shape, from the entry if read, else from its ROOT row (no parse)
+            entry = module.entry
+            head = None if entry.is_parsed else entry.line_head()
+            root = entry.root.shape if entry.is_parsed else head[1] if head is not None else None
+            if root is not None:
+                check_alias_outputs(source[:lazy[0]._span[0]], aliasing, root)
         views = []
         for c in comps:
             if c.is_parsed:

@@ -31,6 +31,11 @@ _AR = ("HloModule m\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n
        "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] all-reduce(p), replica_groups=%s, to_apply=add\n}\n")
 
 
+_ALIASED = ("HloModule m, %s\nENTRY e {\n  p = (f32[], f32[]) parameter(0)\n  a = f32[] get-tuple-element(p), index=0\n"
+            "  b = f32[] get-tuple-element(p), index=1\n%s}\n")
+_ALIASED_ROOT = "  ROOT t = (f32[], f32[]) tuple(a, b)\n"
+
+
 def _conv(labels: str) -> str:
     return _inst(f"ROOT c = f32[1,4,4,1] convolution(a, b), window={{size=1x1}}, dim_labels={labels}",
                  "  a = f32[1,4,4,1] parameter(0)\n  b = f32[1,1,1,1] parameter(1)\n")
@@ -142,6 +147,18 @@ CASES = [
     ("origin_shape_index_two", _inst('ROOT c = f32[4] negate(p), origin={{"a" {1}{2}}}'), 4),
     ("origin_comma_outside_tuple", _inst('ROOT c = f32[4] negate(p), origin={{"a"}, {"b"}}'), 4),   # XLA: aborts
     ("origin_array_after_stray_close", _inst('ROOT c = f32[4] negate(p), origin={){"a"}}'), 4),  # XLA: bad_alloc
+    # ------------------------------------------------ input_output_alias / buffer_donor: on the entry's root shape
+    ("alias_output_index", _ALIASED % ("input_output_alias={ {1}: (0, {1}, may-alias) }", _ALIASED_ROOT), None),
+    ("alias_output_index_beyond_root", _ALIASED % ("input_output_alias={ {2}: (0, {0}) }", _ALIASED_ROOT), 1),
+    ("alias_output_index_into_an_array", _ALIASED % ("input_output_alias={ {0,0}: (0, {0}) }", _ALIASED_ROOT), 1),
+    ("alias_root_is_last_instruction", _ALIASED % ("input_output_alias={ {0}: (0, {0}) }", ""), 1),  # b: f32[]
+    ("alias_whole_output_without_root", _ALIASED % ("input_output_alias={ {}: (0, {0}) }", ""), None),
+    ("alias_not_on_layout_result", _ALIASED % ("input_output_alias={ {2}: (0, {0}) }, entry_computation_layout="
+                                               "{((f32[], f32[]))->(f32[], f32[], f32[])}", _ALIASED_ROOT), 1),
+    ("alias_comment_and_trailing_commas", _ALIASED % ("input_output_alias={ {0,}: (0, {0}), /* {7}: */ {1}: (0, {1}), }",
+                                                      _ALIASED_ROOT), None),
+    ("alias_empty_item", _ALIASED % ("input_output_alias={ {0}: (0, {0}),, }", _ALIASED_ROOT), 1),  # Expects '{'
+    ("donor_trailing_comma", _ALIASED % ("buffer_donor={ (0, {0}), /*c*/ (0, {1}), }", _ALIASED_ROOT), None),
 ]
 
 
@@ -172,6 +189,28 @@ def test_origin_error_column():
     with pytest.raises(HloSyntaxError) as e:
         parse_hlo(_inst('ROOT c = f32[4] negate(p), origin={(({"a"}, {"b"}), {"c"(})}'))
     assert (e.value.line, e.value.column) == (4, 59) and "to end the original array" in e.value.message
+
+
+def test_alias_output_index_in_a_lazy_parse():
+    """A lazy parse checks the output indexes once the entry's root shape is known without a parse of it for this
+    (`check_read`: the parsed entry's root, else its ROOT row), at the same place as the full parse."""
+    from analyzer.hlo.parser import check_read
+
+    text = _ALIASED % ("input_output_alias={ {2}: (0, {0}) }", _ALIASED_ROOT)
+    with pytest.raises(HloSemanticError) as full:
+        parse_hlo(text)
+    assert (full.value.line, full.value.column) == (1, 35) and "{2}" in full.value.message
+    for read_entry in (False, True):
+        m = parse_hlo(text, lazy=True)
+        if read_entry:
+            m.entry.instructions  # noqa: B018
+        with pytest.raises(HloSemanticError) as lazy:
+            check_read(m, {})
+        assert (lazy.value.line, lazy.value.column, lazy.value.message) == (1, 35, full.value.message)
+        assert m.entry.is_parsed is read_entry
+    m = parse_hlo(_ALIASED % ("input_output_alias={ {1}: (0, {0}) }", _ALIASED_ROOT), lazy=True)
+    check_read(m, {})
+    assert not m.entry.is_parsed
 
 
 def test_closing_brace_on_an_instruction_line():
