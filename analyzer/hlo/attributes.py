@@ -496,7 +496,9 @@ def parse_frontend_attributes(raw: str) -> dict[str, str]:
 _FRONTEND_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)=\s*("(?:[^"\\]|\\.)*"|\{.*\})\s*', re.S)
 
 
-_COMP_NAME = re.compile(r"^%?[A-Za-z_][\w.\-]*$")
+# A name in an attribute value: `%add`, `add`, or `add:` (XLA's lexer reads a bare name directly followed by `:` as
+# that name, there as everywhere).
+_COMP_NAME = re.compile(r"^(?:%[A-Za-z_][\w.\-]*|[A-Za-z_][\w.\-]*:?)$")
 
 
 def parse_computation_list(raw: str) -> tuple[str, ...]:
@@ -512,7 +514,7 @@ def parse_computation_list(raw: str) -> tuple[str, ...]:
     for item in items:
         if not _COMP_NAME.match(item):
             raise ValueError(f"expected a computation name like `%add`, got {item[:40]!r}")
-        out.append(item.lstrip("%"))
+        out.append(item[1:] if item[0] == "%" else item.rstrip(":"))
     return tuple(out)
 
 
@@ -1035,7 +1037,7 @@ def parse_name_list(raw: str) -> tuple[str, ...]:
     for item in split_top(body) if body else []:
         if not _COMP_NAME.match(item):
             raise ValueError(f"expected an instruction name like `%a`, got {item[:40]!r}")
-        out.append(item.lstrip("%"))
+        out.append(item[1:] if item[0] == "%" else item.rstrip(":"))
     return tuple(out)
 
 

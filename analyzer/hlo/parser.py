@@ -115,7 +115,14 @@ def _lark() -> Lark:
         maybe_placeholders=True,
         propagate_positions=False,
         cache=False,
+        lexer_callbacks={"COLON_NAME": _colon_name},
     )
+
+
+def _colon_name(tok):
+    """`p:` where a name stands: the name `p`, as XLA's lexer reads it (a NAME token, so every rule and callback
+    that takes a name takes it; only this spelling pays for the call)."""
+    return tok.update("NAME", tok[:-1])
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -160,6 +167,8 @@ _INSTRUCTION = "an instruction like `%name = f32[2] add(%a, %b)`"
 def _describe_expected(expected: set[str]) -> str:
     """One sentence of what was expected, most specific first."""
     e = set(expected)
+    if "NAME" in e:
+        e.discard("COLON_NAME")  # (`x:`, XLA's other spelling of the name `x`)
     if "OPCODE" in e:
         return "expected an opcode like `add` or `constant(...)` after the shape"
     if {"ROOT", "NAME", "RBRACE"} <= e:
@@ -219,7 +228,12 @@ def _from_lark(e: Exception, text: str, path: str | None, line_offset: int = 0) 
             found = f"`{str(tok)[:40]}`"
         msg = f"{_describe_expected(set(e.expected))}, found {found}"
     elif isinstance(e, UnexpectedCharacters):
-        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
+        # (by line and column: a line or computation parsed on its own counts `pos_in_stream` in its own text)
+        src = _source_line(text, (line or 0) + line_offset) if isinstance(column, int) else None
+        if src is not None and 0 < column <= len(src):
+            ch = src[column - 1]
+        else:
+            ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
         allowed = set(e.allowed or ())
         msg = f"{_describe_expected(allowed)}, found `{ch}`" if allowed else f"unexpected character `{ch}`"
         if ch == "\x00":
@@ -359,7 +373,8 @@ def is_single_instruction(text: str) -> bool:
         return True
     if m.group() in ("HloModule", "ENTRY"):
         return False
-    nxt = _LEAD.match(text, m.end()).end()
+    end = m.end() + (text[m.end():m.end() + 1] == ":" and m.group()[0] != "%")  # (`add: {`: the name `add`)
+    nxt = _LEAD.match(text, end).end()
     return text[nxt:nxt + 1] != "{"
 
 
@@ -532,8 +547,10 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     if first is None or _has_multiline_comment(text):
         return None
     header_text = text[: first.start()]
-    if _STRAY_IN_HEADER.search(header_text):
-        return None  # a computation the scanner did not see (e.g. `name {` with an instruction on that line)
+    if _STRAY_IN_HEADER.search(header_text) or _HEADER_OPENS.search(header_text):
+        # a computation the scanner did not see (e.g. `name {` with an instruction on that line, or one that
+        # starts on the `HloModule` line: `HloModule m:c1 {`, which XLA reads as the module `m` and computation `c1`)
+        return None
     spans: list[tuple] = []
     pos = first.start()
     line = header_text.count("\n") + 1
@@ -569,6 +586,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+# An `HloModule` line that ends in `{`: a computation opens on it.
+_HEADER_OPENS = re.compile(r"^[ \t]*HloModule\b[^\n]*\{[ \t]*$", re.M)
 # A header line that is neither `HloModule ...`, a table name nor a table row.
 _STRAY_IN_HEADER = re.compile(r"^[ \t]*(?!HloModule\b|FileNames\b|FunctionNames\b|FileLocations\b|StackFrames\b)"
                               r"(?:ENTRY\b|%?[A-Za-z_][\w.\-]*[ \t]*[({])", re.M)

@@ -159,6 +159,22 @@ CASES = [
                                                       _ALIASED_ROOT), None),
     ("alias_empty_item", _ALIASED % ("input_output_alias={ {0}: (0, {0}),, }", _ALIASED_ROOT), 1),  # Expects '{'
     ("donor_trailing_comma", _ALIASED % ("buffer_donor={ (0, {0}), /*c*/ (0, {1}), }", _ALIASED_ROOT), None),
+    # ------------------------------------------------ `name:` is a name (XLA's lexer), where a name may stand
+    ("colon_instruction_name", _inst("p1: = f32[4] negate(p)"), None),
+    ("colon_instruction_name_no_space", _inst("ROOT c:= f32[4] negate(p)"), None),
+    ("colon_operand_name", _inst("ROOT c = f32[4] add(p:, f32[4] p:)"), None),
+    ("colon_after_percent", _inst("ROOT %c: = f32[4] negate(p)"), 4),               # XLA: expects '='
+    ("colon_twice", _inst("ROOT c:: = f32[4] negate(p)"), 4),
+    ("colon_entry_name", "HloModule m\nENTRY e: (p: f32[4]) -> f32[4] {\n  p = f32[4] parameter(0)\n"
+                         "  ROOT c = f32[4] negate(p)\n}\n", None),
+    ("colon_computation_and_callee", "HloModule m\nf: {\n  x = f32[] parameter(0)\n  ROOT y = f32[] negate(x)\n}\n"
+                                     "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=f:, "
+                                     "control-predecessors={p:}\n}\n", None),
+    # ------------------------------------------------ the first computation on the `HloModule` line
+    ("computation_on_header_line", "HloModule m:c1 {\n  x = f32[] parameter(0)\n}\nc2 {\n  ROOT y = f32[] constant(1)\n}\n",
+     None),
+    ("entry_on_header_line", "HloModule m, is_scheduled=true ENTRY %e {\n  ROOT x = f32[] parameter(0)\n}\n", None),
+    ("computation_on_header_line_after_comma", "HloModule m, c1 {\n  ROOT x = f32[] parameter(0)\n}\n", 1),
 ]
 
 
@@ -211,6 +227,29 @@ def test_alias_output_index_in_a_lazy_parse():
     m = parse_hlo(_ALIASED % ("input_output_alias={ {1}: (0, {0}) }", _ALIASED_ROOT), lazy=True)
     check_read(m, {})
     assert not m.entry.is_parsed
+
+
+def test_colon_names_read_without_the_colon():
+    """`name:` is the name `name` (instruction, operand, computation, callee, control predecessor), in a module and
+    in a header-less one whose first computation is written `f: {`."""
+    body = ("f: {\n  x = f32[] parameter(0)\n  ROOT y = f32[] negate(x:)\n}\nENTRY e: {\n  p: = f32[] parameter(0)\n"
+            "  ROOT c = f32[] call(p:), to_apply=f:, control-predecessors={p:}\n}\n")
+    for text in ("HloModule m\n" + body, body):
+        m = parse_hlo(text)
+        assert [c.name for c in m.computations] == ["f", "e"] and m.entry.name == "e"
+        root = m.entry.root
+        assert (root.operand_names, root.called_computations, m.entry["p"].position.column) == (("p",), ("f",), 3)
+        assert m["f"].root.operand_names == ("x",)
+
+
+def test_opcode_named_operand_rejected_on_purpose():
+    """XLA's parser drops an undefined operand spelled as a bare opcode (`custom-call(a, negate)` becomes
+    `custom-call(a)`: it logs "cannot parse as an instruction name or as a nested instruction" and goes on), so it
+    accepts the module when the operand count still fits. That is an accident of its error handling, and the
+    module it keeps is not the one written: the parse reports the undefined operand instead."""
+    with pytest.raises(HloSemanticError) as e:
+        parse_hlo(_inst('ROOT c = f32[4] custom-call(p, negate), custom_call_target="x"'))
+    assert (e.value.line, e.value.column) == (4, 34) and "'negate'" in e.value.message
 
 
 def test_closing_brace_on_an_instruction_line():
