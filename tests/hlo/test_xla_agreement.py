@@ -1,6 +1,8 @@
 """The forms where the differential fuzz (tests/hlo/differential.py) found `parse_hlo` and XLA's parser disagreeing
 (issue 13): layouts, custom-call `literal=`, `domain=`, aliasing, shardings and replica groups, `dim_labels`,
-dense literals, a computation's `}` on an instruction's line, send/recv channels, reshape counts, string escapes.
+dense literals, a computation's `}` on an instruction's line, send/recv channels, reshape counts, string escapes,
+comments in operand lists, `origin=`, `input_output_alias` against the entry's root, `name:` names, a computation
+on the `HloModule` line.
 
 Each case is XLA's own verdict (jaxlib 0.10.2, `xla_client.hlo.hlo_module_from_text`, which runs the parser and
 no HLO verifier), written beside it; a rejection must come with the line (and a column) of the bad text.
