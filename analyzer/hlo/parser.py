@@ -120,9 +120,10 @@ def _lark() -> Lark:
 
 
 def _colon_name(tok):
-    """`p:` where a name stands: the name `p`, as XLA's lexer reads it (a NAME token, so every rule and callback
-    that takes a name takes it; only this spelling pays for the call)."""
-    return tok.update("NAME", tok[:-1])
+    """`p:` where a name stands: the name `p`, as XLA's lexer reads it (only this spelling pays for the call). The
+    token keeps its type, so the parser takes it only where the grammar allows it (a name, never an opcode: the
+    lexer state after a shape, shared by `shape %operand` and `shape opcode(`, lexes `negate:` so)."""
+    return tok.update(value=tok[:-1])
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -225,7 +226,7 @@ def _from_lark(e: Exception, text: str, path: str | None, line_offset: int = 0) 
             found = "the end of the text"
             line, column = _end_position(text)
         else:
-            found = f"`{str(tok)[:40]}`"
+            found = f"`{str(tok)[:40]}{':' if tok.type == 'COLON_NAME' else ''}`"
         msg = f"{_describe_expected(set(e.expected))}, found {found}"
     elif isinstance(e, UnexpectedCharacters):
         # (by line and column: a line or computation parsed on its own counts `pos_in_stream` in its own text)

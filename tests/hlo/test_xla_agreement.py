@@ -167,6 +167,8 @@ CASES = [
     ("colon_operand_name", _inst("ROOT c = f32[4] add(p:, f32[4] p:)"), None),
     ("colon_after_percent", _inst("ROOT %c: = f32[4] negate(p)"), 4),               # XLA: expects '='
     ("colon_twice", _inst("ROOT c:: = f32[4] negate(p)"), 4),
+    ("colon_opcode", _inst("ROOT c = f32[4] negate:(p)"), 4),                     # XLA: expects opcode
+    ("colon_nested_opcode", _inst("ROOT c = f32[4] add(p, f32[4] negate:(p))"), 4),
     ("colon_entry_name", "HloModule m\nENTRY e: (p: f32[4]) -> f32[4] {\n  p = f32[4] parameter(0)\n"
                          "  ROOT c = f32[4] negate(p)\n}\n", None),
     ("colon_computation_and_callee", "HloModule m\nf: {\n  x = f32[] parameter(0)\n  ROOT y = f32[] negate(x)\n}\n"
