@@ -170,7 +170,7 @@ def _describe_expected(expected: set[str]) -> str:
     e = set(expected)
     if "NAME" in e:
         e.discard("COLON_NAME")  # (`x:`, XLA's other spelling of the name `x`)
-    if "OPCODE" in e:
+    if "OPCODE" in e or e == {"NAME", "CONSTANT_OPEN"}:  # (the opcode is lexed as a NAME)
         return "expected an opcode like `add` or `constant(...)` after the shape"
     if {"ROOT", "NAME", "RBRACE"} <= e:
         return f"expected {_INSTRUCTION}, or `}}` to end the computation"
