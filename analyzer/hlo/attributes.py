@@ -53,6 +53,7 @@ __all__ = [
     "parse_dim_labels",
     "parse_literal_attribute",
     "parse_outfeed_shape",
+    "parse_origin",
     "parse_domain",
     "parse_window",
     "parse_padding",
@@ -495,7 +496,9 @@ def parse_frontend_attributes(raw: str) -> dict[str, str]:
 _FRONTEND_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)=\s*("(?:[^"\\]|\\.)*"|\{.*\})\s*', re.S)
 
 
-_COMP_NAME = re.compile(r"^%?[A-Za-z_][\w.\-]*$")
+# A name in an attribute value: `%add`, `add`, or `add:` (XLA's lexer reads a bare name directly followed by `:` as
+# that name, there as everywhere).
+_COMP_NAME = re.compile(r"^(?:%[A-Za-z_][\w.\-]*|[A-Za-z_][\w.\-]*:?)$")
 
 
 def parse_computation_list(raw: str) -> tuple[str, ...]:
@@ -511,7 +514,7 @@ def parse_computation_list(raw: str) -> tuple[str, ...]:
     for item in items:
         if not _COMP_NAME.match(item):
             raise ValueError(f"expected a computation name like `%add`, got {item[:40]!r}")
-        out.append(item.lstrip("%"))
+        out.append(item[1:] if item[0] == "%" else item.rstrip(":"))
     return tuple(out)
 
 
@@ -726,6 +729,126 @@ def parse_output_to_operand_aliasing(raw: str) -> tuple[tuple[tuple[int, ...], i
     return tuple(out)
 
 
+# The tokens of an `origin=` value as XLA's lexer splits them: spaces and comments between any two; a quoted string
+# (double or single quotes), an integer, a word, one punctuation character.
+_ORIGIN_TOKEN = re.compile(r"""\s+|/\*(?:[^*]|\*(?!/))*\*/|//[^\n]*|("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')"""
+                           r"""|(-?\d+(?![\w.]))|([^\s{}()\[\],"'/]+|.)""", re.S | re.A)
+
+
+class OriginError(ValueError):
+    """A malformed `origin=` value; `offset`: where in the value (0-based) the bad token starts."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+def parse_origin(raw: str) -> tuple[tuple[tuple[int, ...], str, tuple[int, ...]], ...] | str:
+    """`origin=` (an instruction's original value) as XLA's parser reads it: `{[synthetic_call]}`, or `{...}` holding
+    a tuple tree of original arrays, each `{"name"}` or `{"name" {shape index}}` (or `{}`: none), where `(` opens a
+    tuple level, `,` moves to the next element and `)` closes the level. XLA's reader takes any order of these
+    (`{({"a"}(}` parses), so this does; what it fails on is an error here: a token that is none of these, and two
+    spellings where XLA's reader steps outside its index: a `,` outside any `(` (it increments the last level of
+    an empty index: XLA aborts, but for a `{(...),}` it may survive), and an array after a `)` that closed no `(`
+    (it popped an empty index; the array then fails, a `)` with nothing after it passes, as XLA's does).
+
+    Returns:
+      `"synthetic_call"`, or the arrays as `(leaf index, instruction name, shape index)` in the order written.
+
+    Raises:
+      OriginError: what XLA expected, with the offset of the token in `raw`.
+
+    Example:
+      >>> parse_origin('{({"a"}, {"b" {1}})}')
+      (((0,), 'a', ()), ((1,), 'b', (1,)))
+    """
+    toks: list[tuple[int, str, int]] = []  # (kind: 0 punctuation or word, 1 string, 2 integer; text; offset)
+    for m in _ORIGIN_TOKEN.finditer(raw):
+        if m.lastindex:
+            toks.append((m.lastindex if m.lastindex < 3 else 0, m.group(m.lastindex), m.start()))
+    toks.append((0, "", len(raw)))  # the end
+    pos = 0
+
+    def take(text: str | None, why: str) -> tuple[int, str, int]:
+        nonlocal pos
+        tok = toks[pos]
+        if text is not None and (tok[0] != 0 or tok[1] != text):
+            raise OriginError(f"{why}, found {_origin_found(tok)}", tok[2])
+        pos += 1
+        return tok
+
+    take("{", "expected `{` to start the original value")
+    if toks[pos][1] == "[" and toks[pos][0] == 0:
+        pos += 1
+        take("synthetic_call", "expected `synthetic_call` after `[`")
+        take("]", "expected `]` to end `[synthetic_call]`")
+        take("}", "expected `}` to end the original value after `[synthetic_call]`")
+        out: Any = "synthetic_call"
+    else:
+        index: list[int] = []
+        broken = None  # the offset of a `)` that closed no `(`
+        arrays = []
+        while True:
+            kind, text, at = take(None, "")
+            if kind == 0 and text == "}":
+                break
+            if kind == 0 and text == "(":
+                index.append(0)
+            elif kind == 0 and text == ")":
+                if index:
+                    index.pop()
+                elif broken is None:
+                    broken = at
+            elif kind == 0 and text == ",":
+                if index:
+                    index[-1] += 1
+                elif broken is None:  # (XLA increments the last of no index levels: it aborts)
+                    raise OriginError("`,` outside any `(` of the tuple tree", at)
+            elif kind == 0 and text == "{":
+                if broken is not None:
+                    raise OriginError("an original array after a `)` that closes no `(` (XLA fails there: the "
+                                      "tree index is empty)", at)
+                name, shape_index = None, ()
+                if toks[pos][0] == 1:
+                    name = unquote(take(None, "")[1])
+                    if toks[pos][1] == "{" and toks[pos][0] == 0:
+                        shape_index = _origin_shape_index(toks, pos)
+                        pos = shape_index[1]
+                        shape_index = shape_index[0]
+                take("}", 'expected `}` to end the original array `{"name" {shape index}}`')
+                if name is not None:
+                    arrays.append((tuple(index), name, shape_index))
+            else:
+                raise OriginError("expected `[synthetic_call]` or a tuple tree of original arrays like "
+                                  f'`({{"a"}}, {{"b" {{1}}}})`, found {_origin_found((kind, text, at))}', at)
+        out = tuple(arrays)
+    if pos < len(toks) - 1:
+        raise OriginError(f"unexpected {_origin_found(toks[pos])} after the original value", toks[pos][2])
+    return out
+
+
+def _origin_found(tok: tuple[int, str, int]) -> str:
+    return f"`{tok[1][:20]}`" if tok[1] else "the end of the value"
+
+
+def _origin_shape_index(toks: list[tuple[int, str, int]], pos: int) -> tuple[tuple[int, ...], int]:
+    """`{1, 2}` at `toks[pos]` (a trailing comma allowed, as XLA's ParseShapeIndex takes it) -> (index, next pos)."""
+    pos += 1
+    out: list[int] = []
+    while not (toks[pos][0] == 0 and toks[pos][1] == "}"):
+        kind, text, at = toks[pos]
+        if kind != 2 or not -2**63 <= int(text) < 2**63:
+            raise OriginError(f"expected an integer in the shape index, found {_origin_found(toks[pos])}", at)
+        out.append(int(text))
+        pos += 1
+        if toks[pos][0] == 0 and toks[pos][1] == ",":
+            pos += 1
+        elif not (toks[pos][0] == 0 and toks[pos][1] == "}"):
+            raise OriginError(f"expected `,` or `}}` in the shape index, found {_origin_found(toks[pos])}",
+                              toks[pos][2])
+    return tuple(out), pos + 1
+
+
 def parse_outfeed_shape(raw: str) -> Shape:
     """`outfeed_shape=(u32[3]{0}, pred[])`: a shape (a tuple's element layouts are checked, as XLA does)."""
     text = raw.strip()
@@ -914,7 +1037,7 @@ def parse_name_list(raw: str) -> tuple[str, ...]:
     for item in split_top(body) if body else []:
         if not _COMP_NAME.match(item):
             raise ValueError(f"expected an instruction name like `%a`, got {item[:40]!r}")
-        out.append(item.lstrip("%"))
+        out.append(item[1:] if item[0] == "%" else item.rstrip(":"))
     return tuple(out)
 
 
@@ -1056,6 +1179,7 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "sharding": _parse_sharding,
     "literal": parse_literal_attribute,
     "output_to_operand_aliasing": parse_output_to_operand_aliasing,
+    "origin": parse_origin,
     "outfeed_shape": parse_outfeed_shape,
     "domain": parse_domain,
     **{k: parse_computation_list for k in CALL_KEYS},
@@ -1081,6 +1205,7 @@ _QUICK = {
     "metadata": re.compile(r'\{(?:\s*[A-Za-z_][\w.\-]*\s*=\s*(?:"[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|-?\d+(?=[\s,}]))\s*,?)*\s*\}',
                            re.A),
     "dimensions": re.compile(r"\{(?:-?\d+(?:,-?\d+)*)?\}", re.A),
+    "origin": re.compile(r'\{\{"[^"\\]*"(?: \{\d+(?:,\d+)*\})?\}\}', re.A),  # `{{"name"}}`, `{{"name" {1}}}`
     "channel_id": re.compile(r"-?\d+", re.A),
     "index": re.compile(r"-?\d+", re.A),
     **{k: re.compile(r"%?[A-Za-z_][\w.\-]*", re.A) for k in ("to_apply", "calls", "body", "condition", "select",

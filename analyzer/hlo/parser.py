@@ -38,7 +38,7 @@ from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
                                       frames, single_instruction_mode)
 from analyzer.hlo import verifier as _verifier
-from analyzer.hlo.verifier import check_computations, verify_header, verify_instructions
+from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -115,7 +115,15 @@ def _lark() -> Lark:
         maybe_placeholders=True,
         propagate_positions=False,
         cache=False,
+        lexer_callbacks={"COLON_NAME": _colon_name},
     )
+
+
+def _colon_name(tok):
+    """`p:` where a name stands: the name `p`, as XLA's lexer reads it (only this spelling pays for the call). The
+    token keeps its type, so the parser takes it only where the grammar allows it (a name, never an opcode: the
+    lexer state after a shape, shared by `shape %operand` and `shape opcode(`, lexes `negate:` so)."""
+    return tok.update(value=tok[:-1])
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -160,7 +168,9 @@ _INSTRUCTION = "an instruction like `%name = f32[2] add(%a, %b)`"
 def _describe_expected(expected: set[str]) -> str:
     """One sentence of what was expected, most specific first."""
     e = set(expected)
-    if "OPCODE" in e:
+    if "NAME" in e:
+        e.discard("COLON_NAME")  # (`x:`, XLA's other spelling of the name `x`)
+    if "OPCODE" in e or e == {"NAME", "CONSTANT_OPEN"}:  # (the opcode is lexed as a NAME)
         return "expected an opcode like `add` or `constant(...)` after the shape"
     if {"ROOT", "NAME", "RBRACE"} <= e:
         return f"expected {_INSTRUCTION}, or `}}` to end the computation"
@@ -216,10 +226,15 @@ def _from_lark(e: Exception, text: str, path: str | None, line_offset: int = 0) 
             found = "the end of the text"
             line, column = _end_position(text)
         else:
-            found = f"`{str(tok)[:40]}`"
+            found = f"`{str(tok)[:40]}{':' if tok.type == 'COLON_NAME' else ''}`"
         msg = f"{_describe_expected(set(e.expected))}, found {found}"
     elif isinstance(e, UnexpectedCharacters):
-        ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
+        # (by line and column: a line or computation parsed on its own counts `pos_in_stream` in its own text)
+        src = _source_line(text, (line or 0) + line_offset) if isinstance(column, int) else None
+        if src is not None and 0 < column <= len(src):
+            ch = src[column - 1]
+        else:
+            ch = text[e.pos_in_stream] if 0 <= e.pos_in_stream < len(text) else ""
         allowed = set(e.allowed or ())
         msg = f"{_describe_expected(allowed)}, found `{ch}`" if allowed else f"unexpected character `{ch}`"
         if ch == "\x00":
@@ -298,6 +313,10 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                 notes = verify_header(module, text[:header_end], lenient=lenient)
                 if notes:
                     object.__setattr__(module, "header_notes", module.header_notes + notes)
+                if "input_output_alias" in module.attributes and module.entry.is_parsed:
+                    # (a lazy parse's entry is not read yet: `check_read` checks it once it is)
+                    check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
+                                        module.entry.root.shape)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _hint_single(_positioned(e, text, path), single) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
@@ -355,7 +374,8 @@ def is_single_instruction(text: str) -> bool:
         return True
     if m.group() in ("HloModule", "ENTRY"):
         return False
-    nxt = _LEAD.match(text, m.end()).end()
+    end = m.end() + (text[m.end():m.end() + 1] == ":" and m.group()[0] != "%")  # (`add: {`: the name `add`)
+    nxt = _LEAD.match(text, end).end()
     return text[nxt:nxt + 1] != "{"
 
 
@@ -470,7 +490,10 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
     """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
     computation defined before its caller, the async-op structure) on what a lazily parsed module has read:
     parsed computations whole, each unparsed one by its call instructions (`calls`, by name, as
-    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed).
+    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed). And the
+    header's `input_output_alias` output indexes against the entry's root shape (`verifier.check_alias_outputs`):
+    the parsed entry's, else its ROOT row's (`line_head`, no parse); an unparsed entry without one ROOT row
+    is not checked.
 
     Raises:
       HloSemanticError: with path, line, column and the source line, as `parse_hlo` would.
@@ -481,6 +504,13 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
         return
     source, path = lazy[0]._source, lazy[0]._path
     try:
+        aliasing = module.attributes.get("input_output_alias")
+        if aliasing is not None:  # the entry's root shape, from the entry if read, else from its ROOT row (no parse)
+            entry = module.entry
+            head = None if entry.is_parsed else entry.line_head()
+            root = entry.root.shape if entry.is_parsed else head[1] if head is not None else None
+            if root is not None:
+                check_alias_outputs(source[:lazy[0]._span[0]], aliasing, root)
         views = []
         for c in comps:
             if c.is_parsed:
@@ -518,8 +548,10 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     if first is None or _has_multiline_comment(text):
         return None
     header_text = text[: first.start()]
-    if _STRAY_IN_HEADER.search(header_text):
-        return None  # a computation the scanner did not see (e.g. `name {` with an instruction on that line)
+    if _STRAY_IN_HEADER.search(header_text) or _HEADER_OPENS.search(header_text):
+        # a computation the scanner did not see (e.g. `name {` with an instruction on that line, or one that
+        # starts on the `HloModule` line: `HloModule m:c1 {`, which XLA reads as the module `m` and computation `c1`)
+        return None
     spans: list[tuple] = []
     pos = first.start()
     line = header_text.count("\n") + 1
@@ -555,6 +587,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+# An `HloModule` line that ends in `{`: a computation opens on it.
+_HEADER_OPENS = re.compile(r"^[ \t]*HloModule\b[^\n]*\{[ \t]*$", re.M)
 # A header line that is neither `HloModule ...`, a table name nor a table row.
 _STRAY_IN_HEADER = re.compile(r"^[ \t]*(?!HloModule\b|FileNames\b|FunctionNames\b|FileLocations\b|StackFrames\b)"
                               r"(?:ENTRY\b|%?[A-Za-z_][\w.\-]*[ \t]*[({])", re.M)
@@ -1105,8 +1139,11 @@ _ROW = re.compile(r"\n[ \t]*+(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*=[ \t]*(" 
 # With a comment in the text, any key after a space too (the grammar reads `, /*c*/ calls=`).
 _CALL_AT = re.compile(r",[ \t]*+(?:" + "|".join(CALL_KEYS) + r")=")
 _CALL_AT_SPACED = re.compile(r"[,\s](?:" + "|".join(CALL_KEYS) + r")=", re.A)
-# The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end.
-_FIRST_OPERAND = re.compile(r"[ \t]*(?:" + _ARRAY + r"[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(?:,|\Z)", re.A)
+# The first operand in a row's operand text: a name, maybe after its shape (older printers), then `,` or the end;
+# `/*...*/` comments may stand wherever spaces may (XLA prints `/*index=5*/%x` in long lists; its lexer skips them).
+_GAP = r"(?:[ \t]|/\*(?:[^*\n]|\*(?!/))*+\*/)*+"
+_FIRST_OPERAND = re.compile(_GAP + r"(?:" + _ARRAY + r"[ \t]" + _GAP + r")?%?([A-Za-z_][\w.\-]*+)" + _GAP
+                            + r"(?:,|\Z)", re.A)
 
 
 class _Index:

@@ -401,7 +401,10 @@ def _parameter_number(inst: Instruction) -> int:
     return inst.parameter_number
 
 
-OPERAND_NAME = re.compile(r"%([A-Za-z_][\w.\-]*)", re.A)  # an operand's name after its `%`
+# An operand's name after its `%`, in an operand list as the fast path's line pattern takes it (`fastpath._LINE`: a
+# `/*...*/` comment only straight before a `%name`). The comment is matched with its name, so that a scan never
+# starts inside one: `add(/*%x*/%b, %a)` names `b` and `a`, not `x` too.
+OPERAND_NAME = re.compile(r"(?:/\*[^*\n]*+\*/)?%([A-Za-z_][\w.\-]*)", re.A)
 
 
 class OperandNames:
@@ -429,7 +432,7 @@ def operand_places(operands: tuple) -> list[tuple[str, None, int, int]]:
     between them, found in that text."""
     names, line, column, text = operands
     if text is not None:
-        return [(o.group(1), None, line, column + o.start()) for o in OPERAND_NAME.finditer(text)]
+        return [(o.group(1), None, line, column + o.start(1) - 1) for o in OPERAND_NAME.finditer(text)]
     out = []
     for name in names:
         out.append((name, None, line, column))

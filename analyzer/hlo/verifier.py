@@ -338,7 +338,11 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             attributes.validate(inst)
         except ValueError as e:
             a = e.attribute  # type: ignore[attr-defined]
-            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **_at(a.position or inst.position)) from None
+            where = _at(a.position or inst.position)
+            offset = getattr(e, "offset", 0)  # (a decoder that knows where in the value: `attributes.OriginError`)
+            if offset and a.position is not None and "\n" not in a.raw[:offset]:
+                where["column"] = a.position.column + offset
+            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **where) from None
     return tuple(notes)
 
 
@@ -643,17 +647,20 @@ def check_computations(comps: list[Computation]) -> Computation | None:
 _LAYOUT_SHAPE = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*\})?")
 
 
-_SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
+_SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*,?\s*)?\}"  # (XLA's ParseShapeIndex takes `{0,}`)
 _ALIAS_ITEM = re.compile(r"\s*" + _SHAPE_INDEX + r"\s*:\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX
                          + r"\s*(?:,\s*(?:must-alias|may-alias)\s*)?\)\s*")
 _DONOR_ITEM = re.compile(r"\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*\)\s*")
 
 
 def _check_items(a: Attribute, item: re.Pattern, example: str) -> None:
-    body = a.raw.strip()
+    """`{item, item, ...}`, comments anywhere and a `,` after the last item allowed (as XLA's parser reads them)."""
+    body = _blank_comments(a.raw).strip()
     ok = body.startswith("{") and body.endswith("}")
     if ok:
         inner = body[1:-1].strip()
+        if inner.endswith(",") and inner[:-1].strip():
+            inner = inner[:-1]
         if inner:
             from analyzer.hlo.attributes import split_top
 
@@ -707,6 +714,54 @@ def check_module_attribute(a: Attribute) -> None:
                              "expected entry_computation_layout={(f32[2]{0}, ...)->f32[2]{0}}",
                              line=a.position.line if a.position else None,
                              column=(a.position.column + bad) if a.position else None)
+
+
+# An output index of `input_output_alias`: `{0, 1}` before its `:` (a parameter index has none after it).
+_ALIAS_OUTPUT = re.compile(r"\{([^{}:]*)\}\s*:")
+_KEY_AT = "[,\\s]{}\\s*=\\s*"
+
+
+def _blank_comments(text: str) -> str:
+    """`text` with each `/*...*/` comment turned into as many spaces (offsets stay those of `text`)."""
+    return _COMMENT.sub(lambda c: " " * len(c.group()), text) if "/*" in text else text
+
+
+_COMMENT = re.compile(r"/\*(?:[^*]|\*(?!/))*\*/")
+
+
+def check_alias_outputs(header: str, raw: str, root: Shape) -> None:
+    """XLA's parser sets up each `input_output_alias` entry on the entry computation's root shape (the root's,
+    not the `entry_computation_layout` result's): an output index that shape lacks fails the parse there
+    (`ShapeUtil::IndexIsValid`). One check per module, once the root's shape is known.
+
+    Args:
+      header: the module's text before its first computation (where the attribute is, for the position).
+      raw: the attribute's value, as `HloModule.attributes` keeps it (its syntax already checked).
+      root: the entry computation's root shape.
+
+    Raises:
+      HloSemanticError: at the output index.
+    """
+    for m in _ALIAS_OUTPUT.finditer(_blank_comments(raw)):
+        index = tuple(int(x) for x in m.group(1).replace(",", " ").split())
+        shape = root
+        for k in index:
+            if not shape.is_tuple or not 0 <= k < len(shape.tuple_shapes):
+                break
+            shape = shape.tuple_shapes[k]
+        else:
+            continue
+        at = re.search(_KEY_AT.format("input_output_alias"), header)
+        line = column = None
+        if at is not None:
+            line_start = header.rfind("\n", 0, at.end()) + 1
+            line = header.count("\n", 0, at.end()) + 1
+            column = at.end() - line_start + 1
+            if header.startswith(raw, at.end()) and "\n" not in raw[:m.start()]:
+                column += m.start()
+        raise HloSemanticError(f"input_output_alias output index {{{m.group(1).strip()}}} is not an index of the "
+                               f"entry computation's root shape {root}; XLA sets up each alias on that shape",
+                               line=line, column=column)
 
 
 # How to parse a whole module, for the module texts an `origin_recovery_table` quotes. `analyzer.hlo.parser`

@@ -315,3 +315,33 @@ def test_one_pass_build_equals_two_steps(path):
             assert two[0] == "ok" and one[1] == two[1] and _fields(one[1]) == _fields(two[1])
         else:
             assert two[0] == "error"
+
+
+_COMMENTED = ["/*%x*/ %b, %a", "/*%x*/%b, %a", "%b, /*%a*/%a", "/*index=0*/%b, /*index=1*/%a", "%b /*c*/, %a",
+              "/* x */ %b, %a", "/*a,b*/%b, %a"]
+
+
+@pytest.mark.parametrize("ops", _COMMENTED)
+def test_comments_in_operand_lists_lazy_equals_full(ops):
+    """A `/*...*/` comment in an operand list, before or after a name, with or without a space (XLA prints
+    `/*index=5*/%x`; its lexer skips any comment): the full parse, the grammar alone and every lazy answer
+    (`line_head`, `users_of`, `select`) read the operands `b, a`, never a name inside the comment."""
+    from analyzer.analysis.dataflow import users_map
+
+    text = ("HloModule m\nENTRY %e (a: f32[4], b: f32[4], x: f32[4]) -> f32[4] {\n  %a = f32[4] parameter(0)\n"
+            "  %b = f32[4] parameter(1)\n  %x = f32[4] parameter(2)\n"
+            f"  %c = f32[4] add({ops})\n  ROOT %d = f32[4] multiply({ops})\n}}\n")
+    full = parse_hlo(text)
+    assert [i.operand_names for i in full.entry.instructions[3:]] == [("b", "a")] * 2
+    assert full == _grammar_only(text) and _positions(full) == _positions(_grammar_only(text))
+    users = users_map(full.entry)
+    printed = "*/ " not in ops and " /*" not in ops  # XLA's spelling: the fast path reads the lines, no parse
+    for name in ("a", "b", "x", "c", "d"):
+        lazy = parse_hlo(text, lazy=True).entry
+        assert lazy.users_of(name) == users.get(name, ()), name
+        assert not (printed and lazy.is_parsed)
+    for name in (None, "c", "d"):
+        lazy = parse_hlo(text, lazy=True).entry
+        want = full.entry.root if name is None else full.entry[name]
+        assert lazy.line_head(name) == (want.opcode, want.shape, "b") and not lazy.is_parsed  # (its row only)
+    assert parse_hlo(text, lazy=True).entry.select("add", "multiply") == full.entry.select("add", "multiply")
