@@ -641,10 +641,9 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     header = _parse_header(header_text, lenient)
     callees: dict = {}
     table = _CalleeTable(callees)
-    reach = weakref.ref(table)  # (one for all: the records reach the table through it, the module holds it)
-    commented = "/*" in text  # (else no computation's index looks for a comment)
-    comps = [LazyComputation(text, start, end, line, column, name, is_entry, path, lenient, check_ints, reach,
-                             commented) for start, end, line, column, name, is_entry in spans]
+    reading = _Reading(text, path, lenient, check_ints, "/*" in text, weakref.ref(table))
+    comps = [LazyComputation(reading, start, end, line, column, name, is_entry)
+             for start, end, line, column, name, is_entry in spans]
     spans.clear()  # (the caller's: 21,000 spans of a 22 MB module are a quarter of its text while it is parsed)
     callees.update((c.name, c) for c in comps)
     name = header.name
@@ -663,6 +662,20 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     if header.header_notes:
         object.__setattr__(module, "header_notes", header.header_notes)
     return module
+
+
+class _Reading:
+    """What the lazy records of one parse share (one object, not five fields a record): the source text and its
+    path, the parse's checks (`lenient`; `check_ints`, None to look for long integers per computation read),
+    whether the text holds a `/*` anywhere (else no index looks for a comment), and a weak reference to the callee
+    table (`_CalleeTable`)."""
+
+    __slots__ = ("source", "path", "lenient", "check_ints", "commented", "callees")
+
+    def __init__(self, source: str, path: str | None, lenient: bool, check_ints: bool | None, commented: bool,
+                 callees: weakref.ref | None) -> None:
+        self.source, self.path, self.lenient, self.check_ints = source, path, lenient, check_ints
+        self.commented, self.callees = commented, callees
 
 
 class _CalleeTable:
@@ -879,14 +892,20 @@ class _kept:
 class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
-    def __init__(self, source: str, start: int, end: int, line: int, column: int, name: str, is_entry: bool,
-                 path: str | None, lenient: bool = False, check_ints: bool | None = True,
-                 callees: weakref.ref | None = None, commented: bool = True) -> None:
+    def __init__(self, reading: _Reading, start: int, end: int, line: int, column: int, name: str,
+                 is_entry: bool) -> None:
         # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
-        # large module)
-        self.__dict__.update({"_checks": (lenient, check_ints), "_callees": callees, "_commented": commented,
-                              "_source": source, "_span": (start, end), "_path": path, "name": name,
-                              "is_entry": is_entry, "position": Position(line, column)})
+        # large module; five keys, so that a record read by its index still fits a dict's smallest tables)
+        self.__dict__.update({"_reading": reading, "_span": (start, end), "name": name, "is_entry": is_entry,
+                              "position": Position(line, column)})
+
+    @property
+    def _source(self) -> str:
+        return self._reading.source
+
+    @property
+    def _path(self) -> str | None:
+        return self._reading.path
 
     @property
     def text(self) -> str:
@@ -923,7 +942,7 @@ class LazyComputation(Computation):
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
         start, end = self._span
-        return _Index.of(self._source, start, end, self._commented)
+        return _Index.of(self._reading.source, start, end, self._reading.commented)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -1036,7 +1055,8 @@ class LazyComputation(Computation):
         missing = [k for k in ks if k not in memo] if memo else ks
         if missing:
             index = self._index
-            src, (at, end) = self._source, self._span
+            reading = self._reading
+            src, (at, end) = reading.source, self._span
             start, rows = at, len(index.cells) // 5
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             attr_re, transformer = _attr_regex(), _transformer()
@@ -1062,10 +1082,10 @@ class LazyComputation(Computation):
                         return None
                     new.append(inst)
                     texts.append(text)
-                lenient, check_ints = self._checks
+                lenient, check_ints = reading.lenient, reading.check_ints
                 if check_ints is None:  # what the range check reads (a superset: the read lines)
                     check_ints = _has_long_int(texts[0] if len(texts) == 1 else "\n".join(texts))
-                verify_instructions(_found_computation(self.name, tuple(new)), lenient=lenient, source=self._source,
+                verify_instructions(_found_computation(self.name, tuple(new)), lenient=lenient, source=src,
                                     check_ints=check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
@@ -1088,13 +1108,16 @@ class LazyComputation(Computation):
         # The module's computations for shapes inferred from a callee; none when the module was dropped (only a
         # call, while or conditional written without its shape needs them). (`CALLEES.set`, not `with
         # callee_table(...)`: a context manager per computation cost 5% of a large parse.)
-        table = self._callees() if self._callees is not None else None
+        reading = self._reading
+        table = reading.callees() if reading.callees is not None else None
         token = CALLEES.set(table.by_name if table is not None else {})
         try:
             if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
-                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
+                return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
+                                    reading.check_ints)
             with gc_paused(promote=True):
-                return _parse_chunk(self._source, start, end, self.position.line, *self._checks)
+                return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
+                                    reading.check_ints)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
