@@ -8,7 +8,8 @@ XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo
 `analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
 it read, replayed on a fresh lazy parse in the order `analyze_hlo` asked for it (every computation it parsed
 in full; every `select`, `call_instructions`, `line_head`, `users_of`, `mentions` and `parameter_name` of one
-still unparsed); then each parse's time as a multiple of XLA's, and how many computations the analysis parsed in full.
+still unparsed); then each parse's time as a multiple of XLA's, and how many computations the analysis parsed in
+full.
 
 Columns: `full s` the full parse, `lazy s` the lazy parse, `read s` what the analysis then reads (the replay
 less the lazy parse), `path/xla` the lazy parse plus that reading against XLA's parser, the same two ratios with

@@ -18,7 +18,7 @@ import re
 import sys
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, new_attribute, packed
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, packed
 # (the slot setters `ir.new_instruction`/`new_operand` use: `build_lines` calls them inline, 145,000 times a module)
 from analyzer.hlo.ir import _attribute_slots, _instruction_slots, _new as _new_object, _operand_slots
 from analyzer.hlo.shapes import Shape, decode_shape
@@ -208,7 +208,7 @@ def _tiled_attributes(line: str, start: int, end: int, at: int, findall, _intern
 
     Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute
     text of real dumps is unique, so one string per distinct value, one per key. (Each Attribute is made by its
-    slot setters inline, `ir.new_attribute`'s body: 110,000 a large module's code computations.)
+    slot setters inline, as `ir.new_attribute` makes it: 110,000 of them in the synthetic module's code.)
     """
     set_key, set_raw, set_at = _set
     keys: list[str] = []

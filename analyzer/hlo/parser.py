@@ -32,11 +32,10 @@ from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, parse_head_fast,
                                    parse_tables_fast, parse_tables_lenient)
-from analyzer.hlo.ir import (Computation, HloModule, Instruction, Operand, Position, new_instruction, new_operand,
-                             packed)
+from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, new_instruction, new_operand, packed
 from analyzer.hlo.shapes import Shape, decode_shape
-from analyzer.hlo.transformer import (CALLEES, HloTransformer, build_computation, build_single, callee_table,
-                                      frames, single_instruction_mode)
+from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, build_computation, build_single,
+                                      callee_table, frames, single_instruction_mode)
 from analyzer.hlo import verifier as _verifier
 from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions
 
@@ -874,10 +873,10 @@ def _found_computation(name: str, found: tuple[Instruction, ...]) -> Computation
 
 
 class _kept:
-    """`functools.cached_property` without its lock (Python 3.11 takes an RLock on each first read): the first read
-    stores the value in the instance's `__dict__`, where later reads find it. For `LazyComputation._index`, read
-    first on each of a large module's 21,000 computations; a lazy module is not shared between threads while it is
-    read (its caches are plain dicts)."""
+    """`functools.cached_property` without its lock (Python 3.11 takes an RLock on each first read; 3.12 dropped
+    it): the first read stores the value in the instance's `__dict__`, where later reads find it. For
+    `LazyComputation._index`, read first on each of a large module's 21,000 computations; two threads reading one
+    computation at once would at worst both compute the same index."""
 
     def __init__(self, func) -> None:
         self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
@@ -1106,11 +1105,11 @@ class LazyComputation(Computation):
                                                                                          self.position.line))
         object.__setattr__(self, "_parsing", True)
         # The module's computations for shapes inferred from a callee; none when the module was dropped (only a
-        # call, while or conditional written without its shape needs them). (`CALLEES.set`, not `with
-        # callee_table(...)`: a context manager per computation cost 5% of a large parse.)
+        # call, while or conditional written without its shape needs them, and then says so). (`CALLEES.set`, not
+        # `with callee_table(...)`: a context manager per computation cost 5% of a large parse.)
         reading = self._reading
         table = reading.callees() if reading.callees is not None else None
-        token = CALLEES.set(table.by_name if table is not None else {})
+        token = CALLEES.set(table.by_name if table is not None else DroppedModule())
         try:
             if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
                 return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
@@ -1189,7 +1188,8 @@ class _Index:
         rows = _ROW.findall(src, start, end)
         return cls(src, start, end, rows, commented) if len(rows) == src.count("\n", start, end) - 1 else None
 
-    def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]], commented: bool = True) -> None:
+    def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]],
+                 commented: bool = True) -> None:
         self.cells = cells = tuple(chain.from_iterable(rows))
         self._by_name = None
         self.heads: dict[str | None, tuple | None] | None = None  # (`LazyComputation.line_head`'s answers)

@@ -26,7 +26,7 @@ from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instructi
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
-           "build_module", "frames", "Unnamed", "single_instruction_mode", "callee_table", "CALLEES"]
+           "build_module", "frames", "Unnamed", "single_instruction_mode", "callee_table", "CALLEES", "DroppedModule"]
 
 # While one instruction is parsed on its own (XLA's single-instruction texts), a shape written without a name is
 # an operand of its own (a parameter of the module made around it); in a module XLA drops it.
@@ -34,6 +34,11 @@ _SINGLE: ContextVar[bool] = ContextVar("hlo_single_instruction", default=False)
 # The computations read so far (name -> Computation), so an instruction written without its shape that calls
 # one (conditional, call, while) gets the shape XLA infers from its callees. None outside a module parse.
 CALLEES: ContextVar[dict | None] = ContextVar("hlo_callees", default=None)
+
+
+class DroppedModule(dict):
+    """The callee table of a lazily parsed computation whose module was dropped before it was read: empty, and
+    `_infer_from_callees` says why a callee is missing (keep the module while its computations are read)."""
 
 
 @contextmanager
@@ -634,6 +639,10 @@ def _infer_from_callees(iname: str, opcode: str, shapes: list, attrs: tuple, fai
         name = raw.strip()
         name = name[1:] if name.startswith("%") else name
         comp = table.get(name) if table is not None else None
+        if comp is None and isinstance(table, DroppedModule):
+            raise fail(f": its {key} {name!r} is in the module this computation was parsed lazily from, which was "
+                       "dropped before the computation was read; keep the module (what parse_hlo returned) while "
+                       "its computations are read")
         if comp is None:
             raise fail(f": its {key} {name!r} is not a computation defined before it")
         return comp

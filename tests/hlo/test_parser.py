@@ -383,16 +383,23 @@ def test_a_lazily_parsed_module_is_freed_when_dropped():
     comps = "\n\n".join(f"%c{k} (x: f32[]) -> f32[] {{\n  %x = f32[] parameter(0)\n  ROOT %n = f32[] negate(%x)\n}}"
                         for k in range(50))
     text = f"HloModule m\n\n{comps}\n\nENTRY %e (p: f32[]) -> f32[] {{\n  %p = f32[] parameter(0)\n" \
-           f"  ROOT %r = f32[] call(%p), to_apply=%c0\n}}\n"
+           f"  ROOT %r = call(%p), to_apply=%c0\n}}\n"
     was = gc.isenabled()
     gc.disable()
     try:
         m = parse_hlo(text, lazy=True)
-        assert m.entry.root.opcode == "call"  # the entry parsed (it looks its callee up in the table)
+        assert m.entry.root.shape == Shape("f32")  # the entry parsed: its call's shape is its callee's, looked up
         assert m.by_name["c1"].select("negate")[0].name == "n" and m.by_name["c2"].line_head()[0] == "negate"
         gone = [weakref.ref(m), weakref.ref(m.by_name["c1"]), weakref.ref(m.entry)]
         del m
         assert [r() for r in gone] == [None, None, None]
+        # a computation kept past its module parses alone; one whose shape needs a callee says what was dropped
+        m = parse_hlo(text, lazy=True)
+        kept, entry = m.by_name["c3"], m.entry
+        del m
+        assert kept.root.opcode == "negate"
+        with pytest.raises(HloSyntaxError, match="module this computation was parsed lazily from, which was dropped"):
+            entry.instructions
     finally:
         if was:
             gc.enable()
