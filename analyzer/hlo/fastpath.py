@@ -18,9 +18,9 @@ import re
 import sys
 
 from analyzer.hlo.attributes import unquote
-from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, packed
+from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, new_attribute, packed
 # (the slot setters `ir.new_instruction`/`new_operand` use: `build_lines` calls them inline, 145,000 times a module)
-from analyzer.hlo.ir import _attribute_slots, _instruction_slots, _new as _new_object, _operand_slots
+from analyzer.hlo.ir import _instruction_slots, _new as _new_object, _operand_slots
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
@@ -199,34 +199,28 @@ def _literal(text: str, lineno: int, column: int) -> tuple:
     return (text, "a", tuple(items))
 
 
-def _tiled_attributes(line: str, start: int, end: int, at: int, findall, _intern=sys.intern, _new=_new_object,
-                      _cls=Attribute, _set=_attribute_slots) -> tuple[list[str], list[Attribute]] | None:
+def _tiled_attributes(line: str, start: int, end: int, at: int, findall
+                      ) -> tuple[list[str], list[Attribute]] | None:
     """The keys and attributes of `line[start:end]` read by one `findall` (the `, key=value` pattern of
     `parser._attr_regex`), or None when its matches do not tile that text exactly (a gap, `key= value`,
     `device_ids`: then they are read one by one). When they tile it, each is what a match at its place gives
     (the first starts where the head ends, each next where the last ended). `at`: the line's packed position.
 
     Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute
-    text of real dumps is unique, so one string per distinct value, one per key. (Each Attribute is made by its
-    slot setters inline, as `ir.new_attribute` makes it: 110,000 of them in the synthetic module's code.)
+    text of real dumps is unique, so one string per distinct value, one per key.
     """
-    set_key, set_raw, set_at = _set
     keys: list[str] = []
     attrs: list[Attribute] = []
-    p = start + 1
+    p = start
     for pre, key, raw in findall(line, start):
         if key == "device_ids":
             return None
         p += len(pre)
         key = _intern(key)
         keys.append(key)
-        a = _new(_cls)
-        set_key(a, key)
-        set_raw(a, _intern(raw))
-        set_at(a, at + p)
-        attrs.append(a)
+        attrs.append(new_attribute(key, _intern(raw), at + p + 1))
         p += len(raw)
-    return (keys, attrs) if p == end + 1 else None
+    return (keys, attrs) if p == end else None
 
 
 def _check_once(opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None, keys: list[str],
