@@ -36,34 +36,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        t = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t)
-    return best
-
-
-def _interleaved(fns: dict, repeat: int) -> dict[str, float]:
-    """Best CPU seconds of each of `fns` (name -> (function, collector off)), taken in turn in each of `repeat`
-    rounds: XLA's parser beside ours in every round, so that a slow spell of a shared machine (a run's times drift
-    by a quarter over minutes here) falls on both sides of a ratio rather than on one."""
-    best = {name: float("inf") for name in fns}
-    for _ in range(repeat):
-        for name, (fn, collector_off) in fns.items():
-            gc.collect()
-            if collector_off:
-                gc.disable()
-            try:
-                t = time.process_time()
-                fn()
-                best[name] = min(best[name], time.process_time() - t)
-            finally:
-                if collector_off:
-                    gc.enable()
-    return best
+def _collector_off(fn):
+    """`fn` run with the cyclic collector off (for `parse_speed._best`, which collects before each timing)."""
+    def run() -> None:
+        gc.disable()
+        try:
+            fn()
+        finally:
+            gc.enable()
+    return run
 
 
 def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -164,12 +145,9 @@ def main(argv=None) -> int:
     from analyzer.hlo.parser import parse_hlo
     from analyzer.pipeline import analyze_hlo
 
-    if args.files:
-        paths = [Path(f) for f in args.files]
-    else:
-        from parse_speed import synthetic_module
+    from parse_speed import _best, synthetic_module
 
-        paths = [synthetic_module(64)]
+    paths = [Path(f) for f in args.files] if args.files else [synthetic_module(64)]
     from analyzer._gc import gc_paused
 
     print(f"{'text':<40} {'MB':>6} {'xla s':>6} {'full s':>6} {'analyze_hlo s':>13} {'lazy s':>6} "
@@ -177,17 +155,15 @@ def main(argv=None) -> int:
           f"{'parsed':>13}")
     for p in paths:
         text = p.read_text()
-        t_all = _best(lambda: analyze_hlo(str(p), mesh=args.mesh), args.repeat)
+        (t_all,) = _best([lambda: analyze_hlo(str(p), mesh=args.mesh)], args.repeat)
         events = _record(lambda: analyze_hlo(str(p), mesh=args.mesh))
         asks = _asks(events)
-        t = _interleaved({"xla": (lambda: xc.hlo.hlo_module_from_text(text), False),
-                          "full": (lambda: parse_hlo(text, lenient=True), False),
-                          "lazy": (lambda: parse_hlo(text, lenient=True, lazy=True), False),
-                          "path": (gc_paused()(lambda: _replay(text, asks)), False),
-                          "full_nc": (lambda: parse_hlo(text, lenient=True), True),
-                          "path_nc": (lambda: _replay(text, asks), True)}, args.repeat)
-        t_xla, t_parse, t_lazy, t_path, t_parse_nc, t_path_nc = (
-            t[k] for k in ("xla", "full", "lazy", "path", "full_nc", "path_nc"))
+        # (taken in turn each round: XLA's parser beside ours, so a slow spell of the machine falls on both)
+        t_xla, t_parse, t_lazy, t_path, t_parse_nc, t_path_nc = _best(
+            [lambda: xc.hlo.hlo_module_from_text(text), lambda: parse_hlo(text, lenient=True),
+             lambda: parse_hlo(text, lenient=True, lazy=True), gc_paused()(lambda: _replay(text, asks)),
+             _collector_off(lambda: parse_hlo(text, lenient=True)), _collector_off(lambda: _replay(text, asks))],
+            args.repeat)
         n_comps = len(parse_hlo(text, lenient=True, lazy=True).computations)
         n_parsed = len({name for kind, name, _ in events if kind == "parse"})
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
