@@ -8,7 +8,7 @@ XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo
 `analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
 it read, replayed on a fresh lazy parse in the order `analyze_hlo` asked for it (every computation it parsed
 in full; every `select`, `call_instructions`, `line_head`, `users_of`, `mentions` and `parameter_name` of one
-still unparsed); then each parse's time as a multiple of XLA's, and how many computations the analysis parsed in
+still unparsed; every `HloModule.holding`, the module's table of which computations write which opcodes); then each parse's time as a multiple of XLA's, and how many computations the analysis parsed in
 full.
 
 Columns: `full s` the full parse, `lazy s` the lazy parse, `read s` what the analysis then reads (the replay
@@ -18,7 +18,8 @@ when the parse's pause ends, which also walks everything else the process holds)
 in full out of all.
 
 With `--by-kind`, the path (collector off) split by kind of question: `lazy` the lazy parse, `parse` the
-computations parsed in full, then `calls`, `select`, `head`, `users`, `mentions`, `param` of unparsed ones.
+computations parsed in full, then `calls`, `select`, `head`, `users`, `mentions`, `param` of unparsed ones and
+`holding` of the module (its first answer reads every computation's opcodes).
 
 Run: `python benchmarks/analyze_hlo_time.py [--repeat 2] [--mesh fsdp=4,tp=2] [--by-kind] [FILE ...]`.
 """
@@ -50,8 +51,8 @@ def _collector_off(fn):
 def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
     """What `run()` makes the lazy module read, in order: (what, computation, arguments) with what one of
     `parse`, `select`, `calls`, `head`, `users`, `mentions`, `param` (only reads of a computation not parsed at the
-    time)."""
-    from analyzer.hlo import parser
+    time), or `holding` (of the module: computation "")."""
+    from analyzer.hlo import ir, parser
 
     lazy = parser.LazyComputation
     kinds = {"select": "select", "call_instructions": "calls", "line_head": "head", "users_of": "users",
@@ -83,26 +84,41 @@ def _record(run) -> list[tuple[str, str, tuple[str, ...]]]:
         finally:
             depth[0] -= 1
 
+    holding = ir.HloModule.holding
+
+    def held(self, *opcodes):
+        if not depth[0]:
+            events.append(("holding", "", opcodes))
+        depth[0] += 1
+        try:
+            return holding(self, *opcodes)
+        finally:
+            depth[0] -= 1
+
     for method, kind in kinds.items():
         setattr(lazy, method, logged(kind, saved[method]))
     prop.func = parsed
+    ir.HloModule.holding = held
     try:
         run()
     finally:
         for k, v in saved.items():
             setattr(lazy, k, v)
         prop.func = parse_func
+        ir.HloModule.holding = holding
     return events
 
 
 def _asks(events) -> list[tuple]:
     """`events` as `_replay` asks them: (kind, the LazyComputation method or None for a parse, name, arguments),
     looked up once before any timing (looking each up by kind during the replay cost 0.07 s of 160,000 questions)."""
+    from analyzer.hlo.ir import HloModule
     from analyzer.hlo.parser import LazyComputation
 
     method = {"parse": None, "select": LazyComputation.select, "calls": LazyComputation.call_instructions,
               "head": LazyComputation.line_head, "users": LazyComputation.users_of,
-              "mentions": LazyComputation.mentions, "param": LazyComputation.parameter_name}
+              "mentions": LazyComputation.mentions, "param": LazyComputation.parameter_name,
+              "holding": HloModule.holding}
     return [(kind, method[kind], name, args) for kind, name, args in events]
 
 
@@ -118,7 +134,7 @@ def _replay(text: str, asks: list[tuple], by_kind: dict | None = None) -> None:
         by_kind["lazy"] = by_kind.get("lazy", 0.0) + clock() - t
     by_name = module.by_name
     for kind, f, name, args in asks:
-        c = by_name[name]
+        c = by_name[name] if name else module
         if "_parsed" in c.__dict__:  # (parsed meanwhile: answered from its instructions, no parse work)
             continue
         if by_kind is not None:

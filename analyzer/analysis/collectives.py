@@ -223,10 +223,11 @@ def _fused_select(module: HloModule, inst: Instruction, opcodes: tuple[str, ...]
     if depth > 8:
         return
     want = opcodes if "fusion" in opcodes else (*opcodes, "fusion")
+    holding = module.holding(*want)  # (most bodies hold none: not asked one by one)
     for name in inst.called_computations:
-        comp = module.by_name.get(name)
-        if comp is None:
+        if name not in holding:
             continue
+        comp = module.by_name[name]
         for i in comp.select(*want):
             if i.opcode in opcodes:
                 yield comp, i
@@ -443,7 +444,7 @@ def _fused_slice_shape(module: HloModule, fusion: Instruction, params: list[int]
     bitcasts and copies) when every use of them is such a slice; else None."""
     names = fusion.called_computations
     comp = module.by_name.get(names[0]) if names else None
-    if comp is None or not params or not comp.mentions("dynamic-slice"):
+    if comp is None or not params or comp.name not in module.holding("dynamic-slice"):
         return None  # (without a dynamic-slice the walk below finds no shape: an unparsed body stays text)
     users: dict[str, list[Instruction]] = {}
     for i in comp.instructions:

@@ -157,7 +157,7 @@ def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
             elif module is not None and user.opcode == "fusion" and depth < 3:
                 for called_name in user.called_computations:
                     called = module.by_name.get(called_name)
-                    if called is None or not called.mentions(*_DOTS_OR_FUSION):
+                    if called is None or called_name not in module.holding(*_DOTS_OR_FUSION):
                         continue  # no dot can be reached in there (a lazy module's body stays text)
                     param = called.parameter_name(k)  # (a lazy module's body: from its index, no line read)
                     if param is not None:

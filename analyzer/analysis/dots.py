@@ -194,7 +194,10 @@ def extract_dots(module: HloModule, graph: CallGraph | None = None) -> list[Dot]
     """Every dot/convolution that runs, with FLOPs and executions per call of the entry computation."""
     g = graph or CallGraph.build(module)
     out: list[Dot] = []
+    holding = module.holding(*_DOT_LIST)
     for name in g.executed():
+        if name not in holding:
+            continue
         dots = None
         for branch, count in g.branch_counts(name).items():
             if count <= 0:

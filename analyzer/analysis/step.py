@@ -297,12 +297,12 @@ _NOT_PLAIN = tuple(sorted(_SLICES | _LINK_OPS | {"dynamic-update-slice", "fusion
 _VIEWS_WRITTEN = frozenset({"bitcast", "reshape"})
 
 
-def _plain_written(comp: Computation) -> int | None:
+def _plain_written(comp: Computation, module: HloModule) -> int | None:
     """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
     `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
     of the root, the root and the views under it read from their lines); else None (then the body is read)."""
-    if comp.is_parsed or comp.mentions(*_NOT_PLAIN) or (
-            comp.mentions("custom-call") and "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
+    if comp.is_parsed or comp.name in module.holding(*_NOT_PLAIN, "custom-call") and (
+            comp.name in module.holding(*_NOT_PLAIN) or "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
         return None
     head = comp.line_head()  # type: ignore[attr-defined]
     for _ in range(8):
@@ -324,7 +324,7 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
-    written = _plain_written(comp)
+    written = _plain_written(comp, module)
     if written is not None:  # every operand read whole: the body need not be parsed
         return sum(_bytes(o.shape) for o in inst.operands) + written
     cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
@@ -456,10 +456,9 @@ class _Walker:
     def flops_in(self, comp_name: str) -> float:
         if comp_name not in self.comp_flops:
             self.comp_flops[comp_name] = 0.0  # guards recursion
-            comp = self.module.by_name.get(comp_name)
             total = 0.0
-            if comp is not None:  # (only the dots, fusions and calls: a fusion body stays text in a lazy module)
-                for i in comp.select(*_FLOPS_OPS):
+            if comp_name in self.module.holding(*_FLOPS_OPS):  # (then only those lines of a lazy module's body)
+                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
                     f = self.dot_flops.get((comp_name, i.name))
                     if f is not None:
                         total += f[0]
@@ -855,8 +854,7 @@ class _Walker:
 
 def _holds_collective(module: HloModule, inst: Instruction) -> bool:
     for c in inst.called_computations:
-        comp = module.by_name.get(c)
-        if comp is not None and comp.mentions(*COLLECTIVE_OPCODES):
+        if c in module.holding(*COLLECTIVE_OPCODES):
             return True
     return False
 

@@ -269,6 +269,11 @@ class Computation:
         """Whether any instruction has one of `opcodes`."""
         return any(i.opcode in opcodes for i in self.instructions)
 
+    @cached_property
+    def written(self) -> frozenset[str]:
+        """The opcodes of the instructions. (A lazily parsed computation reads them from its lines: no parse.)"""
+        return frozenset(i.opcode for i in self.instructions)
+
     def parameter_name(self, number: int) -> str | None:
         """The name of `parameter(number)`; None when there is none. (A lazily parsed computation answers from
         its index without reading the line.)"""
@@ -324,6 +329,38 @@ class HloModule:
 
     def __getitem__(self, name: str) -> Computation:
         return self.by_name[name]
+
+    def holding(self, *opcodes: str) -> frozenset[str]:
+        """The names of the computations with an instruction of one of `opcodes`: each computation's `mentions`,
+        asked of the whole module at once.
+
+        The analyses ask it for every fusion body they price (its dots, collectives, slices): one table of opcode
+        to computations (`_by_opcode`, made on the first question from each computation's `written`; a lazily
+        parsed one reads its opcodes from its lines, without a parse) answers each by a set test. Answers are
+        kept per tuple of opcodes.
+
+        Example: `"fused_computation.3" in module.holding("dot", "convolution")`.
+        """
+        found = self._held.get(opcodes)
+        if found is None:
+            by_opcode = self._by_opcode
+            found = self._held[opcodes] = frozenset().union(*(by_opcode.get(op, ()) for op in opcodes))
+        return found
+
+    @cached_property
+    def _by_opcode(self) -> Mapping[str, frozenset[str]]:
+        groups: dict[frozenset[str], list[str]] = {}  # (most fusion bodies write one of a few dozen opcode sets)
+        for c in self.computations:
+            groups.setdefault(c.written, []).append(c.name)
+        by_opcode: dict[str, set[str]] = {}
+        for written, names in groups.items():
+            for opcode in written:
+                by_opcode.setdefault(opcode, set()).update(names)
+        return {opcode: frozenset(names) for opcode, names in by_opcode.items()}
+
+    @cached_property
+    def _held(self) -> dict[tuple[str, ...], frozenset[str]]:
+        return {}
 
     def instructions(self) -> Iterator[tuple[Computation, Instruction]]:
         """Every instruction of every computation, with its computation."""

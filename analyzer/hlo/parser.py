@@ -921,15 +921,15 @@ class LazyComputation(Computation):
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
-        index = self._index  # (`written`, inlined: asked of every fusion body several times)
+        index = None if "_parsed" in self.__dict__ else self._index  # (`written`, inlined)
         return not (index.written if index is not None else self._opcodes).isdisjoint(opcodes)
 
     @property
     def written(self) -> frozenset[str]:
         """The opcodes of the instructions: read by the index (`_Index`, one regex pass over the text, kept) when
-        every line is in XLA's form, else from the parsed instructions. `mentions` and `select` answer "not
-        here" by a set test."""
-        index = self._index
+        every line is in XLA's form and the computation is not parsed yet, else from the parsed instructions.
+        `mentions` and `select` answer "not here" by a set test."""
+        index = None if "_parsed" in self.__dict__ else self._index
         return index.written if index is not None else self._opcodes
 
     @cached_property

@@ -168,6 +168,30 @@ def test_index_answers_equal_full_parse_on_xla_forms(path):
             assert head in (None, (inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None))
 
 
+@pytest.mark.parametrize("path", VALID[::3] + CORPUS[::5], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_module_holding_equals_each_computations_mentions(path):
+    """`HloModule.holding` (which computations write which opcodes: the analyses ask it for each fusion body)
+    names the computations whose `mentions` is true, for the full parse and the lazy one alike, and leaves the
+    lazy module's bodies unparsed."""
+    text = path.read_text()
+    full = _full_or_none(text)
+    if full is None:
+        pytest.skip("rejected by the full parse")
+    lazy = parse_hlo(text, lenient=True, lazy=True)
+    parsed_before = {c.name for c in lazy.computations if c.is_parsed}
+    asked = [("dot", "convolution"), ("all-gather", "all-reduce", "fusion"), ("parameter",), ("no-such-op",), ()]
+    opcodes = sorted({i.opcode for c in full.computations for i in c.instructions})
+    asked += [tuple(opcodes[::2]), tuple(opcodes[1::3])]
+    for ops in asked:
+        want = frozenset(c.name for c in full.computations if c.mentions(*ops))
+        assert full.holding(*ops) == want == lazy.holding(*ops), ops
+        assert full.holding(*ops) is full.holding(*ops)  # (kept)
+    assert all(c.name in full.holding(*c.written) for c in full.computations if c.instructions)
+    index_read = all(isinstance(c, LazyComputation) and c._index is not None for c in lazy.computations)
+    if index_read:  # every body in XLA's form: none parsed to answer
+        assert {c.name for c in lazy.computations if c.is_parsed} == parsed_before
+
+
 def test_index_of_a_body_with_a_line_out_of_xla_form_parses_it():
     """A body the index cannot read line by line (here an instruction split over two lines) parses on the first
     question; one in XLA's form is answered from its lines: `written` is the opcodes (not ` dot(` in a
