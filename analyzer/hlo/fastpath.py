@@ -181,7 +181,7 @@ def _line_instruction(line: str, lineno: int, attr_res: tuple[re.Pattern, re.Pat
         return transformer.constant_instruction(children)
     # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
     attrs_t = tuple(attrs)
-    _check_once(opcode, lineno, m.start(4) + 1, n_operands, parameter, keys, attrs_t)
+    _check_once(opcode, lineno, m.start(4) + 1, n_operands, parameter, keys, attrs_t, shape)
     return (root is not None, name, at + m.start(2) + 1, shape, opcode, operands, attrs_t, parameter, None)
 
 
@@ -224,14 +224,15 @@ def _tiled_attributes(line: str, start: int, end: int, at: int, findall
 
 
 def _check_once(opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None, keys: list[str],
-                attrs: tuple[Attribute, ...]) -> None:
+                attrs: tuple[Attribute, ...], shape: Shape) -> None:
     """`verifier.check_instruction` of an instruction read by the fast path, once per combination of what it
     depends on: the opcode, the operand count, whether a parameter number was given and the attribute keys (and
-    one value, use_global_device_ids, so a line with it is checked each time)."""
+    one value, use_global_device_ids, so a line with it is checked each time; and a `tuple`'s shape, so a tuple
+    line is checked each time)."""
     sig = (opcode, n_operands, parameter is None, *keys)
     if sig not in _CHECKED:
-        verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, attrs)
-        if "use_global_device_ids" not in sig:
+        verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, attrs, shape)
+        if opcode != "tuple" and "use_global_device_ids" not in sig:
             if len(_CHECKED) > 4096:
                 _CHECKED.clear()
             _CHECKED.add(sig)
@@ -379,7 +380,7 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
             else:  # parameter(N)
                 parameter = int(ops)
                 ops = ()
-            _check_once(opcode, lineno, m.start(4) + 1, len(ops), parameter, keys, attrs)
+            _check_once(opcode, lineno, m.start(4) + 1, len(ops), parameter, keys, attrs, shape)
             is_root = root is not None
             at += m.start(2) + 1
             literal = None

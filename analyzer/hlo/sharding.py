@@ -208,6 +208,8 @@ class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self._at = -1  # where `_match` was last taken (a peek then a next match once)
+        self._match: re.Match | None = None
 
     def error(self, message: str, pos: int | None = None) -> ShardingSyntaxError:
         at = self.pos if pos is None else pos
@@ -216,8 +218,14 @@ class _Reader:
             at += 1
         return ShardingSyntaxError(message, self.text, at + 1)
 
+    def _token(self) -> re.Match | None:
+        if self._at != self.pos:
+            self._match = _TOKEN.match(self.text, self.pos)
+            self._at = self.pos
+        return self._match
+
     def peek(self) -> tuple[str, str] | None:
-        m = _TOKEN.match(self.text, self.pos)
+        m = self._token()
         if not m:
             rest = self.text[self.pos:].strip()
             if not rest:
@@ -227,7 +235,7 @@ class _Reader:
         return kind, m.group(kind)
 
     def next(self) -> tuple[str, str]:
-        m = _TOKEN.match(self.text, self.pos)
+        m = self._token()
         if not m:
             raise self.error("unexpected end of text" if not self.text[self.pos:].strip()
                              else f"unexpected character {self.text[self.pos:].strip()[0]!r}")
@@ -298,6 +306,10 @@ class _Reader:
 def parse_hlo_sharding(text: str) -> HloSharding:
     """Parse the text of an HLO `sharding=` attribute.
 
+    The text is read as XLA's parser reads it (`check_hlo_sharding`'s rules), then the rules of XLA's HLO
+    verifier that the analysis needs apply (one kind, a maximal sharding's `device=` right after `maximal`, a
+    tile assignment that fills the tile dims with distinct devices); a tuple sharding may also nest here.
+
     Args:
       text: the sharding as XLA prints it, braces included, e.g. `"{devices=[4,2]<=[8]}"`.
 
@@ -316,148 +328,10 @@ def parse_hlo_sharding(text: str) -> HloSharding:
     if not isinstance(text, str):
         raise ShardingSyntaxError(f"expected sharding text, got {type(text).__name__}", str(text), 1)
     r = _Reader(text)
-    sharding = _parse_sharding(r)
+    sharding = _read_sharding(r, build=True, top=True)
     if r.peek() is not None:
         raise r.error("unexpected text after the sharding")
-    return sharding
-
-
-def _parse_sharding(r: _Reader) -> HloSharding:
-    r.expect("{", "'{' to open the sharding")
-    tok = r.peek()
-    if tok == ("op", "{"):  # tuple sharding
-        elements = [_parse_sharding(r)]
-        while r.peek() == ("op", ","):
-            r.next()
-            elements.append(_parse_sharding(r))
-        r.expect("}", "',' or '}' to close the tuple sharding")
-        return HloSharding(kind="tuple", elements=tuple(elements))
-    if tok == ("op", "}"):  # the empty tuple
-        r.next()
-        return HloSharding(kind="tuple")
-    return _parse_body(r)
-
-
-def _parse_body(r: _Reader) -> HloSharding:
-    """After the opening brace of a non-tuple sharding: its items up to the closing brace."""
-    kind: str | None = None
-    fields: dict = {}
-    metadata, shard_group = "", ""
-    while True:
-        start = r.pos
-        tok = r.peek()
-        if tok is None:
-            raise r.error("expected '}' to close the sharding")
-        if tok == ("op", "}"):
-            r.next()
-            break
-        if tok[0] != "word":
-            raise r.error(f"expected a sharding item (replicated, devices=..., ...), got {tok[1]!r}", start)
-        word = tok[1]
-        r.next()
-        if word in ("replicated", "manual", "unknown"):
-            kind = _set_kind(r, kind, word, start)
-        elif word == "maximal":
-            kind = _set_kind(r, kind, "maximal", start)
-            r.expect("device", "'device=' after 'maximal'")
-            r.expect("=")
-            fields["device"] = r.integer("a device id")
-        elif word == "devices":
-            kind = _set_kind(r, kind, "tiled", start)
-            r.expect("=")
-            fields.update(_parse_devices(r))
-        elif word == "last_tile_dim_replicate":
-            fields["last_tile_dims"] = ("replicated",)
-        elif word == "last_tile_dims":
-            r.expect("=")
-            r.expect("{", "'{' after 'last_tile_dims='")
-            names: list[str] = []
-            while True:
-                s = r.pos
-                t = r.next()
-                if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
-                    raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
-                names.append(t[1])
-                if r.peek() == ("op", ","):
-                    r.next()
-                    continue
-                r.expect("}", "',' or '}'")
-                break
-            fields["last_tile_dims"] = tuple(names)
-        elif word == "metadata":
-            r.expect("=")
-            metadata = r.skip_balanced()
-        elif word in ("shard_as", "shard_like"):
-            shard_group = f"{word} {r.integer('a shard group id')}"
-        else:
-            valid = "replicated, maximal device=N, manual, unknown, devices=[...], last_tile_dim_replicate, " \
-                    "last_tile_dims={...}, metadata={...}, shard_as N, shard_like N"
-            raise r.error(f"unknown sharding item {word!r}; valid: {valid}", start)
-    if kind is None:
-        raise r.error("empty sharding: expected replicated, maximal, manual, unknown or devices=[...]")
-    if kind == "tiled":
-        tile_dims = fields["tile_dims"]
-        last = fields.get("last_tile_dims", ())
-        if len(last) > len(tile_dims):
-            raise r.error(f"{len(last)} last tile dims but only {len(tile_dims)} tile dims")
-        return HloSharding(kind="tiled", tile_dims=tile_dims, device_ids=fields["device_ids"],
-                           iota=fields.get("iota"), last_tile_dims=last, metadata=metadata,
-                           shard_group=shard_group)
-    if "last_tile_dims" in fields:
-        raise r.error(f"last tile dims given for a {kind} sharding (only tiled shardings have them)")
-    return HloSharding(kind=kind, device=fields.get("device"), metadata=metadata, shard_group=shard_group)
-
-
-def _set_kind(r: _Reader, kind: str | None, new: str, start: int) -> str:
-    if kind is not None:
-        raise r.error(f"{new!r} after {kind!r}: a sharding has one kind", start)
-    return new
-
-
-def _parse_devices(r: _Reader) -> dict:
-    """`[d0,d1,...]` then either `<=[r...]T(p...)` (iota) or an explicit comma-separated device list."""
-    from analyzer.hlo.iota import expand_iota
-
-    start = r.pos
-    dims = r.int_list("[", "]", "a tile dimension")
-    if not dims or any(d <= 0 for d in dims):
-        raise r.error(f"tile dimensions must be positive, got {list(dims)} (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", start)
-    total = 1
-    for d in dims:
-        total *= d
-    if total > _MAX_DEVICES:
-        raise r.error(f"tile dims {list(dims)} assign {total} devices, more than any machine "
-                      f"(limit {_MAX_DEVICES})", start)
-    if r.peek() == ("op", "<="):
-        r.next()
-        rstart = r.pos
-        reshape = r.int_list("[", "]", "an iota reshape dimension")
-        perm: tuple[int, ...] | None = None
-        if r.peek() == ("word", "T"):
-            r.next()
-            perm = r.int_list("(", ")", "a transpose index")
-        try:
-            ids = expand_iota(dims, reshape, perm)
-        except ValueError as e:
-            raise r.error(f"bad iota tile assignment: {e} (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", rstart) from None
-        return {"tile_dims": dims, "device_ids": tuple(int(i) for i in ids.flat), "iota": (reshape, perm)}
-    ids_list: list[int] = []
-    lstart = r.pos
-    while True:
-        ids_list.append(r.integer("a device id"))
-        if r.peek() == ("op", ","):
-            r.next()
-            continue
-        break
-    if len(ids_list) != total:
-        raise r.error(f"tile dims {list(dims)} need {total} device ids, got {len(ids_list)} (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", lstart)
-    if len(set(ids_list)) != len(ids_list):
-        raise r.error("a device id appears twice in the tile assignment (XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment)", lstart)
-    return {"tile_dims": dims, "device_ids": tuple(ids_list)}
-
-
-# ----------------------------------------------------------------------------------- XLA's parser's rules
-_FLAGS = ("replicated", "maximal", "manual", "unknown", "unreduced")
+    return sharding  # type: ignore[return-value]
 
 
 def check_hlo_sharding(text: str) -> None:
@@ -470,26 +344,14 @@ def check_hlo_sharding(text: str) -> None:
     that has none, a maximal sharding without exactly one device, a tiled one without tile dims or (listed)
     with fewer than two devices, `T(...)` after a one-dim iota or its absence after a longer one, a transpose
     index outside the reshape dims, `last_tile_dim_replicate` together with `last_tile_dims`, and more last
-    tile dims than tile dims. `parse_hlo_sharding` (what the analysis reads) also applies the verifier's
-    rules.
+    tile dims than tile dims. `parse_hlo_sharding` (what the analysis reads) reads the same way, then applies
+    the verifier's rules.
 
     Raises:
       ShardingSyntaxError: with the 1-based column.
     """
     r = _Reader(_strip_block_comments(text))
-    r.expect("{", "'{' to open the sharding")
-    tok = r.peek()
-    if tok == ("op", "{"):
-        while True:
-            _check_single(r, opened=False)
-            if r.peek() != ("op", ","):
-                break
-            r.next()
-        r.expect("}", "',' or '}' to close the tuple sharding")
-    elif tok == ("op", "}"):
-        r.next()
-    else:
-        _check_single(r, opened=True)
+    _read_sharding(r, build=False, top=True)
     if r.peek() is not None:
         raise r.error("unexpected text after the sharding")
 
@@ -499,10 +361,37 @@ def _strip_block_comments(text: str) -> str:
     return re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), text, flags=re.S) if "/*" in text else text
 
 
-def _check_single(r: _Reader, *, opened: bool) -> None:
-    if not opened:
-        r.expect("{", "'{' to open the sharding")
+def _read_sharding(r: _Reader, *, build: bool, top: bool) -> HloSharding | None:
+    """`{...}`: a tuple of single shardings (XLA's one level; nested too when `build`), `{}`, or one sharding.
+    With `build`, the HloSharding, else None."""
+    r.expect("{", "'{' to open the sharding")
+    if top or build:
+        tok = r.peek()
+        if tok == ("op", "{"):  # tuple sharding
+            elements = [_read_sharding(r, build=build, top=False)]
+            while r.peek() == ("op", ","):
+                r.next()
+                elements.append(_read_sharding(r, build=build, top=False))
+            r.expect("}", "',' or '}' to close the tuple sharding")
+            return HloSharding(kind="tuple", elements=tuple(elements)) if build else None  # type: ignore[arg-type]
+        if tok == ("op", "}"):  # the empty tuple
+            r.next()
+            return HloSharding(kind="tuple") if build else None
+    items, close = _read_single(r)
+    return _build(r, items, close) if build else None
+
+
+# ----------------------------------------------------------------------------------- XLA's parser's rules
+_FLAGS = ("replicated", "maximal", "manual", "unknown", "unreduced")
+
+
+def _read_single(r: _Reader) -> tuple[list[tuple[str, int, object]], int]:
+    """After the opening brace of a non-tuple sharding: its items up to the closing brace, checked as XLA's
+    parser checks them. Returns the items in order, each `(word, where it starts, value)` (`device`: the id;
+    `devices`: what `_check_tile_assignment` read; `last_tile_dims`: the names; `metadata`: its inside text;
+    `shard_as`/`shard_like`: the id; flags: None) and where its `}` is."""
     start = r.pos
+    items: list[tuple[str, int, object]] = []
     flags: set[str] = set()
     devices = 0
     dims: list[int] = []
@@ -516,49 +405,56 @@ def _check_single(r: _Reader, *, opened: bool) -> None:
         if tok is None:
             raise r.error("expected '}' to close the sharding")
         if tok == ("op", "}"):
+            close = at
             r.next()
             break
         if tok[0] != "word":
             raise r.error(f"unexpected {tok[1]!r} in the sharding", at)
         word = tok[1]
         r.next()
+        value: object = None
         if word in _FLAGS or word == "last_tile_dim_replicate":
             flags.add(word)
         elif word == "device":
             r.expect("=")
-            r.integer("a device id")
+            value = r.integer("a device id")
             devices = 1
         elif word == "devices":
             r.expect("=")
-            d, n, rr, pr, total = _check_tile_assignment(r, reshape_rank)
+            value = assignment = _check_tile_assignment(r, reshape_rank)
+            d, n, rr, pr, total = assignment[:5]
             dims += d
             reshape_total *= total
             devices = devices + n if n else devices
             reshape_rank, perm_rank = reshape_rank + rr, perm_rank + pr
         elif word == "metadata":
             r.expect("=")
-            r.skip_balanced()
+            value = r.skip_balanced()
         elif word == "last_tile_dims":
             r.expect("=")
             r.expect("{", "'{' after 'last_tile_dims='")
+            names: list[str] = []
             while True:
                 s = r.pos
                 t = r.next()
                 if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
                     raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
-                last_dims += 1
-                subgroups.append(t[1])
+                names.append(t[1])
                 if r.peek() != ("op", ","):
                     break
                 r.next()
             r.expect("}", "',' or '}'")
+            last_dims += len(names)
+            subgroups += names
+            value = tuple(names)
             flags.add("last_tile_dims")
         elif word in ("shard_as", "shard_like"):
-            r.integer("a shard group id")
+            value = r.integer("a shard group id")
         else:
             raise r.error(f"unknown sharding item {word!r}; XLA takes replicated, maximal, manual, unknown, "
                           "unreduced, device=N, devices=[...], last_tile_dim_replicate, last_tile_dims={...}, "
                           "metadata={...}, shard_as N, shard_like N", at)
+        items.append((word, at, value))
     kind = next((f for f in _FLAGS if f in flags), None)
     if kind == "maximal":
         if devices != 1:
@@ -583,17 +479,22 @@ def _check_single(r: _Reader, *, opened: bool) -> None:
                 if kind == "replicated" and size > 1 and reshape_total > 0 and size % reshape_total and reshape_total % size:
                     raise r.error(f"replicated subgroup dim {size} neither divides nor is a multiple of the "
                                   f"{reshape_total} devices of the iota (XLA's parser aborts on it)", start)
+    return items, close
 
 
-def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int, int, int]:
+def _check_tile_assignment(r: _Reader, prior: int) -> tuple:
     """`[d...]` then `<=[r...]` (and `T(p...)` when there are several `r`) or a device list: (dims, devices
-    listed, reshape rank, transpose rank, devices of the reshape). A repeated `devices=` adds to what the first gave, as in XLA (`prior`:
-    the reshape dims read before)."""
-    dims = list(r.int_list("[", "]", "a tile dimension"))
+    listed, reshape rank, transpose rank, devices of the reshape, then for the builder: where the dims start,
+    the reshape dims (None for a list), the transpose (None without one), where the reshape starts, the ids
+    listed, where they start). A repeated `devices=` adds to what the first gave, as in XLA (`prior`: the
+    reshape dims read before)."""
+    dims_at = r.pos
+    dims = r.int_list("[", "]", "a tile dimension")
     if not dims:
         raise r.error("expected a tile dimension (an integer)")
     if r.peek() == ("op", "<="):
         r.next()
+        reshape_at = r.pos
         reshape = r.int_list("[", "]", "an iota reshape dimension")
         if not reshape:
             raise r.error("expected an iota reshape dimension (an integer)")
@@ -602,7 +503,7 @@ def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int,
         for x in reshape:
             total *= x
         if rank == 1:
-            return dims, 0, 1, 1, total
+            return dims, 0, 1, 1, total, dims_at, reshape, None, reshape_at, (), 0
         at = r.pos
         if r.peek() != ("word", "T"):
             raise r.error("expected 'T(' and the transpose of the iota reshape dims", at)
@@ -611,11 +512,99 @@ def _check_tile_assignment(r: _Reader, prior: int) -> tuple[list[int], int, int,
         for p in perm:
             if not 0 <= p < rank:
                 raise r.error(f"transpose index {p} is outside the {rank} reshape dims", at)
-        return dims, 0, len(reshape), len(perm), total
-    n = 0
+        return dims, 0, len(reshape), len(perm), total, dims_at, reshape, perm, reshape_at, (), 0
+    ids_at = r.pos
+    ids = []
     while True:
-        r.integer("a device id")
-        n += 1
+        ids.append(r.integer("a device id"))
         if r.peek() != ("op", ","):
-            return dims, n, 0, 0, 1
+            return dims, len(ids), 0, 0, 1, dims_at, None, None, 0, tuple(ids), ids_at
         r.next()
+
+
+# ----------------------------------------------------------------------------------- XLA's verifier's rules
+_VERIFIER = "XLA's parser takes it, its HLO verifier does not; the analysis needs a valid tile assignment"
+
+
+def _build(r: _Reader, items: list[tuple[str, int, object]], close: int) -> HloSharding:
+    """The HloSharding of one non-tuple sharding read by `_read_single` (`close`: where its `}` is), once the
+    rules of XLA's HLO verifier hold: one kind, `device=` right after `maximal`, no `unreduced` (HloSharding
+    has no such kind), a tile assignment of positive dims filled by distinct devices, last tile dims only on a
+    tiled sharding. The last of a repeated `last_tile_dims`, `metadata` or shard group counts."""
+    end = r.pos
+    kind: str | None = None
+    device = None
+    tiled = None
+    last: tuple[str, ...] = ()
+    metadata = shard_group = ""
+    skip = -1
+    for k, (word, at, value) in enumerate(items):
+        if k == skip:  # the `device=N` of `maximal device=N`
+            continue
+        if word in ("replicated", "manual", "unknown"):
+            kind = _set_kind(r, kind, word, at)
+        elif word == "maximal":
+            kind = _set_kind(r, kind, "maximal", at)
+            after = items[k + 1] if k + 1 < len(items) else ("}", close, None)
+            if after[0] != "device":
+                raise r.error(f"expected 'device=' after 'maximal', got {after[0]!r}", after[1])
+            device, skip = after[2], k + 1
+        elif word == "devices":
+            kind = _set_kind(r, kind, "tiled", at)
+            tiled = _tile_assignment(r, value)  # type: ignore[arg-type]
+        elif word == "last_tile_dim_replicate":
+            last = ("replicated",)
+        elif word == "last_tile_dims":
+            last = value  # type: ignore[assignment]
+        elif word == "metadata":
+            metadata = value  # type: ignore[assignment]
+        elif word in ("shard_as", "shard_like"):
+            shard_group = f"{word} {value}"
+        else:  # `unreduced`, a `device=` not after `maximal`
+            valid = "replicated, maximal device=N, manual, unknown, devices=[...], last_tile_dim_replicate, " \
+                    "last_tile_dims={...}, metadata={...}, shard_as N, shard_like N"
+            raise r.error(f"unknown sharding item {word!r}; valid: {valid}", at)
+    if kind is None:
+        raise r.error("empty sharding: expected replicated, maximal, manual, unknown or devices=[...]", end)
+    if kind == "tiled":
+        tile_dims, device_ids, iota = tiled  # type: ignore[misc]
+        if len(last) > len(tile_dims):
+            raise r.error(f"{len(last)} last tile dims but only {len(tile_dims)} tile dims", end)
+        return HloSharding(kind="tiled", tile_dims=tile_dims, device_ids=device_ids, iota=iota, last_tile_dims=last,
+                           metadata=metadata, shard_group=shard_group)
+    if last:
+        raise r.error(f"last tile dims given for a {kind} sharding (only tiled shardings have them)", end)
+    return HloSharding(kind=kind, device=device, metadata=metadata, shard_group=shard_group)
+
+
+def _set_kind(r: _Reader, kind: str | None, new: str, start: int) -> str:
+    if kind is not None:
+        raise r.error(f"{new!r} after {kind!r}: a sharding has one kind", start)
+    return new
+
+
+def _tile_assignment(r: _Reader, read: tuple) -> tuple[tuple[int, ...], tuple[int, ...], tuple | None]:
+    """(tile dims, device ids, iota or None) of a `devices=` that `_check_tile_assignment` read, once its dims
+    are positive and its devices fill them, each once (an iota expanded)."""
+    from analyzer.hlo.iota import expand_iota
+
+    dims, dims_at, reshape, perm, reshape_at, ids, ids_at = read[0], *read[5:]
+    if any(d <= 0 for d in dims):
+        raise r.error(f"tile dimensions must be positive, got {list(dims)} ({_VERIFIER})", dims_at)
+    total = 1
+    for d in dims:
+        total *= d
+    if total > _MAX_DEVICES:
+        raise r.error(f"tile dims {list(dims)} assign {total} devices, more than any machine "
+                      f"(limit {_MAX_DEVICES})", dims_at)
+    if reshape is not None:
+        try:
+            expanded = expand_iota(dims, reshape, perm)
+        except ValueError as e:
+            raise r.error(f"bad iota tile assignment: {e} ({_VERIFIER})", reshape_at) from None
+        return dims, tuple(int(i) for i in expanded.flat), (reshape, perm)
+    if len(ids) != total:
+        raise r.error(f"tile dims {list(dims)} need {total} device ids, got {len(ids)} ({_VERIFIER})", ids_at)
+    if len(set(ids)) != len(ids):
+        raise r.error(f"a device id appears twice in the tile assignment ({_VERIFIER})", ids_at)
+    return dims, ids, None

@@ -198,7 +198,7 @@ class HloTransformer(Transformer):
                     raise _syntax(f"expected an operand name like `%x`, got the number {c}; only "
                                   "`parameter(N)` takes a number", c)
                 parameter = int(c)
-        verifier.check_instruction(opcode, len(operands), parameter, attrs)
+        verifier.check_instruction(opcode, len(operands), parameter, attrs, shape)
         return (is_root, name, shape, sys.intern(str(opcode)), operands, tuple(attrs), parameter, None)
 
     @staticmethod

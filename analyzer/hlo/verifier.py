@@ -64,7 +64,8 @@ def check_opcode(opcode: Any) -> None:
         raise _syntax(_unknown_opcode(str(opcode)), opcode)
 
 
-def check_instruction(opcode: Any, n_operands: int, parameter: int | None, attrs: Sequence[Attribute]) -> None:
+def check_instruction(opcode: Any, n_operands: int, parameter: int | None, attrs: Sequence[Attribute],
+                      shape: Shape | None = None) -> None:
     """The operand count, the parameter number and the required attributes of one instruction.
 
     Args:
@@ -72,14 +73,30 @@ def check_instruction(opcode: Any, n_operands: int, parameter: int | None, attrs
       n_operands: how many operands were written.
       parameter: N of `parameter(N)`, else None.
       attrs: the instruction's attributes in order.
+      shape: the shape written (None when left out); a `tuple`'s must have one element per operand.
     """
     if opcode == "parameter" and parameter is None:
         raise _syntax("expected a parameter number: `parameter(0)`", opcode, len(opcode) + 1)
+    if opcode == "tuple" and shape is not None:
+        _check_tuple(opcode, n_operands, shape)
     arity = fixed_arity(opcode)
     if arity is not None and n_operands != arity:
         raise _syntax(f"`{opcode}` expects {arity} operand{'s' if arity != 1 else ''}, but has {n_operands}",
                       opcode, len(opcode))
     _check_required(str(opcode), attrs, opcode)
+
+
+def _check_tuple(opcode: Any, n_operands: int, shape: Shape) -> None:
+    """A `tuple`'s shape is a tuple with one element per operand (XLA's parser reads as many operands as its shape
+    has elements, and aborts on a shape that is not a tuple); the elements' shapes are not compared, nor nested
+    tuples' counts (XLA's parser takes them as written)."""
+    if not shape.is_tuple:
+        raise HloSemanticError(f"`tuple` makes a tuple: its shape must be one like (f32[4], s32[]), an element per "
+                               f"operand ({n_operands} here), not {shape}", line=opcode.line, column=opcode.column)
+    n = len(shape.tuple_shapes)
+    if n != n_operands:
+        raise HloSemanticError(f"`tuple` of shape {shape} expects {n} operand{'s' if n != 1 else ''}, one per "
+                               f"element, but has {n_operands}", line=opcode.line, column=opcode.column + len(opcode))
 
 
 def check_constant(name: Any, shape: Shape, literal: tuple, opened: Any) -> None:

@@ -77,6 +77,17 @@ def test_replicated_views():
         ("{replicated manual}", 13, "one kind"),
         ("{replicated last_tile_dim_replicate}", 37, "tiled"),
         ("{devices=[99999999,99999999]<=[9999999999999999]}", 10, "more than any machine"),
+        # what XLA's parser rejects, as `check_hlo_sharding` says it
+        ("{devices=[2,2]<=[2,2]}", 22, "'T('"),
+        ("{devices=[1]0}", 2, "more than one device"),
+        ("{devices=[2]0,1 replicated}", 2, "has no devices"),
+        # what XLA's parser takes and the analysis does not: `device=` not right after `maximal`, `unreduced` (no
+        # such HloSharding kind), a second kind
+        ("{device=0 maximal}", 2, "unknown sharding item 'device'"),
+        ("{unreduced}", 2, "unknown sharding item 'unreduced'"),
+        ("{maximal device=0 device=1}", 19, "unknown sharding item 'device'"),
+        ("{maximal shard_as 1 device=0}", 10, "'device=' after 'maximal', got 'shard_as'"),
+        ("{devices=[2]0,1 devices=[2]2,3}", 17, "'tiled' after 'tiled'"),
     ],
 )
 def test_bad_text_names_the_column(text, column, words):
@@ -110,3 +121,21 @@ def test_mutated_text_parses_or_raises_sharding_errors(base, cut, insert):
         assert 1 <= e.column <= len(text) + 1
         return
     assert str(parse_hlo_sharding(str(s))) == str(s)  # whatever parses prints back to itself
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=st.sampled_from([t for t in ROUND_TRIP if not t.startswith("{{") and t != "{}"]), cut=st.integers(0, 80),
+       insert=st.text(alphabet="}[]()<=,0123456789 Tdevicsreplatdmnu_x", max_size=6))
+def test_what_xla_parser_rejects_the_analysis_rejects_alike(base, cut, insert):
+    """One reader: a single sharding that XLA's parser rejects (`check_hlo_sharding`) is rejected by
+    `parse_hlo_sharding` with the same message at the same column (the verifier's rules come after it)."""
+    from analyzer.hlo.sharding import check_hlo_sharding
+
+    text = base[:cut] + insert + base[cut + len(insert) // 2:]
+    try:
+        check_hlo_sharding(text)
+    except ShardingSyntaxError as e:
+        with pytest.raises(ShardingSyntaxError) as again:
+            parse_hlo_sharding(text)
+        assert (again.value.message, again.value.column) == (e.message, e.column)
+

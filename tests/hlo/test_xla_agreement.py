@@ -174,6 +174,25 @@ CASES = [
     ("colon_computation_and_callee", "HloModule m\nf: {\n  x = f32[] parameter(0)\n  ROOT y = f32[] negate(x)\n}\n"
                                      "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT c = f32[] call(p), to_apply=f:, "
                                      "control-predecessors={p:}\n}\n", None),
+    # ------------------------------------------------ tuple: one operand per element of its (tuple) shape
+    ("tuple_operand_too_few", _inst("ROOT t = (f32[4], f32[4]) tuple(p)"), 4),       # XLA: expects 2 operands
+    ("tuple_operand_too_many", _inst("ROOT t = (f32[4]) tuple(p, p)"), 4),
+    ("tuple_empty_shape_with_operand", _inst("ROOT t = () tuple(p)"), 4),
+    ("tuple_empty", _inst("ROOT t = () tuple()"), None),
+    ("tuple_shape_not_tuple", _inst("ROOT t = f32[4] tuple(p)"), 4),                  # XLA: aborts
+    ("tuple_token_shape", _inst("ROOT t = token[] tuple()"), 4),                      # XLA: aborts
+    ("tuple_buffer_shape", _inst("ROOT t = b(f32[4]) tuple(p)"), 4),                  # XLA: aborts
+    ("tuple_comment_hides_operand", _inst("ROOT t = (f32[4], f32[4]) tuple(p /*, p*/)"), 4),
+    ("tuple_nested_instruction_count", _inst("ROOT t = (f32[4], f32[4]) tuple(p, (f32[4], f32[4]) tuple(p))"), 4),
+    ("tuple_element_shapes_not_compared", _inst("ROOT t = (s32[], f32[5]{0}) tuple(p, p)"), None),  # XLA: counts only
+    ("tuple_layouts_written", _inst("ROOT t = (f32[4]{0}, f32[4]) tuple(p, p)"), None),
+    ("tuple_nested_count_not_compared", _inst("ROOT t = ((f32[4]), f32[4]) tuple(w, p)",
+                                              "  p = f32[4] parameter(0)\n  w = (f32[4], f32[4]) tuple(p, p)\n"), None),
+    ("tuple_unnamed_operand_dropped", _inst("ROOT t = (f32[4]) tuple(f32[4], p)"), None),
+    ("tuple_shape_left_out", _inst("ROOT t = tuple(p, p)"), None),
+    ("get_tuple_element_shape_not_compared", _inst("ROOT g = s32[] get-tuple-element(w), index=0",
+                                                   "  p = f32[4] parameter(0)\n  w = (f32[4], f32[4]) tuple(p, p)\n"),
+     None),
     # ------------------------------------------------ the first computation on the `HloModule` line
     ("computation_on_header_line", "HloModule m:c1 {\n  x = f32[] parameter(0)\n}\nc2 {\n  ROOT y = f32[] constant(1)\n}\n",
      None),
@@ -231,6 +250,41 @@ def test_alias_output_index_in_a_lazy_parse():
     m = parse_hlo(_ALIASED % ("input_output_alias={ {1}: (0, {0}) }", _ALIASED_ROOT), lazy=True)
     check_read(m, {})
     assert not m.entry.is_parsed
+
+
+def test_tuple_operand_count_at_xla_column_in_every_path():
+    """A tuple with fewer operands than its shape has elements is rejected at the `(` of its operands, the column
+    XLA gives (4:34 here), by the grammar, by the fast path of a full parse, and by a lazy parse's row reads
+    (`select`, `users_of`), each time it is read (a tuple's check is not cached by signature)."""
+    with pytest.raises(HloSemanticError) as e:
+        parse_hlo(_inst("ROOT t = (f32[4], f32[4]) tuple(p)"))
+    assert (e.value.line, e.value.column) == (4, 34) and "expects 2 operands, one per element, but has 1" in str(e.value)
+    body = ("HloModule m\n\n%f (a: f32[2], b: s32[]) -> (f32[2], s32[]) {\n  %a = f32[2]{0} parameter(0)\n"
+            "  %b = s32[] parameter(1)\n  ROOT %t = (f32[2]{0}, s32[]) tuple(%a)\n}\n\n"
+            "ENTRY %e (p: f32[2], q: s32[]) -> (f32[2], s32[]) {\n  %p = f32[2]{0} parameter(0)\n"
+            "  %q = s32[] parameter(1)\n  ROOT %r = (f32[2]{0}, s32[]) fusion(%p, %q), kind=kLoop, calls=%f\n}\n")
+    one = body.replace("(f32[2], s32[]) {\n  %a", "(f32[2]) {\n  %a").replace("(f32[2]{0}, s32[]) tuple", "(f32[2]{0}) tuple")
+    assert parse_hlo(one)["f"].root.opcode == "tuple"  # a valid tuple of one operand read first by the fast path
+    with pytest.raises(HloSemanticError) as full:
+        parse_hlo(body)
+    assert (full.value.line, full.value.column) == (6, 37)
+    for read in (lambda c: c.select("tuple"), lambda c: c.users_of("a")):
+        for _ in range(2):
+            with pytest.raises(HloSemanticError) as lazy:
+                read(parse_hlo(body, lazy=True)["f"])
+            assert (lazy.value.line, lazy.value.column, lazy.value.message) == (6, 37, full.value.message)
+    assert parse_hlo(body.replace("tuple(%a)", "tuple(%a, %b)"), lazy=True)["f"].select("tuple")[0].name == "t"
+
+
+def test_get_tuple_element_of_an_array_rejected_on_purpose():
+    """XLA's parser takes `get-tuple-element` of an array operand (index=0 of an f32[4] parses; its HLO verifier
+    rejects it), while an index past a tuple's last element crashes it (SIGSEGV): both read an element that is
+    not there, so the parse rejects both, at the index, rather than build an instruction no shape describes."""
+    params = "  p = f32[4] parameter(0)\n  w = (f32[4], f32[4]) tuple(p, p)\n"
+    for line in ("ROOT g = f32[4] get-tuple-element(p), index=0", "ROOT g = f32[4] get-tuple-element(w), index=2"):
+        with pytest.raises(HloSemanticError) as e:
+            parse_hlo(_inst(line, params))
+        assert (e.value.line, e.value.column) == (5, 47) and "outside its operand's" in e.value.message
 
 
 def test_colon_names_read_without_the_colon():
