@@ -387,6 +387,7 @@ class _Walker:
         for (c, _), (_, dtype) in self.dot_flops.items():
             self.first_dot_dtype.setdefault(c, dtype)
         self.comp_flops: dict[str, float] = {}
+        self.with_flops = module.holding(*_FLOPS_OPS)  # (the computations `flops_in` reads: those with a dot or call)
         # holds_dot per instruction, by id (the instruction kept alongside so the id stays its own): _first_use
         # asks it of the same instructions once per collective it follows (100,000 times on the 22 MB synthetic
         # module, each decoding the called computations again).
@@ -457,7 +458,7 @@ class _Walker:
         if comp_name not in self.comp_flops:
             self.comp_flops[comp_name] = 0.0  # guards recursion
             total = 0.0
-            if comp_name in self.module.holding(*_FLOPS_OPS):  # (then only those lines of a lazy module's body)
+            if comp_name in self.with_flops:  # (then only those lines of a lazy module's body)
                 for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
                     f = self.dot_flops.get((comp_name, i.name))
                     if f is not None:
