@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 
 from analyzer.hlo.attributes import unquote
 from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Position, new_attribute, packed
-# (the slot setters `ir.new_instruction`/`new_operand` use: `build_lines` calls them inline, 145,000 times a module)
-from analyzer.hlo.ir import _instruction_slots, _new as _new_object, _operand_slots
+# (the builder twins `ir.new_instruction`/`new_operand`/`new_attribute` use: `build_lines` builds with them inline,
+# 145,000 instructions and 400,000 attributes a large module)
+from analyzer.hlo.ir import AttributeBuilder, InstructionBuilder, OperandBuilder
+from analyzer.hlo.attributes import _VALID
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
@@ -70,6 +73,8 @@ _intern = sys.intern
 _SHIFT = Position._SHIFT
 # (opcode, operand count, no parameter number, *attribute keys) that passed `verifier.check_instruction`.
 _CHECKED: set[tuple] = set()
+# Those of them whose (opcode, *attribute keys) `verifier.signature_known` knows too (`build_lines` vets them).
+_VETTED: set[tuple] = set()
 _MAX_COLUMN = Position._COLUMN
 # A shape text this long (a tuple of thousands) is decoded without `decode_shape`'s cache, which would keep the
 # text alive after the module is gone (2.2 MB for a 200,000-element tuple); its elements still go through it.
@@ -224,18 +229,21 @@ def _tiled_attributes(line: str, start: int, end: int, at: int, findall
 
 
 def _check_once(opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None, keys: list[str],
-                attrs: tuple[Attribute, ...], shape: Shape) -> None:
+                attrs: Sequence[Attribute], shape: Shape) -> bool:
     """`verifier.check_instruction` of an instruction read by the fast path, once per combination of what it
     depends on: the opcode, the operand count, whether a parameter number was given and the attribute keys (and
-    one value, use_global_device_ids, so a line with it is checked each time; and a `tuple`'s shape, so a tuple
-    line is checked each time)."""
+    one value, use_global_device_ids, when no channel_id is there; and a `tuple`'s shape: such lines are checked
+    each time). Returns whether the combination is remembered (not one checked each time)."""
     sig = (opcode, n_operands, parameter is None, *keys)
-    if sig not in _CHECKED:
-        verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, attrs, shape)
-        if opcode != "tuple" and "use_global_device_ids" not in sig:
-            if len(_CHECKED) > 4096:
-                _CHECKED.clear()
-            _CHECKED.add(sig)
+    if sig in _CHECKED:
+        return True
+    verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, attrs, shape)
+    if opcode == "tuple" or ("use_global_device_ids" in sig and "channel_id" not in sig):
+        return False
+    if len(_CHECKED) > 4096:
+        _CHECKED.clear()
+    _CHECKED.add(sig)
+    return True
 
 
 def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pattern,
@@ -263,7 +271,8 @@ _BLANK = object()  # `other`'s answer for a blank line
 
 
 def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: tuple[re.Pattern, re.Pattern],
-                transformer: HloTransformer, read_line) -> Computation | None:
+                transformer: HloTransformer, read_line, unvetted: list[Instruction] | None = None
+                ) -> Computation | None:
     """A computation's instruction lines (`source[pos:stop]`, the line after the header first) read and built in
     one pass: what `build_computation` makes of the lines `_line_instruction` (else `read_line`) reads, or None,
     and then the caller takes that path (which reports what is wrong: callers send any exception there too).
@@ -275,6 +284,11 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
     instruction named without `%`, a shape left out, nested operands or a line `read_line` cannot take (None)
     make it return None.
 
+    A commonest line is also vetted as it is read: `verifier.verify_instructions` (with no 19-digit number in
+    the text) passes an instruction whose opcode and keys it knows (`verifier.signature_known`) and whose values
+    it found valid before (`verifier.value_known`, which also takes what a value's quick check takes), without
+    a look at anything else; here the keys and values are at hand, so the caller need verify only the others.
+
     Args:
       source, pos, stop: the text and where the instruction lines start and end.
       lineno: the 1-based line of the first instruction line.
@@ -282,6 +296,8 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
       attr_res, transformer: as `_line_instruction` takes them.
       read_line: `(text, lineno)` -> the grammar's pending instruction for one line, or None when the line is
         not a whole instruction.
+      unvetted: a list that gets, in order, each instruction not vetted (what `verify_instructions` must
+        still check when no attribute holds a 19-digit number); the others pass it.
     """
     name_tok, is_entry, sig = head
     if name_tok[0] != "%":
@@ -290,10 +306,12 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
     findall = attr_res[1].findall
     find = source.find
     intern = _intern
-    new = _new_object
-    set_oname, set_oshape = _operand_slots
-    (set_name, set_opcode, set_shape, set_operands, set_attributes, set_root, set_iat, set_parameter, set_literal,
-     set_cache) = _instruction_slots
+    IB, OB, AB = InstructionBuilder, OperandBuilder, AttributeBuilder
+    vetted = _VETTED
+    valid_get = _VALID.get
+    value_known = verifier.value_known
+    if unvetted is None:
+        unvetted = []
     sig_params = sig[0] if sig is not None else ()
     n_sig = len(sig_params)
     shapes: dict[str, Shape] = {}
@@ -340,33 +358,52 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
         line = source[pos:nl]
         pos = nl + 1
         m = match(line)
-        common = False
+        attrs = None  # the commonest line's attributes, once read
         if m is not None:
             root, name, shape_text, opcode, ops = m.groups()
-            common = (name[0] == "%" and opcode != "constant" and not line[-1].isspace()
-                      and (not ops or (ops[0] == "%" and "/" not in ops and len(ops) < _LONG_OPERANDS)
-                           or (opcode == "parameter" and ops.isdigit()))
-                      and len(line) < _MAX_COLUMN and len(shape_text) < _CACHED_SHAPE)
-        if common:
-            shape = shapes.get(shape_text)
-            if shape is None:
-                try:
-                    shape = shapes[shape_text] = decode_shape(shape_text)
-                except ValueError:
-                    common = False
-        if common:
-            at = lineno << _SHIFT
-            start = m.end()
-            end = len(line)
-            keys: list = []
-            attrs = ()
-            if start < end:
-                tiled = _tiled_attributes(line, start, end, at, findall)
-                if tiled is None:  # a gap, `key= value`, `device_ids`: `other` reads the attributes one by one
-                    common = False
-                else:
-                    keys, attrs = tiled[0], tuple(tiled[1])
-        if common:
+            if (name[0] == "%" and opcode != "constant" and not line[-1].isspace()
+                    and (not ops or (ops[0] == "%" and "/" not in ops and len(ops) < _LONG_OPERANDS)
+                         or (opcode == "parameter" and ops.isdigit()))
+                    and len(line) < _MAX_COLUMN and len(shape_text) < _CACHED_SHAPE):
+                shape = shapes.get(shape_text)
+                if shape is None:
+                    try:
+                        shape = shapes[shape_text] = decode_shape(shape_text)
+                    except ValueError:
+                        pass
+                if shape is not None:
+                    # The attributes by one `findall`, whose matches must tile the rest of the line (each starts
+                    # where the last ended): else (a gap, `key= value`, `device_ids`) `other` reads them one by
+                    # one. Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less
+                    # of the attribute text of real dumps is unique, so one string per distinct value, one per key.
+                    at = lineno << _SHIFT
+                    p = m.end()
+                    keys: list[str] = []
+                    attrs = []
+                    clean = "\\" not in line
+                    if p < len(line):
+                        for pre, key, raw in findall(line, p):
+                            if key == "device_ids":
+                                attrs = None
+                                break
+                            p += len(pre)
+                            key = intern(key)
+                            raw = intern(raw)
+                            keys.append(key)
+                            a = AB()  # (`ir.new_attribute`, inline)
+                            a.key = key
+                            a.raw = raw
+                            a.at = at + p + 1
+                            a.__class__ = Attribute
+                            attrs.append(a)
+                            p += len(raw)
+                            seen = valid_get(key)
+                            if seen is not None and raw not in seen and not value_known(key, raw):
+                                clean = False
+                        else:
+                            if p != len(line):
+                                attrs = None
+        if attrs is not None:
             opcode = intern(opcode)
             parameter = None
             iname = name[1:]
@@ -380,7 +417,16 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
             else:  # parameter(N)
                 parameter = int(ops)
                 ops = ()
-            _check_once(opcode, lineno, m.start(4) + 1, len(ops), parameter, keys, attrs, shape)
+            attrs = tuple(attrs)
+            isig = (opcode, len(ops), parameter is None, *keys)
+            if isig not in vetted:  # (a signature checked each time is vetted each time)
+                remembered = _check_once(opcode, lineno, m.start(4) + 1, len(ops), parameter, keys, attrs, shape)
+                if not verifier.signature_known((opcode, *keys)):
+                    clean = False
+                elif remembered:
+                    if len(vetted) > 4096:
+                        vetted.clear()
+                    vetted.add(isig)
             is_root = root is not None
             at += m.start(2) + 1
             literal = None
@@ -392,27 +438,32 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
                 lineno += 1
                 continue
             iname, at, shape, opcode, ops, attrs, is_root, parameter, literal = fields
+            clean = False
         lineno += 1
         if iname in defined:
             return None  # defined twice: the two-step path reports it
         if not ops and parameter is not None and 0 <= parameter < n_sig and sig_params[parameter][0] == iname:
             iname = sig_params[parameter][0]  # the signature's string: one per parameter name, not two
-        o = new(Operand)
-        set_oname(o, iname)
-        set_oshape(o, shape)
+        o = OB()  # (`ir.new_operand`, inline)
+        o.name = iname
+        o.shape = shape
+        o.__class__ = Operand
         defined[iname] = o
-        i = new(Instruction)
-        set_name(i, iname)
-        set_opcode(i, opcode)
-        set_shape(i, shape)
-        set_operands(i, ops)
-        set_attributes(i, attrs)
-        set_root(i, is_root)
-        set_iat(i, at)
-        set_parameter(i, parameter)
-        set_literal(i, literal)
-        set_cache(i, None)
+        i = IB()  # (`ir.new_instruction`, inline)
+        i.name = iname
+        i.opcode = opcode
+        i.shape = shape
+        i.operands = ops
+        i.attributes = attrs
+        i.is_root = is_root
+        i.at = at
+        i.parameter_number = parameter
+        i.literal = literal
+        i._attrs = None
+        i.__class__ = Instruction
         insts.append(i)
+        if not clean:
+            unvetted.append(i)
     defined = None
     if not insts:
         return None

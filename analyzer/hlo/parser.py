@@ -461,8 +461,16 @@ def _has_long_int(text: str) -> bool:
     return b"0" * 19 in text.encode("utf-8", "surrogatepass").translate(_DIGIT_MASK)
 
 
-def _verify(comp: Computation, lenient: bool, source: str, check_ints: bool) -> None:
-    notes = verify_instructions(comp, lenient=lenient, source=source, check_ints=check_ints)
+def _verify(comp: Computation, lenient: bool, source: str, check_ints: bool,
+            unvetted: list[Instruction] | None = None) -> None:
+    """`verify_instructions` of `comp`, its notes kept on it. `unvetted`: when no attribute may hold a 19-digit
+    number (not `check_ints`), only these of its instructions (the others passed `fastpath.build_lines`'s vetting,
+    which is what `verify_instructions` checks of them then); None: all."""
+    if unvetted is not None and not check_ints and len(unvetted) < len(comp.instructions):
+        notes = verify_instructions(_found_computation(comp.name, tuple(unvetted), comp.attributes), lenient=lenient,
+                                    source=source, check_ints=check_ints)
+    else:
+        notes = verify_instructions(comp, lenient=lenient, source=source, check_ints=check_ints)
     if notes:
         object.__setattr__(comp, "notes", notes)
 
@@ -727,10 +735,12 @@ def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = F
     newline = source.find("\n", start, end)
     head_line = source[start:newline] if newline >= 0 else source[start:end]
     head = parse_head_fast(head_line, line) or _parse_interactive(head_line, "computation_head", line)
-    comp = _parse_lines(source, start, end, line, head) if newline >= 0 else None
+    unvetted: list[Instruction] = []
+    comp = _parse_lines(source, start, end, line, head, unvetted) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(source[start:end], "computation", line)
-    _verify(comp, lenient, source, check_ints)
+        unvetted = None
+    _verify(comp, lenient, source, check_ints, unvetted)
     return comp
 
 
@@ -743,7 +753,8 @@ class _Listed(Exception):
     line's own checks and before the computation's), or nested operands (named after every other name)."""
 
 
-def _parse_lines(source: str, start: int, end: int, line0: int, head) -> Computation | None:
+def _parse_lines(source: str, start: int, end: int, line0: int, head, unvetted: list[Instruction] | None = None
+                 ) -> Computation | None:
     """A computation's instruction lines (`source[start:end]`, its header line first), each by the fast path or,
     where it declines one (a constant array, an operand with a shape prefix), that line alone by the grammar's
     `instruction` rule; None when a line is not a whole instruction by itself (then the caller parses the
@@ -757,23 +768,33 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head) -> Computa
     one computation of 200,000 instructions peaked at 20x its text when every line and pending tuple was held
     until the last was read. An error, or nested operands, sends the computation through `_parse_lines_listed`,
     which reads all lines first and so reports what it always did.
+
+    `unvetted`, when a list, gets the instructions `verify_instructions` must still check (see `_verify`): those
+    the one-pass build (`fastpath.build_lines`) did not vet, or all when the two-step way built them.
     """
     first = source.find("\n", start, end)
     last = source.rfind("\n", start, end)
     if first == last or source[last + 1:end].strip() != "}":
         return None
+    vetting: list[Instruction] = []
     try:  # the lines read and built in one pass; what it declines, or finds wrong, goes the two-step way below
-        comp = build_lines(source, first + 1, last, line0 + 1, head, _attr_regex(), _transformer(), _read_line)
+        comp = build_lines(source, first + 1, last, line0 + 1, head, _attr_regex(), _transformer(), _read_line,
+                           vetting)
     except (HloSyntaxError, HloSemanticError):
         comp = None
     if comp is not None:
+        if unvetted is not None:
+            unvetted += vetting
         return comp
     try:
-        return build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
+        comp = build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
     except _Decline:
         return None
     except Exception:  # (_Listed, an error, or anything else: the list form gives what it always gave)
-        return _parse_lines_listed(source[start:end], line0, head)
+        comp = _parse_lines_listed(source[start:end], line0, head)
+    if comp is not None and unvetted is not None:
+        unvetted += comp.instructions  # (the two-step way vets none)
+    return comp
 
 
 def _instructions(source: str, pos: int, stop: int, lineno: int):
@@ -863,12 +884,13 @@ def _transformer():
     return HloTransformer()
 
 
-def _found_computation(name: str, found: tuple[Instruction, ...]) -> Computation:
-    """`Computation(name, found)`, for the verifier's per-instruction checks of what `select` found (set through
-    its `__dict__`: the frozen dataclass's `__init__` was a tenth of a select)."""
+def _found_computation(name: str, found: tuple[Instruction, ...], attributes: tuple = ()) -> Computation:
+    """`Computation(name, found, attributes=attributes)`, for the verifier's per-instruction checks of what
+    `select` found, or of what a full parse did not vet (set through its `__dict__`: the frozen dataclass's
+    `__init__` was a tenth of a select)."""
     comp = object.__new__(Computation)
     comp.__dict__.update(name=name, instructions=found, parameter_shapes=(), result_shape=None, is_entry=False,
-                         position=None, attributes=(), notes=())
+                         position=None, attributes=attributes, notes=())
     return comp
 
 

@@ -36,6 +36,8 @@ __all__ = [
     "verify_computation",
     "verify_attributes",
     "verify_instructions",
+    "signature_known",
+    "value_known",
     "verify_header",
     "check_computations",
     "check_module_attribute",
@@ -271,6 +273,43 @@ _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 # (opcode, *attribute keys) of instructions whose opcode is known and whose keys the opcode allows, each once.
 _SIGNATURES_OK: set[tuple] = set()
 _KEY = operator.attrgetter("key")
+
+
+def signature_known(sig: tuple) -> bool:
+    """Whether `sig` (an opcode, then an instruction's attribute keys in order) is a known opcode with keys it
+    allows, each once: what `verify_instructions` remembers of an instruction it passed, and then passes without
+    reading its keys again (remembered here too). Never raises."""
+    if sig in _SIGNATURES_OK:
+        return True
+    opcode, keys = sig[0], sig[1:]
+    if not is_known_opcode(opcode) or len(set(keys)) != len(keys):
+        return False
+    allowed = allowed_attributes(opcode)
+    if allowed is not None and not allowed.issuperset(keys):
+        return False
+    if len(_SIGNATURES_OK) > 4096:
+        _SIGNATURES_OK.clear()
+    _SIGNATURES_OK.add(sig)
+    return True
+
+
+def value_known(key: str, raw: str) -> bool:
+    """Whether `verify_instructions` takes `key=raw` without a check it would report (on an instruction whose
+    signature it knows, with no backslash and no 19-digit number in the line): a key it does not decode, a value
+    found valid before, or one whose quick check (`attributes._QUICK`) accepts it, which `attributes.validate`
+    trusts; that one is then remembered as valid, as `validate` would (a metadata value also needs the field
+    names XLA takes, `_METADATA_OK`, or the verifier reads them). Never raises: False sends the instruction
+    through `verify_instructions`, which says what is wrong."""
+    seen = attributes._VALID.get(key)
+    if seen is None or raw in seen:
+        return True
+    quick = attributes._QUICK.get(key)
+    if quick is None or not quick.fullmatch(raw) or (key == "metadata" and not _METADATA_OK.fullmatch(raw)):
+        return False
+    if len(seen) > attributes._VALID_MAX:
+        seen.clear()
+    seen.add(raw)
+    return True
 
 
 def verify_instructions(comp: Computation, *, lenient: bool = False, source: str | None = None,
