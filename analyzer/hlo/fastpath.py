@@ -34,8 +34,10 @@ __all__ = ["build_lines", "parse_head_fast", "decode_shape", "FastToken"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
-_NAME = r"%?[A-Za-z_][\w.\-]*"
-_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:\d+(?:,\d+)*)?(?::[^{}\n]*)?\})?"  # the grammar's
+# (Character classes spelled out: `[a-zA-Z0-9_.\-]` is what `[\w.\-]` is under re.A, but one table look-up a
+# character where `\w` inside a class is a category test besides.)
+_NAME = r"%?[A-Za-z_][a-zA-Z0-9_.\-]*"
+_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:[0-9]+(?:,[0-9]+)*)?(?::[^{}\n]*)?\})?"  # the grammar's
 # Possessive quantifiers throughout: a plain `(?:...)*` makes `re` keep a backtracking entry per repetition,
 # which on one 200,000-element tuple line cost ~100 bytes per character of the line.
 _TUPLE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
@@ -46,7 +48,8 @@ _SCALAR_TEXT = r"-?(?:inf|nan|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|true|false"
 # or a constant's flat array as XLA prints it, `{0, 1, 2}`)
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?(" + _NAME + r")[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE + r")[ \t]+([a-z][a-z0-9\-]*)\("
-    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][\w.\-]*+)*+)|[\w.+\-]++"
+    r"((?:(?:/\*[^*\n]*+\*/)?%[A-Za-z_][a-zA-Z0-9_.\-]*+(?:, (?:/\*[^*\n]*+\*/)?%[A-Za-z_][a-zA-Z0-9_.\-]*+)*+)"
+    r"|[a-zA-Z0-9_.+\-]++"
     r"|\{(?:(?:" + _SCALAR_TEXT + r")(?:, (?:" + _SCALAR_TEXT + r"))*+)?\})?\)", re.A
 )
 # `[ENTRY ]%name (p0: shape, ...) -> shape {` with simple parameter names
@@ -217,10 +220,10 @@ def _tiled_attributes(line: str, start: int, end: int, at: int, findall
     keys: list[str] = []
     attrs: list[Attribute] = []
     p = start
-    for pre, key, raw in findall(line, start):
+    for space, key, raw in findall(line, start):
         if key == "device_ids":
             return None
-        p += len(pre)
+        p += len(space) + len(key) + 2  # (`,`, the space, the key, `=`)
         key = _intern(key)
         keys.append(key)
         attrs.append(new_attribute(key, _intern(raw), at + p + 1))
@@ -268,6 +271,30 @@ def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pat
 
 
 _BLANK = object()  # `other`'s answer for a blank line
+_UNREAD = object()  # a line tail not read yet
+_TAILS = 4096  # line tails `build_lines` keeps read at most (a computation's distinct tails are a few hundred)
+
+
+def _read_tail(tail: str, findall) -> tuple[tuple[int, str, str, bool], ...] | None:
+    """The attributes of a line's tail (its text from an attribute's `, ` on) by `findall` (the pattern of
+    `parser._attr_regex`), as `(offset of the value in the tail, key, value, known valid)` each; None when the
+    matches do not tile it or one is `device_ids` (then the line is read by `_line_instruction`). When a line's
+    matches up to the tail (`findall` with the tail's start as its end) tile that part and these tile the tail,
+    together they are the line's own matches: a value that ends at the tail's `,` in the cut text ends there in
+    the whole line too (what can cross a `,` is a bracket or a string, which the cut text cannot close), and the
+    pattern looks at nothing before where it starts. Else the line is read one attribute at a time.
+    `known valid`: what `verifier.value_known` said (true stays true: a valid value is valid)."""
+    out = []
+    p = 0
+    for space, key, raw in findall(tail):
+        if key == "device_ids":
+            return None
+        p += len(space) + len(key) + 2
+        key = _intern(key)
+        raw = _intern(raw)
+        out.append((p, key, raw, verifier.value_known(key, raw)))
+        p += len(raw)
+    return tuple(out) if p == len(tail) else None
 
 
 def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: tuple[re.Pattern, re.Pattern],
@@ -316,7 +343,10 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
     n_sig = len(sig_params)
     shapes: dict[str, Shape] = {}
     defined: dict[str, Operand] = {}
+    defined_item = defined.__getitem__
     insts: list[Instruction] = []
+    tails: dict[str, tuple | None] = {}  # `_read_tail` of each line tail read
+    tails_get = tails.get
 
     def other(line: str, lineno: int):
         """Any line but the commonest, as the two-step path reads it, its operands resolved: the instruction's
@@ -372,28 +402,35 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
                     except ValueError:
                         pass
                 if shape is not None:
-                    # The attributes by one `findall`, whose matches must tile the rest of the line (each starts
-                    # where the last ended): else (a gap, `key= value`, `device_ids`) `other` reads them one by
-                    # one. Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less
-                    # of the attribute text of real dumps is unique, so one string per distinct value, one per key.
+                    # The attributes by `findall`, whose matches must tile the rest of the line (each starts where
+                    # the last ended): else (a gap, `key= value`, `device_ids`) `other` reads them one by one. Values
+                    # repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the
+                    # attribute text of real dumps is unique, so one string per distinct value, one per key. The
+                    # line's tail from `, metadata=` on (metadata, then mostly a backend_config) repeats whole
+                    # (15 of 16 lines of an unrolled model's code): it is read once a computation (`_read_tail`).
                     at = lineno << _SHIFT
+                    at1 = at + 1  # (a packed position is a two-digit int: one addition an attribute, not two)
                     p = m.end()
                     keys: list[str] = []
                     attrs = []
                     clean = "\\" not in line
-                    if p < len(line):
-                        for pre, key, raw in findall(line, p):
+                    end = len(line)
+                    if p < end:
+                        s = line.rfind(", metadata=", p)
+                        if s < 0:
+                            s = end
+                        for space, key, raw in findall(line, p, s):
                             if key == "device_ids":
                                 attrs = None
                                 break
-                            p += len(pre)
+                            p += len(space) + len(key) + 2  # (`,`, the space, the key, `=`)
                             key = intern(key)
                             raw = intern(raw)
                             keys.append(key)
                             a = AB()  # (`ir.new_attribute`, inline)
                             a.key = key
                             a.raw = raw
-                            a.at = at + p + 1
+                            a.at = at1 + p
                             a.__class__ = Attribute
                             attrs.append(a)
                             p += len(raw)
@@ -401,8 +438,29 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
                             if seen is not None and raw not in seen and not value_known(key, raw):
                                 clean = False
                         else:
-                            if p != len(line):
+                            if p != s:
                                 attrs = None
+                            elif s < end:
+                                tail = line[s:]
+                                read = tails_get(tail, _UNREAD)
+                                if read is _UNREAD:
+                                    if len(tails) >= _TAILS:
+                                        tails.clear()
+                                    read = tails[tail] = _read_tail(tail, findall)
+                                if read is None:
+                                    attrs = None
+                                else:
+                                    base = at1 + s
+                                    for off, key, raw, known in read:
+                                        keys.append(key)
+                                        a = AB()
+                                        a.key = key
+                                        a.raw = raw
+                                        a.at = base + off
+                                        a.__class__ = Attribute
+                                        attrs.append(a)
+                                        if not known and not value_known(key, raw):
+                                            clean = False
         if attrs is not None:
             opcode = intern(opcode)
             parameter = None
@@ -411,7 +469,7 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
                 ops = ()
             elif ops[0] == "%":
                 try:
-                    ops = tuple([defined[o] for o in ops[1:].split(", %")])
+                    ops = tuple(map(defined_item, ops[1:].split(", %")))
                 except KeyError:
                     return None  # not defined before: the two-step path says which
             else:  # parameter(N)
@@ -464,7 +522,7 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
         insts.append(i)
         if not clean:
             unvetted.append(i)
-    defined = None
+    defined = defined_item = tails = tails_get = None
     if not insts:
         return None
     return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts)

@@ -873,10 +873,11 @@ def _parse_interactive(text: str, start: str, line: int):
 def _attr_regex() -> tuple[re.Pattern, re.Pattern]:
     """The grammar's ATTR pattern with a leading comma, twice: `, key=value` for one match at a time (group 1
     the whole `key=value`, 2 the key, 3 the value), and the same without the space after `=` for `findall`
-    over a whole line (groups: `, key=`, the key, the value)."""
+    over a whole line (groups: the space after the comma, the key, the value; the space is one character as
+    XLA prints it, a string Python does not allocate)."""
     value = attribute_value_pattern()
     return (re.compile(r",[ \t]*(([a-zA-Z_][a-zA-Z0-9_.\-]*)=(\s*" + value + "))", re.A),
-            re.compile(r"(,[ \t]*([a-zA-Z_][a-zA-Z0-9_.\-]*)=)(" + value + ")", re.A))
+            re.compile(r",([ \t]*)([a-zA-Z_][a-zA-Z0-9_.\-]*)=(" + value + ")", re.A))
 
 
 @lru_cache(maxsize=1)

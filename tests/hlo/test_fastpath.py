@@ -180,6 +180,53 @@ def test_streamed_lines_give_what_the_grammar_gives(text):
     assert fast == slow
 
 
+def _tails(*lines: str) -> str:
+    body = "".join(f"  {line}\n" for line in lines)
+    return f"HloModule m\n\nENTRY %e {{\n  %p = f32[2]{{0}} parameter(0)\n{body}  ROOT %r = f32[2]{{0}} copy(%p)\n}}\n"
+
+
+_MD = 'metadata={op_name="a/b" stack_frame_id=1}'
+_TAIL_LINES = {
+    # the same tail (from `, metadata=` on) on lines whose heads differ in length: read once, placed on each
+    "repeated": _tails(f"%a = f32[2]{{0}} negate(%p), {_MD}, backend_config={{\"k\":[1]}}",
+                       f"%bb.1 = f32[2]{{0}} negate(%a), {_MD}, backend_config={{\"k\":[1]}}",
+                       f"%c = f32[2]{{0}} add(%a, %bb.1), sharding={{replicated}}, {_MD}, backend_config={{\"k\":[1]}}"),
+    "metadata-first": _tails(f"%a = f32[2]{{0}} negate(%p), {_MD}", f"%b = f32[2]{{0}} negate(%a), {_MD}"),
+    # `, metadata=` inside a string: before the real one, and after it (the last one found is in the string)
+    "in-a-string-before": _tails(
+        f'%a = f32[2]{{0}} custom-call(%p), custom_call_target="x, metadata=y", {_MD}',
+        f'%b = f32[2]{{0}} custom-call(%a), custom_call_target="x, metadata=y", {_MD}'),
+    "in-a-string-after": _tails(f'%a = f32[2]{{0}} negate(%p), {_MD}, backend_config="q, metadata={{z}}"',
+                                f'%b = f32[2]{{0}} negate(%a), {_MD}, backend_config="q, metadata={{z}}"'),
+    "device-ids-in-tail": _tails(f"%a = f32[8]{{0}} all-gather(%p), channel_id=1, dimensions={{0}}, {_MD}, "
+                                 "replica_groups=mesh['x'=2,'y'=2], device_ids=(0,2,1,3) {'y'}"),
+    # a tail read on one opcode, then on one that does not take an attribute of it
+    "tail-not-allowed-later": _tails(f"%a = f32[2,2]{{1,0}} broadcast(%p), {_MD}, dimensions={{0}}",
+                                     f"%b = f32[2]{{0}} negate(%p), {_MD}, dimensions={{0}}"),
+    # a metadata field XLA does not take, in a tail seen before on a valid line
+    "bad-field-later": _tails(f"%a = f32[2]{{0}} negate(%p), {_MD}", f"%b = f32[2]{{0}} negate(%a), {_MD[:-1]} x=1}}"),
+    "escapes-in-tail": _tails('%a = f32[2]{0} negate(%p), metadata={op_name="a\\\"b"}',
+                              '%b = f32[2]{0} negate(%a), metadata={op_name="a\\qb"}'),
+}
+
+
+@pytest.mark.parametrize("text", _TAIL_LINES.values(), ids=_TAIL_LINES.keys())
+def test_line_tails_read_once_give_what_the_grammar_gives(text):
+    """A line's tail from `, metadata=` on is read once a computation (`fastpath._read_tail`) and placed on each
+    line that ends with it; and each line is vetted as it is read (`verify_instructions` then checks only the
+    others): the computation, its positions, or the error and its place, are what the grammar gives."""
+    def outcome(t, **kw):
+        try:
+            m = parse_hlo(t, **kw)
+            comps = [(c.name, c.instructions, c.parameter_shapes) for c in m.computations]
+        except (HloSyntaxError, HloSemanticError) as e:
+            return type(e).__name__, e.message, e.line, e.column
+        return comps, _positions(m), m.notes
+
+    slow = outcome(text + "/* a comment\nover two lines */\n")
+    assert outcome(text) == slow and outcome(text, lazy=True) == slow
+
+
 def test_frames_read_alike_in_any_spelling():
     """Stack-frame rows as XLA prints them (read by one match, frames set through their slots) and the same rows
     spelt otherwise (fields reordered, spaced: the general reading) give the Frames the constructor gives."""
