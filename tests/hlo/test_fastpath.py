@@ -326,11 +326,17 @@ def _outcome(fn):
 
 
 def _fields(comp):
+    """Every field of the computation's instructions, their attributes and operands (`build_lines` builds these
+    objects inline, slot by slot: a field it leaves unset fails here)."""
     import dataclasses
 
+    def every(obj):  # (each field read, so an unset one raises; `_attrs`, a cache filled on use, not compared)
+        fields = dataclasses.fields(obj)
+        values = [getattr(obj, f.name) for f in fields]
+        return tuple(v for f, v in zip(fields, values) if f.name != "_attrs")
+
     return [(comp.name, comp.position, comp.result_shape, comp.parameter_shapes)] + [
-        tuple(getattr(i, f.name) for f in dataclasses.fields(i) if f.name != "_attrs")
-        + (tuple((a.key, a.raw, a.at) for a in i.attributes),) for i in comp.instructions]
+        every(i) + (tuple(map(every, i.attributes)), tuple(map(every, i.operands))) for i in comp.instructions]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
