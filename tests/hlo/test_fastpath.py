@@ -205,6 +205,17 @@ _TAIL_LINES = {
                                      f"%b = f32[2]{{0}} negate(%p), {_MD}, dimensions={{0}}"),
     # a metadata field XLA does not take, in a tail seen before on a valid line
     "bad-field-later": _tails(f"%a = f32[2]{{0}} negate(%p), {_MD}", f"%b = f32[2]{{0}} negate(%a), {_MD[:-1]} x=1}}"),
+    # 19-digit numbers (XLA's int64 range) after a line of the same signature was vetted: in a decoded value, in
+    # one not decoded, in the tail; and one in range, twice
+    "long-int-decoded": _tails("%a = f32[1]{0} slice(%p), slice={[0:1]}",
+                               "%b = f32[1]{0} slice(%p), slice={[0:99999999999999999999]}"),
+    "long-int-not-decoded": _tails("%a = f32[2]{0} custom-call(%p), custom_call_target=\"x\", schedule=S1",
+                                   "%b = f32[2]{0} custom-call(%p), custom_call_target=\"x\", "
+                                   "schedule=S99999999999999999999"),
+    "long-int-in-tail": _tails(f"%a = f32[2]{{0}} negate(%p), {_MD}",
+                               '%b = f32[2]{0} negate(%a), metadata={op_name="a/b" stack_frame_id=99999999999999999999}'),
+    "long-int-in-range": _tails('%a = f32[2]{0} negate(%p), metadata={op_name="a/b" stack_frame_id=1000000000000000000}',
+                                '%b = f32[2]{0} negate(%a), metadata={op_name="a/b" stack_frame_id=1000000000000000000}'),
     "escapes-in-tail": _tails('%a = f32[2]{0} negate(%p), metadata={op_name="a\\\"b"}',
                               '%b = f32[2]{0} negate(%a), metadata={op_name="a\\qb"}'),
 }
