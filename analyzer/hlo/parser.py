@@ -548,8 +548,11 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     """Split the text into the header and the computations with a line scanner.
 
     Returns:
-      `(header_text, [(start, end, line, column, name, is_entry), ...])`, or None when the text is not laid
-      out as XLA prints it (a computation per block, `}` alone at the start of its closing line).
+      `(header_text, [(start, end, line, column, name, is_entry, rows, commented), ...])`, or None when the text
+      is not laid out as XLA prints it (a computation per block, `}` alone at the start of its closing line).
+      `rows`: the computation's lines between its header and its closing line (what `_Index` has when each is
+      an instruction line); `commented`: whether its text holds a `/*` (its index then reads keys after a
+      comment too). The scanner counts and finds both anyway, so no index does either again.
     """
     first = _COMP_START.search(text)
     if first is None or _has_multiline_comment(text):
@@ -565,6 +568,7 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     names: set[str] = set()
     n = len(text)
     start_at, end_at, ws_at, find, count = _COMP_START.match, _COMP_END.search, _WS.match, text.find, text.count
+    comment = find("/*", pos)  # the next `/*` from a computation's start on (-1: none further)
     while pos < n:
         m = start_at(text, pos)
         if m is None:
@@ -587,9 +591,13 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
             return None  # let the grammar path report the duplicate
         names.add(name)
         begin = m.start()
-        spans.append((begin, close, line, m.start(2) - begin + 1, name, m.group(1) is not None))
+        if 0 <= comment < begin:
+            comment = find("/*", begin)
+        inner = count("\n", begin, close)
+        spans.append((begin, close, line, m.start(2) - begin + 1, name, m.group(1) is not None, inner - 1,
+                      0 <= comment < close))
         pos = ws_at(text, close).end()
-        line += count("\n", begin, pos)
+        line += inner + count("\n", close, pos)
     return (header_text, spans) if spans else None
 
 
@@ -648,9 +656,9 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     header = _parse_header(header_text, lenient)
     callees: dict = {}
     table = _CalleeTable(callees)
-    reading = _Reading(text, path, lenient, check_ints, "/*" in text, weakref.ref(table))
-    comps = [LazyComputation(reading, start, end, line, column, name, is_entry)
-             for start, end, line, column, name, is_entry in spans]
+    reading = _Reading(text, path, lenient, check_ints, weakref.ref(table))
+    comps = [LazyComputation(reading, start, end, line, column, name, is_entry, rows, commented)
+             for start, end, line, column, name, is_entry, rows, commented in spans]
     spans.clear()  # (the caller's: 21,000 spans of a 22 MB module are a quarter of its text while it is parsed)
     callees.update((c.name, c) for c in comps)
     name = header.name
@@ -672,17 +680,16 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
 
 
 class _Reading:
-    """What the lazy records of one parse share (one object, not five fields a record): the source text and its
-    path, the parse's checks (`lenient`; `check_ints`, None to look for long integers per computation read),
-    whether the text holds a `/*` anywhere (else no index looks for a comment), and a weak reference to the callee
-    table (`_CalleeTable`)."""
+    """What the lazy records of one parse share (one object, not four fields a record): the source text and its
+    path, the parse's checks (`lenient`; `check_ints`, None to look for long integers per computation read), and
+    a weak reference to the callee table (`_CalleeTable`)."""
 
-    __slots__ = ("source", "path", "lenient", "check_ints", "commented", "callees")
+    __slots__ = ("source", "path", "lenient", "check_ints", "callees")
 
-    def __init__(self, source: str, path: str | None, lenient: bool, check_ints: bool | None, commented: bool,
+    def __init__(self, source: str, path: str | None, lenient: bool, check_ints: bool | None,
                  callees: weakref.ref | None) -> None:
         self.source, self.path, self.lenient, self.check_ints = source, path, lenient, check_ints
-        self.commented, self.callees = commented, callees
+        self.callees = callees
 
 
 class _CalleeTable:
@@ -915,11 +922,13 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, reading: _Reading, start: int, end: int, line: int, column: int, name: str,
-                 is_entry: bool) -> None:
+                 is_entry: bool, rows: int = -1, commented: bool = True) -> None:
         # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
         # large module; five keys, so that a record read by its index still fits a dict's smallest tables)
-        self.__dict__.update({"_reading": reading, "_span": (start, end), "name": name, "is_entry": is_entry,
-                              "position": Position(line, column)})
+        # `_span`: where the text is, the lines between its header and closing line, and whether it holds a `/*`
+        # (what `_split` found, for the index; rows -1: not known, then the index counts them).
+        self.__dict__.update({"_reading": reading, "_span": (start, end, rows, commented), "name": name,
+                              "is_entry": is_entry, "position": Position(line, column)})
 
     @property
     def _source(self) -> str:
@@ -932,7 +941,7 @@ class LazyComputation(Computation):
     @property
     def text(self) -> str:
         """The computation's source text, unparsed."""
-        start, end = self._span
+        start, end = self._span[:2]
         return self._source[start:end]
 
     @property
@@ -963,8 +972,8 @@ class LazyComputation(Computation):
     def _index(self) -> _Index | None:
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
-        start, end = self._span
-        return _Index.of(self._reading.source, start, end, self._reading.commented)
+        start, end, rows, commented = self._span
+        return _Index.of(self._reading.source, start, end, rows, commented)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -1078,7 +1087,7 @@ class LazyComputation(Computation):
         if missing:
             index = self._index
             reading = self._reading
-            src, (at, end) = reading.source, self._span
+            src, (at, end) = reading.source, self._span[:2]
             start, rows = at, len(index.cells) // 5
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             attr_re, transformer = _attr_regex(), _transformer()
@@ -1121,7 +1130,7 @@ class LazyComputation(Computation):
 
     @cached_property
     def _parsed(self) -> Computation:
-        start, end = self._span
+        start, end = self._span[:2]
         if "_parsing" in self.__dict__:  # a shape inferred from a callee that is this computation
             raise HloSemanticError(f"computation {self.name!r} calls itself", line=self.position.line,
                                    column=self.position.column, source_line=_source_line(self._source,
@@ -1204,15 +1213,18 @@ class _Index:
     __slots__ = ("cells", "written", "calls", "root", "_by_name", "heads")
 
     @classmethod
-    def of(cls, src: str, start: int, end: int, commented: bool = True) -> _Index | None:
+    def of(cls, src: str, start: int, end: int, lines: int = -1, commented: bool | None = None) -> _Index | None:
         """The index of `src[start:end]`; None when a line between the header and `}` is not a row. (What
         follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)
-        `commented`: False when the whole text holds no `/*` (then the text is not searched for one)."""
+        `lines`: how many lines lie between the header and `}` (-1: counted here); `commented`: whether the text
+        holds a `/*` (None: looked for here; False: call keys are looked for after a comma only)."""
         rows = _ROW.findall(src, start, end)
-        return cls(src, start, end, rows, commented) if len(rows) == src.count("\n", start, end) - 1 else None
+        if lines < 0:
+            lines = src.count("\n", start, end) - 1
+        return cls(src, start, end, rows, commented) if len(rows) == lines else None
 
     def __init__(self, src: str, start: int, end: int, rows: list[tuple[str, ...]],
-                 commented: bool = True) -> None:
+                 commented: bool | None = None) -> None:
         self.cells = cells = tuple(chain.from_iterable(rows))
         self._by_name = None
         self.heads: dict[str | None, tuple | None] | None = None  # (`LazyComputation.line_head`'s answers)
@@ -1222,7 +1234,9 @@ class _Index:
         self.root = -1
         if len(marks) - marks.count("") == 1:
             self.root = len(rows) - 1 if marks[-1] else next(k for k, mark in enumerate(marks) if mark)
-        call_at = _CALL_AT_SPACED if commented and src.find("/*", start, end) >= 0 else _CALL_AT
+        if commented is None:
+            commented = src.find("/*", start, end) >= 0
+        call_at = _CALL_AT_SPACED if commented else _CALL_AT
         if call_at.search(src, start, end) is None:  # (most fusion bodies)
             self.calls = ()
             return

@@ -363,7 +363,7 @@ def test_one_pass_build_equals_two_steps(path):
     split = _split(text)
     if split is None:
         return
-    for start, end, line, _column, _name, _entry in split[1]:
+    for start, end, line, *_ in split[1]:
         first, last = text.find("\n", start, end), text.rfind("\n", start, end)
         head = parse_head_fast(text[start:first], line) if first >= 0 else None
         if head is None or first == last or text[last + 1:end].strip() != "}":
