@@ -934,18 +934,20 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
 
     def __init__(self, reading: _Reading, start: int, end: int, line: int, column: int, name: str,
-                 is_entry: bool, rows: int = -1, commented: bool = True) -> None:
-        # (one dict update rather than a frozen dataclass's `object.__setattr__` per field: 21,000 of these in a
-        # large module; five keys, so that a record read by its index still fits a dict's smallest tables)
-        # `_span`: where the text is, the lines between its header and closing line, and whether it holds a `/*`
-        # (what `_split` found, for the index; rows -1: not known, then the index counts them).
-        self.__dict__.update({"_reading": reading, "_span": (start, end, rows, commented), "name": name,
-                              "is_entry": is_entry, "position": Position(line, column)})
+                 is_entry: bool, rows: int = -1, commented: bool | None = None) -> None:
+        # (a parse makes its records in bulk, `_records`, which says what each holds)
+        self.__dict__.update(LazyComputation._records(
+            reading, [(start, end, line, column, name, is_entry, rows, commented)])[0].__dict__)
 
     @classmethod
     def _records(cls, reading: _Reading, spans: list[tuple]) -> list[LazyComputation]:
-        """A record per span of `_split`, as `__init__` makes each, without a call of it and of `Position` per
-        record (a quarter of a lazy parse's time after the split, 21,000 records in a large module)."""
+        """A record per span of `_split`, made without an `__init__` and a `Position` call each (they were a quarter
+        of a lazy parse's time after the split: 21,000 records in a large module).
+
+        A record's `__dict__` holds five keys, so that one read by its index still fits a dict's smallest tables:
+        the shared `_Reading`, `_span` (where its text is, the lines between its header and closing line, -1 when
+        not known, and whether the text holds a `/*`, None when not known: what `_split` found, for the index),
+        `name`, `is_entry` and `position`."""
         new, position, top = object.__new__, int.__new__, Position._COLUMN
         records = []
         for start, end, line, column, name, is_entry, rows, commented in spans:
