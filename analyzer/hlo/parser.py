@@ -20,6 +20,8 @@ from __future__ import annotations
 import gc
 import re
 import weakref
+from array import array
+from bisect import bisect_left
 from itertools import chain
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -542,9 +544,6 @@ _COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][A-Za-z0-9_
 # followed by attributes (`}, execution_thread="main_thread"`).
 # (Led by the newline: `re` then finds candidates with a fast literal scan; `^[ \t]*\}` was 8x slower.)
 _COMP_END = re.compile(r"\n([ \t]*+\}[^\n]*+)$", re.M)
-# A comment's opening `/*` (a regex search: over a long text `re`'s scan for a literal is twice as fast as
-# `str.find`'s for a two-character string).
-_OPENER = re.compile(r"/\*")
 # The first line that is `_COMP_END`'s closing line (group 1) or follows a line ending in `{` (group 1 unset):
 # one scan for what `_split` looks for inside a computation (a header inside would end its line in `{`).
 _CLOSE_OR_OPEN = re.compile(r"\n(?:([ \t]*+\}[^\n]*+)$|(?<=\{\n))", re.M)
@@ -561,7 +560,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
       comment too). The scanner counts and finds both anyway, so no index does either again.
     """
     first = _COMP_START.search(text)
-    if first is None or _has_multiline_comment(text):
+    starts = _comment_starts(text) if first is not None else None
+    if starts is None:
         return None
     header_text = text[: first.start()]
     if _STRAY_IN_HEADER.search(header_text) or _HEADER_OPENS.search(header_text):
@@ -575,9 +575,9 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     n = len(text)
     start_at, end_at, ws_at, find, count = _COMP_START.match, _COMP_END.search, _WS.match, text.find, text.count
     first_at, close_or_open = _COMP_END.match, _CLOSE_OR_OPEN.search
-    opener = _OPENER.search
-    comment = opener(text, pos)  # the next `/*` from a computation's start on (None: none further)
-    comment = comment.start() if comment is not None else -1
+    # (the first `/*` of each line that holds one, in order: `k` the next from a computation's start on, or none)
+    k = bisect_left(starts, pos)
+    comment = starts[k] if k < len(starts) else -1
     while pos < n:
         m = start_at(text, pos)
         if m is None:
@@ -604,8 +604,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
             return None  # let the grammar path report the duplicate
         names.add(name)
         if 0 <= comment < begin:
-            comment = opener(text, begin)
-            comment = comment.start() if comment is not None else -1
+            k = bisect_left(starts, begin, k)
+            comment = starts[k] if k < len(starts) else -1
         inner = count("\n", begin, close)
         spans.append((begin, close, line, m.start(2) - begin + 1, name, entry is not None, inner - 1,
                       0 <= comment < close))
@@ -636,14 +636,24 @@ def _comp_end(text: str, pos: int) -> re.Match | None:
 
 def _has_multiline_comment(text: str) -> bool:
     """Whether a `/* ... */` comment spans lines (the line scanner would misread what it hides)."""
+    return _comment_starts(text) is None
+
+
+def _comment_starts(text: str) -> array | None:
+    """None when a `/* ... */` comment spans lines, else where the comments a reader meets begin, in order: the
+    first `/*` of every line that holds one is among them (the scanner's test of which computations do)."""
     # Only a `/*` that nothing closes before its line ends can count, outside whole-line `//` comments: one regex
-    # scan finds those (none in most texts); the walk below then decides in the order a reader meets them.
-    for m in _UNCLOSED_COMMENT.finditer(text):
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        if not text[line_start:m.start()].lstrip().startswith("//"):
-            break
-    else:
-        return False
+    # scan meets the comments as the walk below does and tells those (none in most texts); the walk then decides.
+    starts = array("q")  # (8 bytes a comment: a text of short comments may hold one every dozen characters)
+    suspect = False
+    for m in _COMMENT_OPENS.finditer(text):
+        start = m.start()
+        starts.append(start)
+        if m.group(1) is not None and not suspect:  # not closed on its line
+            line_start = text.rfind("\n", 0, start) + 1
+            suspect = not text[line_start:start].lstrip().startswith("//")
+    if not suspect:
+        return starts
     i = text.find("/*")
     while i >= 0:
         line_start = text.rfind("\n", 0, i) + 1
@@ -652,13 +662,13 @@ def _has_multiline_comment(text: str) -> bool:
             continue
         j = text.find("*/", i + 2)
         if j < 0 or text.find("\n", i, j) >= 0:
-            return True
+            return None
         i = text.find("/*", j + 2)
-    return False
+    return starts
 
 
-# `/*` and the rest of its line when no `*/` after it closes it there.
-_UNCLOSED_COMMENT = re.compile(r"/\*(?:[^*\n]|\*(?!/))*+(?:\n|\Z)")
+# A comment on its line: `/*` to its `*/`, or (group 1) to the line's end when nothing closes it there.
+_COMMENT_OPENS = re.compile(r"/\*(?:[^*\n]|\*(?!/))*+(?:\*/|(\n|\Z))")
 _HAS_HEADER = re.compile(r"^\s*HloModule\b", re.M)
 
 
