@@ -17,6 +17,9 @@ the cyclic collector off throughout (`no collector`: without the pass Python mak
 when the parse's pause ends, which also walks everything else the process holds), `parsed` computations parsed
 in full out of all.
 
+Then the replay's own loop (each question a no-op, `_loop_only`), which the path's figures include: the lookups
+and calls that stand for the analysis's own code, which XLA's parser does not pay, and the path less it.
+
 With `--by-kind`, the path (collector off) split by kind of question: `lazy` the lazy parse, `parse` the
 computations parsed in full, then `calls`, `select`, `head`, `users`, `mentions`, `param` of unparsed ones and
 `holding` of the module (its first answer reads every computation's opcodes).
@@ -147,6 +150,22 @@ def _replay(text: str, asks: list[tuple], by_kind: dict | None = None) -> None:
             by_kind[kind] = by_kind.get(kind, 0.0) + clock() - t
 
 
+def _noop(*args) -> None:
+    return None
+
+
+def _loop_only(module, asks: list[tuple]) -> None:
+    """`_replay`'s loop over `asks` with each question a no-op of the same call (on `module`, parsed before): what
+    the replay spends besides the parser's work (looking up each computation and calling), which the analysis
+    itself spends in its own code instead, and XLA's parser not at all."""
+    by_name = module.by_name
+    for kind, f, name, args in asks:
+        c = by_name[name] if name else module
+        if "_parsed" in c.__dict__:
+            continue
+        _noop(c, *args)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", help="HLO files (default: the synthetic module of parse_speed.py)")
@@ -180,11 +199,16 @@ def main(argv=None) -> int:
              lambda: parse_hlo(text, lenient=True, lazy=True), gc_paused()(lambda: _replay(text, asks)),
              _collector_off(lambda: parse_hlo(text, lenient=True)), _collector_off(lambda: _replay(text, asks))],
             args.repeat)
-        n_comps = len(parse_hlo(text, lenient=True, lazy=True).computations)
+        module = parse_hlo(text, lenient=True, lazy=True)
+        n_comps = len(module.computations)
+        (t_loop,) = _best([_collector_off(lambda: _loop_only(module, asks))], args.repeat)
+        del module
         n_parsed = len({name for kind, name, _ in events if kind == "parse"})
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
               f"{t_lazy:6.2f} {t_path - t_lazy:6.2f} {t_parse / t_xla:7.2f}x {t_path / t_xla:7.2f}x "
               f"{t_parse_nc / t_xla:21.2f}x {t_path_nc / t_xla:7.2f}x {n_parsed:>6}/{n_comps:<6}")
+        print(f"  the replay's own loop over its {len(asks):,} questions, each a no-op: {t_loop:.3f} s; the path less it "
+              f"(collector off): {(t_path_nc - t_loop) / t_xla:.2f}x XLA")
         if args.by_kind:  # the path with the collector off, per kind of question, best of --repeat
             runs = []
             for _ in range(args.repeat):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.devices import device_count
@@ -623,7 +624,15 @@ class _Builder:
             elif op == "fusion":
                 self._fusion(comp, inst, count, branch)
 
+    @cached_property
+    def _fused_holders(self) -> frozenset[str]:
+        """The computations a fusion's collectives can be in: those with one, or with a nested fusion."""
+        return self.module.holding(*_FUSED_COLLECTIVES, "fusion")
+
     def _fusion(self, comp: Computation, inst: Instruction, count: float, branch: BranchKey) -> None:
+        holders = self._fused_holders
+        if not any(name in holders for name in inst.called_computations):
+            return  # (most fusions: no collective inside, and the module is asked once, not per fusion)
         found = list(_fused_select(self.module, inst, _FUSED_COLLECTIVES))
         inner = [i for _, i in found]
         inner_comp = {i.name: c.name for c, i in found}
