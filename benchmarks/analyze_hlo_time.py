@@ -201,7 +201,7 @@ def main(argv=None) -> int:
             args.repeat)
         module = parse_hlo(text, lenient=True, lazy=True)
         n_comps = len(module.computations)
-        (t_loop,) = _best([_collector_off(lambda: _loop_only(module, asks))], args.repeat)
+        (t_loop,) = _best([_collector_off(lambda m=module: _loop_only(m, asks))], args.repeat)
         del module
         n_parsed = len({name for kind, name, _ in events if kind == "parse"})
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
