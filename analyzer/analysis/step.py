@@ -301,8 +301,8 @@ def _plain_written(comp: Computation, module: HloModule) -> int | None:
     """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
     `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
     of the root, the root and the views under it read from their lines); else None (then the body is read)."""
-    if comp.is_parsed or comp.name in module.holding(*_NOT_PLAIN, "custom-call") and (
-            comp.name in module.holding(*_NOT_PLAIN) or "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
+    if comp.is_parsed or (comp.name in module.holding(*_NOT_PLAIN, "custom-call") and (  # (most: one look-up)
+            comp.name in module.holding(*_NOT_PLAIN) or "AsyncCollective" in comp.text)):  # type: ignore[attr-defined]
         return None
     head = comp.line_head()  # type: ignore[attr-defined]
     for _ in range(8):
