@@ -277,8 +277,8 @@ _KEY = operator.attrgetter("key")
 
 def signature_known(sig: tuple) -> bool:
     """Whether `sig` (an opcode, then an instruction's attribute keys in order) is a known opcode with keys it
-    allows, each once: what `verify_instructions` remembers of an instruction it passed, and then passes without
-    reading its keys again (remembered here too). Never raises."""
+    allows, each once: then `verify_instructions` passes the instruction's keys without reading them one by one,
+    and `fastpath.build_lines` may vet the line. Each such signature is remembered. Never raises."""
     if sig in _SIGNATURES_OK:
         return True
     opcode, keys = sig[0], sig[1:]
@@ -341,10 +341,10 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
     for inst in comp.instructions:
         opcode = inst.opcode
         attrs = inst.attributes
-        # A known opcode with keys it allows, each once, passes whatever the values: each such combination is
-        # checked in full once (its values still are, below).
+        # A known opcode with keys it allows, each once, passes whatever the values (`signature_known`, which
+        # remembers each such combination; its values are still checked, below).
         sig = (opcode, *map(_KEY, attrs))
-        known = sig in _SIGNATURES_OK
+        known = sig in _SIGNATURES_OK or signature_known(sig)
         if not known and not is_known_opcode(opcode):
             col = _opcode_column(inst, source)
             msg = _unknown_opcode(opcode)
@@ -369,10 +369,6 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
                     raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
                                          **_key_at(a, inst))
                 seen.add(a.key)
-        if not known and is_known_opcode(opcode) and (allowed is None or allowed.issuperset(sig[1:])):
-            if len(_SIGNATURES_OK) > 4096:
-                _SIGNATURES_OK.clear()
-            _SIGNATURES_OK.add(sig)
         for a in attrs:
             key = a.key
             if allowed is not None and key not in allowed:
