@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from analyzer.errors import ShardingError
 
@@ -421,12 +421,11 @@ def _read_single(r: _Reader) -> tuple[list[tuple[str, int, object]], int]:
             devices = 1
         elif word == "devices":
             r.expect("=")
-            value = assignment = _check_tile_assignment(r, reshape_rank)
-            d, n, rr, pr, total = assignment[:5]
-            dims += d
-            reshape_total *= total
-            devices = devices + n if n else devices
-            reshape_rank, perm_rank = reshape_rank + rr, perm_rank + pr
+            value = read = _check_tile_assignment(r, reshape_rank)
+            dims += read.dims
+            reshape_total *= read.reshape_total
+            devices = devices + read.listed if read.listed else devices
+            reshape_rank, perm_rank = reshape_rank + read.reshape_rank, perm_rank + read.perm_rank
         elif word == "metadata":
             r.expect("=")
             value = r.skip_balanced()
@@ -482,12 +481,29 @@ def _read_single(r: _Reader) -> tuple[list[tuple[str, int, object]], int]:
     return items, close
 
 
-def _check_tile_assignment(r: _Reader, prior: int) -> tuple:
-    """`[d...]` then `<=[r...]` (and `T(p...)` when there are several `r`) or a device list: (dims, devices
-    listed, reshape rank, transpose rank, devices of the reshape, then for the builder: where the dims start,
-    the reshape dims (None for a list), the transpose (None without one), where the reshape starts, the ids
-    listed, where they start). A repeated `devices=` adds to what the first gave, as in XLA (`prior`: the
-    reshape dims read before)."""
+class _TileRead(NamedTuple):
+    """What `_check_tile_assignment` read of one `devices=`: for XLA's parser's rules the tile dims, how many
+    device ids were listed, the reshape's and the transpose's ranks and the reshape's device count; for the
+    builder where the dims start, the reshape dims (None for a list), the transpose (None without one), where
+    the reshape starts, the ids listed and where they start."""
+
+    dims: tuple[int, ...]
+    listed: int
+    reshape_rank: int
+    perm_rank: int
+    reshape_total: int
+    dims_at: int
+    reshape: tuple[int, ...] | None
+    perm: tuple[int, ...] | None
+    reshape_at: int
+    ids: tuple[int, ...]
+    ids_at: int
+
+
+def _check_tile_assignment(r: _Reader, prior: int) -> _TileRead:
+    """`[d...]` then `<=[r...]` (and `T(p...)` when there are several `r`) or a device list, checked as XLA's
+    parser checks it. A repeated `devices=` adds to what the first gave, as in XLA (`prior`: the reshape dims
+    read before)."""
     dims_at = r.pos
     dims = r.int_list("[", "]", "a tile dimension")
     if not dims:
@@ -503,7 +519,7 @@ def _check_tile_assignment(r: _Reader, prior: int) -> tuple:
         for x in reshape:
             total *= x
         if rank == 1:
-            return dims, 0, 1, 1, total, dims_at, reshape, None, reshape_at, (), 0
+            return _TileRead(dims, 0, 1, 1, total, dims_at, reshape, None, reshape_at, (), 0)
         at = r.pos
         if r.peek() != ("word", "T"):
             raise r.error("expected 'T(' and the transpose of the iota reshape dims", at)
@@ -512,13 +528,13 @@ def _check_tile_assignment(r: _Reader, prior: int) -> tuple:
         for p in perm:
             if not 0 <= p < rank:
                 raise r.error(f"transpose index {p} is outside the {rank} reshape dims", at)
-        return dims, 0, len(reshape), len(perm), total, dims_at, reshape, perm, reshape_at, (), 0
+        return _TileRead(dims, 0, len(reshape), len(perm), total, dims_at, reshape, perm, reshape_at, (), 0)
     ids_at = r.pos
     ids = []
     while True:
         ids.append(r.integer("a device id"))
         if r.peek() != ("op", ","):
-            return dims, len(ids), 0, 0, 1, dims_at, None, None, 0, tuple(ids), ids_at
+            return _TileRead(dims, len(ids), 0, 0, 1, dims_at, None, None, 0, tuple(ids), ids_at)
         r.next()
 
 
@@ -583,12 +599,13 @@ def _set_kind(r: _Reader, kind: str | None, new: str, start: int) -> str:
     return new
 
 
-def _tile_assignment(r: _Reader, read: tuple) -> tuple[tuple[int, ...], tuple[int, ...], tuple | None]:
+def _tile_assignment(r: _Reader, read: _TileRead) -> tuple[tuple[int, ...], tuple[int, ...], tuple | None]:
     """(tile dims, device ids, iota or None) of a `devices=` that `_check_tile_assignment` read, once its dims
     are positive and its devices fill them, each once (an iota expanded)."""
     from analyzer.hlo.iota import expand_iota
 
-    dims, dims_at, reshape, perm, reshape_at, ids, ids_at = read[0], *read[5:]
+    dims, dims_at, reshape, perm, reshape_at, ids, ids_at = (read.dims, read.dims_at, read.reshape, read.perm,
+                                                              read.reshape_at, read.ids, read.ids_at)
     if any(d <= 0 for d in dims):
         raise r.error(f"tile dimensions must be positive, got {list(dims)} ({_VERIFIER})", dims_at)
     total = 1
