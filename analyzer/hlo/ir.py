@@ -266,8 +266,8 @@ class Computation:
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
     def mentions(self, *opcodes: str) -> bool:
-        """Whether any instruction has one of `opcodes`."""
-        return any(i.opcode in opcodes for i in self.instructions)
+        """Whether any instruction has one of `opcodes` (a test of `written`)."""
+        return not self.written.isdisjoint(opcodes)
 
     @cached_property
     def written(self) -> frozenset[str]:
