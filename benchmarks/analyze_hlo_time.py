@@ -17,7 +17,7 @@ the cyclic collector off throughout (`no collector`: without the pass Python mak
 when the parse's pause ends, which also walks everything else the process holds), `parsed` computations parsed
 in full out of all.
 
-Then the replay's own loop (each question a no-op, `_loop_only`), which the path's figures include: the lookups
+Then the replay's own loop (each question a no-op, `_noop`), which the path's figures include: the lookups
 and calls that stand for the analysis's own code, which XLA's parser does not pay, and the path less it.
 
 With `--by-kind`, the path (collector off) split by kind of question: `lazy` the lazy parse, `parse` the
@@ -135,35 +135,39 @@ def _replay(text: str, asks: list[tuple], by_kind: dict | None = None) -> None:
     module = parse_hlo(text, lenient=True, lazy=True)
     if by_kind is not None:
         by_kind["lazy"] = by_kind.get("lazy", 0.0) + clock() - t
+    if by_kind is None:
+        _ask(module, asks)
+        return
     by_name = module.by_name
-    for kind, f, name, args in asks:
+    for kind, f, name, args in asks:  # (`_ask`'s loop, each question timed)
         c = by_name[name] if name else module
-        if "_parsed" in c.__dict__:  # (parsed meanwhile: answered from its instructions, no parse work)
+        if "_parsed" in c.__dict__:
             continue
-        if by_kind is not None:
-            t = clock()
+        t = clock()
         if f is None:
             c.instructions
         else:
             f(c, *args)
-        if by_kind is not None:
-            by_kind[kind] = by_kind.get(kind, 0.0) + clock() - t
+        by_kind[kind] = by_kind.get(kind, 0.0) + clock() - t
 
 
-def _noop(*args) -> None:
-    return None
-
-
-def _loop_only(module, asks: list[tuple]) -> None:
-    """`_replay`'s loop over `asks` with each question a no-op of the same call (on `module`, parsed before): what
-    the replay spends besides the parser's work (looking up each computation and calling), which the analysis
-    itself spends in its own code instead, and XLA's parser not at all."""
+def _ask(module, asks: list[tuple]) -> None:
+    """`asks` asked of `module`, in order: a parse (`f` None) or a question of a computation (of the module when
+    the name is empty); none of a computation parsed meanwhile (answered from its instructions, no parse work)."""
     by_name = module.by_name
     for kind, f, name, args in asks:
         c = by_name[name] if name else module
         if "_parsed" in c.__dict__:
             continue
-        _noop(c, *args)
+        if f is None:
+            c.instructions
+        else:
+            f(c, *args)
+
+
+def _noop(*args) -> None:
+    """A question that does nothing (`_ask` of `asks` with each one this: the replay's own loop)."""
+    return None
 
 
 def main(argv=None) -> int:
@@ -201,7 +205,10 @@ def main(argv=None) -> int:
             args.repeat)
         module = parse_hlo(text, lenient=True, lazy=True)
         n_comps = len(module.computations)
-        (t_loop,) = _best([_collector_off(lambda m=module: _loop_only(m, asks))], args.repeat)
+        # The replay's own loop, each question a no-op of the same call: what it spends besides the parser's work
+        # (looking up each computation and calling), which the analysis spends in its own code instead.
+        noops = [(kind, _noop, name, a) for kind, _, name, a in asks]
+        (t_loop,) = _best([_collector_off(lambda m=module: _ask(m, noops))], args.repeat)
         del module
         n_parsed = len({name for kind, name, _ in events if kind == "parse"})
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "

@@ -56,34 +56,28 @@ def _child(what: str, upto: str, text_path: str, events_path: str) -> None:
             del module
         return
     import analyze_hlo_time as timing
-    from analyzer.hlo.parser import _lark
+    from analyzer.hlo.parser import _lark, parse_hlo
 
     _lark()  # (the grammar, built once per process: not the parse's work)
     asks = timing._asks(pickle.loads(Path(events_path).read_bytes()))
+    parses = [a for a in asks if a[0] == "parse"]  # (for the stages; made in every run, so none counts it)
+    questions = [a for a in asks if a[0] != "parse"]
     gc.disable()
     if upto == "none":
         return
     if upto == "all":
         timing._replay(text, asks)
         return
-    from analyzer.hlo.parser import parse_hlo
-
     cut = _STAGES.index(upto)
     module = parse_hlo(text, lenient=True, lazy=True)
-    by_name = module.by_name
     if cut >= 1:
-        for kind, _, name, _ in asks:
-            if kind == "parse":
-                by_name[name].instructions  # noqa: B018
+        timing._ask(module, parses)
     if cut >= 2:
         for comp in module.computations:
             if not comp.is_parsed:
                 comp._index  # noqa: B018
     if cut >= 3:
-        for kind, f, name, args in asks:
-            c = by_name[name] if name else module
-            if f is not None and "_parsed" not in c.__dict__:
-                f(c, *args)
+        timing._ask(module, questions)
 
 
 def _count(what: str, upto: str, text_path: str, events_path: str) -> int:
