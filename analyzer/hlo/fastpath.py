@@ -434,7 +434,7 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
                             a.__class__ = Attribute
                             attrs.append(a)
                             p += len(raw)
-                            seen = valid_get(key)
+                            seen = valid_get(key)  # (`value_known`'s first test inline: most values were seen)
                             if seen is not None and raw not in seen and not value_known(key, raw):
                                 clean = False
                         else:
