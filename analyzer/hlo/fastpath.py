@@ -207,6 +207,15 @@ def _literal(text: str, lineno: int, column: int) -> tuple:
     return (text, "a", tuple(items))
 
 
+_BLANK = object()  # `other`'s answer for a blank line
+_UNREAD = object()  # a line tail not read yet
+_TAILS = 4096  # line tails `build_lines` keeps read at most (a computation's distinct tails are a few hundred)
+# `_tiled_attributes`' reads of whole attribute texts (`_read_tail` of each), kept across computations and modules:
+# at most `_TAILS` of them, each at most `_CACHED_TEXT` characters (about 1 MB in all).
+_ATTRIBUTE_TEXTS: dict[str, tuple | None] = {}
+_CACHED_TEXT = 256
+
+
 def _tiled_attributes(line: str, start: int, end: int, at: int, findall
                       ) -> tuple[list[str], list[Attribute]] | None:
     """The keys and attributes of `line[start:end]` read by one `findall` (the `, key=value` pattern of
@@ -215,10 +224,26 @@ def _tiled_attributes(line: str, start: int, end: int, at: int, findall
     (the first starts where the head ends, each next where the last ended). `at`: the line's packed position.
 
     Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute
-    text of real dumps is unique, so one string per distinct value, one per key.
+    text of real dumps is unique, so one string per distinct value, one per key. Whole attribute texts repeat
+    too (8,057 dot lines of an unrolled model have 13): a line that ends where its attributes end has them read
+    by `_read_tail` once per distinct text (`_ATTRIBUTE_TEXTS`, bounded) and only placed here.
     """
     keys: list[str] = []
     attrs: list[Attribute] = []
+    if end == len(line) and end - start <= _CACHED_TEXT:  # (the pattern then sees the same text either way)
+        text = line[start:]
+        read = _ATTRIBUTE_TEXTS.get(text, _UNREAD)
+        if read is _UNREAD:
+            if len(_ATTRIBUTE_TEXTS) >= _TAILS:
+                _ATTRIBUTE_TEXTS.clear()
+            read = _ATTRIBUTE_TEXTS[text] = _read_tail(text, findall)
+        if read is None:
+            return None
+        base = at + start + 1
+        for off, key, raw, _ in read:
+            keys.append(key)
+            attrs.append(new_attribute(key, raw, base + off))
+        return keys, attrs
     p = start
     for space, key, raw in findall(line, start):
         if key == "device_ids":
@@ -270,9 +295,6 @@ def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pat
     return attrs
 
 
-_BLANK = object()  # `other`'s answer for a blank line
-_UNREAD = object()  # a line tail not read yet
-_TAILS = 4096  # line tails `build_lines` keeps read at most (a computation's distinct tails are a few hundred)
 
 
 def _read_tail(tail: str, findall) -> tuple[tuple[int, str, str, bool], ...] | None:

@@ -39,7 +39,7 @@ from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, build_computation, build_single,
                                       callee_table, frames, single_instruction_mode)
 from analyzer.hlo import verifier as _verifier
-from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions
+from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions, vetted
 
 if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
@@ -1131,7 +1131,9 @@ class LazyComputation(Computation):
             attr_re, transformer = _attr_regex(), _transformer()
             new: list[Instruction] = []
             texts: list[str] = []
-            paused = gc.isenabled()  # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis)
+            # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis; a row or two, most reads,
+            # make too few objects for a collection to start)
+            paused = len(missing) > 16 and gc.isenabled()
             if paused:
                 gc.disable()
             try:
@@ -1154,8 +1156,12 @@ class LazyComputation(Computation):
                 lenient, check_ints = reading.lenient, reading.check_ints
                 if check_ints is None:  # what the range check reads (a superset: the read lines)
                     check_ints = _has_long_int(texts[0] if len(texts) == 1 else "\n".join(texts))
-                verify_instructions(_found_computation(self.name, tuple(new)), lenient=lenient, source=src,
-                                    check_ints=check_ints)
+                # What `verify_instructions` would pass unread, as `fastpath.build_lines` vets its lines: a known
+                # signature whose values were found valid before (most dot lines: their values repeat).
+                unvetted = new if check_ints else [i for i in new if not vetted(i)]
+                if unvetted:
+                    verify_instructions(_found_computation(self.name, tuple(unvetted)), lenient=lenient,
+                                        source=src, check_ints=check_ints)
             except (HloSyntaxError, HloSemanticError) as e:
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:

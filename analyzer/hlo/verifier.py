@@ -312,6 +312,20 @@ def value_known(key: str, raw: str) -> bool:
     return True
 
 
+def vetted(inst: Instruction) -> bool:
+    """Whether `verify_instructions` (with no 19-digit number in the text) passes `inst` without a check it would
+    report: a known opcode with keys it allows, each once (`signature_known`), and every value known valid
+    (`value_known`) with no backslash in it. What `fastpath.build_lines` tests of each line it reads, for an
+    instruction already built (a lazily read row). Never raises."""
+    attrs = inst.attributes
+    if not signature_known((inst.opcode, *map(_KEY, attrs))):
+        return False
+    for a in attrs:
+        if "\\" in a.raw or not value_known(a.key, a.raw):
+            return False
+    return True
+
+
 def verify_instructions(comp: Computation, *, lenient: bool = False, source: str | None = None,
                         check_ints: bool = True) -> tuple[str, ...]:
     """Per instruction: a known opcode, each attribute allowed on it (XLA's per-opcode tables), none twice,

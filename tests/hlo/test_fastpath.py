@@ -238,6 +238,29 @@ def test_line_tails_read_once_give_what_the_grammar_gives(text):
     assert outcome(text) == slow and outcome(text, lazy=True) == slow
 
 
+_TAIL_OPCODES = ("parameter", "negate", "add", "copy", "custom-call", "all-gather", "broadcast", "slice")
+
+
+@pytest.mark.parametrize("text", _TAIL_LINES.values(), ids=_TAIL_LINES.keys())
+def test_rows_read_alone_give_what_the_grammar_gives(text):
+    """A lazy `select` reads each line alone: a whole attribute text once per process (`fastpath._tiled_attributes`,
+    whose reads outlive the module), and what `verifier.vetted` passes is not verified again. The instructions and
+    their positions, or the error and its place, are what the grammar gives, and the same on a second module whose
+    lines move (every attribute text already read, at other columns and lines)."""
+    def outcome(t, lazy):
+        try:
+            m = parse_hlo(t, lazy=lazy)
+            found = [(c.name, c.select(*_TAIL_OPCODES)) for c in m.computations]
+        except (HloSyntaxError, HloSemanticError) as e:
+            return type(e).__name__, e.message, e.line, e.column
+        return found, [(i.name, i.position, tuple(a.position for a in i.attributes)) for _, f in found for i in f]
+
+    moved = text.replace("\n  %", "\n\n    %")  # (each instruction line a line lower and two columns right)
+    for t in (text, moved):
+        slow = outcome(t + "/* a comment\nover two lines */\n", lazy=False)
+        assert outcome(t, lazy=True) == slow
+
+
 def test_frames_read_alike_in_any_spelling():
     """Stack-frame rows as XLA prints them (read by one match, frames set through their slots) and the same rows
     spelt otherwise (fields reordered, spaced: the general reading) give the Frames the constructor gives."""
