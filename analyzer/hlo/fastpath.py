@@ -30,7 +30,7 @@ from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, 
                                       finish_computation)
 
 # decode_shape lives in analyzer.hlo.shapes; it is re-exported here for the callers that knew it here.
-__all__ = ["build_lines", "parse_head_fast", "decode_shape", "FastToken"]
+__all__ = ["build_lines", "parse_head_fast", "decode_shape", "FastToken", "forget_read"]
 
 Token = None  # replaced below by FastToken (kept as a name so the builders read like the grammar's)
 
@@ -214,6 +214,11 @@ _TAILS = 4096  # line tails `build_lines` keeps read at most (a computation's di
 # at most `_TAILS` of them, each at most `_CACHED_TEXT` characters (about 1 MB in all).
 _ATTRIBUTE_TEXTS: dict[str, tuple | None] = {}
 _CACHED_TEXT = 256
+
+
+def forget_read() -> None:
+    """Empty `_ATTRIBUTE_TEXTS` (`parse_hlo` does at its start, as it empties the values found valid)."""
+    _ATTRIBUTE_TEXTS.clear()
 
 
 def _tiled_attributes(line: str, start: int, end: int, at: int, findall

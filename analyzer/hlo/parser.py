@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
-from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, parse_head_fast,
+from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, forget_read, parse_head_fast,
                                    parse_tables_fast, parse_tables_lenient)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, new_instruction, new_operand, packed
 from analyzer.hlo.shapes import Shape, decode_shape
@@ -291,6 +291,7 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     if not text.isascii():
         _check_ascii(text, path)
     forget_valid()
+    forget_read()  # (both: each parse pays for its own reading and checks, also when a benchmark repeats it)
     single = is_single_instruction(text)
     split = None if single else _split(text)
     # Numbers that may not fit an int64 are checked per attribute, where the text has a run of 19 digits; a lazy
