@@ -17,6 +17,11 @@ the cyclic collector off throughout (`no collector`: without the pass Python mak
 when the parse's pause ends, which also walks everything else the process holds), `parsed` computations parsed
 in full out of all.
 
+Then `path/xla` round by round: each round runs XLA's parser and then the path (collector paused), and the ratio
+of the two is taken within the round; the median and range of those ratios. On a shared machine whose speed
+drifts by a quarter over minutes, a ratio of two runs seconds apart moves less than the ratio of two minima
+taken in different rounds.
+
 Then the replay's own loop (each question a no-op, `_noop`), which the path's figures include: the lookups
 and calls that stand for the analysis's own code, which XLA's parser does not pay, and the path less it.
 
@@ -184,7 +189,7 @@ def main(argv=None) -> int:
     from analyzer.hlo.parser import parse_hlo
     from analyzer.pipeline import analyze_hlo
 
-    from parse_speed import _best, synthetic_module
+    from parse_speed import _best, _rounds, synthetic_module
 
     paths = [Path(f) for f in args.files] if args.files else [synthetic_module(64)]
     from analyzer._gc import gc_paused
@@ -198,11 +203,13 @@ def main(argv=None) -> int:
         events = _record(lambda: analyze_hlo(str(p), mesh=args.mesh))
         asks = _asks(events)
         # (taken in turn each round: XLA's parser beside ours, so a slow spell of the machine falls on both)
-        t_xla, t_parse, t_lazy, t_path, t_parse_nc, t_path_nc = _best(
+        rounds = _rounds(
             [lambda: xc.hlo.hlo_module_from_text(text), lambda: parse_hlo(text, lenient=True),
              lambda: parse_hlo(text, lenient=True, lazy=True), gc_paused()(lambda: _replay(text, asks)),
              _collector_off(lambda: parse_hlo(text, lenient=True)), _collector_off(lambda: _replay(text, asks))],
             args.repeat)
+        t_xla, t_parse, t_lazy, t_path, t_parse_nc, t_path_nc = (min(times) for times in zip(*rounds))
+        per_round = sorted(r[3] / r[0] for r in rounds)  # (the path against XLA's parser run just before it)
         module = parse_hlo(text, lenient=True, lazy=True)
         n_comps = len(module.computations)
         # The replay's own loop, each question a no-op of the same call: what it spends besides the parser's work
@@ -214,6 +221,8 @@ def main(argv=None) -> int:
         print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
               f"{t_lazy:6.2f} {t_path - t_lazy:6.2f} {t_parse / t_xla:7.2f}x {t_path / t_xla:7.2f}x "
               f"{t_parse_nc / t_xla:21.2f}x {t_path_nc / t_xla:7.2f}x {n_parsed:>6}/{n_comps:<6}")
+        print(f"  path/xla round by round (each the ratio of two runs seconds apart): median "
+              f"{per_round[len(per_round) // 2]:.2f}x, {per_round[0]:.2f}x to {per_round[-1]:.2f}x over {len(rounds)} rounds")
         print(f"  the replay's own loop over its {len(asks):,} questions, each a no-op: {t_loop:.3f} s; the path less it "
               f"(collector off): {(t_path_nc - t_loop) / t_xla:.2f}x XLA")
         if args.by_kind:  # the path with the collector off, per kind of question, best of --repeat

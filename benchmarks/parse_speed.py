@@ -182,14 +182,23 @@ def _best(fns, repeat: int) -> list[float]:
     """The best CPU time (`time.process_time`: less moved than wall time by other jobs on a shared machine) of
     each of `fns`, run in turn `repeat` times (interleaved, so that another job slows all of them alike rather
     than one)."""
-    best = [float("inf")] * len(fns)
+    return [min(times) for times in zip(*_rounds(fns, repeat))]
+
+
+def _rounds(fns, repeat: int) -> list[list[float]]:
+    """The CPU time of each of `fns` in each of `repeat` rounds, the functions run in turn each round: a list
+    per round (`_best` takes each function's least; a ratio taken within each round compares runs made seconds
+    apart, which a slow spell of the machine slows alike)."""
+    rounds = []
     for _ in range(repeat):
-        for k, fn in enumerate(fns):
+        times = []
+        for fn in fns:
             gc.collect()
             t = time.process_time()
             fn()
-            best[k] = min(best[k], time.process_time() - t)
-    return best
+            times.append(time.process_time() - t)
+        rounds.append(times)
+    return rounds
 
 
 def _peak(fn) -> tuple[int, int]:
