@@ -1069,12 +1069,20 @@ class LazyComputation(Computation):
             if inst is None:
                 return None
             return inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None
-        heads = index.heads
-        if heads is None:
-            heads = index.heads = {}
-        elif name in heads:  # (the step model asks a body's root once per call site)
-            return heads[name]
-        k = index.root if name is None else index.by_name.get(name, -1)
+        # (answers kept: the step model asks a body's root once per call site; the root's in a slot, not a dict per
+        # body: most bodies are asked only that, and 20,000 one-entry dicts were a fifth of the text kept)
+        if name is None:
+            head = index.root_head
+            if head is not _UNASKED:
+                return head
+            k = index.root
+        else:
+            heads = index.heads
+            if heads is None:
+                heads = index.heads = {}
+            elif name in heads:
+                return heads[name]
+            k = index.by_name.get(name, -1)
         head = None
         if k >= 0:
             shape_text, opcode, operands = index.cells[5 * k + 2:5 * k + 5]
@@ -1083,7 +1091,10 @@ class LazyComputation(Computation):
                 head = opcode, decode_shape(shape_text), first.group(1) if first is not None else None
             except ValueError:
                 pass
-        heads[name] = head
+        if name is None:
+            index.root_head = head
+        else:
+            heads[name] = head
         return head
 
     def parameter_name(self, number: int) -> str | None:
@@ -1262,10 +1273,11 @@ class _Index:
     text (`_ROW`'s groups), kept flat in `cells` (row k's `f`th at `5 * k + f`: one object per computation, not
     one per line). `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
     one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
-    `by_name`: each name's row (-1 for a name two rows define). `heads`: what `line_head` answered, by name.
+    `by_name`: each name's row (-1 for a name two rows define). `root_head`: what `line_head` answered of the root
+    (`_UNASKED` before); `heads`: what it answered of others, by name.
     """
 
-    __slots__ = ("cells", "written", "calls", "root", "_by_name", "heads")
+    __slots__ = ("cells", "written", "calls", "root", "_by_name", "root_head", "heads")
 
     @classmethod
     def of(cls, src: str, start: int, end: int, lines: int = -1, commented: bool | None = None) -> _Index | None:
@@ -1279,7 +1291,8 @@ class _Index:
         index = object.__new__(cls)  # (its fields set here, not by an `__init__` call: one per body read)
         index.cells = cells = tuple(chain.from_iterable(rows))
         index._by_name = None
-        index.heads = None  # (`LazyComputation.line_head`'s answers)
+        index.root_head = _UNASKED  # (`LazyComputation.line_head`'s answers)
+        index.heads = None
         written = frozenset(cells[3::5])
         index.written = _WRITTEN_SETS.setdefault(written, written)  # (one set per distinct opcode set)
         marks = cells[0::5]
@@ -1327,6 +1340,8 @@ class _Index:
             self._by_name = by_name
         return self._by_name
 
+
+_UNASKED = object()  # `_Index.root_head` before `line_head` is asked for the root
 
 # The distinct `_Index.written` sets (most fusion bodies write one of a few dozen).
 _WRITTEN_SETS: dict[frozenset[str], frozenset[str]] = {}
