@@ -1,8 +1,14 @@
 """How `analyzer.pipeline.analyze_hlo` splits its time between parsing and analysis, against XLA's parser.
 
 For each text (a file given, else the synthetic 22 MB module of `parse_speed.py`, made once and cached under
-build/bench/) it prints, in CPU seconds (`time.process_time`, best of `--repeat` rounds in the same process, the
-parses taken in turn in each round, each module freed inside its timing as XLA's is):
+build/bench/) it prints two rows, in CPU seconds (`time.process_time`, best of `--repeat` rounds in one process, the
+parses taken in turn in each round, each module freed inside its timing as XLA's is): `fresh`, measured in a new
+process that has run no analysis (what a command-line run pays: `analyze_hlo` parses first), and `analysed`,
+measured in this process after the analyses that recorded the questions and timed `analyze_hlo`. They differ:
+an analysis of the 22 MB module leaves the process's freed memory scattered (its resident size stays near
+440 MB), and every later Python parse allocates into it, slower; XLA's parser much less so. (Seen on this
+2-core machine: the path 1.05x XLA in a fresh process, 1.13x after five analyses in it, 1.20x after making
+and dropping three million small objects.) Each row gives:
 XLA's parser (`xla_client.hlo.hlo_module_from_text`), the full parse (`parse_hlo(text, lenient=True)`, what
 `analyze_hlo` ran before it read lazily), `analyze_hlo` end to end from the file, and the parse work
 `analyze_hlo` does now: the lazy parse (`parse_hlo(text, lenient=True, lazy=True)`) plus what the analysis makes
@@ -36,8 +42,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import pickle
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -175,69 +185,110 @@ def _noop(*args) -> None:
     return None
 
 
+def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
+    """The figures of one text, measured in this process: XLA's parser, the full and the lazy parse and the path
+    (the replay of `events`), each the best of `repeat` interleaved rounds, collector paused and off; the path
+    against XLA's parser round by round; the replay's own loop; and with `by_kind`, the path split by kind."""
+    from jax._src.lib import xla_client as xc
+
+    from analyzer._gc import gc_paused
+    from analyzer.hlo.parser import parse_hlo
+
+    from parse_speed import _best, _rounds
+
+    asks = _asks(events)
+    # (taken in turn each round: XLA's parser beside ours, so a slow spell of the machine falls on both)
+    rounds = _rounds(
+        [lambda: xc.hlo.hlo_module_from_text(text), lambda: parse_hlo(text, lenient=True),
+         lambda: parse_hlo(text, lenient=True, lazy=True), gc_paused()(lambda: _replay(text, asks)),
+         _collector_off(lambda: parse_hlo(text, lenient=True)), _collector_off(lambda: _replay(text, asks))],
+        repeat)
+    out = dict(zip(("xla", "full", "lazy", "path", "full_nc", "path_nc"), (min(t) for t in zip(*rounds))))
+    out["per_round"] = sorted(r[3] / r[0] for r in rounds)  # (the path against XLA's parser run just before it)
+    module = parse_hlo(text, lenient=True, lazy=True)
+    out["computations"] = len(module.computations)
+    # The replay's own loop, each question a no-op of the same call: what it spends besides the parser's work
+    # (looking up each computation and calling), which the analysis spends in its own code instead.
+    noops = [(kind, _noop, name, a) for kind, _, name, a in asks]
+    (out["loop"],) = _best([_collector_off(lambda m=module: _ask(m, noops))], repeat)
+    del module
+    if by_kind:  # the path with the collector off, per kind of question, best of `repeat`
+        runs = []
+        for _ in range(repeat):
+            gc.collect()
+            gc.disable()
+            try:
+                runs.append({})
+                _replay(text, asks, runs[-1])
+            finally:
+                gc.enable()
+        out["by_kind"] = min(runs, key=lambda r: sum(r.values()))
+    return out
+
+
+def _fresh_timings(path: Path, events, repeat: int, by_kind: bool) -> dict:
+    """`_timings` in a new process (this script with `--child`), which reads the text and the pickled events and
+    has run no analysis: what a command-line run of `analyze_hlo` pays, whose parse comes first in its process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        events_path = Path(tmp) / "events.pickle"
+        events_path.write_bytes(pickle.dumps(events))
+        cmd = [sys.executable, __file__, "--child", str(path), str(events_path), str(repeat), str(int(by_kind))]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the timing child failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _print_row(label: str, p: Path, text: str, t: dict, t_all: float | None, n_parsed: int, n_asks: int) -> None:
+    xla, path_nc = t["xla"], t["path_nc"]
+    per_round = t["per_round"]
+    all_s = f"{t_all:13.2f}" if t_all is not None else f"{'':>13}"
+    print(f"{label:<9} {str(p)[-30:]:<30} {len(text.encode()) / 1e6:6.2f} {xla:6.2f} {t['full']:6.2f} {all_s} "
+          f"{t['lazy']:6.2f} {t['path'] - t['lazy']:6.2f} {t['full'] / xla:7.2f}x {t['path'] / xla:7.2f}x "
+          f"{t['full_nc'] / xla:21.2f}x {path_nc / xla:7.2f}x {n_parsed:>6}/{t['computations']:<6}")
+    print(f"  path/xla round by round (each the ratio of two runs seconds apart): median "
+          f"{per_round[len(per_round) // 2]:.2f}x, {per_round[0]:.2f}x to {per_round[-1]:.2f}x over "
+          f"{len(per_round)} rounds")
+    print(f"  the replay's own loop over its {n_asks:,} questions, each a no-op: {t['loop']:.3f} s; the path less it "
+          f"(collector off): {(path_nc - t['loop']) / xla:.2f}x XLA")
+    if "by_kind" in t:
+        best = t["by_kind"]
+        print("  by kind (s, collector off): " + ", ".join(f"{k} {v:.3f}" for k, v in best.items())
+              + f"; total {sum(best.values()):.2f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", help="HLO files (default: the synthetic module of parse_speed.py)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--mesh", default="fsdp=4,tp=2", help="mesh for analyze_hlo (the synthetic module's)")
     ap.add_argument("--by-kind", action="store_true", help="also the path's time per kind of question")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sys.setrecursionlimit(10000)
+    if args.child:
+        text_path, events_path, repeat, by_kind = args.child
+        events = pickle.loads(Path(events_path).read_bytes())
+        print(json.dumps(_timings(Path(text_path).read_text(), events, int(repeat), by_kind == "1")))
+        return 0
 
-    from jax._src.lib import xla_client as xc
-
-    from analyzer.hlo.parser import parse_hlo
     from analyzer.pipeline import analyze_hlo
 
-    from parse_speed import _best, _rounds, synthetic_module
+    from parse_speed import _best, synthetic_module
 
     paths = [Path(f) for f in args.files] if args.files else [synthetic_module(64)]
-    from analyzer._gc import gc_paused
-
-    print(f"{'text':<40} {'MB':>6} {'xla s':>6} {'full s':>6} {'analyze_hlo s':>13} {'lazy s':>6} "
+    print(f"{'process':<9} {'text':<30} {'MB':>6} {'xla s':>6} {'full s':>6} {'analyze_hlo s':>13} {'lazy s':>6} "
           f"{'read s':>6} {'full/xla':>8} {'path/xla':>8} {'no collector: full/xla':>22} {'path/xla':>8} "
           f"{'parsed':>13}")
     for p in paths:
         text = p.read_text()
-        (t_all,) = _best([lambda: analyze_hlo(str(p), mesh=args.mesh)], args.repeat)
         events = _record(lambda: analyze_hlo(str(p), mesh=args.mesh))
-        asks = _asks(events)
-        # (taken in turn each round: XLA's parser beside ours, so a slow spell of the machine falls on both)
-        rounds = _rounds(
-            [lambda: xc.hlo.hlo_module_from_text(text), lambda: parse_hlo(text, lenient=True),
-             lambda: parse_hlo(text, lenient=True, lazy=True), gc_paused()(lambda: _replay(text, asks)),
-             _collector_off(lambda: parse_hlo(text, lenient=True)), _collector_off(lambda: _replay(text, asks))],
-            args.repeat)
-        t_xla, t_parse, t_lazy, t_path, t_parse_nc, t_path_nc = (min(times) for times in zip(*rounds))
-        per_round = sorted(r[3] / r[0] for r in rounds)  # (the path against XLA's parser run just before it)
-        module = parse_hlo(text, lenient=True, lazy=True)
-        n_comps = len(module.computations)
-        # The replay's own loop, each question a no-op of the same call: what it spends besides the parser's work
-        # (looking up each computation and calling), which the analysis spends in its own code instead.
-        noops = [(kind, _noop, name, a) for kind, _, name, a in asks]
-        (t_loop,) = _best([_collector_off(lambda m=module: _ask(m, noops))], args.repeat)
-        del module
         n_parsed = len({name for kind, name, _ in events if kind == "parse"})
-        print(f"{str(p)[-40:]:<40} {len(text.encode()) / 1e6:6.2f} {t_xla:6.2f} {t_parse:6.2f} {t_all:13.2f} "
-              f"{t_lazy:6.2f} {t_path - t_lazy:6.2f} {t_parse / t_xla:7.2f}x {t_path / t_xla:7.2f}x "
-              f"{t_parse_nc / t_xla:21.2f}x {t_path_nc / t_xla:7.2f}x {n_parsed:>6}/{n_comps:<6}")
-        print(f"  path/xla round by round (each the ratio of two runs seconds apart): median "
-              f"{per_round[len(per_round) // 2]:.2f}x, {per_round[0]:.2f}x to {per_round[-1]:.2f}x over {len(rounds)} rounds")
-        print(f"  the replay's own loop over its {len(asks):,} questions, each a no-op: {t_loop:.3f} s; the path less it "
-              f"(collector off): {(t_path_nc - t_loop) / t_xla:.2f}x XLA")
-        if args.by_kind:  # the path with the collector off, per kind of question, best of --repeat
-            runs = []
-            for _ in range(args.repeat):
-                gc.collect()
-                gc.disable()
-                try:
-                    runs.append({})
-                    _replay(text, asks, runs[-1])
-                finally:
-                    gc.enable()
-            best = min(runs, key=lambda r: sum(r.values()))
-            print("  by kind (s, collector off): " + ", ".join(f"{k} {v:.3f}" for k, v in best.items())
-                  + f"; total {sum(best.values()):.2f}")
+        fresh = _fresh_timings(p, events, args.repeat, args.by_kind)
+        (t_all,) = _best([lambda: analyze_hlo(str(p), mesh=args.mesh)], args.repeat)
+        _print_row("fresh", p, text, fresh, t_all, n_parsed, len(events))
+        _print_row("analysed", p, text, _timings(text, events, args.repeat, args.by_kind), None, n_parsed,
+                   len(events))
     return 0
 
 
