@@ -31,6 +31,9 @@ taken in different rounds.
 Then the replay's own loop (each question a no-op, `_noop`), which the path's figures include: the lookups
 and calls that stand for the analysis's own code, which XLA's parser does not pay, and the path less it.
 
+Then the memory the lazy parse and the analysis's reads of it hold (tracemalloc, peak and kept with the module,
+as multiples of the text's size).
+
 With `--by-kind`, the path (collector off) split by kind of question: `lazy` the lazy parse, `parse` the
 computations parsed in full, then `calls`, `select`, `head`, `users`, `mentions`, `param` of unparsed ones and
 `holding` of the module (its first answer reads every computation's opcodes).
@@ -212,6 +215,7 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     noops = [(kind, _noop, name, a) for kind, _, name, a in asks]
     (out["loop"],) = _best([_collector_off(lambda m=module: _ask(m, noops))], repeat)
     del module
+    out["peak"], out["kept"] = _path_memory(text, asks)
     if by_kind:  # the path with the collector off, per kind of question, best of `repeat`
         runs = []
         for _ in range(repeat):
@@ -224,6 +228,29 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
                 gc.enable()
         out["by_kind"] = min(runs, key=lambda r: sum(r.values()))
     return out
+
+
+def _path_memory(text: str, asks: list[tuple]) -> tuple[float, float]:
+    """Peak and kept memory (tracemalloc, as multiples of the text's size; the text itself not counted) of the
+    lazy parse and the analysis's reads of it, the module kept: what a module read by `analyze_hlo` holds (the
+    stand-in walk of `parse_speed.analysis_path` asks less: no `line_head`, `users_of` or `parameter_name`)."""
+    import tracemalloc
+
+    from analyzer._gc import gc_paused
+    from analyzer.hlo.parser import parse_hlo
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        with gc_paused(promote=True):
+            module = parse_hlo(text, lenient=True, lazy=True)
+            _ask(module, asks)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del module
+    n = len(text.encode())
+    return peak / n, kept / n
 
 
 def _fresh_timings(path: Path, events, repeat: int, by_kind: bool) -> dict:
@@ -251,6 +278,8 @@ def _print_row(label: str, p: Path, text: str, t: dict, t_all: float | None, n_p
           f"{len(per_round)} rounds")
     print(f"  the replay's own loop over its {n_asks:,} questions, each a no-op: {t['loop']:.3f} s; the path less it "
           f"(collector off): {(path_nc - t['loop']) / xla:.2f}x XLA")
+    print(f"  memory of the lazy parse and the analysis's reads (module kept; the text not counted): peak "
+          f"{t['peak']:.2f}x, kept {t['kept']:.2f}x the text")
     if "by_kind" in t:
         best = t["by_kind"]
         print("  by kind (s, collector off): " + ", ".join(f"{k} {v:.3f}" for k, v in best.items())

@@ -520,7 +520,7 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
             head = None if entry.is_parsed else entry.line_head()
             root = entry.root.shape if entry.is_parsed else head[1] if head is not None else None
             if root is not None:
-                check_alias_outputs(source[:lazy[0]._span[0]], aliasing, root)
+                check_alias_outputs(source[:lazy[0]._span[1]], aliasing, root)
         views = []
         for c in comps:
             if c.is_parsed:
@@ -955,23 +955,29 @@ class LazyComputation(Computation):
         """A record per span of `_split`, made without an `__init__` and a `Position` call each (they were a quarter
         of a lazy parse's time after the split: 21,000 records in a large module).
 
-        A record's `__dict__` holds five keys, so that one read by its index still fits a dict's smallest tables:
-        the shared `_Reading`, `_span` (where its text is, the lines between its header and closing line, -1 when
+        A record's `__dict__` holds four keys, so that with its index (`_index`, the fifth) it still fits a dict's
+        smallest table (five keys; a sixth doubled it, a fifth of the text kept over a large module's records):
+        `_span` (the shared `_Reading`, where its text is, the lines between its header and closing line, -1 when
         not known, and whether the text holds a `/*`, None when not known: what `_split` found, for the index),
-        `name`, `is_entry` and `position`."""
+        `name`, `is_entry` and `position`. What the questions keep goes in the index (`_Index.selected`,
+        `_Index.rows_read`, `_Index.root_head`), not here."""
         new, position, top = object.__new__, int.__new__, Position._COLUMN
         records = []
         for start, end, line, column, name, is_entry, rows, commented in spans:
             record = new(cls)
-            record.__dict__.update({"_reading": reading, "_span": (start, end, rows, commented), "name": name,
+            record.__dict__.update({"_span": (reading, start, end, rows, commented), "name": name,
                                     "is_entry": is_entry,
                                     "position": position(Position, line << Position._SHIFT | min(column, top))})
             records.append(record)
         return records
 
     @property
+    def _reading(self) -> _Reading:
+        return self._span[0]
+
+    @property
     def _source(self) -> str:
-        return self._reading.source
+        return self._span[0].source
 
     @property
     def _path(self) -> str | None:
@@ -980,8 +986,8 @@ class LazyComputation(Computation):
     @property
     def text(self) -> str:
         """The computation's source text, unparsed."""
-        start, end = self._span[:2]
-        return self._source[start:end]
+        reading, start, end = self._span[:3]
+        return reading.source[start:end]
 
     @property
     def is_parsed(self) -> bool:
@@ -1011,8 +1017,8 @@ class LazyComputation(Computation):
     def _index(self) -> _Index | None:
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
-        start, end, rows, commented = self._span
-        return _Index.of(self._reading.source, start, end, rows, commented)
+        reading, start, end, rows, commented = self._span
+        return _Index.of(reading.source, start, end, rows, commented)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -1031,13 +1037,13 @@ class LazyComputation(Computation):
             # One answer per set of opcodes both asked and written: the step model, the dots and the collectives
             # ask a fusion body for dots with different company (fusions, calls, collectives) and get the same.
             # (Kept as (set, answer) pairs, most bodies one: a dict and a set per body were 0.2x the text kept.)
-            selected = self.__dict__.get("_selected", ())
+            selected = index.selected
             for asked, found in selected:
                 if asked == want:
                     return found
             found = self._read(index.rows_of(want))
             if found is not None:
-                self.__dict__["_selected"] = selected + ((_WRITTEN_SETS.setdefault(want, want), found),)
+                index.selected = selected + ((_WRITTEN_SETS.setdefault(want, want), found),)
                 return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
@@ -1130,14 +1136,14 @@ class LazyComputation(Computation):
         """
         if not ks:
             return ()
-        memo: dict[int, Instruction] | None = self.__dict__.get("_rows_read")
+        index = self._index
+        memo: dict[int, Instruction] | None = index.rows_read
         if memo is None:
-            memo = self.__dict__["_rows_read"] = {}
+            memo = index.rows_read = {}
         missing = [k for k in ks if k not in memo] if memo else ks
         if missing:
-            index = self._index
-            reading = self._reading
-            src, (at, end) = reading.source, self._span[:2]
+            reading, at, end = self._span[:3]
+            src = reading.source
             start, rows = at, len(index.cells) // 5
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             attr_re, transformer = _attr_regex(), _transformer()
@@ -1186,7 +1192,7 @@ class LazyComputation(Computation):
 
     @cached_property
     def _parsed(self) -> Computation:
-        start, end = self._span[:2]
+        start, end = self._span[1:3]
         if "_parsing" in self.__dict__:  # a shape inferred from a callee that is this computation
             raise HloSemanticError(f"computation {self.name!r} calls itself", line=self.position.line,
                                    column=self.position.column, source_line=_source_line(self._source,
@@ -1274,10 +1280,12 @@ class _Index:
     one per line). `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
     one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
     `by_name`: each name's row (-1 for a name two rows define). `root_head`: what `line_head` answered of the root
-    (`_UNASKED` before); `heads`: what it answered of others, by name.
+    (`_UNASKED` before); `heads`: what it answered of others, by name. `selected`: what `select` answered, as
+    (opcodes asked and written, instructions) pairs; `rows_read`: the instructions `_read` read, by row (None before).
+    (The computation's answers are kept here, in slots, so that its record's `__dict__` stays at its smallest.)
     """
 
-    __slots__ = ("cells", "written", "calls", "root", "_by_name", "root_head", "heads")
+    __slots__ = ("cells", "written", "calls", "root", "_by_name", "root_head", "heads", "selected", "rows_read")
 
     @classmethod
     def of(cls, src: str, start: int, end: int, lines: int = -1, commented: bool | None = None) -> _Index | None:
@@ -1293,6 +1301,8 @@ class _Index:
         index._by_name = None
         index.root_head = _UNASKED  # (`LazyComputation.line_head`'s answers)
         index.heads = None
+        index.selected = ()  # (`LazyComputation.select`'s and `_read`'s)
+        index.rows_read = None
         written = frozenset(cells[3::5])
         index.written = _WRITTEN_SETS.setdefault(written, written)  # (one set per distinct opcode set)
         marks = cells[0::5]
