@@ -1349,9 +1349,12 @@ class _Index:
     @property
     def by_name(self) -> dict[str, int]:
         if self._by_name is None:
-            by_name: dict[str, int] = {}
-            for k, name in enumerate(self.cells[1::5]):
-                by_name[name] = -1 if name in by_name else k
+            names = self.cells[1::5]
+            by_name: dict[str, int] = dict(zip(names, range(len(names))))  # (in C: most bodies define each once)
+            if len(by_name) != len(names):  # a name defined twice: -1
+                by_name = {}
+                for k, name in enumerate(names):
+                    by_name[name] = -1 if name in by_name else k
             self._by_name = by_name
         return self._by_name
 

@@ -320,8 +320,11 @@ def vetted(inst: Instruction) -> bool:
     attrs = inst.attributes
     if not signature_known((inst.opcode, *map(_KEY, attrs))):
         return False
+    valid = attributes._VALID
     for a in attrs:
-        if "\\" in a.raw or not value_known(a.key, a.raw):
+        raw = a.raw
+        seen = valid.get(a.key)  # (`value_known`'s first test inline: most values were seen)
+        if "\\" in raw or (seen is not None and raw not in seen and not value_known(a.key, raw)):
             return False
     return True
 
