@@ -139,6 +139,7 @@ def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
     found: list[DotUse] = []
     stack: list[tuple[str, int | None]] = [(inst if isinstance(inst, str) else inst.name, dim)]
     seen: set[str] = set()
+    reaching: frozenset[str] | None = None  # (`module.holding` of a dot or a fusion: asked once, where first needed)
     while stack:
         name, d = stack.pop()
         if name in seen:
@@ -155,9 +156,11 @@ def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
             elif _is_async_wrapper(user, module):
                 stack.append((user.name, d if user.opcode != "get-tuple-element" else d))
             elif module is not None and user.opcode == "fusion" and depth < 3:
+                if reaching is None:
+                    reaching = module.holding(*_DOTS_OR_FUSION)
                 for called_name in user.called_computations:
                     called = module.by_name.get(called_name)
-                    if called is None or called_name not in module.holding(*_DOTS_OR_FUSION):
+                    if called is None or called_name not in reaching:
                         continue  # no dot can be reached in there (a lazy module's body stays text)
                     param = called.parameter_name(k)  # (a lazy module's body: from its index, no line read)
                     if param is not None:

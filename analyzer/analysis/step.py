@@ -158,12 +158,14 @@ def _bytes(shape: Any) -> int:
         return 0
 
 
-def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) -> int:
+def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None, *,
+                          not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int:
     """HBM bytes one execution of `inst` reads and writes, as one kernel: its operands and its result, except
     that a slice reads only the slice, a dynamic-update-slice writes the update in place, an async slice or
     copy (`slice-start`/`copy-start`) moves its data once (the `-done` moves nothing more), and a fusion reads
     of a parameter only what its slicing ops take and writes of an output that updates a buffer in place only
-    the update (both followed through views and nested fusions, see `_fusion_bytes`).
+    the update (both followed through views and nested fusions, see `_fusion_bytes`). `not_plain`: what a
+    fusion's pricing asks of `module` (`_not_plain`), when the caller prices many and asked it once.
 
     Example:
         f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
@@ -182,7 +184,7 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None) ->
     if op in ("slice-done", "copy-done"):
         return 0
     if op == "fusion" and module is not None:
-        return _fusion_bytes(inst, module)
+        return _fusion_bytes(inst, module, not_plain)
     return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
 
 
@@ -297,12 +299,22 @@ _NOT_PLAIN = tuple(sorted(_SLICES | _LINK_OPS | {"dynamic-update-slice", "fusion
 _VIEWS_WRITTEN = frozenset({"bitcast", "reshape"})
 
 
-def _plain_written(comp: Computation, module: HloModule) -> int | None:
+def _not_plain(module: HloModule) -> tuple[frozenset[str], frozenset[str]]:
+    """The computations that hold one of `_NOT_PLAIN` or a custom-call, and those that hold one of `_NOT_PLAIN`:
+    what `_plain_written` asks of the module (a caller that prices many fusions asks it once: `_Walker`)."""
+    return module.holding(*_NOT_PLAIN, "custom-call"), module.holding(*_NOT_PLAIN)
+
+
+def _plain_written(comp: Computation, module: HloModule,
+                   not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int | None:
     """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
     `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
-    of the root, the root and the views under it read from their lines); else None (then the body is read)."""
-    if comp.is_parsed or (comp.name in module.holding(*_NOT_PLAIN, "custom-call") and (  # (most: one look-up)
-            comp.name in module.holding(*_NOT_PLAIN) or "AsyncCollective" in comp.text)):  # type: ignore[attr-defined]
+    of the root, the root and the views under it read from their lines); else None (then the body is read).
+    `not_plain`: `_not_plain(module)`, when the caller has it."""
+    if comp.is_parsed:
+        return None
+    with_custom, held = not_plain if not_plain is not None else _not_plain(module)
+    if comp.name in with_custom and (comp.name in held or "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
         return None
     head = comp.line_head()  # type: ignore[attr-defined]
     for _ in range(8):
@@ -314,7 +326,8 @@ def _plain_written(comp: Computation, module: HloModule) -> int | None:
     return 0 if head[0] == "parameter" else _bytes(head[1])
 
 
-def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
+def _fusion_bytes(inst: Instruction, module: HloModule,
+                  not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int:
     """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
     an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
     get-tuple-elements and nested fusions), capped at the operand's size; per output, the update of an
@@ -324,7 +337,7 @@ def _fusion_bytes(inst: Instruction, module: HloModule) -> int:
     if not called:
         return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
     comp = called[0]
-    written = _plain_written(comp, module)
+    written = _plain_written(comp, module, not_plain)
     if written is not None:  # every operand read whole: the body need not be parsed
         return sum(_bytes(o.shape) for o in inst.operands) + written
     cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
@@ -388,6 +401,7 @@ class _Walker:
             self.first_dot_dtype.setdefault(c, dtype)
         self.comp_flops: dict[str, float] = {}
         self.with_flops = module.holding(*_FLOPS_OPS)  # (the computations `flops_in` reads: those with a dot or call)
+        self.not_plain = _not_plain(module)  # (what pricing each fusion's bytes asks of the module: asked once)
         # holds_dot per instruction, by id (the instruction kept alongside so the id stays its own): _first_use
         # asks it of the same instructions once per collective it follows (100,000 times on the 22 MB synthetic
         # module, each decoding the called computations again).
@@ -501,12 +515,12 @@ class _Walker:
             if flops:
                 dtype = self._dot_dtype(called[0]) if called else "bf16"
         if flops:
-            nbytes = instruction_hbm_bytes(inst, self.module)
+            nbytes = instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain)
             t_flops = flops / self.hw.flops_per_second(dtype)
             t_mem = nbytes / self.bw
             return (t_flops, "matmul") if t_flops >= t_mem else (t_mem, "memory")
         if self.fused or cheap is None or op in _HEAVY:
-            return instruction_hbm_bytes(inst, self.module) / self.bw, "memory"
+            return instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain) / self.bw, "memory"
         # Unfused module: the op is one of a chain XLA would fuse; pay only at the chain's edges.
         if op in _VIEW and op != "copy" and op != "convert":
             return 0.0, ""
