@@ -191,7 +191,8 @@ def _noop(*args) -> None:
 def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     """The figures of one text, measured in this process: XLA's parser, the full and the lazy parse and the path
     (the replay of `events`), each the best of `repeat` interleaved rounds, collector paused and off; the path
-    against XLA's parser round by round; the replay's own loop; and with `by_kind`, the path split by kind."""
+    against XLA's parser round by round; the replay's own loop; the path's memory (`_path_memory`); and with
+    `by_kind`, the path split by kind."""
     from jax._src.lib import xla_client as xc
 
     from analyzer._gc import gc_paused

@@ -207,7 +207,6 @@ def _literal(text: str, lineno: int, column: int) -> tuple:
     return (text, "a", tuple(items))
 
 
-_BLANK = object()  # `other`'s answer for a blank line
 _UNREAD = object()  # a line tail not read yet
 _TAILS = 4096  # line tails `build_lines` keeps read at most (a computation's distinct tails are a few hundred)
 # `_tiled_attributes`' reads of whole attribute texts (`_read_tail` of each), kept across computations and modules:
@@ -300,6 +299,7 @@ def _attributes_slow(line: str, pos: int, end: int, lineno: int, attr_re: re.Pat
     return attrs
 
 
+_BLANK = object()  # `other`'s answer for a blank line
 
 
 def _read_tail(tail: str, findall) -> tuple[tuple[int, str, str, bool], ...] | None:

@@ -20,13 +20,13 @@ from __future__ import annotations
 import gc
 import re
 import weakref
-from sys import intern as _intern
 from array import array
 from bisect import bisect_left
 from itertools import chain
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
+from sys import intern as _intern
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
