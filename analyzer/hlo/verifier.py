@@ -318,12 +318,16 @@ def vetted(inst: Instruction) -> bool:
     (`value_known`) with no backslash in it. What `fastpath.build_lines` tests of each line it reads, for an
     instruction already built (a lazily read row). Never raises."""
     attrs = inst.attributes
-    if not signature_known((inst.opcode, *map(_KEY, attrs))):
-        return False
+    return signature_known((inst.opcode, *map(_KEY, attrs))) and _values_known(attrs)
+
+
+def _values_known(attrs: Sequence[Attribute]) -> bool:
+    """Whether every value of `attrs` is known valid (`value_known`, its first test inline: most values were seen
+    before) and none holds a backslash (escapes are checked in full). Never raises."""
     valid = attributes._VALID
     for a in attrs:
         raw = a.raw
-        seen = valid.get(a.key)  # (`value_known`'s first test inline: most values were seen)
+        seen = valid.get(a.key)
         if "\\" in raw or (seen is not None and raw not in seen and not value_known(a.key, raw)):
             return False
     return True
@@ -354,7 +358,6 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             if not lenient:
                 raise HloSyntaxError(msg, **_key_at(a, None))
             notes.append(f"{_key_at(a, None)['line']}:{_key_at(a, None)['column']}: {msg}; kept as written")
-    valid = attributes._VALID
     for inst in comp.instructions:
         opcode = inst.opcode
         attrs = inst.attributes
@@ -370,14 +373,8 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             notes.append(f"{inst.position.line if inst.position else '?'}:{col}: {msg}; kept as written")
         if not attrs:
             continue
-        if known and not check_ints:
-            # Nothing left to check when every value was found valid before (most: values repeat).
-            for a in attrs:
-                seen = valid.get(a.key)
-                if (seen is not None and a.raw not in seen) or "\\" in a.raw:  # (escapes: checked below)
-                    break
-            else:
-                continue
+        if known and not check_ints and _values_known(attrs):
+            continue  # nothing left to check: every value known valid (most: values repeat)
         allowed = None if known else allowed_attributes(opcode)
         if not known and len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
             seen: set[str] = set()
