@@ -223,41 +223,34 @@ def forget_read() -> None:
 def _tiled_attributes(line: str, start: int, end: int, at: int, findall
                       ) -> tuple[list[str], list[Attribute]] | None:
     """The keys and attributes of `line[start:end]` read by one `findall` (the `, key=value` pattern of
-    `parser._attr_regex`), or None when its matches do not tile that text exactly (a gap, `key= value`,
-    `device_ids`: then they are read one by one). When they tile it, each is what a match at its place gives
-    (the first starts where the head ends, each next where the last ended). `at`: the line's packed position.
+    `parser._attr_regex`, through `_read_tail`), or None when its matches do not tile that text exactly (a gap,
+    `key= value`, `device_ids`: then they are read one by one). When they tile it, each is what a match at its
+    place gives (the first starts where the head ends, each next where the last ended). `at`: the line's packed
+    position. (What follows `end` is the line's trailing whitespace, where no match starts: the cut text tiles
+    exactly when the line does.)
 
     Values repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute
     text of real dumps is unique, so one string per distinct value, one per key. Whole attribute texts repeat
-    too (8,057 dot lines of an unrolled model have 13): a line that ends where its attributes end has them read
-    by `_read_tail` once per distinct text (`_ATTRIBUTE_TEXTS`, bounded) and only placed here.
+    too (8,057 dot lines of an unrolled model have 13): one of at most `_CACHED_TEXT` characters is read once
+    (`_ATTRIBUTE_TEXTS`, bounded) and only placed here.
     """
-    keys: list[str] = []
-    attrs: list[Attribute] = []
-    if end == len(line) and end - start <= _CACHED_TEXT:  # (the pattern then sees the same text either way)
-        text = line[start:]
-        read = _ATTRIBUTE_TEXTS.get(text, _UNREAD)
-        if read is _UNREAD:
+    text = line[start:end]
+    read = _ATTRIBUTE_TEXTS.get(text, _UNREAD) if len(text) <= _CACHED_TEXT else _UNREAD
+    if read is _UNREAD:
+        read = _read_tail(text, findall)
+        if len(text) <= _CACHED_TEXT:
             if len(_ATTRIBUTE_TEXTS) >= _TAILS:
                 _ATTRIBUTE_TEXTS.clear()
-            read = _ATTRIBUTE_TEXTS[text] = _read_tail(text, findall)
-        if read is None:
-            return None
-        base = at + start + 1
-        for off, key, raw, _ in read:
-            keys.append(key)
-            attrs.append(new_attribute(key, raw, base + off))
-        return keys, attrs
-    p = start
-    for space, key, raw in findall(line, start):
-        if key == "device_ids":
-            return None
-        p += len(space) + len(key) + 2  # (`,`, the space, the key, `=`)
-        key = _intern(key)
+            _ATTRIBUTE_TEXTS[text] = read
+    if read is None:
+        return None
+    keys: list[str] = []
+    attrs: list[Attribute] = []
+    base = at + start + 1
+    for off, key, raw, _ in read:
         keys.append(key)
-        attrs.append(new_attribute(key, _intern(raw), at + p + 1))
-        p += len(raw)
-    return (keys, attrs) if p == end else None
+        attrs.append(new_attribute(key, raw, base + off))
+    return keys, attrs
 
 
 def _check_once(opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None, keys: list[str],

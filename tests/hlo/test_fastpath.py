@@ -216,6 +216,10 @@ _TAIL_LINES = {
                                '%b = f32[2]{0} negate(%a), metadata={op_name="a/b" stack_frame_id=99999999999999999999}'),
     "long-int-in-range": _tails('%a = f32[2]{0} negate(%p), metadata={op_name="a/b" stack_frame_id=1000000000000000000}',
                                 '%b = f32[2]{0} negate(%a), metadata={op_name="a/b" stack_frame_id=1000000000000000000}'),
+    # a line ending in spaces (its attributes read up to them), and attributes longer than the texts kept read
+    "trailing-spaces": _tails(f"%a = f32[2]{{0}} negate(%p), {_MD}   ", f"%b = f32[2]{{0}} negate(%a), {_MD}\t"),
+    "long-attributes": _tails(f'%a = f32[2]{{0}} negate(%p), {_MD[:-1]} source_file="{"x" * 300}"}}',
+                              f'%b = f32[2]{{0}} negate(%a), {_MD[:-1]} source_file="{"x" * 300}"}}'),
     "escapes-in-tail": _tails('%a = f32[2]{0} negate(%p), metadata={op_name="a\\\"b"}',
                               '%b = f32[2]{0} negate(%a), metadata={op_name="a\\qb"}'),
 }
