@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,10 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
     Raises:
       AnalyzerError: the folder does not exist or is not writable, or the path is a folder.
     """
+    from analyzer.fileio import check_writable, is_stream
+
+    if is_stream(path):  # - or /dev/stdout: written to the stream
+        return Path(path)
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
@@ -50,7 +53,7 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
                             "elsewhere")
     if p.exists() and not os.access(p, os.W_OK):
         raise AnalyzerError(f"--trace {str(p)!r}: the file exists and is read-only")
-    return p
+    return check_writable(p, what="--trace")  # a link to nowhere, a socket; a device or FIFO is written through
 
 
 @dataclass(frozen=True)
@@ -158,31 +161,16 @@ def trace_events(report: Report) -> dict[str, Any]:
 
 
 def write_trace(report: Report, path: str | os.PathLike[str]) -> Path:
-    """Write the trace whole or not at all (a temporary file in the same folder, then `os.replace`).
+    """Write the trace whole or not at all, as every output (`analyzer.fileio.write_atomic`: the old file's
+    mode or the umask's, a device or FIFO written through, `-` to standard output).
 
     Returns:
       The path written.
     Raises:
       AnalyzerError: the path cannot be written, or the report has no step prediction.
     """
+    from analyzer.fileio import write_atomic
+
     p = check_trace_path(path)
     text = json.dumps(trace_events(report), separators=(",", ":"))
-    folder = p.parent if str(p.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise AnalyzerError(f"cannot write the trace {str(p)!r}: {e}") from None
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
+    return write_atomic(p, text, what="trace")
