@@ -307,6 +307,18 @@ class HloModule:
     path: str | None = field(default=None, compare=False)
     # What a lenient parse kept of the header (see `notes`).
     header_notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    # Lines of the inserted `get-tuple-element`s that stand for `%x#N` references (analyzer.hlo.tuplerefs): the
+    # positions above are in the text with them made explicit; `written_line` takes one back to the text as written.
+    made_lines: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    def written_line(self, line: int) -> int:
+        """The line of the text as written that `line` (an instruction's `position.line`) stands for: the same
+        line, unless the module had `%x#N` references (jax 0.11+), whose explicit forms were inserted as lines."""
+        if not self.made_lines:
+            return line
+        from analyzer.hlo.tuplerefs import LineMap
+
+        return LineMap(self.made_lines).original(line)
 
     @property
     def notes(self) -> tuple[str, ...]:

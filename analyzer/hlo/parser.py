@@ -39,6 +39,7 @@ from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, new_i
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, build_computation, build_single,
                                       callee_table, frames, single_instruction_mode)
+from analyzer.hlo.tuplerefs import LineMap, expand, has_tuple_refs
 from analyzer.hlo import verifier as _verifier
 from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions, vetted
 
@@ -293,6 +294,12 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
         _check_ascii(text, path)
     forget_valid()
     forget_read()  # (both: each parse pays for its own reading and checks, also when a benchmark repeats it)
+    written, made = text, LineMap()
+    if has_tuple_refs(text):  # jax 0.11+: `%param#0`, element 0 of `%param`, made an explicit get-tuple-element
+        try:
+            text, made = expand(text, path)
+        except HloSemanticError as e:
+            raise _positioned(e, text, path) from None
     single = is_single_instruction(text)
     split = None if single else _split(text)
     # Numbers that may not fit an int64 are checked per attribute, where the text has a run of 19 digits; a lazy
@@ -321,12 +328,23 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                     check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
                                         module.entry.root.shape)
     except (HloSyntaxError, HloSemanticError) as e:
-        raise _hint_single(_positioned(e, text, path), single) from None
+        raise _hint_single(_written(_positioned(e, text, path), written, made), single) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
-        raise _hint_single(_translate(e, text, path), single) from None
+        raise _hint_single(_written(_translate(e, text, path), written, made), single) from None
     if path is not None:
         object.__setattr__(module, "path", path)
+    if made.made:
+        object.__setattr__(module, "made_lines", made.made)
     return module
+
+
+def _written(err: AnalyzerError, written: str, made: LineMap) -> AnalyzerError:
+    """An error positioned in the text with `%x#N` made explicit, placed on the line as written instead."""
+    if not made.made or not isinstance(err, (HloSyntaxError, HloSemanticError)) or err.line is None:
+        return err
+    line = made.original(err.line)
+    return type(err)(err.message, path=err.path, line=line, column=err.column,
+                     source_line=_source_line(written, line))
 
 
 # A quoted string (C escapes) or a comment: where XLA's lexer takes characters beyond ASCII.
