@@ -112,6 +112,9 @@ def analyze(
     text = lowered.optimized_hlo if lowered.platform == "tpu" else lowered.spmd_hlo
     which = ("the final optimized HLO of the TPU compiler" if lowered.platform == "tpu"
              else "the HLO right after SPMD partitioning (backend-neutral; CPU backend rewrites not applied)")
+    if lowered.platform != "tpu" and lowered.mesh.size == 1:
+        which = ("the HLO as jax handed it to XLA: on one device XLA partitions nothing and inserts no "
+                 "collectives; this is the unsharded baseline")
     per_slice = _per_slice_program(lowered)
     if per_slice is not None:
         text = lowered.spmd_hlo
@@ -199,7 +202,7 @@ def analyze_hlo(
     # them), fusion bodies only as far as the analysis asks (docs/analysis.md, "What `analyze_hlo` parses of a
     # dump").
     module = parse_hlo(text, path=path, lenient=True, lazy=True)
-    with gc_paused(promote=True):  # (what the call graph reads is IR for the rest of the analysis, as a parse's)
+    with gc_paused():  # (what the call graph reads is IR for the rest of the analysis, as a parse's)
         graph = CallGraph.build(module)
         check_read(module, graph.calling)
     notes.extend(_lenient_notes(module))
@@ -354,7 +357,7 @@ def _hw_name(hw: Any) -> str:
     return hw if isinstance(hw, str) else getattr(hw, "name", str(hw))
 
 
-@gc_paused(promote=True)
+@gc_paused()
 def build_report(
     module: HloModule,
     *,
@@ -375,8 +378,7 @@ def build_report(
 ) -> Report:
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
     rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
-    (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here; what the analysis
-    keeps (computations a lazy parse read, the report) goes to the oldest generation unscanned (`promote`)."""
+    (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
     from analyzer.analysis.collectives import extract_collectives
     from analyzer.analysis.context import AnalysisContext
     from analyzer.analysis.devices import device_count
@@ -421,19 +423,39 @@ def build_report(
                      "the costliest branch of each conditional.")
     from analyzer.analysis.step import predict_step
 
-    step = predict_step(module, g, rows, dots, hw, topo,
-                        chips=mesh.size if mesh is not None and mesh.size > 1 else None)
+    chips = mesh.size if mesh is not None and mesh.size > 1 else None
+    flops = _model_flops(context.get("lowered"), mesh, module if (chips or 1) == 1 else None, g)
+    if flops is None and chips:
+        notes.append("Model FLOPs counted as the partitioned program's FLOPs times the chips (no program before "
+                     "partitioning was read): work a plan repeats on several chips counts as model work.")
+    step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops)
     totals = _totals(rows, dots, hw, step)
     collectives_df = _collectives_frame(rows, step.exposed_rows)
-    dots_df = _dots_frame(dots, module, hw)
+    dots_df = _dots_frame(dots, module, hw, flops, step.chips)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
-                               collectives=tuple(rows), dots=tuple(dots), step=step, **context)
+                               collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, **context)
     report = Report(
         collectives=collectives_df, dots=dots_df, totals=totals, hlo=module, mesh=mesh, hardware=hw.name,
         topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
         analysis=analysis, warnings=tuple(warnings),
     )
     return _run_rules(report, config) if rules else report
+
+
+def _model_flops(lowered: Any, mesh: MeshInfo | None, single: HloModule | None, graph: CallGraph) -> Any:
+    """The model's FLOPs (`analyzer.analysis.dots.model_flops`) on the program jax handed XLA, or on `single`
+    (the module of a one-device program, which is that program); None when neither is at hand (a dump)."""
+    from analyzer.analysis.dots import model_flops
+
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
+    if single is not None:
+        return model_flops(single, sizes, graph)
+    text = getattr(lowered, "global_hlo", "") if lowered is not None else ""
+    if not text:
+        return None
+    from analyzer.hlo.parser import parse_hlo
+
+    return model_flops(parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>"), sizes)
 
 
 def _run_rules(report: Report, config: Any) -> Report:
@@ -991,11 +1013,14 @@ def _int_if_whole(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
-def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec) -> pd.DataFrame:
+def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec, model: Any = None,
+                chips: int = 1) -> pd.DataFrame:
     import pandas as pd
 
+    from analyzer.analysis.dots import executed_by_op, op_key
     from analyzer.analysis.mapping import pass_of, user_frame
 
+    executed = executed_by_op(dots, chips) if model is not None else {}
     records = []
     for d in dots:
         md = d.instruction.metadata
@@ -1011,6 +1036,8 @@ def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec) -> pd.Data
             "rhs_shape": str(shapes[1]) if len(shapes) > 1 and shapes[1] is not None else "",
             "out_shape": str(d.instruction.shape), "contracting": tuple(d.contracting), "notation": "",
             "dtype": d.dtype, "pass_": pass_of(md.op_name if md else None),
+            "redundancy": (model.redundancy(op_key(d), executed.get(op_key(d), 0.0)) if model is not None
+                           else math.nan),
         })
     cols = list(DOT_COLUMNS)
     return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)

@@ -243,7 +243,7 @@ def _path_memory(text: str, asks: list[tuple]) -> tuple[float, float]:
     gc.collect()
     tracemalloc.start()
     try:
-        with gc_paused(promote=True):
+        with gc_paused():
             module = parse_hlo(text, lenient=True, lazy=True)
             _ask(module, asks)
         kept, peak = tracemalloc.get_traced_memory()

@@ -140,11 +140,11 @@ def analysis_path(module) -> int:
     The entry, and everything it calls (while bodies and conditions, called computations, branches) in
     full; of a fusion's computation only its collectives and dots, with their operands' shapes
     (`LazyComputation.select`). With Python's cyclic collector paused, as the analysis runs
-    (`pipeline.build_report` is `@gc_paused(promote=True)`), so computations read meanwhile skip their own pause.
+    (`pipeline.build_report` is `@gc_paused()`), so computations read meanwhile skip their own pause.
     """
     from analyzer._gc import gc_paused
 
-    with gc_paused(promote=True):
+    with gc_paused():
         return _analysis_path(module)
 
 

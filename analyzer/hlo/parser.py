@@ -307,9 +307,8 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     check_ints = None if lazy and split is not None else _has_long_int(text)
     header_end = split[1][0][0] if split is not None else len(text)
     try:
-        # The parse makes many small objects and no cycles: collection passes only cost time; what it keeps goes
-        # to the oldest generation unscanned (`promote`, see analyzer._gc for what that does to the process).
-        with gc_paused(promote=True):
+        # The parse makes many small objects and no cycles: collection passes only cost time (analyzer._gc).
+        with gc_paused():
             if single:
                 module = _parse_single(text, lenient, check_ints)
             elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
@@ -1227,7 +1226,7 @@ class LazyComputation(Computation):
             if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
                 return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
                                     reading.check_ints)
-            with gc_paused(promote=True):
+            with gc_paused():
                 return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
                                     reading.check_ints)
         except (HloSyntaxError, HloSemanticError) as e:
