@@ -3,11 +3,18 @@
 `render(report)` returns the text (plain, or with ANSI colour); `print_report(report, console)` writes to a
 rich Console. The section builders (`collectives_table`, `totals_table`, `findings_renderables`) are public
 so other commands (`check`, `diff`, `demo`) compose the same pieces.
+
+Every string that comes from the input (program, file and axis names, source lines, messages) goes through
+`printable` and rich's markup escape: a file named with `ESC[2J` cannot clear the screen and one named
+`[red]x` is shown as written. Piped output (CI logs) is `PIPE_WIDTH` columns wide, not rich's 80, unless
+COLUMNS says otherwise.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -45,9 +52,47 @@ __all__ = [
     "sweep_table",
     "whatif_table",
     "SEVERITY_STYLE",
+    "PIPE_WIDTH",
+    "printable",
+    "console_for",
 ]
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+# Columns of output that is not a terminal (a pipe, a CI log): wide enough for the collectives table.
+PIPE_WIDTH = 160
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides that reorder a line.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    r"""`text` with every control character shown as an escape (`\x1b`), so that names taken from files
+    cannot move the cursor, clear the screen or reorder a line on the user's terminal.
+
+    Example:
+        >>> print(printable("a\x1b[2Jb"))
+        a\x1b[2Jb
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", str(text))
+
+
+def console_for(file=None) -> Console:
+    """A rich Console on `file` (default stdout): the terminal's width on a terminal, else COLUMNS or
+    `PIPE_WIDTH` (rich's 80 would wrap the tables in a CI log)."""
+    import sys
+
+    from rich.console import Console
+
+    stream = file or sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    columns = os.environ.get("COLUMNS", "")
+    width = None if tty or columns.isdigit() else PIPE_WIDTH
+    return Console(file=file, width=width)
 
 
 def plan_table(report: Report):
@@ -58,7 +103,7 @@ def plan_table(report: Report):
     grid.add_column(style="bold")
     grid.add_column()
     for label, value in plan_lines(report):
-        grid.add_row(label, value)
+        grid.add_row(_escape(label), _escape(value))
     return grid
 
 
@@ -184,16 +229,16 @@ def totals_table(report: Report):
     if t.by_kind:
         table.add_section()
         for kind, seconds in sorted(t.by_kind.items(), key=lambda kv: -kv[1]):
-            table.add_row(f"{kind}", format_seconds(seconds))
+            table.add_row(_escape(f"{kind}"), format_seconds(seconds))
     if t.by_axis:
         table.add_section()
         for axis, seconds in sorted(t.by_axis.items(), key=lambda kv: -kv[1]):
-            table.add_row(f"over {axis or '—'}", format_seconds(seconds))
+            table.add_row(_escape(f"over {axis or '—'}"), format_seconds(seconds))
     memory = memory_lines(report)
     if memory:
         table.add_section()
         for label, value in memory:
-            table.add_row(f"memory: {label}", value)
+            table.add_row(_escape(f"memory: {label}"), value)
     return table
 
 
@@ -242,19 +287,19 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
         head = Text()
         head.append(f"{sev:<7} ", style=SEVERITY_STYLE.get(sev, ""))
         head.append(f"{d.code} ", style="bold")
-        head.append(f"{d.name}", style="dim")
-        head.append(f"  {where(d)}")
+        head.append(printable(d.name), style="dim")
+        head.append(f"  {printable(where(d))}")
         out.append(head)
-        out.append(Text("    " + d.message))
+        out.append(Text("    " + printable(d.message)))
         if d.notation:
-            out.append(Text(f"    collective: {d.notation}", style="dim"))
+            out.append(Text(f"    collective: {printable(d.notation)}", style="dim"))
         if d.alternative:
-            alt = f"    instead: {d.alternative}"
+            alt = f"    instead: {printable(d.alternative)}"
             if d.alternative_seconds is not None and d.seconds is not None:
                 alt += f"  (communication {format_seconds(d.seconds)} -> {format_seconds(d.alternative_seconds)})"
             out.append(Text(alt))
         if d.fix:
-            out.append(Text(f"    fix: {d.fix}", style="green"))
+            out.append(Text(f"    fix: {printable(d.fix)}", style="green"))
         if d.saving_seconds:
             out.append(Text(f"    saves {format_seconds(d.saving_seconds)} per step", style="bold green"))
     for code, n in hidden.items():
@@ -309,7 +354,7 @@ def whatif_table(whatif: Sequence[WhatIf]):
                           ("findings", "right")):
         table.add_column(name, justify=justify)
     for r in whatif_rows(whatif):
-        table.add_row(r["hardware"] + (" (this)" if r["baseline"] else ""), _escape(r["topology"]), r["step"],
+        table.add_row(_escape(r["hardware"]) + (" (this)" if r["baseline"] else ""), _escape(r["topology"]), r["step"],
                       r["exposed"], r["mfu"], r["comm"], r["compute"], r["relative"], str(r["findings"]),
                       style="bold" if r["baseline"] else "")
     return table
@@ -318,7 +363,7 @@ def whatif_table(whatif: Sequence[WhatIf]):
 def _escape(text: str) -> str:
     from rich.markup import escape
 
-    return escape(text)
+    return escape(printable(text))
 
 
 def print_report(report: Report, console: Console | None = None, *, sweep: SweepResult | None = None,
@@ -329,20 +374,19 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
       limit: most collectives to list; None lists all.
       per_rule: most findings of one rule to print; None prints all.
     """
-    from rich.console import Console
     from rich.rule import Rule
     from rich.text import Text
 
-    console = console or Console()
+    console = console or console_for()
     console.print(Rule(Text("hlo-analyzer report", style="bold"), align="left"))
     console.print(plan_table(report))
     console.print()
     for warning in report.warnings:
-        console.print(Text(f"Warning: {warning}", style="bold yellow"))
+        console.print(Text(f"Warning: {printable(warning)}", style="bold yellow"))
         console.print()
     todo = what_to_do(report)
     if todo:
-        console.print(Text(todo, style="bold green"))
+        console.print(Text(printable(todo), style="bold green"))
         console.print()
     if report.collectives is not None and len(report.collectives):
         console.print(collectives_table(report, limit=limit, width=console.width))
@@ -352,7 +396,7 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
     console.print(totals_table(report))
     sentence = step_sentence(report)
     if sentence:
-        console.print(sentence)
+        console.print(_escape(sentence))
     breakdown = step_table(report)
     if breakdown is not None:
         console.print(breakdown)
@@ -371,7 +415,7 @@ def print_report(report: Report, console: Console | None = None, *, sweep: Sweep
         console.print()
         console.print(Text("Notes", style="bold"))
         for note in report.notes:
-            console.print(Text(f"  - {note}", style="dim"))
+            console.print(Text(f"  - {printable(note)}", style="dim"))
 
 
 def render(report: Report, *, width: int = 140, color: bool = False, sweep: SweepResult | None = None,
