@@ -28,6 +28,12 @@ configuration (pyproject.toml):
   mesh = { data = 4, model = 2 }
   hardware = "tpu-v5e"
   baseline = ".hlo-analyzer-baseline.json"
+  cache-inputs = ["configs/*.yaml"]           # files the entry points read at run time (part of the cache key)
+
+results are cached in .hlo-analyzer-cache/ at the project root (`cache-dir` moves it, `cache = false` or
+--no-cache turns it off, --clear-cache empties it): an entry point whose code, imported project modules,
+config, hardware specs, installed packages and XLA_FLAGS/LIBTPU_INIT_ARGS/JAX_* are unchanged is answered
+from there, without importing jax. A new finding says what changed in the plan since the last check.
 
 examples:
   hlo-analyzer check                                  # every entry point
@@ -69,29 +75,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from analyzer.cli._analysis_output import add_timeout_option
 
     add_timeout_option(p, "each entry point (import, call, compile); default: the config's `timeout`, else none")
+    p.add_argument("--no-cache", action="store_true", help="compile every selected entry point, neither reading nor "
+                   "writing the result cache (.hlo-analyzer-cache/; also `cache = false` in the config)")
+    p.add_argument("--clear-cache", action="store_true", help="empty the result cache before checking")
+    p.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None, help="compile up to N entry points at "
+                   "once, in worker processes (default: the number of CPUs); output keeps the configured order")
     p.set_defaults(func=run)
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of jobs (a whole number from 1)")
+    return n
 
 
 def _codes(text: str | None) -> list[str] | None:
     return None if text is None else [c.strip() for c in text.split(",") if c.strip()]
 
 
-def _load(args: argparse.Namespace):
-    """The config to use and the project root it lives in."""
-    from analyzer.workflows.config import find_config, load_config
+def _config_path(args: argparse.Namespace) -> Path:
+    """The config file: --config, else the nearest pyproject.toml with [tool.hlo-analyzer]."""
+    from analyzer.workflows.config import find_config
 
     if args.config:
         path = Path(args.config)
         if not path.is_file():
             raise ConfigError("no such config file", path=str(path))
-    else:
-        path = find_config(Path.cwd())
-        if path is None:
-            raise ConfigError(
-                "no pyproject.toml with a [tool.hlo-analyzer] table in this folder or above; add one with "
-                "`entry-points = [\"module:function\"]` and `mesh = { data = 4 }`, or pass --config FILE",
-                path=str(Path.cwd()),
-            )
+        return path
+    path = find_config(Path.cwd())
+    if path is None:
+        raise ConfigError(
+            "no pyproject.toml with a [tool.hlo-analyzer] table in this folder or above; add one with "
+            "`entry-points = [\"module:function\"]` and `mesh = { data = 4 }`, or pass --config FILE",
+            path=str(Path.cwd()),
+        )
+    return path
+
+
+def _load(args: argparse.Namespace, path: Path):
+    """The config to use and the project root it lives in."""
+    from analyzer.workflows.config import load_config
+
     config = load_config(path)
     overrides = {}
     if args.hardware:
@@ -115,25 +143,33 @@ def _load(args: argparse.Namespace):
     return config, path.resolve().parent
 
 
-def run(args: argparse.Namespace) -> int:
-    from analyzer.fileio import check_writable
-    from analyzer.workflows.check import mesh_size, prepare_cpu_devices, run_check
-    from analyzer.rules.baseline import read_baseline, update_baseline
+def _raw_table(path: Path) -> dict | None:
+    """`[tool.hlo-analyzer]` as written (not validated), or None when the file does not parse (the full load
+    then reports it)."""
+    import tomllib
 
-    missing = [p for p in args.paths if not Path(p).exists()]
-    if missing:  # a typo must not check nothing and pass
-        raise ConfigError(f"no such file or folder: {', '.join(map(repr, missing))}; PATHS are the changed files "
-                          "or folders whose entry points to check", path=str(Path(missing[0])))
-    if args.output_file:
-        check_writable(args.output_file, what="output file (-o)")
-    config, root = _load(args)
-    prepare_cpu_devices(mesh_size(config.mesh))  # compile every entry point in this process
-    configured = Path(config.baseline) if config.baseline else None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    table = data.get("tool", {}).get("hlo-analyzer") if isinstance(data.get("tool"), dict) else None
+    return table if isinstance(table, dict) else None
+
+
+def _analysis_options(args: argparse.Namespace) -> dict:
+    """The command-line options that change an entry point's result (part of the cache key)."""
+    return {"mesh": args.mesh, "hardware": args.hardware, "target": args.target, "select": args.select,
+            "ignore": args.ignore, "timeout": args.timeout}
+
+
+def _baseline(args: argparse.Namespace, root: Path, configured_name):
+    """(baseline path or None, configured path or None, counts, seconds) as the options and config say."""
+    from analyzer.rules.baseline import read_baseline
+
+    configured = Path(configured_name) if configured_name else None
     if configured is not None and not configured.is_absolute():
         configured = root / configured
     baseline_path = Path(args.baseline) if args.baseline else configured
-    if args.write_baseline:  # find an unwritable baseline now, not after every compile
-        check_writable(baseline_path or root / DEFAULT_BASELINE, what="baseline")
     counts: dict[str, int] = {}
     seconds: dict[str, float] = {}
     if baseline_path is not None and not args.write_baseline:
@@ -142,6 +178,67 @@ def run(args: argparse.Namespace) -> int:
             counts, seconds = dict(accepted.counts), dict(accepted.seconds)
         elif args.baseline:  # named on the command line: it must exist
             raise ConfigError("no such baseline file (create it with --write-baseline)", path=str(baseline_path))
+    return baseline_path, configured, counts, seconds
+
+
+def _replay(args: argparse.Namespace, table: dict, root: Path, path: Path, cache, keys):
+    """The check from the cache alone (no config validation, no jax): the result, or None to compute."""
+    from analyzer.workflows.check import replay_check
+    from analyzer.workflows.config import DEFAULT_BASELINE_TOLERANCE
+
+    configured = table.get("baseline")
+    tolerance = args.baseline_tolerance if args.baseline_tolerance is not None else table.get(
+        "baseline-tolerance", table.get("baseline_tolerance", DEFAULT_BASELINE_TOLERANCE))
+    if configured is not None and not isinstance(configured, str):
+        return None  # the full load explains what is wrong
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0:
+        return None
+    baseline_path, _, counts, seconds = _baseline(args, root, configured)
+    return replay_check(table, root=root, config_path=path, cache=cache, keys=keys, paths=args.paths,
+                        baseline=counts, baseline_path=baseline_path if counts else None, baseline_seconds=seconds,
+                        tolerance=float(tolerance), fail_on=args.fail_on)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from analyzer.fileio import check_writable
+    from analyzer.workflows.cache import cache_settings, key_context, open_cache
+
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:  # a typo must not check nothing and pass
+        raise ConfigError(f"no such file or folder: {', '.join(map(repr, missing))}; PATHS are the changed files "
+                          "or folders whose entry points to check", path=str(Path(missing[0])))
+    if args.output_file:
+        check_writable(args.output_file, what="output file (-o)")
+    path = _config_path(args)
+    root = path.resolve().parent
+    table = _raw_table(path)
+    cache = keys = None
+    if table is not None:
+        settings = cache_settings(root, table, no_cache=args.no_cache, config_path=path)
+        if args.clear_cache and settings.folder is not None:
+            from analyzer.workflows.cache import ResultCache
+
+            if ResultCache(settings.folder).clear():
+                print(f"hlo-analyzer: cleared the result cache {settings.folder}", file=sys.stderr)
+        cache = open_cache(settings)
+        if cache is not None:
+            # Read before anything changes the environment (the fake device count below).
+            keys = key_context(root, table, config_path=path.resolve(), overrides=_analysis_options(args),
+                               cache_folder=cache.folder)
+            if not args.write_baseline:
+                result = _replay(args, table, root, path, cache, keys)
+                if result is not None:
+                    return _emit(result, args)
+    from analyzer.workflows.check import mesh_size, prepare_cpu_devices, run_check
+    from analyzer.rules.baseline import update_baseline
+
+    config, root = _load(args, path)
+    prepare_cpu_devices(mesh_size(config.mesh))  # compile every entry point in this process
+    baseline_path, configured, counts, seconds = _baseline(args, root, config.baseline)
+    if args.write_baseline:  # find an unwritable baseline now, not after every compile
+        check_writable(baseline_path or root / DEFAULT_BASELINE, what="baseline")
     progress = None
     if sys.stderr.isatty() and args.output_format == "text":
         progress = lambda name: print(f"checking {name} ...", file=sys.stderr)  # noqa: E731
@@ -154,7 +251,12 @@ def run(args: argparse.Namespace) -> int:
         baseline_seconds=seconds,
         fail_on=args.fail_on,
         progress=progress,
+        cache=cache,
+        keys=keys,
+        jobs=args.jobs or os.cpu_count() or 1,
     )
+    if cache is not None and cache.note:
+        print(f"hlo-analyzer: note: {cache.note}", file=sys.stderr)
     if args.write_baseline:
         target = baseline_path or root / DEFAULT_BASELINE
         # Only the entry points that were analysed replace their entries; the others' entries stay.
@@ -167,6 +269,11 @@ def run(args: argparse.Namespace) -> int:
         for error in result.errors:
             print(f"hlo-analyzer: error: {error}", file=sys.stderr)
         return 2 if result.errors else 0
+    return _emit(result, args)
+
+
+def _emit(result, args: argparse.Namespace) -> int:
+    """Write the result in the asked format (stdout or -o) and return the exit status."""
     text = _render(result, args.output_format, show_baselined=args.show_baselined)
     if args.output_file:
         from analyzer.fileio import write_atomic

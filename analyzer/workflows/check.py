@@ -39,6 +39,7 @@ from analyzer.rules.baseline import Baseline
 if TYPE_CHECKING:
     from analyzer.workflows.config import Config
     from analyzer.analysis.report import Report
+    from analyzer.workflows.cache import KeyContext, ResultCache
 
 __all__ = [
     "prepare_cpu_devices",
@@ -50,7 +51,13 @@ __all__ = [
     "select_entries",
     "relative_to_root",
     "run_check",
+    "replay_check",
+    "assemble",
     "analyse_entry",
+    "entry_plan",
+    "argument_names",
+    "explain_changes",
+    "ReplayedReport",
 ]
 
 SEVERITIES = ("info", "warning", "error")
@@ -443,6 +450,444 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
     return replace(report, name=report.name or entry.name)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Results as the output reads them (computed here, in a worker process, or read back from the cache)
+
+
+@dataclass(frozen=True)
+class ReplayedTotals:
+    """The totals the JSON output prints (`Report.totals`' figures)."""
+
+    comm_seconds: float
+    compute_seconds: float
+    comm_bytes: int
+
+
+@dataclass(frozen=True)
+class ReplayedReport:
+    """What the check's output reads of a `Report`, for a result read back from the cache or computed in a
+    worker process: the name, the totals, one row per collective (kind, axes, notation, seconds per step,
+    source) and the findings.
+
+    Attributes:
+      plan: the arguments' PartitionSpecs by path, and the mesh (see `entry_plan`).
+    """
+
+    name: str
+    totals: ReplayedTotals
+    collectives: tuple[Mapping[str, Any], ...]
+    diagnostics: tuple[Diagnostic, ...]
+    plan: Mapping[str, Any] = field(default_factory=dict)
+
+
+_ROW_KEYS = ("kind", "axes", "notation", "total_seconds", "source")
+
+
+def _rows(report: Any) -> list[dict[str, Any]]:
+    table = report.collectives
+    if isinstance(table, (list, tuple)):
+        return [dict(r) for r in table]
+    out = []
+    for row in table.to_dict("records"):
+        out.append({k: _plain(row.get(k)) for k in _ROW_KEYS})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as Python numbers and lists (for the collective rows kept with a result)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def _spec_text(spec: Any) -> str:
+    """A PartitionSpec as the user writes it: `P('model', None)`."""
+    try:
+        return "P(" + ", ".join(repr(tuple(e)) if isinstance(e, list) else repr(e) for e in tuple(spec)) + ")"
+    except TypeError:
+        return str(spec)
+
+
+def argument_names(entry: EntryPoint) -> list[str | None]:
+    """The names the entry point's `return fn, (a, b, ...)` gives its arguments (read from the source), so a
+    plan change reads `params['w_out']`, not `arg0['w_out']`; None where an argument is not a plain name."""
+    if entry.file is None:
+        return []
+    qualname = entry.name.partition(":")[2]
+    try:
+        tree = ast.parse(entry.file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    body: list[ast.stmt] = tree.body
+    fn = None
+    for part in qualname.split("."):
+        fn = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                   and n.name == part), None)
+        if fn is None:
+            return []
+        body = fn.body
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    assigned: dict[str, ast.expr] = {}
+    returned = None
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned[node.targets[0].id] = node.value
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) >= 2:
+            returned = node.value.elts[1]
+    if isinstance(returned, ast.Name):
+        returned = assigned.get(returned.id)
+    if not isinstance(returned, (ast.Tuple, ast.List)):
+        return []
+    return [e.id if isinstance(e, ast.Name) else None for e in returned.elts]
+
+
+def entry_plan(report: Any, entry: EntryPoint) -> dict[str, Any]:
+    """The plan a result was computed for: each array argument's sharding by its path (`params['w_out']` ->
+    `P(None, 'model')`) and the mesh (axis -> size). Empty for a report without arguments."""
+    plan: dict[str, Any] = {"arguments": {}, "mesh": None}
+    mesh = getattr(report, "mesh", None)
+    if mesh is not None:
+        plan["mesh"] = {str(a): int(n) for a, n in zip(mesh.axis_names, mesh.axis_sizes)}
+    analysis = getattr(report, "analysis", None)
+    args = getattr(analysis, "args", None)
+    if not args:
+        return plan
+    import jax
+
+    names = argument_names(entry)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is None or not path:
+            continue
+        idx = getattr(path[0], "idx", 0)
+        head = (names[idx] if idx < len(names) else None) or f"arg{idx}"
+        spec = getattr(sharding, "spec", None)
+        plan["arguments"][head + jax.tree_util.keystr(tuple(path[1:]))] = (
+            _spec_text(spec) if spec is not None else str(sharding))
+    return plan
+
+
+@dataclass
+class _Computed:
+    """One entry point's result: the findings (root-relative), the report the output reads, the record the
+    cache stores and the changes are explained from, and whether the record replays the output exactly."""
+
+    diagnostics: tuple[Diagnostic, ...] = ()
+    report: Any = None
+    record: dict[str, Any] | None = None
+    error: str | None = None
+    cacheable: bool = False
+
+
+def _replayed(record: Mapping[str, Any]) -> tuple[tuple[Diagnostic, ...], ReplayedReport]:
+    from analyzer.workflows.cache import decode_diagnostic
+
+    diags = tuple(decode_diagnostic(d) for d in record["diagnostics"])
+    t = record["totals"]
+    report = ReplayedReport(name=record["name"], totals=ReplayedTotals(t["comm_seconds"], t["compute_seconds"],
+                                                                      t["comm_bytes"]),
+                            collectives=tuple(record["rows"]), diagnostics=diags, plan=record.get("plan") or {})
+    return diags, report
+
+
+def _renderings(entry: EntryPoint, report: Any, diags: Sequence[Diagnostic], root: Path) -> list[str]:
+    """The result in every output format, its findings failing and baselined (to check a replay matches)."""
+    from analyzer.render import findings as render_findings
+    from analyzer.render import github, sarif
+
+    out = []
+    for found, kept in ((tuple(diags), ()), ((), tuple(diags))):
+        result = CheckResult(root=root, config_path=None, outcomes=(EntryOutcome(entry, report, found, kept),))
+        out += [render_findings.render_text(result, show_baselined=True), render_findings.render_json(result),
+                github.render(result.findings, root=root, errors=()),
+                sarif.render(result.findings, root=root, errors=(), baselined=result.baselined)]
+    return out
+
+
+def _compute(entry: EntryPoint, config: Config, run: Callable[[EntryPoint, Config], Any], root: Path,
+             record: bool, memo: dict[str, Any]) -> _Computed:
+    """Analyse one entry point (in this process); with `record`, also make the cache's record of it."""
+    try:
+        report = run(entry, config)
+    except AnalyzerError as e:
+        return _Computed(error=str(e))
+    except Exception as e:  # noqa: BLE001 - a bug of ours must not hide the other entry points
+        return _Computed(error=f"internal error ({type(e).__name__}: {e}); please report it with the entry point")
+    found = tuple(relative_to_root(d, root, entry) for d in report.diagnostics)
+    done = _Computed(diagnostics=found, report=report)
+    if any(d.code == "HA900" for d in found):  # a rule's own failure: neither kept nor explained
+        return done
+    from analyzer.workflows.cache import Unencodable, encode_diagnostic, record_dependencies
+
+    try:
+        t = report.totals
+        body = {
+            "entry": entry.name,
+            "name": report.name or entry.name,
+            "diagnostics": [encode_diagnostic(d) for d in found],
+            "totals": {"comm_seconds": float(t.comm_seconds), "compute_seconds": float(t.compute_seconds),
+                       "comm_bytes": int(t.comm_bytes)},
+            "rows": _rows(report),
+            "plan": entry_plan(report, entry),
+            "deps": record_dependencies(root, memo) if record else None,
+        }
+        import json as _json
+
+        body = _json.loads(_json.dumps(body, allow_nan=False))
+        done.record = body
+        if record:
+            replay_diags, replay = _replayed(body)
+            # Kept only when the replay is the same output, in every format; else computed every time.
+            done.cacheable = _renderings(entry, replay, replay_diags, root) == _renderings(entry, report, found, root)
+    except (Unencodable, ValueError, TypeError, KeyError, AttributeError):
+        done.record, done.cacheable = None, False
+    return done
+
+
+def _compute_in_child(entry: EntryPoint, config: Config, run: Callable[[EntryPoint, Config], Any], root: Path,
+                      record: bool, conn: Any) -> None:
+    """The body of a worker process: compute one entry point and send back what the parent needs."""
+    done = _compute(entry, config, run, root, record, {})
+    if done.report is not None and not isinstance(done.report, ReplayedReport):
+        t = done.report.totals
+        done.report = ReplayedReport(
+            name=done.report.name or entry.name,
+            totals=ReplayedTotals(float(t.comm_seconds), float(t.compute_seconds), int(t.comm_bytes)),
+            collectives=tuple(_rows(done.report)), diagnostics=(), plan=entry_plan(done.report, entry))
+    done.diagnostics = tuple(replace(d, finding=None) for d in done.diagnostics)
+    try:
+        conn.send(done)
+    except Exception as e:  # noqa: BLE001 - something in the result does not pickle: say so, do not hang
+        conn.send(_Computed(error=f"internal error (the worker's result could not be sent back: {e})"))
+    conn.close()
+
+
+def _compute_parallel(items: Sequence[tuple[int, EntryPoint]], config: Config,
+                      run: Callable[[EntryPoint, Config], Any], root: Path, record: bool, jobs: int,
+                      progress: Callable[[str], None] | None) -> dict[int, _Computed]:
+    """Compute entry points in up to `jobs` worker processes forked from this one (before it imported jax:
+    each worker imports and compiles for itself). Results are keyed by position; a worker that dies (killed,
+    out of memory) fails its entry point alone."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("fork")
+    todo = list(items)
+    running: dict[Any, tuple[int, EntryPoint, Any]] = {}
+    out: dict[int, _Computed] = {}
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                i, entry = todo.pop(0)
+                if progress is not None:
+                    progress(entry.name)
+                receive, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_compute_in_child, args=(entry, config, run, root, record, send),
+                                   name=f"hlo-analyzer check {entry.name}", daemon=True)
+                proc.start()
+                send.close()
+                running[receive] = (i, entry, proc)
+            for conn in wait(list(running)):
+                i, entry, proc = running.pop(conn)
+                try:
+                    out[i] = conn.recv()
+                except (EOFError, OSError):
+                    proc.join(5)
+                    out[i] = _Computed(error=f"the worker process compiling it died (exit status {proc.exitcode}); "
+                                             "run with --jobs 1 to see its output")
+                conn.close()
+                proc.join(5)
+    finally:
+        for _, _, proc in running.values():  # Ctrl-C or an error: stop the other compiles
+            proc.kill()
+            proc.join(5)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The decision behind a new finding
+
+
+def _changed_lines(old: str | None, new: str) -> list[tuple[int, str]]:
+    """(line number, text) of the lines of `new` that differ from `old`."""
+    import difflib
+
+    new_lines = new.splitlines()
+    if old is None:
+        return []
+    out = []
+    matcher = difflib.SequenceMatcher(a=old.splitlines(), b=new_lines, autojunk=False)
+    for op, _, _, j1, j2 in matcher.get_opcodes():
+        if op in ("replace", "insert"):
+            out += [(j + 1, new_lines[j]) for j in range(j1, j2)]
+    return out
+
+
+def _git_changed_lines(root: Path, files: Sequence[str]) -> dict[str, list[tuple[int, str]]]:
+    """The working tree's changed lines (against HEAD) of these root-relative files, from `git diff`."""
+    import subprocess
+
+    if not files:
+        return {}
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "diff", "-U0", "--no-color", "--no-ext-diff", "HEAD", "--",
+                               *files], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if proc.returncode != 0:
+        return {}
+    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                         check=False).stdout.strip()
+    out: dict[str, list[tuple[int, str]]] = {}
+    current = None
+    line = 0
+    for text in proc.stdout.splitlines():
+        if text.startswith("+++ "):
+            name = text[4:]
+            current = None if name == "/dev/null" else _rel_of(Path(top) / name[2:], root)
+            continue
+        m = re.match(r"@@ -\S+ \+(\d+)(?:,\d+)? @@", text)
+        if m:
+            line = int(m.group(1))
+            continue
+        if current is not None and text.startswith("+") and not text.startswith("+++"):
+            out.setdefault(current, []).append((line, text[1:]))
+            line += 1
+    return out
+
+
+def _rel_of(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _axes_of(spec: str | None) -> set[str]:
+    return set(re.findall(r"'([^']+)'", spec or ""))
+
+
+_BUILDS_PLAN = re.compile(r"\bP\(|PartitionSpec|NamedSharding|\bmesh\b|make_mesh|Mesh\(")
+
+
+def _best_line(changed: Mapping[str, list[tuple[int, str]]], words: Sequence[str], axes: set[str]) -> str | None:
+    """The changed line most likely to build a spec: it names the argument and a PartitionSpec, or the axes."""
+    best, where = 0, None
+    for rel, lines in changed.items():
+        for number, text in lines:
+            score = 2 * sum(1 for w in words if w and re.search(rf"\b{re.escape(w)}\b", text))
+            score += 2 if _BUILDS_PLAN.search(text) else 0
+            score += sum(1 for a in axes if f"'{a}'" in text or f'"{a}"' in text)
+            if score > best:
+                best, where = score, f"{rel}:{number}: `{text.strip()[:120]}`"
+    return where if best >= 2 else None
+
+
+def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | None, *, root: Path,
+                    source: Callable[[str], str | None], paths: Sequence[str | Path] | None = None
+                    ) -> dict[str, str]:
+    """What in the plan changed, for each finding that the previous result of this entry point did not have.
+
+    Compared with the previous result (the last check of this entry point, from the cache): the arguments
+    whose PartitionSpec changed (`params['w_out']: P('model', None) -> P(None, 'model')`), a changed mesh, a
+    changed `[tool.hlo-analyzer]` value or command-line option, each with the changed line of the project's
+    code that builds it (the lines that differ from the files as the previous check read them). Without a
+    previous result, the working tree's changed lines that build specs or the mesh (`git diff HEAD` of the
+    entry point's files, or of the given `paths` among them).
+
+    Returns:
+      fingerprint -> the sentence to add to that finding (findings with nothing to say are left out).
+    """
+    from analyzer.workflows.cache import decode_diagnostic
+
+    sources: Mapping[str, str] = record.get("sources") or {}
+    fingerprints = [decode_diagnostic(d).fingerprint() for d in record["diagnostics"]]
+    if previous is None:
+        files = sorted(sources)
+        if paths:
+            given = {Path(p).resolve() for p in paths}
+            files = [f for f in files if (root / f).resolve() in given or any(g in (root / f).resolve().parents
+                                                                             for g in given)] or files
+        changed = _git_changed_lines(root, files)
+        lines = [f"{rel}:{n}: `{t.strip()[:120]}`" for rel, ls in changed.items() for n, t in ls
+                 if _BUILDS_PLAN.search(t)]
+        if not lines:
+            return {}
+        more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
+        text = "Changed in the working tree (git diff HEAD): " + "; ".join(lines[:3]) + more + "."
+        return {fp: text for fp in fingerprints}
+    before = {decode_diagnostic(d).fingerprint() for d in previous.get("diagnostics") or ()}
+    new = [fp for fp in fingerprints if fp not in before]
+    if not new:
+        return {}
+    changed: dict[str, list[tuple[int, str]]] = {}
+    old_sources: Mapping[str, str] = previous.get("sources") or {}
+    for rel, digest in sources.items():
+        if old_sources.get(rel) != digest:
+            try:
+                text = (root / rel).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            old = source(old_sources[rel]) if rel in old_sources else ""
+            changed[rel] = _changed_lines(old, text)
+    old_plan, new_plan = previous.get("plan") or {}, record.get("plan") or {}
+    said: list[tuple[set[str], str]] = []
+    old_args, new_args = old_plan.get("arguments") or {}, new_plan.get("arguments") or {}
+    for path in sorted(set(old_args) | set(new_args)):
+        a, b = old_args.get(path), new_args.get(path)
+        if a == b:
+            continue
+        words = re.findall(r"[A-Za-z_]\w*", path)
+        axes = _axes_of(b) | _axes_of(a)
+        line = _best_line(changed, words[-1:] + words[:1], _axes_of(b))
+        text = f"{path}: {a or '(absent)'} -> {b or '(absent)'}" + (f" at {line}" if line else "")
+        said.append((axes, text))
+    if old_plan.get("mesh") != new_plan.get("mesh") and new_plan.get("mesh") is not None:
+        fmt = lambda m: ",".join(f"{k}={v}" for k, v in (m or {}).items()) or "(none)"  # noqa: E731
+        line = _best_line(changed, ["mesh"], set(new_plan["mesh"]))
+        said.append((set(new_plan["mesh"]) | set(old_plan.get("mesh") or {}),
+                     f"mesh {fmt(old_plan.get('mesh'))} -> {fmt(new_plan['mesh'])}" + (f" at {line}" if line else "")))
+    old_cfg, new_cfg = old_plan.get("config") or {}, new_plan.get("config") or {}
+    for key in sorted(set(old_cfg) | set(new_cfg)):
+        if old_cfg.get(key) != new_cfg.get(key):
+            said.append((set(), f"config {key}: {old_cfg.get(key)!r} -> {new_cfg.get(key)!r}"))
+    if not said:
+        lines = [f"{rel}:{n}: `{t.strip()[:120]}`" for rel, ls in changed.items() for n, t in ls
+                 if _BUILDS_PLAN.search(t)]
+        if not lines:
+            return {}
+        said.append((set(), "changed lines " + "; ".join(lines[:3])))
+    out = {}
+    for fp, d in zip(fingerprints, record["diagnostics"]):
+        if fp not in new:
+            continue
+        mentioned = set(re.findall(r"_\{?([A-Za-z]\w*)", str(d.get("notation") or "")))
+        relevant = [t for axes, t in said if axes & mentioned] or [t for _, t in said]
+        more = f"; and {len(relevant) - 3} more" if len(relevant) > 3 else ""
+        out[fp] = "Changed since the last check: " + "; ".join(relevant[:3]) + more + "."
+    return out
+
+
+def _no_source(digest: str) -> None:
+    return None
+
+
+def _with_changes(diags: Sequence[Diagnostic], changes: Mapping[str, str]) -> tuple[Diagnostic, ...]:
+    if not changes:
+        return tuple(diags)
+    return tuple(replace(d, message=f"{d.message} {changes[d.fingerprint()]}") if d.fingerprint() in changes
+                 else d for d in diags)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The check
+
+
 def run_check(
     config: Config,
     *,
@@ -455,6 +900,9 @@ def run_check(
     mesh: Any = None,
     analyse: Callable[[EntryPoint, Config], Report] | None = None,
     progress: Callable[[str], None] | None = None,
+    cache: ResultCache | None = None,
+    keys: KeyContext | None = None,
+    jobs: int = 1,
 ) -> CheckResult:
     """Check every selected entry point of a config.
 
@@ -471,7 +919,12 @@ def run_check(
       mesh: overrides the config's mesh.
       analyse: the function that turns an entry point into a Report (default `analyse_entry`); tests pass
         their own.
-      progress: called with a line before each entry point runs.
+      progress: called with a line before each entry point is compiled.
+      cache: the result cache (`analyzer.workflows.cache`); with `keys`, an entry point whose key and recorded
+        dependencies are unchanged is read back instead of compiled, and each one compiled is stored.
+      keys: the key inputs of this run (`analyzer.workflows.cache.key_context`).
+      jobs: how many entry points may compile at once (worker processes, when this process has not started
+        jax); 1: one after another, in this process.
 
     Returns:
       the `CheckResult`; its `exit_code` is what the command exits with.
@@ -491,29 +944,70 @@ def run_check(
     entries = [resolve_entry(name, root) for name in config.entry_points]
     selected, skipped = select_entries(entries, paths, root=root, config_path=config_path)
     root = root.resolve()
-    remaining: dict[str, int] = dict(baseline or {})
     run = analyse or (lambda e, c: analyse_entry(e, c, mesh=mesh))
-    outcomes = []
+    use_cache = cache is not None and keys is not None
+    served: list[tuple[EntryPoint, _Computed, str | None, dict[str, str]]] = []
+    todo: list[tuple[int, EntryPoint]] = []
+    for i, entry in enumerate(selected):
+        key, files = keys.entry_key(entry) if use_cache else (None, {})  # type: ignore[union-attr]
+        hit = cache.lookup(key, root) if use_cache else None  # type: ignore[union-attr, arg-type]
+        if hit is not None:
+            diags, replayed = _replayed(hit)
+            served.append((entry, _Computed(diags, replayed, hit), key, files))
+        else:
+            served.append((entry, _Computed(), key, files))
+            todo.append((i, entry))
+    computed: dict[int, _Computed] = {}
     with _on_path(root):
-        for entry in selected:
-            if progress is not None:
-                progress(entry.name)
-            try:
-                report = run(entry, config)
-            except AnalyzerError as e:
-                outcomes.append(EntryOutcome(entry, error=str(e)))
-                continue
-            except Exception as e:  # noqa: BLE001 - a bug of ours must not hide the other entry points
-                outcomes.append(EntryOutcome(entry, error=f"internal error ({type(e).__name__}: {e}); please "
-                                                          "report it with the entry point"))
-                continue
-            found = [relative_to_root(d, root, entry) for d in report.diagnostics]
-            # One baseline serves every entry point: what earlier entries matched is used up.
-            new, old, _ = Baseline(remaining, seconds=dict(baseline_seconds or {}),
-                                   tolerance=config.baseline_tolerance).split(found)
-            for d in old:
-                remaining[d.fingerprint()] -= 1
-            outcomes.append(EntryOutcome(entry, report=report, findings=tuple(new), baselined=tuple(old)))
+        parallel = jobs > 1 and len(todo) > 1 and "jax" not in sys.modules and hasattr(os, "fork")
+        if parallel:
+            computed = _compute_parallel(todo, config, run, root, use_cache, jobs, progress)
+        else:
+            memo: dict[str, Any] = {}
+            for i, entry in todo:
+                if progress is not None:
+                    progress(entry.name)
+                computed[i] = _compute(entry, config, run, root, use_cache, memo)
+    for i, done in computed.items():
+        entry, _, key, files = served[i]
+        if done.record is not None:
+            done.record["plan"]["config"] = dict(keys.inputs["table"], **keys.inputs["overrides"]) if keys else {}
+            done.record["sources"] = files
+            previous = cache.previous(entry.name) if use_cache else None  # type: ignore[union-attr]
+            done.record["changes"] = explain_changes(done.record, previous, root=root, paths=paths,
+                                                     source=cache.source if cache is not None else _no_source)
+            if use_cache and done.cacheable:
+                variant = cache.store(key, done.record, {sha: root / rel for rel, sha in files.items()})  # type: ignore
+                if variant is not None:
+                    done.record["variant"] = variant
+        served[i] = (entry, done, key, files)
+    return assemble(root, config_path, served, skipped, baseline=baseline, baseline_path=baseline_path,
+                    baseline_seconds=baseline_seconds, tolerance=config.baseline_tolerance, fail_on=fail_on,
+                    cache=cache)
+
+
+def assemble(root: Path, config_path: Path | None,
+             served: Sequence[tuple[EntryPoint, _Computed, str | None, Mapping[str, str]]],
+             skipped: Sequence[EntryPoint], *, baseline: Mapping[str, int] | None, baseline_path: Path | None,
+             baseline_seconds: Mapping[str, float] | None, tolerance: float, fail_on: str,
+             cache: ResultCache | None = None) -> CheckResult:
+    """The `CheckResult` of entry points' results, in the configured order: the baseline applied to each (what
+    earlier entry points matched is used up), the changes behind new findings added to their messages."""
+    remaining: dict[str, int] = dict(baseline or {})
+    outcomes = []
+    for entry, done, key, _ in served:
+        if done.error is not None:
+            outcomes.append(EntryOutcome(entry, error=done.error))
+            continue
+        new, old, _ = Baseline(remaining, seconds=dict(baseline_seconds or {}), tolerance=tolerance
+                               ).split(list(done.diagnostics))
+        for d in old:
+            remaining[d.fingerprint()] -= 1
+        changes = (done.record or {}).get("changes") or {}
+        outcomes.append(EntryOutcome(entry, report=done.report, findings=_with_changes(new, changes),
+                                     baselined=tuple(old)))
+        if cache is not None and done.record is not None and key is not None and "variant" in done.record:
+            cache.remember(entry.name, key, done.record["variant"])
     notes = []
     if baseline and not skipped and not any(o.error for o in outcomes):
         stale = sorted(fp for fp, n in remaining.items() if n > 0 and n == baseline[fp])
@@ -531,3 +1025,30 @@ def run_check(
         baseline_path=baseline_path,
         notes=tuple(notes),
     )
+
+
+def replay_check(table: Mapping[str, Any], *, root: Path, config_path: Path, cache: ResultCache, keys: KeyContext,
+                 paths: Sequence[str | Path] | None, baseline: Mapping[str, int] | None,
+                 baseline_path: Path | None, baseline_seconds: Mapping[str, float] | None, tolerance: float,
+                 fail_on: str) -> CheckResult | None:
+    """The check answered from the cache alone, without validating the config or importing jax: every selected
+    entry point's key must hit (an invalid config never produced an entry, so it cannot). None: something
+    must be computed (the caller runs `run_check`)."""
+    names = table.get("entry-points", table.get("entry_points"))
+    if isinstance(names, str):
+        names = [names]
+    if not names or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    entries = [resolve_entry(name, root) for name in names]
+    selected, skipped = select_entries(entries, paths, root=root, config_path=config_path.resolve())
+    root = root.resolve()
+    served = []
+    for entry in selected:
+        key, files = keys.entry_key(entry)
+        hit = cache.lookup(key, root)
+        if hit is None:
+            return None
+        diags, replayed = _replayed(hit)
+        served.append((entry, _Computed(diags, replayed, hit), key, files))
+    return assemble(root, config_path.resolve(), served, skipped, baseline=baseline, baseline_path=baseline_path,
+                    baseline_seconds=baseline_seconds, tolerance=tolerance, fail_on=fail_on, cache=cache)

@@ -18,6 +18,8 @@ unknown one is a `ConfigError` that names the key, the file, the line, and what 
     entry-points = ["model.train:step"]  # module:function returning (jitted fn, abstract args); `check` runs them
     baseline = ".hlo-analyzer-baseline.json"
     baseline-tolerance = 0.10            # a baselined finding whose cost grew more than this (10%) is new again
+    cache-inputs = ["configs/*.yaml"]    # files entry points read at run time: part of `check`'s cache key
+    cache-dir = ".hlo-analyzer-cache"    # where `check` keeps results; `cache = false` turns the cache off
     min-saving-seconds = 10e-6           # drop findings that save less per step (default 10 us) ...
     min-saving-fraction = 0.01           # ... or less than this fraction of the predicted step (1%)
 
@@ -68,6 +70,9 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
         "min-saving-fraction": "min_saving_fraction",
         "baseline-tolerance": "baseline_tolerance",
         "timeout": "timeout",
+        "cache": "cache",
+        "cache-dir": "cache_dir",
+        "cache-inputs": "cache_inputs",
     }
 )
 
@@ -130,6 +135,9 @@ class Config:
         (`Totals.step_seconds`, the time savings are in), or of the step's predicted communication when the
         report has no step. The threshold is the larger of the two; a rule's own `min-saving-seconds`
         option, when set, replaces both for that rule. Budget, memory and meta rules are exempt.
+      cache: whether `check` keeps results in its cache (analyzer/workflows/cache.py); cache_dir: where
+        (relative to the project root; default `.hlo-analyzer-cache`); cache_inputs: globs of files the
+        entry points read at run time, part of every result's key.
       path: the file the config was read from, or None.
       origin: where `select`/`ignore` entries came from, for the unused-suppression rule (entry -> place).
     """
@@ -148,6 +156,9 @@ class Config:
     min_saving_fraction: float = DEFAULT_MIN_SAVING_FRACTION
     baseline_tolerance: float = DEFAULT_BASELINE_TOLERANCE
     timeout: float | None = None
+    cache: bool = True
+    cache_dir: str | None = None
+    cache_inputs: tuple[str, ...] = ()
     path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
 
@@ -336,7 +347,7 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
         if key is None:
             raise fail(f"unknown key {raw_key!r} in {where}; " + valid_choices(str(raw_key), _TOP_KEYS, what="keys"),
                        raw_key)
-        if key in ("select", "ignore", "entry_points"):
+        if key in ("select", "ignore", "entry_points", "cache_inputs"):
             if isinstance(value, str):
                 value = [value]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -346,7 +357,11 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise fail(f"{raw_key!r} must be a number, got {value!r}", raw_key)
             kwargs[key] = value
-        elif key in ("hardware", "topology", "target", "baseline"):
+        elif key == "cache":
+            if not isinstance(value, bool):
+                raise fail(f"'cache' must be true or false, got {value!r}", raw_key)
+            kwargs["cache"] = value
+        elif key in ("hardware", "topology", "target", "baseline", "cache_dir"):
             if not isinstance(value, str):
                 raise fail(f"{raw_key!r} must be a string, got {value!r}", raw_key)
             kwargs[key] = value

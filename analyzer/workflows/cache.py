@@ -1,0 +1,606 @@
+"""The result cache of `hlo-analyzer check`: an entry point whose inputs did not change is not compiled again.
+
+A check's result for one entry point (its findings before the baseline, the totals the JSON output prints,
+its plan) is a function of what the key below covers; when none of it changed, the result is read back from
+`.hlo-analyzer-cache/` at the project root instead of importing jax and compiling. The folder holds a
+`.gitignore` of `*` and a `CACHEDIR.TAG` (https://bford.info/cachedir/), as ruff's and pytest's caches do.
+
+What decides a result, and so the key (`KeyContext`):
+  - the entry point's name, its module and every project module it imports (read with `ast`, not executed;
+    `analyzer.workflows.check.local_imports`), by content;
+  - the `[tool.hlo-analyzer]` table as written, except the keys that only decide the verdict (`baseline`,
+    `baseline-tolerance`, `entry-points`) or the cache itself; and the command-line options that change the
+    analysis (`--mesh`, `--hardware`, `--target`, `--select`, `--ignore`);
+  - the hardware spec files (the packaged ones, and a spec file the config or `--hardware` names), by content;
+  - the files matched by the config's `cache-inputs` globs (files an entry point reads at run time), by content;
+  - the tool's version, Python's version, the interpreter (`sys.executable`, `sys.prefix`) and `PYTHONPATH`;
+  - the environment that changes compilation: `XLA_FLAGS`, `LIBTPU_INIT_ARGS` and every `JAX_*` variable;
+  - recorded when the result was computed and checked again before it is used: every module file the
+    analysis had imported (project files by content, installed ones by size and modification time) and the
+    `.dist-info` folder of every installed distribution they belong to, jax, jaxlib and libtpu included (an
+    upgrade replaces that folder, so its version is checked with one `stat`).
+
+What it cannot see: files an entry point reads at run time that `cache-inputs` does not name, environment
+variables other than the ones above that the entry point reads, and the network. `--no-cache` (or
+`cache = false`) turns it off; `--clear-cache` empties it.
+
+Entries are written whole (temporary file and rename) and carry a checksum: a damaged, truncated or foreign
+entry is a miss, never an error. Two checks at once may both compute and write the same entry (each rename is
+atomic); pruning takes a lock and is skipped when another process holds it. The folder is kept under
+`MAX_BYTES` by removing the entries used least recently. A folder that cannot be written (a read-only
+checkout) leaves the check working without a cache, which it says once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CACHE_DIR", "MAX_BYTES", "ENV_PREFIXES", "ResultCache", "KeyContext", "open_cache", "cache_settings",
+           "record_dependencies", "encode_diagnostic", "decode_diagnostic", "Unencodable"]
+
+CACHE_DIR = ".hlo-analyzer-cache"
+FORMAT = "hlo-analyzer-cache"
+VERSION = 1
+# Entries are a few KB (a finding is about 1 KB of JSON) plus the project's source files kept once each for
+# explaining the next change; 64 MiB holds thousands of results. Least recently used entries go first.
+MAX_BYTES = 64 << 20
+ENV_NAMES = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "PYTHONPATH")
+ENV_PREFIXES = ("JAX_",)
+# `[tool.hlo-analyzer]` keys that do not change a result: they decide the verdict (applied afresh on every
+# run), select entry points (each has its own key), or configure the cache.
+VERDICT_KEYS = frozenset({"baseline", "baseline-tolerance", "baseline_tolerance", "entry-points", "entry_points",
+                          "cache", "cache-dir", "cache_dir"})
+_SITE_MARKERS = ("site-packages", "dist-packages")
+CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by hlo-analyzer.\n"
+                "# For information about cache directory tags, see:\n"
+                "#\thttps://bford.info/cachedir/\n")
+GITIGNORE = "# Created by hlo-analyzer automatically.\n*\n"
+
+
+class Unencodable(Exception):
+    """A value the cache cannot store exactly (the result is then not cached)."""
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def _file_sha(path: Path) -> str | None:
+    try:
+        return _sha(path.read_bytes())
+    except OSError:
+        return None
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _in_site(path: str) -> bool:
+    return any(m in path for m in _SITE_MARKERS)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Settings
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """Where the cache is, or why there is none.
+
+    Attributes:
+      folder: the cache folder, or None when the cache is off.
+      why_off: why it is off ("--no-cache", "cache = false in ..."), or None.
+    """
+
+    folder: Path | None
+    why_off: str | None = None
+
+
+def cache_settings(root: Path, table: Mapping[str, Any], *, no_cache: bool = False,
+                   config_path: Path | None = None) -> CacheSettings:
+    """The cache folder for a project: `cache-dir` of the table (relative to the root), else
+    `$HLO_ANALYZER_CACHE_DIR`, else `<root>/.hlo-analyzer-cache`; off with `no_cache`, `cache = false`, or
+    `HLO_ANALYZER_NO_CACHE=1` (as ruff's RUFF_NO_CACHE).
+
+    Raises:
+      ConfigError: `cache` is not true/false or `cache-dir` is not a string.
+    """
+    from analyzer.errors import ConfigError, find_key_line
+
+    where = str(config_path) if config_path else None
+
+    def bad(message: str, key: str) -> ConfigError:
+        line = None
+        if config_path is not None:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                line = find_key_line(config_path.read_text(encoding="utf-8"), key, "tool.hlo-analyzer")
+        return ConfigError(message, path=where, line=line)
+
+    enabled = table.get("cache", True)
+    if not isinstance(enabled, bool):
+        raise bad(f"'cache' must be true or false, got {enabled!r}", "cache")
+    folder = table.get("cache-dir", table.get("cache_dir"))
+    if folder is not None and (not isinstance(folder, str) or not folder.strip()):
+        raise bad(f"'cache-dir' must be a folder path (relative to the project root), got {folder!r}", "cache-dir")
+    if no_cache:
+        return CacheSettings(None, "--no-cache")
+    if os.environ.get("HLO_ANALYZER_NO_CACHE", "") not in ("", "0", "false"):
+        return CacheSettings(None, "HLO_ANALYZER_NO_CACHE")
+    if not enabled:
+        return CacheSettings(None, f"cache = false in {where or '[tool.hlo-analyzer]'}")
+    if folder is None:
+        folder = os.environ.get("HLO_ANALYZER_CACHE_DIR") or CACHE_DIR
+    path = Path(folder).expanduser()
+    return CacheSettings(path if path.is_absolute() else root / path)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The key
+
+
+@dataclass
+class KeyContext:
+    """What every entry point's key shares, read once per run (no jax, no import of the project's code).
+
+    Attributes:
+      root: the project root.
+      common: the digest of the shared inputs (see the module docstring).
+      inputs: the shared inputs themselves (kept for `describe`).
+    """
+
+    root: Path
+    common: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+    def entry_key(self, entry: Any) -> tuple[str, dict[str, str]]:
+        """The key of one entry point, and its project files by content ({relative path: sha256}).
+
+        An entry point whose file cannot be found without importing it gets a key from its name alone: the
+        files it imported are then checked from the record (`record_dependencies`).
+        """
+        from analyzer.workflows.check import local_imports
+
+        files: dict[str, str] = {}
+        if entry.file is not None:
+            for path in sorted(local_imports(entry.file, self.root)):
+                files[_rel(path, self.root)] = _file_sha(path) or "missing"
+        key = _sha(_canonical({"common": self.common, "entry": entry.name,
+                               "file": _rel(entry.file, self.root) if entry.file else None, "files": files}))
+        return key, files
+
+
+def _hardware_files(values: Iterable[Any], root: Path) -> dict[str, str]:
+    from analyzer import __file__ as package_init
+
+    out: dict[str, str] = {}
+    packaged = Path(package_init).parent / "_data" / "hardware"
+    with contextlib.suppress(OSError):
+        for p in sorted(packaged.iterdir()):
+            if p.is_file():
+                out[f"packaged:{p.name}"] = _file_sha(p) or "missing"
+    for value in values:
+        if not isinstance(value, str):
+            continue
+        text = value
+        if text.endswith(".toml") or "/" in text or "\\" in text:
+            p = Path(text).expanduser()
+            out[f"file:{text}"] = _file_sha(p) or "missing"
+    return out
+
+
+def _cache_inputs(globs: Any, root: Path, exclude: Path | None) -> dict[str, str]:
+    if isinstance(globs, str):
+        globs = [globs]
+    if not isinstance(globs, list):
+        return {"invalid": repr(globs)}
+    out: dict[str, str] = {}
+    for pattern in globs:
+        if not isinstance(pattern, str):
+            out[f"invalid:{pattern!r}"] = ""
+            continue
+        matches = sorted(root.glob(pattern)) if not Path(pattern).is_absolute() else sorted(
+            Path(pattern).parent.glob(Path(pattern).name))
+        out[f"glob:{pattern}"] = str(len(matches))
+        for p in matches:
+            if p.is_file() and (exclude is None or exclude not in p.parents):
+                out[_rel(p, root)] = _file_sha(p) or "missing"
+    return out
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+
+
+def key_context(root: Path, table: Mapping[str, Any], *, config_path: Path | None,
+                overrides: Mapping[str, Any], cache_folder: Path | None = None) -> KeyContext:
+    """Read what every entry point's key shares.
+
+    Args:
+      root: the project root.
+      table: the `[tool.hlo-analyzer]` table as parsed from the TOML (not validated: an invalid table never
+        produced an entry, so it cannot hit one).
+      config_path: the config file.
+      overrides: command-line options that change the analysis (name -> the text given), None when not given.
+      cache_folder: the cache folder, left out of `cache-inputs` matches.
+    """
+    from analyzer import __version__
+
+    root = root.resolve()
+    relevant = {str(k): v for k, v in table.items() if str(k) not in VERDICT_KEYS}
+    given = {k: v for k, v in sorted(overrides.items()) if v is not None}
+    inputs = {
+        "format": [FORMAT, VERSION],
+        "tool": __version__,
+        "python": [sys.version, sys.implementation.cache_tag, os.path.realpath(sys.executable), sys.prefix],
+        "root": str(root),
+        "config": str(config_path) if config_path else None,
+        "table": relevant,
+        "overrides": given,
+        "environment": _environment(),
+        "hardware": _hardware_files([table.get("hardware"), given.get("hardware")], root),
+        "cache-inputs": _cache_inputs(table.get("cache-inputs", table.get("cache_inputs", [])), root,
+                                      cache_folder),
+    }
+    return KeyContext(root=root, common=_sha(_canonical(inputs)), inputs=inputs)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the analysis imported (recorded on a miss, checked on a hit)
+
+
+def record_dependencies(root: Path, memo: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The files and distributions this process has imported, as the record of a result computed in it.
+
+    Project files (under `root`, outside site-packages) by content; other module files by (size, mtime);
+    the `.dist-info` folders of the distributions those modules belong to, and of jax, jaxlib and libtpu.
+    `memo` (a dict the caller keeps for one run) saves reading the installed distributions again.
+    """
+    root = root.resolve()
+    project: dict[str, str] = {}
+    files: list[list[Any]] = []
+    tops: set[str] = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        tops.add(name.partition(".")[0])
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        if not p.is_file():
+            continue
+        resolved = p.resolve()
+        if root in resolved.parents and not _in_site(str(resolved)):
+            project[_rel(resolved, root)] = _file_sha(resolved) or "missing"
+        else:
+            files.append([str(p), st.st_size, st.st_mtime_ns])
+    return {"project": dict(sorted(project.items())), "files": sorted(files),
+            "dists": _distributions(tops, {} if memo is None else memo)}
+
+
+def _distributions(tops: set[str], memo: dict[str, Any]) -> list[str]:
+    """The `.dist-info` (or `.egg-info`) folders of the distributions providing these top-level modules."""
+    import importlib.metadata as md
+
+    names: set[str] = {"jax", "jaxlib", "libtpu", "libtpu-nightly", "hlo-analyzer"}
+    if "provides" not in memo:
+        try:
+            memo["provides"] = md.packages_distributions()
+        except Exception:  # noqa: BLE001 - a broken installed distribution: record what can be found
+            memo["provides"] = {}
+    provides = memo["provides"]
+    for top in tops:
+        names.update(provides.get(top, ()))
+    out = []
+    for name in sorted(names):
+        try:
+            dist = md.distribution(name)
+        except Exception:  # noqa: BLE001 - not installed (libtpu on most machines)
+            continue
+        path = getattr(dist, "_path", None)
+        if path is not None:
+            out.append(str(path))
+    return sorted(set(out))
+
+
+def dependencies_hold(deps: Mapping[str, Any], root: Path) -> bool:
+    """Whether the files and distributions a result was computed from are as they were."""
+    try:
+        for rel, digest in deps["project"].items():
+            p = Path(rel)
+            if _file_sha(p if p.is_absolute() else root / p) != digest:
+                return False
+        for path, size, mtime in deps["files"]:
+            st = os.stat(path)
+            if st.st_size != size or st.st_mtime_ns != mtime:
+                return False
+        for path in deps["dists"]:
+            if not os.path.isdir(path):
+                return False
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Findings as exact JSON
+
+
+def _enc(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if type(value) is int:
+        return value
+    if type(value) is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"$float": repr(value)}
+        return value
+    if type(value) is tuple:
+        return {"$tuple": [_enc(v) for v in value]}
+    if type(value) is list:
+        return [_enc(v) for v in value]
+    if type(value) is dict and all(isinstance(k, str) for k in value):
+        return {"$dict": [[k, _enc(v)] for k, v in value.items()]}
+    raise Unencodable(f"{type(value).__name__} {value!r:.60}")
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_dec(v) for v in value]
+    if isinstance(value, dict):
+        if "$tuple" in value:
+            return tuple(_dec(v) for v in value["$tuple"])
+        if "$dict" in value:
+            return {k: _dec(v) for k, v in value["$dict"]}
+        if "$float" in value:
+            return float(value["$float"])
+        raise ValueError("not an encoded value")
+    return value
+
+
+_LOCATION_FIELDS = ("file", "line", "computation", "instruction", "hlo_line", "context")
+_DIAGNOSTIC_FIELDS = ("code", "name", "message", "notation", "seconds", "alternative", "alternative_seconds",
+                      "saving_seconds", "fix")
+
+
+def encode_diagnostic(d: Any) -> dict[str, Any]:
+    """A Diagnostic as JSON data that `decode_diagnostic` turns back into an equal one.
+
+    Raises:
+      Unencodable: a field holds something other than None, bool, int, float, str, tuple, list or a dict with
+        string keys (a numpy scalar, say): the result is then not cached rather than cached inexactly.
+    """
+    out = {f: _enc(getattr(d, f)) for f in _DIAGNOSTIC_FIELDS}
+    out["severity"] = d.severity.value
+    out["location"] = {f: _enc(getattr(d.location, f)) for f in _LOCATION_FIELDS}
+    out["details"] = _enc(dict(d.details))
+    return out
+
+
+def decode_diagnostic(data: Mapping[str, Any]) -> Any:
+    from analyzer.diagnostics import Diagnostic, Location, Severity
+
+    location = Location(**{f: _dec(data["location"][f]) for f in _LOCATION_FIELDS})
+    return Diagnostic(severity=Severity(data["severity"]), location=location, details=_dec(data["details"]),
+                      **{f: _dec(data[f]) for f in _DIAGNOSTIC_FIELDS})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The folder
+
+
+class ResultCache:
+    """Entries under `<folder>/v1/`: `entries/<key>/<variant>.json` (one per state of the recorded
+    dependencies), `last/<entry point digest>` (the entry this entry point's last check used, which the next
+    one compares its plan with), `sources/<sha256>` (project files as they were, for showing what changed).
+
+    Attributes:
+      folder: the cache folder.
+      writable: False once a write failed (read-only checkout): later writes are skipped.
+      note: what to tell the user once (why nothing is stored), or None.
+    """
+
+    def __init__(self, folder: Path, *, max_bytes: int = MAX_BYTES) -> None:
+        self.folder = folder
+        self.base = folder / f"v{VERSION}"
+        self.max_bytes = max_bytes
+        self.writable = True
+        self.note: str | None = None
+
+    # -- writing ------------------------------------------------------------------------------------------------
+
+    def _fail(self, error: BaseException) -> None:
+        if self.writable:
+            self.writable = False
+            reason = getattr(error, "message", None) or str(error)
+            self.note = (f"results are not cached: cannot write the cache folder {str(self.folder)!r} ({reason}); "
+                         "the check runs without it (pass --no-cache or set `cache = false` to say so)")
+
+    def _write(self, path: Path, data: str | bytes) -> bool:
+        from analyzer.errors import AnalyzerError
+        from analyzer.fileio import write_atomic
+
+        if not self.writable:
+            return False
+        try:
+            self._prepare()
+            write_atomic(path, data, what="cache entry")
+        except (AnalyzerError, OSError) as e:
+            self._fail(e)
+            return False
+        return True
+
+    def _prepare(self) -> None:
+        """Create the folder with its `.gitignore` and `CACHEDIR.TAG` (once)."""
+        from analyzer.fileio import write_atomic
+
+        tag = self.folder / "CACHEDIR.TAG"
+        if tag.is_file():
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.folder / ".gitignore", GITIGNORE, what="cache .gitignore")
+        write_atomic(tag, CACHEDIR_TAG, what="cache tag")
+
+    def store(self, key: str, record: Mapping[str, Any], sources: Mapping[str, Path] | None = None) -> str | None:
+        """Write an entry (and the project files it may later be compared with). Returns its variant (the
+        digest of its recorded dependencies), or None when it could not be written."""
+        body = dict(record)
+        body.update(format=FORMAT, version=VERSION, key=key)
+        variant = _sha(_canonical(body.get("deps")))[:16]
+        body["variant"] = variant
+        body["checksum"] = _sha(_canonical({k: v for k, v in body.items() if k != "checksum"}))
+        for digest, path in (sources or {}).items():
+            blob = self.base / "sources" / digest
+            if not blob.exists():
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                if _sha(data) == digest and not self._write(blob, data):
+                    return None
+            else:
+                with contextlib.suppress(OSError):
+                    os.utime(blob)
+        ok = self._write(self.base / "entries" / key / f"{variant}.json",
+                         json.dumps(body, ensure_ascii=False, allow_nan=False))
+        if not ok:
+            return None
+        self.prune()
+        return variant
+
+    def remember(self, entry_name: str, key: str, variant: str) -> None:
+        """Note the entry this entry point's check used (written only when it changed)."""
+        pointer = self.base / "last" / _sha(entry_name.encode())[:32]
+        text = json.dumps({"entry": entry_name, "key": key, "variant": variant})
+        with contextlib.suppress(OSError):
+            if pointer.read_text(encoding="utf-8") == text:
+                return
+        self._write(pointer, text)
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def _load(self, path: Path, key: str | None = None) -> dict[str, Any] | None:
+        """An entry's data when it is whole, ours and for `key`; None otherwise (a miss, never an error)."""
+        try:
+            body = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(body, dict) or body.get("format") != FORMAT or body.get("version") != VERSION:
+                return None
+            if key is not None and body.get("key") != key:
+                return None
+            if body.get("checksum") != _sha(_canonical({k: v for k, v in body.items() if k != "checksum"})):
+                return None
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+            return None
+        return body
+
+    def lookup(self, key: str, root: Path) -> dict[str, Any] | None:
+        """The entry for `key` whose recorded dependencies still hold, most recently used first; None: a miss."""
+        folder = self.base / "entries" / key
+        try:
+            candidates = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        except OSError:
+            return None
+        for path in candidates:
+            body = self._load(path, key)
+            if body is None or not dependencies_hold(body.get("deps") or {}, root):
+                continue
+            with contextlib.suppress(OSError):  # least recently used goes first when pruning
+                os.utime(path)
+            return body
+        return None
+
+    def previous(self, entry_name: str) -> dict[str, Any] | None:
+        """The entry this entry point's last check used, or None."""
+        pointer = self.base / "last" / _sha(entry_name.encode())[:32]
+        try:
+            where = json.loads(pointer.read_text(encoding="utf-8"))
+            path = self.base / "entries" / str(where["key"]) / f"{where['variant']}.json"
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return None
+        body = self._load(path, str(where["key"]))
+        return body if body is not None and body.get("entry") == entry_name else None
+
+    def source(self, digest: str) -> str | None:
+        """A project file as it was, by its sha256, or None."""
+        try:
+            data = (self.base / "sources" / digest).read_bytes()
+        except OSError:
+            return None
+        if _sha(data) != digest:
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    # -- bounds -------------------------------------------------------------------------------------------------
+
+    def prune(self) -> int:
+        """Remove the least recently used entries and sources until the folder is under 3/4 of `max_bytes`
+        (only once it is over it). Skipped when another process is pruning. Returns the files removed."""
+        from analyzer.errors import AnalyzerError
+        from analyzer.fileio import locked
+
+        files = []
+        total = 0
+        for sub in ("entries", "sources", "last"):
+            for dirpath, _, names in os.walk(self.base / sub):
+                for name in names:
+                    p = Path(dirpath) / name
+                    with contextlib.suppress(OSError):
+                        st = p.stat()
+                        files.append((st.st_mtime_ns, st.st_size, p))
+                        total += st.st_size
+        if total <= self.max_bytes:
+            return 0
+        removed = 0
+        try:
+            with locked(self.base / "prune", timeout=0):
+                files.sort()
+                for _, size, p in files:
+                    if total <= self.max_bytes * 3 // 4:
+                        break
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+                        total -= size
+                        removed += 1
+                        if p.parent.parent.name == "entries":
+                            with contextlib.suppress(OSError):
+                                p.parent.rmdir()
+        except AnalyzerError:  # another process holds the lock: it prunes
+            return 0
+        return removed
+
+    def clear(self) -> bool:
+        """Remove the cache folder (only a folder that carries our CACHEDIR.TAG). True when one was removed."""
+        tag = self.folder / "CACHEDIR.TAG"
+        try:
+            if "hlo-analyzer" not in tag.read_text(encoding="utf-8"):
+                return False
+        except OSError:
+            return False
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return not self.folder.exists()
+
+
+def open_cache(settings: CacheSettings) -> ResultCache | None:
+    """The cache of these settings (created on the first write), or None when it is off."""
+    return ResultCache(settings.folder) if settings.folder is not None else None
+
