@@ -377,8 +377,184 @@ def _read_sharding(r: _Reader, *, build: bool, top: bool) -> HloSharding | None:
         if tok == ("op", "}"):  # the empty tuple
             r.next()
             return HloSharding(kind="tuple") if build else None
+    if _NAMED_START.match(r.text, r.pos):
+        return _read_named(r, build)
     items, close = _read_single(r)
     return _build(r, items, close) if build else None
+
+
+# ------------------------------------------------------------------------- named shardings (jax 0.11+'s XLA)
+# `{mesh['X'=4,'Y'=2], [{}, {'X'}, {'Y':(1)2}], replicated={...}, unreduced={...}, manual={...}, metadata={...}}`:
+# the mesh's axes (major to minor, devices in iota order over them), then each array dim's axes (major to minor;
+# `'Y':(pre)size` is the sub-axis of size `size` after the first `pre` devices' worth of 'Y'), then the axes that
+# are explicitly replicated, partial sums (unreduced) or manual. Read into the tile-assignment form the rest of
+# the analysis reads (`devices=[tile dims]<=[axis sizes]T(order)` with the subgroups as last tile dims).
+_NAMED_START = re.compile(r"\s*mesh\s*\[")
+_MESH_AXIS = re.compile(r"\s*'([^'\n]*)'\s*=\s*(-?\d+)")
+_AXIS_REF = re.compile(r"\s*'([^'\n]*)'(?:\s*:\s*\(\s*(\d+)\s*\)\s*(\d+))?")
+_NAMED_GROUPS = ("replicated", "unreduced", "manual")
+
+
+def _axis_refs(r: _Reader, what: str) -> list[tuple[str, int, int | None, int | None]]:
+    """`{'X', 'Y':(1)2}`: each axis as (name, where, pre, size), pre and size None for a whole axis."""
+    r.expect("{", f"'{{' to open {what}")
+    refs: list[tuple[str, int, int | None, int | None]] = []
+    if _next_is(r, "}"):
+        r.next()
+        return refs
+    while True:
+        m = _AXIS_REF.match(r.text, r.pos)
+        if m is None:
+            raise r.error(f"expected a mesh axis like 'X' or 'X':(1)2 in {what}")
+        pre, size = m.group(2), m.group(3)
+        refs.append((m.group(1), m.start(1) - 1, int(pre) if pre else None, int(size) if size else None))
+        r.pos = m.end()
+        tok = r.peek()
+        if tok == ("op", ","):
+            r.next()
+            continue
+        r.expect("}", f"',' or '}}' in {what}")
+        return refs
+
+
+def _next_is(r: _Reader, op: str) -> bool:
+    """Whether the next character past spaces is `op` (`peek` cannot look at a quoted axis name)."""
+    rest = r.text[r.pos:].lstrip()
+    return rest[:1] == op
+
+
+def _read_named(r: _Reader, build: bool) -> HloSharding | None:
+    """A named sharding after its opening brace, checked as XLA's parser checks it (axes of the mesh, each
+    used once, sub-axes that divide their axis), and with `build` the tiled HloSharding it stands for."""
+    start = r.pos
+    r.next()  # `mesh`
+    r.expect("[")
+    axes: dict[str, int] = {}
+    if not _next_is(r, "]"):
+        while True:
+            m = _MESH_AXIS.match(r.text, r.pos)
+            if m is None:
+                raise r.error("expected a mesh axis like 'X'=4 in the sharding's mesh")
+            name, size = m.group(1), int(m.group(2))
+            if name in axes:
+                raise r.error(f"mesh axis {name!r} is declared twice", m.start(1) - 1)
+            if size <= 0:
+                raise r.error(f"mesh axis {name!r} has size {size}; sizes are positive", m.start(2))
+            axes[name] = size
+            r.pos = m.end()
+            if r.peek() == ("op", ","):
+                r.next()
+                continue
+            r.expect("]", "',' or ']' to close the mesh")
+            break
+    else:
+        r.next()
+    r.expect(",", "',' then the dims' axes `[{...}, ...]`")
+    r.expect("[", "'[' to open the dims' axes")
+    dims: list[list[tuple[str, int, int | None, int | None]]] = []
+    if r.peek() != ("op", "]"):
+        while True:
+            dims.append(_axis_refs(r, f"dim {len(dims)}'s axes"))
+            if r.peek() == ("op", ","):
+                r.next()
+                continue
+            r.expect("]", "',' or ']' to close the dims' axes")
+            break
+    else:
+        r.next()
+    groups: dict[str, list[tuple[str, int, int | None, int | None]]] = {}
+    metadata = ""
+    while r.peek() == ("op", ","):
+        r.next()
+        at = r.pos
+        word = r.next()[1]
+        r.expect("=")
+        if word == "metadata":
+            metadata = r.skip_balanced()
+        elif word in _NAMED_GROUPS and word not in groups:
+            groups[word] = _axis_refs(r, f"{word}=")
+        else:
+            raise r.error(f"unknown named-sharding item {word!r}; XLA takes replicated={{...}}, unreduced={{...}}, "
+                          "manual={...}, metadata={...} after the dims' axes", at)
+    r.expect("}", "'}' to close the sharding")
+    # Each (sub-)axis once, of the mesh, dividing it: XLA's parser checks the names, and aborts on an overlap.
+    pieces: dict[str, set[int]] = {name: {1, size} for name, size in axes.items()}
+    used: dict[str, list[tuple[int, int]]] = {}
+    for refs in [*dims, *groups.values()]:
+        for name, at, pre, size in refs:
+            if name not in axes:
+                raise r.error(f"axis {name!r} is not an axis of the mesh [{', '.join(map(repr, axes))}]", at)
+            n = axes[name]
+            lo, hi = (1, n) if pre is None else (pre, pre * size)  # type: ignore[operator]
+            if pre is not None and (pre <= 0 or size <= 0 or n % hi or hi % lo or n % lo):  # type: ignore[operator]
+                raise r.error(f"sub-axis {name!r}:({pre}){size} does not divide axis {name!r} of size {n}", at)
+            if any(lo < b and a < hi for a, b in used.get(name, ())):
+                raise r.error(f"axis {name!r} is used twice (or its sub-axes overlap) in the sharding", at)
+            used.setdefault(name, []).append((lo, hi))
+            pieces[name] |= {lo, hi}
+    if not build:
+        return None
+    return _named_to_tiled(axes, pieces, dims, groups, metadata)
+
+
+def _named_to_tiled(axes, pieces, dims, groups, metadata: str) -> HloSharding:
+    """The tile-assignment form of a checked named sharding: the mesh's (sub-)axes as iota reshape dims, put in
+    the order dim 0's axes, dim 1's, ..., then the manual, unreduced and remaining (replicated) ones."""
+    from analyzer.hlo.iota import expand_iota
+
+    reshape: list[int] = []
+    index: dict[tuple[str, int], int] = {}  # (axis, pre) -> the reshape dim of that piece
+    for name in axes:
+        bounds = sorted(pieces[name])
+        for lo, hi in zip(bounds, bounds[1:]):
+            index[(name, lo)] = len(reshape)
+            reshape.append(hi // lo)
+
+    def covered(refs) -> list[int]:
+        out: list[int] = []
+        for name, _at, pre, size in refs:
+            lo, hi = (1, axes[name]) if pre is None else (pre, pre * size)
+            bounds = sorted(b for b in pieces[name] if lo <= b <= hi)
+            out += [index[(name, b)] for b in bounds[:-1]]
+        return out
+
+    order: list[int] = []
+    tile_dims: list[int] = []
+    for refs in dims:
+        ks = covered(refs)
+        order += ks
+        tile_dims.append(_product(reshape[k] for k in ks))
+    last: list[str] = []
+    for kind in ("manual", "unreduced"):
+        ks = covered(groups.get(kind, ()))
+        if ks and _product(reshape[k] for k in ks) > 1:
+            order += ks
+            tile_dims.append(_product(reshape[k] for k in ks))
+            last.append(kind)
+    rest = [k for k in range(len(reshape)) if k not in set(order)]
+    if _product(reshape[k] for k in rest) > 1:
+        order += rest
+        tile_dims.append(_product(reshape[k] for k in rest))
+        last.append("replicated")
+    data = tile_dims[: len(dims)]
+    if _product(data) == 1 and last in ([], ["replicated"]):
+        return HloSharding(kind="replicated", metadata=metadata)
+    if _product(data) == 1 and last == ["manual"]:
+        return HloSharding(kind="manual", metadata=metadata)
+    if order == sorted(order):  # no transpose: XLA prints that iota as one reshape dim, `<=[8]`
+        reshape, perm = [_product(reshape)], None
+    else:
+        perm = tuple(order)
+    ids = expand_iota(tuple(tile_dims), tuple(reshape), perm)
+    return HloSharding(kind="tiled", tile_dims=tuple(tile_dims), device_ids=tuple(int(i) for i in ids.flat),
+                       iota=(tuple(reshape), perm), last_tile_dims=tuple(last), metadata=metadata)
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 # ----------------------------------------------------------------------------------- XLA's parser's rules

@@ -139,3 +139,29 @@ def test_what_xla_parser_rejects_the_analysis_rejects_alike(base, cut, insert):
             parse_hlo_sharding(text)
         assert (again.value.message, again.value.column) == (e.message, e.column)
 
+
+
+@pytest.mark.parametrize("named, tiled", [
+    # jax 0.11+'s XLA prints shardings by mesh axis name; each reads as the tile assignment it stands for
+    ("{mesh['X'=4,'Y'=2], [{}, {'X'}, {'Y'}]}", "{devices=[1,4,2]<=[8]}"),
+    ("{mesh['X'=4,'Y'=2], [{'Y','X'}, {}]}", "{devices=[8,1]<=[4,2]T(1,0)}"),
+    ("{mesh['X'=4,'Y'=2], [{}, {'Y'}]}", "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}"),
+    ("{mesh['X'=4,'Y'=2], [{'X':(2)2}, {'Y'}]}", "{devices=[2,2,2]<=[2,2,2]T(1,2,0) last_tile_dim_replicate}"),
+    ("{mesh['X'=4,'Y'=2], [{}, {'X'}], manual={'Y'}}", "{devices=[1,4,2]<=[8] last_tile_dims={manual}}"),
+    ("{mesh['X'=4,'Y'=2], [{}, {}], replicated={'X'}}", "{replicated}"),
+])
+def test_named_shardings_read_as_their_tile_assignment(named, tiled):
+    got, want = parse_hlo_sharding(named), parse_hlo_sharding(tiled)
+    assert (got.kind, got.tile_dims, got.device_ids, got.last_tile_dims) == \
+           (want.kind, want.tile_dims, want.device_ids, want.last_tile_dims)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{mesh['X'=4,'Y'=2], [{}, {'Z'}]}", "axis 'Z' is not an axis of the mesh"),
+    ("{mesh['X'=4,'Y'=2], [{'X'}, {'X'}]}", "used twice"),  # (XLA's parser aborts the process on this one)
+    ("{mesh['X'=4,'Y'=2], [{'X':(1)3}]}", "does not divide"),
+    ("{mesh['X'=4,'Y'=2], [{}], bogus={'X'}}", "unknown named-sharding item"),
+])
+def test_bad_named_shardings_are_positioned_errors(text, message):
+    with pytest.raises(ShardingError, match=message):
+        parse_hlo_sharding(text)
