@@ -1020,7 +1020,7 @@ def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec, model: Any
     from analyzer.analysis.dots import executed_by_op, op_key
     from analyzer.analysis.mapping import pass_of, user_frame
 
-    executed = executed_by_op(dots, chips) if model is not None else {}
+    executed = executed_by_op(dots, module, chips) if model is not None else {}
     records = []
     for d in dots:
         md = d.instruction.metadata
@@ -1036,8 +1036,8 @@ def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec, model: Any
             "rhs_shape": str(shapes[1]) if len(shapes) > 1 and shapes[1] is not None else "",
             "out_shape": str(d.instruction.shape), "contracting": tuple(d.contracting), "notation": "",
             "dtype": d.dtype, "pass_": pass_of(md.op_name if md else None),
-            "redundancy": (model.redundancy(op_key(d), executed.get(op_key(d), 0.0)) if model is not None
-                           else math.nan),
+            "redundancy": (model.redundancy(op_key(d, module), executed.get(op_key(d, module), 0.0))
+                           if model is not None else math.nan),
         })
     cols = list(DOT_COLUMNS)
     return pd.DataFrame.from_records(records, columns=cols) if records else pd.DataFrame(columns=cols)

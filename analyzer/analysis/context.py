@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
-    from analyzer.analysis.dots import Dot
+    from analyzer.analysis.dots import Dot, ModelFlops
     from analyzer.analysis.graph import CallGraph
     from analyzer.hlo.ir import HloModule
     from analyzer.theory.hardware import HardwareSpec
@@ -42,6 +42,7 @@ class AnalysisContext:
       config: the rules configuration the report was checked with, or None.
       hlo_path: the dump file read, for `analyze_hlo` on a path.
       argument_rows: the report's argument table rebuilt from JSON (`report_from_dict`), in place of `args`.
+      model_flops: the model's FLOPs by op (`analyzer.analysis.dots.ModelFlops`), None when not counted.
     """
 
     module: HloModule | None = None
@@ -59,3 +60,4 @@ class AnalysisContext:
     hlo_path: str | None = None
     argument_rows: tuple[Mapping[str, Any], ...] | None = None
     step: Any = None  # the analyzer.analysis.step.StepPrediction (timeline, exposure), None when read back from JSON
+    model_flops: ModelFlops | None = None

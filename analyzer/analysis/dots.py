@@ -7,11 +7,20 @@ FLOPs of a dot: 2 x (elements of the result) x (product of the contracting dims)
 compiler writes many dots as convolutions, batch dims as spatial dims dilated so that each output position
 reads one input position): 2 x (output batch x features) x (kernel input features) x (window taps that
 land on real input), from dim_labels and window. `dot_flops` is the one FLOPs count of the analyzer.
+
+Model FLOPs (`model_flops`): the work of the model, whatever the plan: the dots of the program as jax handed it
+to XLA (`Lowered.global_hlo`, global shapes), counted once per program, remat recompute left out. A dot in a
+shard_map body (Shardy's `xla.sdy.manual_computation_body`) has per-shard shapes: it counts once per shard of
+the body's manual axes. The partitioned module's FLOPs times the chips is the hardware's work; where it is
+larger, the plan computes some dots on several chips at once (a batch replicated over a mesh axis), and the
+ratio, per op, is the dot's redundancy (`ModelFlops.redundancy`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.graph import CallGraph
@@ -19,7 +28,8 @@ from analyzer.analysis.graph import CallGraph
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule, Instruction
 
-__all__ = ["Dot", "dot_flops", "extract_dots", "contracting_dims", "batch_dims", "DOT_OPCODES"]
+__all__ = ["Dot", "ModelFlops", "dot_flops", "extract_dots", "contracting_dims", "batch_dims", "is_remat",
+           "model_flops", "executed_by_op", "op_key", "DOT_OPCODES"]
 
 # The opcodes that multiply matrices: the TPU compiler spells many dots as convolutions.
 DOT_OPCODES = frozenset({"dot", "convolution", "ragged-dot"})
@@ -208,3 +218,131 @@ def extract_dots(module: HloModule, graph: CallGraph | None = None) -> list[Dot]
                 flops, contracting = dot_flops(inst)
                 out.append(Dot(inst, name, flops, count, contracting, branch))
     return out
+
+
+def is_remat(d: Dot) -> bool:
+    """A dot that recomputes the forward pass for the backward pass. jax names that recomputation
+    `.../checkpoint/rematted_computation/...`; the other dots of a checkpointed block (its forward pass and its
+    backward pass) carry `checkpoint` too and are model FLOPs."""
+    md = d.instruction.metadata
+    name = (md.op_name or "") if md is not None else ""
+    return "rematted_computation" in name
+
+
+def op_key(d: Dot, module: HloModule) -> str:
+    """What joins a dot of the partitioned module to its dots in the program jax handed XLA: the jax primitive
+    and the user's source line (`dot_general at model.py:41`). The op_name alone does not: the program before
+    partitioning names ops without the name stack XLA adds later (`jit(step)/transpose(jvp())/...`), so a
+    forward dot and the backward dots of one line share the key."""
+    from analyzer.analysis.mapping import op_label, user_frame
+
+    md = d.instruction.metadata
+    if md is None:
+        return d.instruction.opcode
+    label = op_label(md.op_name) or d.instruction.opcode
+    return f"{label} at {user_frame(module, md.stack_frame_id, md.source_file, md.source_line) or '?'}"
+
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """The model's FLOPs per step, all chips together, independent of the plan.
+
+    Attributes:
+      total: FLOPs of one step of the model (every conditional by its costliest branch, remat left out).
+      by_op: the same by `op_key` (the jax op_name), for the redundancy of each dot.
+      source: "program" (counted on the program jax handed XLA) or "chips" (no such program: the partitioned
+        module's FLOPs times the chips, which counts a plan's redundant compute as model work).
+    """
+
+    total: float
+    by_op: Mapping[str, float] = field(default_factory=dict)
+    source: str = "program"
+
+    def redundancy(self, key: str, executed: float) -> float:
+        """`executed` (FLOPs of the op on all chips) over the op's model FLOPs: 1.0 when each chip computes its
+        own part, n when n chips compute the same; NaN when the program has no such op."""
+        model = self.by_op.get(key, 0.0)
+        return executed / model if model > 0 else float("nan")
+
+
+_MANUAL_BODY = "xla.sdy.manual_computation_body"
+_MANUAL_AXES = re.compile(r'manual_axes\{([^}]*)\}')
+
+
+def _manual_axes(graph: CallGraph, caller: str, inst: Instruction) -> tuple[str, ...] | None:
+    """The manual axes of the shard_map that `inst` (a call of a manual computation body) runs: read from the
+    `xla.sdy.GlobalToLocalShape` custom-call its operands come from, or the `LocalToGlobalShape` its result
+    goes to; None when neither says."""
+    near = list(graph.users(caller, inst.name))
+    for op in graph.operands(caller, inst):
+        near.append(op)
+        near.extend(graph.operands(caller, op))
+    for other in near:
+        text = other.frontend_attributes.get("xla.sdy.manual_axes", "") if other.opcode == "custom-call" else ""
+        m = _MANUAL_AXES.search(text)
+        if m:
+            return tuple(a.strip().strip('\\"') for a in m.group(1).split(",") if a.strip())
+    return None
+
+
+def _shard_factors(graph: CallGraph, axis_sizes: Mapping[str, int]) -> dict[str, float]:
+    """Per computation, how many shards of a shard_map run it (1 outside any shard_map)."""
+    factors: dict[str, float] = {}
+    every = 1.0
+    for size in axis_sizes.values():
+        every *= size
+    for name in graph.executed():
+        mine = factors.setdefault(name, 1.0)
+        for site in graph.callees(name):
+            f = mine
+            if site.callee.startswith(_MANUAL_BODY):
+                comp = graph.computation(name)
+                inst = comp.by_name.get(site.instruction)
+                axes = _manual_axes(graph, name, inst) if inst is not None else None
+                if axes is None:
+                    f *= every
+                else:
+                    for a in axes:
+                        f *= axis_sizes.get(a, 1)
+            factors[site.callee] = max(factors.get(site.callee, 0.0), f)
+    return factors
+
+
+def model_flops(module: HloModule, axis_sizes: Mapping[str, int], graph: CallGraph | None = None) -> ModelFlops:
+    """The model FLOPs of the program jax handed XLA (`Lowered.global_hlo`): every dot at its global size,
+    once per step, remat recompute left out; a shard_map body's dots once per shard of its manual axes.
+
+    Args:
+      module: the parsed program before partitioning (global shapes).
+      axis_sizes: the mesh's axis sizes by name (for shard_map bodies).
+      graph: its call graph, if built.
+
+    Returns:
+      `ModelFlops` (source "program").
+
+    Example:
+        f32[256,128] dot(f32[256,512], f32[512,128]) on any mesh -> total 2*256*128*512
+    """
+    from analyzer.analysis.step import branch_sum  # each conditional by its costliest branch, as the totals
+
+    g = graph or CallGraph.build(module)
+    factors = _shard_factors(g, axis_sizes)
+    items: list[tuple[tuple[tuple[str, int], ...], float]] = []
+    by_op: dict[str, list[tuple[tuple[tuple[str, int], ...], float]]] = {}
+    for d in extract_dots(module, g):
+        if is_remat(d):
+            continue
+        v = d.flops * d.count * factors.get(d.computation, 1.0)
+        items.append((d.branch, v))
+        by_op.setdefault(op_key(d, module), []).append((d.branch, v))
+    return ModelFlops(branch_sum(items), {k: branch_sum(v) for k, v in by_op.items()}, "program")
+
+
+def executed_by_op(dots: Sequence[Dot], module: HloModule, chips: int) -> dict[str, float]:
+    """FLOPs per step of each op (`op_key`) on all chips of a partitioned module: its dots' FLOPs x chips."""
+    from analyzer.analysis.step import branch_sum
+
+    by_op: dict[str, list[tuple[tuple[tuple[str, int], ...], float]]] = {}
+    for d in dots:
+        by_op.setdefault(op_key(d, module), []).append((d.branch, d.flops * d.count * chips))
+    return {k: branch_sum(v) for k, v in by_op.items()}

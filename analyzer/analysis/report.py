@@ -38,8 +38,11 @@ class Totals:
       exposed_by_axis: exposed_comm_seconds by mesh axis set (the keys of by_axis).
       matmul_seconds: the dots' FLOPs / peak (what compute_seconds meant before the step model).
       memory_bound_seconds: the part of compute_seconds bound by HBM bandwidth.
-      model_flops: the dots' FLOPs of one forward+backward over all chips (remat recompute left out).
-      mfu: model_flops / (step_seconds x peak x chips); hfu: the same with every executed FLOP.
+      model_flops: the model's FLOPs of one step, whatever the plan: the dots of the program before
+        partitioning at global size, once per program, remat recompute left out
+        (`analyzer.analysis.dots.model_flops`).
+      mfu: model_flops / (step_seconds x peak x chips); hfu: the same with every FLOP the chips execute (a
+        plan's redundant compute and remat included): hfu / mfu above 1 is repeated work.
     """
 
     comm_seconds: float

@@ -51,6 +51,7 @@ DOT_COLUMNS: tuple[str, ...] = (
     "instruction", "computation", "op_name", "source", "flops", "count", "seconds",
     "lhs_shape", "rhs_shape", "out_shape", "contracting", "notation", "dtype",
     "pass_",           # "forward" / "backward" / "" from the op_name (analyzer.analysis.mapping.pass_of)
+    "redundancy",      # the op's FLOPs on all chips / its model FLOPs (1: no repeat; NaN: unknown)
 )
 
 # JSON types of the collective columns (docs/report-schema.json), for checking a report read from a file:

@@ -53,7 +53,7 @@ from analyzer.analysis.dataflow import users_map
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
-    from analyzer.analysis.dots import Dot
+    from analyzer.analysis.dots import Dot, ModelFlops
     from analyzer.analysis.graph import CallGraph
     from analyzer.hlo.ir import Computation, HloModule, Instruction
     from analyzer.theory.hardware import HardwareSpec
@@ -117,9 +117,11 @@ class StepPrediction:
       exposed_by_axis: exposed seconds by mesh axis set (the keys of `Totals.by_axis`).
       busy: seconds each track is busy per step (compute and every link).
       exposed_rows: exposed seconds per collective row (all executions of the step), in row order.
-      model_flops, executed_flops: FLOPs per step over all chips: the dots of one forward+backward, and every
-        dot that runs (remat recompute included).
-      mfu, hfu: model_flops / (step x peak x chips), executed_flops / (same).
+      model_flops, executed_flops: FLOPs per step over all chips: the model's (its dots at global size, once
+        per program, remat left out: `analyzer.analysis.dots.model_flops`), and every dot each chip runs (remat
+        recompute and a plan's redundant compute included).
+      mfu, hfu: model_flops / (step x peak x chips), executed_flops / (same). hfu / mfu above 1 is work the
+        plan or remat repeats.
       overlap: "schedule" (the module's own schedule) or "model" (the overlap model of an unscheduled module).
       spans: the timeline (every instruction that takes time, every collective, loops unrolled).
       windows: (label, start, end) of one layer, for the timeline plot: one iteration of each loop whose body
@@ -958,7 +960,7 @@ def _first_repeat(keys: Sequence[tuple], repeated: set, max_offset: int = 8) -> 
 # ---------------------------------------------------------------------- entry point
 def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Collective], dots: Sequence[Dot],
                  hardware: HardwareSpec, topology: Any, *, chips: int | None = None,
-                 max_spans: int = 200_000) -> StepPrediction:
+                 max_spans: int = 200_000, model: ModelFlops | None = None) -> StepPrediction:
     """The predicted step of `module` on `hardware` (see the module doc for the model).
 
     Args:
@@ -968,6 +970,9 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
       hardware: the hardware spec; topology: the `Topology` the collectives were priced on (for link names).
       chips: devices the step runs on (default: the module's partitions x replicas).
       max_spans: stop recording timeline spans past this many (the figures are unaffected).
+      model: the model's FLOPs counted on the program before partitioning (`analyzer.analysis.dots.model_flops`);
+        without it the partitioned module's FLOPs (remat left out) times the chips stand in, which counts a
+        plan's redundant compute as model work.
 
     Returns:
       `StepPrediction`.
@@ -984,8 +989,11 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     tl = w.timeline(module.entry.name)
     n = chips if chips is not None else max(1, module.num_partitions * max(1, module.replica_count))
     peak = float(hardware.peak_flops)
-    executed = branch_sum([(d.branch, d.flops * d.count) for d in dots])
-    model = branch_sum([(d.branch, d.flops * d.count) for d in dots if not _is_remat(d)])
+    from analyzer.analysis.dots import is_remat
+
+    executed = branch_sum([(d.branch, d.flops * d.count) for d in dots]) * n
+    model_total = (model.total if model is not None else
+                   branch_sum([(d.branch, d.flops * d.count) for d in dots if not is_remat(d)]) * n)
     step = tl.duration
     exposed_rows = tuple(float(tl.exposed.get(r, 0.0)) for r in range(len(collectives)))
     by_axis: dict[str, float] = {}
@@ -999,20 +1007,11 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     return StepPrediction(
         step_seconds=step, compute_seconds=tl.compute, matmul_seconds=tl.matmul, memory_bound_seconds=tl.memory,
         exposed_comm_seconds=max(0.0, step - tl.compute), exposed_by_axis=by_axis, busy=busy,
-        exposed_rows=exposed_rows, model_flops=model * n, executed_flops=executed * n,
-        mfu=model * n / denom if denom > 0 else 0.0, hfu=executed * n / denom if denom > 0 else 0.0,
+        exposed_rows=exposed_rows, model_flops=model_total, executed_flops=executed,
+        mfu=model_total / denom if denom > 0 else 0.0, hfu=executed / denom if denom > 0 else 0.0,
         overlap="schedule" if w.scheduled else "model", chips=n, peak_flops=peak, spans=spans,
         windows=windows, track_axes=dict(w.track_axes),
     )
-
-
-def _is_remat(d: Dot) -> bool:
-    """A dot that recomputes the forward pass for the backward pass. jax names that recomputation
-    `.../checkpoint/rematted_computation/...`; the other dots of a checkpointed block (its forward pass and its
-    backward pass) carry `checkpoint` too and are model FLOPs."""
-    md = d.instruction.metadata
-    name = (md.op_name or "") if md is not None else ""
-    return "rematted_computation" in name
 
 
 def branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:

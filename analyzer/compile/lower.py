@@ -124,6 +124,9 @@ class Lowered:
       name: the function's name as jax reports it (e.g. "jit_step").
       in_subprocess: whether the compile ran in a child process (the live process had too few devices).
       device_kind: the device kind compiled for ("cpu", "TPU v5 lite", ...).
+      global_hlo: the HLO module as jax handed it to XLA (`before_optimizations`): global shapes, one program
+        for the whole mesh; the model's work (`analyzer.analysis.dots.model_flops`) is counted on it. On a
+        one-device mesh, where XLA runs no SPMD partitioner, it is also `spmd_hlo`.
     """
 
     spmd_hlo: str
@@ -139,6 +142,7 @@ class Lowered:
     name: str = ""
     in_subprocess: bool = False
     device_kind: str = ""
+    global_hlo: str = dataclasses.field(default="", repr=False)
 
     @property
     def platform(self) -> str:
@@ -588,7 +592,7 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -
       devices: the devices to compile for (TPU compile-only devices); None picks the CPU client's devices by id.
 
     Returns:
-      dict with `spmd_hlo`, `optimized_hlo`, `memory`, `compile_seconds`, `device_kind`.
+      dict with `spmd_hlo`, `optimized_hlo`, `memory`, `compile_seconds`, `device_kind`, `global_hlo`.
     """
     import numpy as np
     from jax._src import compiler, xla_bridge
@@ -629,9 +633,16 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -
             seconds = time.perf_counter() - start
         optimized = executable.hlo_modules()[0].to_string()
         spmd_files = sorted(p for p in Path(dump).iterdir() if _SPMD_DUMP.search(p.name) and p.suffix == ".txt")
-        if not spmd_files:
-            raise RuntimeError(f"XLA wrote no spmd-partitioning dump; files: {sorted(os.listdir(dump))}")
-        spmd = spmd_files[0].read_text()
+        before = sorted(p for p in Path(dump).iterdir() if p.name.endswith(".before_optimizations.txt"))
+        global_hlo = before[0].read_text() if before else ""
+        if spmd_files:
+            spmd = spmd_files[0].read_text()
+        elif len(ids) == 1 and global_hlo:  # one device: XLA partitions nothing, the program is the module itself
+            spmd = global_hlo
+        else:
+            dumped = sorted(p.name for p in Path(dump).iterdir() if p.suffix == ".txt")
+            raise RuntimeError(f"XLA wrote no spmd-partitioning dump ({len(dumped)} text dumps, e.g. "
+                               f"{', '.join(dumped[:3]) or 'none'})")
     try:
         stats = executable.get_compiled_memory_stats()
         memory = {key: int(getattr(stats, attr)) for key, attr in _MEMORY_FIELDS.items()}
@@ -640,6 +651,7 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -
     return {
         "spmd_hlo": spmd,
         "optimized_hlo": optimized,
+        "global_hlo": global_hlo,
         "memory": memory,
         "compile_seconds": seconds,
         "device_kind": str(getattr(devices[0], "device_kind", job["platform"])),
@@ -891,6 +903,7 @@ def lower(
         name=_module_name(job["stablehlo"]),
         in_subprocess=in_child,
         device_kind=result["device_kind"],
+        global_hlo=result.get("global_hlo", ""),
     )
 
 

@@ -251,6 +251,10 @@ def headline(report: Report) -> list[tuple[str, str]]:
             ("Exposed communication / step", format_seconds(t.exposed_comm_seconds)),
             ("MFU (predicted)", mfu_text(t.mfu)),
         ]
+        if t.mfu > 0 and t.hfu > 1.01 * t.mfu:
+            # chips repeating work (a replicated batch, remat): the hardware's FLOPs over the model's
+            pairs.append(("HFU (repeated work)", f"{mfu_text(t.hfu)}: the chips run {t.hfu / t.mfu:.2f}x "
+                                                 "the model's FLOPs"))
     pairs += [
         ("Communication / step", format_seconds(t.comm_seconds)),
         ("Compute / step", format_seconds(t.compute_seconds)),
@@ -404,7 +408,7 @@ def plan_lines(report: Report) -> list[tuple[str, str]]:
     if report.topology:
         lines.append(("Topology", report.topology))
     if report.mesh is not None:
-        lines.append(("Mesh", f"{report.mesh} ({report.mesh.size} devices)"))
+        lines.append(("Mesh", f"{report.mesh} ({report.mesh.size} device{'' if report.mesh.size == 1 else 's'})"))
     return lines
 
 

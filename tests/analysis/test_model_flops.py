@@ -1,0 +1,71 @@
+"""Model FLOPs are the model's, not the plan's: the dots of the program before partitioning, once per program.
+
+The plans of tests/rules/plans.py (one MLP step: good, pure data parallel, batch replicated, batch split on the
+wrong dim, shard_map) must report the same model FLOPs, equal to the count by hand; a plan that repeats work
+shows it as HFU over MFU and as the redundancy of its dots. A one-device mesh analyses (no collectives).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analyzer.analysis.dots import ModelFlops
+
+
+def test_redundancy_is_executed_over_model():
+    m = ModelFlops(100.0, {"dot_general at a.py:1": 100.0})
+    assert m.redundancy("dot_general at a.py:1", 400.0) == 4.0
+    assert math.isnan(m.redundancy("dot_general at b.py:2", 400.0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["good", "dp", "replicated_batch", "wrong_dim", "shard_map"])
+def test_model_flops_agree_across_plans(planned, name):
+    by_hand = planned.plans.model_flops_by_hand()
+    t = planned(name).totals
+    assert t.model_flops == pytest.approx(by_hand, rel=0.01)
+    assert t.hfu >= t.mfu * 0.999
+
+
+@pytest.mark.slow
+def test_replicated_batch_shows_redundancy(planned):
+    good, bad = planned("good"), planned("replicated_batch")
+    assert good.totals.hfu == pytest.approx(good.totals.mfu)
+    assert set(good.dots["redundancy"].round(3)) == {1.0}
+    # every chip of a 'data' group (4) computes the same tokens: the chips run 4x the model's FLOPs
+    assert bad.totals.hfu == pytest.approx(4 * bad.totals.mfu, rel=0.01)
+    assert set(bad.dots["redundancy"].round(3)) == {4.0}
+    assert "HFU (repeated work)" in bad.to_text()
+    assert "HFU (repeated work)" not in good.to_text()
+
+
+@pytest.mark.slow
+def test_shard_map_dots_count_once_per_shard(planned):
+    r = planned("shard_map")
+    assert set(r.dots["redundancy"].round(3)) == {1.0}
+
+
+@pytest.mark.slow
+def test_one_device_mesh_is_the_unsharded_baseline(analysis):
+    one = analysis("fsdp_step", "one")
+    eight = analysis("fsdp_step", "x8")
+    assert len(one.collectives) == 0
+    assert one.totals.step_seconds > 0 and one.totals.mfu > 0
+    assert one.totals.model_flops == pytest.approx(eight.totals.model_flops, rel=1e-9)
+    assert "(1 device)" in one.to_text()
+    assert any("one device" in n for n in one.notes)
+
+
+@pytest.mark.slow
+def test_one_device_mesh_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "analyzer", "analyze", "examples.chapter:fsdp_step", "--mesh",
+                           "X=1"], capture_output=True, text=True, cwd=str(__import__("pathlib").Path(__file__)
+                                                                                .resolve().parents[2]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "No collectives" in done.stdout
+    assert len(done.stderr) < 2000

@@ -1,0 +1,78 @@
+"""One small model, several plans: the programs behind the model-FLOPs and redundant-compute tests.
+
+A two-layer MLP trained by one gradient step (`jax.value_and_grad` of a squared error), with its parameters
+and its batch as pytrees (`params['w_in']`, `batch['x']`), on the mesh data=4, model=2 of 8 fake CPU devices,
+priced on TPU v5p. The plans:
+  - `good`: the batch split over 'data', the weights Megatron-style over 'model' (no chip repeats work);
+  - `dp`: the batch over both axes, the weights replicated (pure data parallelism);
+  - `replicated_batch`: the batch replicated, so every chip of a 'data' group computes the same tokens;
+  - `wrong_dim`: the batch split over 'data' on its feature dim instead of its batch dim;
+  - `shard_map`: the forward matmuls written per shard with jax.shard_map (batch over 'data', F over 'model').
+Every plan computes the same model: its model FLOPs are the same, whatever the chips do.
+Written for jax 0.10.2, target cpu (compile only), 8 fake devices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+B, S, D, F = 32, 256, 512, 2048
+PLANS = ("good", "dp", "replicated_batch", "wrong_dim", "shard_map")
+
+
+def _mesh() -> Any:
+    return jax.sharding.AbstractMesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def _arg(m: Any, shape: tuple[int, ...], spec: P) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(m, spec))
+
+
+def _loss(params: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
+    h = jax.nn.relu(batch["x"] @ params["w_in"])
+    out = h @ params["w_out"]
+    return jnp.mean(jnp.square(out - batch["y"]).astype(jnp.float32))
+
+
+def _shard_map_loss(m: Any) -> Any:
+    def mlp(x: jax.Array, w_in: jax.Array, w_out: jax.Array) -> jax.Array:
+        return jax.lax.psum(jax.nn.relu(x @ w_in) @ w_out, "model")
+
+    mapped = jax.shard_map(mlp, mesh=m, in_specs=(P("data"), P(None, "model"), P("model", None)),
+                           out_specs=P("data"))
+
+    def loss(params: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
+        out = mapped(batch["x"], params["w_in"], params["w_out"])
+        return jnp.mean(jnp.square(out - batch["y"]).astype(jnp.float32))
+
+    return loss
+
+
+def plan(name: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """(step function, abstract arguments (params, batch), keyword arguments for `analyzer.analyze`)."""
+    m = _mesh()
+    w_in, w_out, x = P(None, "model"), P("model", None), P("data")
+    if name == "dp":
+        w_in, w_out, x = P(), P(), P(("data", "model"))
+    elif name == "replicated_batch":
+        x = P()
+    elif name == "wrong_dim":
+        x = P(None, None, "data")
+    elif name not in ("good", "shard_map"):
+        raise KeyError(name)
+    loss = _shard_map_loss(m) if name == "shard_map" else _loss
+    params = {"w_in": _arg(m, (D, F), w_in), "w_out": _arg(m, (F, D), w_out)}
+    batch = {"x": _arg(m, (B, S, D), x), "y": _arg(m, (B, S, D), x)}
+    step = jax.jit(jax.value_and_grad(loss))
+    return step, (params, batch), dict(mesh=m, hardware="tpu-v5p")
+
+
+def model_flops_by_hand() -> float:
+    """The MLP's FLOPs of one step, each matmul 2 x B x S x D x F: two forward, three backward (the gradients
+    of w_out, of the hidden activations and of w_in; none of x, which is not differentiated)."""
+    return 2.0 * B * S * D * F * (2 + 3)
