@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from analyzer.theory.hardware import HardwareSpec
     from analyzer.hlo.ir import HloModule
 
-__all__ = ["analyze", "analyze_hlo", "build_report", "pick_dump_file", "reprice"]
+__all__ = ["analyze", "analyze_hlo", "analyze_lowered", "build_report", "pick_dump_file", "reprice"]
 
 _MODELS = ("topology", "ideal")
 
@@ -109,6 +109,33 @@ def analyze(
     config = as_config(config)
     lowered = lower(fn, *args, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, target=target,
                     **kwargs)
+    return analyze_lowered(lowered, hardware=hardware, topology=topology, config=config, model=model, args=args,
+                           in_shardings=in_shardings, out_shardings=out_shardings)
+
+
+def analyze_lowered(
+    lowered: Any,
+    *,
+    hardware: str | HardwareSpec = "tpu-v5e",
+    topology: str | None = None,
+    config: Any = None,
+    model: str = "topology",
+    args: Any = (),
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+) -> Report:
+    """The `Report` of a program already compiled by `analyzer.compile.lower.lower` (what `analyze` does after
+    its compile; for callers that lower themselves, such as `analyzer.integrations.maxtext`).
+
+    Args:
+      lowered: the `Lowered`.
+      hardware, topology, config, model: as for `analyze`.
+      args, in_shardings, out_shardings: the abstract arguments and shardings the program was lowered with (the
+        arguments table and the rules that read them); empty when unknown.
+    """
+    from analyzer.workflows.config import as_config
+
+    config = as_config(config)
     text = lowered.optimized_hlo if lowered.platform == "tpu" else lowered.spmd_hlo
     which = ("the final optimized HLO of the TPU compiler" if lowered.platform == "tpu"
              else "the HLO right after SPMD partitioning (backend-neutral; CPU backend rewrites not applied)")
@@ -124,7 +151,9 @@ def analyze(
                  "which are not read; so the step is predicted by the overlap model of unscheduled modules")
     from analyzer.hlo.parser import parse_hlo
 
-    module = parse_hlo(text, path=f"<{lowered.name or 'module'} for {lowered.target}>")
+    # (lenient: a construct a newer jax's XLA prints that this version does not know is kept as written and named
+    # in the report's warnings, and every figure that does not depend on it is still computed)
+    module = parse_hlo(text, path=f"<{lowered.name or 'module'} for {lowered.target}>", lenient=True)
     notes = [f"Collectives read from {which}."]
     context = {"lowered": lowered, "in_shardings": in_shardings, "out_shardings": out_shardings, "args": args,
                "config": config}
@@ -197,7 +226,7 @@ def analyze_hlo(
     else:
         text = str(text_or_path)
     # Dumps may come from another XLA version: opcodes and attributes this one does not know are kept raw
-    # (lenient parse) and listed in the notes, rather than refusing the whole dump.
+    # (lenient parse) and named in the warnings (`build_report`), rather than refusing the whole dump.
     # Read lazily: the entry and the computations it runs as code are parsed in full (the call graph parses
     # them), fusion bodies only as far as the analysis asks (docs/analysis.md, "What `analyze_hlo` parses of a
     # dump").
@@ -205,7 +234,6 @@ def analyze_hlo(
     with gc_paused():  # (what the call graph reads is IR for the rest of the analysis, as a parse's)
         graph = CallGraph.build(module)
         check_read(module, graph.calling)
-    notes.extend(_lenient_notes(module))
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
                "hlo_path": path}
@@ -268,14 +296,24 @@ def backend_final_warning(module: HloModule) -> str | None:
             + f". For the backend-neutral module, dump with {_SPMD_DUMP_FLAGS} and pass DIR.")
 
 
-def _lenient_notes(module: HloModule, shown: int = 5) -> list[str]:
-    """One note for what a lenient parse kept raw (unknown opcodes or attributes), naming the first few."""
+def _lenient_warnings(module: HloModule, shown: int = 5) -> list[str]:
+    """One warning for what the lenient parse kept raw (unknown opcodes or attributes, each with its line), naming
+    the first few and the installed jax: the module may come from a newer XLA than this version knows."""
     kept = list(dict.fromkeys(module.notes))
     if not kept:
         return []
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        jax = f"jax {version('jax')}, jaxlib {version('jaxlib')}"
+    except PackageNotFoundError:
+        jax = "no jax installed"
     more = f" and {len(kept) - shown} more" if len(kept) > shown else ""
-    return [f"Read with the lenient parser: {len(kept)} construct(s) this XLA version does not know were kept "
-            f"raw (or, in the stack-frame tables, skipped) and not analysed ({'; '.join(kept[:shown])}{more})."]
+    where = f" in {module.path}" if module.path else ""
+    return [f"{len(kept)} HLO construct(s){where} that this hlo-analyzer does not know ({jax} installed; a dump "
+            f"may come from another version) were kept as written and not analysed: {'; '.join(kept[:shown])}"
+            f"{more}. Figures that depend on them (their FLOPs, bytes, any collective inside them) are missing; "
+            "every other figure is computed."]
 
 
 def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology: str | None = None,
@@ -432,6 +470,7 @@ def build_report(
     totals = _totals(rows, dots, hw, step)
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, hw, flops, step.chips)
+    warnings = (*warnings, *_lenient_warnings(module))  # (after the analysis: what it read of a lazy parse counts)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
                                collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, **context)
     report = Report(
@@ -455,7 +494,7 @@ def _model_flops(lowered: Any, mesh: MeshInfo | None, single: HloModule | None, 
         return None
     from analyzer.hlo.parser import parse_hlo
 
-    return model_flops(parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>"), sizes)
+    return model_flops(parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>", lenient=True), sizes)
 
 
 def _run_rules(report: Report, config: Any) -> Report:
