@@ -81,13 +81,37 @@ class _PositionedError(AnalyzerError):
                 where += f":{self.column}"
         text = f"{where}: error: {self.message}" if where else f"error: {self.message}"
         if self.source_line is not None:
-            shown = self.source_line.rstrip("\n")
+            shown, column = _excerpt(self.source_line.rstrip("\n"), self.column)
             text += f"\n{shown}"
-            if self.column is not None:
+            if column is not None:
                 # Keep tabs so the caret lines up under the offending character.
-                prefix = "".join(c if c == "\t" else " " for c in shown[: max(self.column - 1, 0)])
+                prefix = "".join(c if c == "\t" else " " for c in shown[: max(column - 1, 0)])
                 text += f"\n{prefix}^"
         return text
+
+
+_EXCERPT = 160  # characters of a source line an error shows around its column
+
+
+def _excerpt(line: str, column: int | None) -> tuple[str, int | None]:
+    """The part of `line` an error message shows (at most about `_EXCERPT` characters around `column`, the cut
+    ends marked `...`), and the column within it: a 50 MB line must not print 50 MB. The message keeps the
+    real column number.
+
+    Example:
+        >>> shown, col = _excerpt("x" * 1000 + "!" + "y" * 1000, 1001)
+        >>> len(shown) < 200, shown[col - 1]
+        (True, '!')
+    """
+    if len(line) <= _EXCERPT:
+        return line, column
+    at = min(max((column or 1) - 1, 0), len(line))
+    start = max(0, at - _EXCERPT // 2)
+    end = min(len(line), start + _EXCERPT)
+    start = max(0, end - _EXCERPT)
+    head = "..." if start > 0 else ""
+    tail = "..." if end < len(line) else ""
+    return head + line[start:end] + tail, (at - start + len(head) + 1) if column is not None else None
 
 
 class HloSyntaxError(_PositionedError):

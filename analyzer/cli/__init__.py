@@ -3,7 +3,9 @@
 Each subcommand lives in its own module under `analyzer/cli/` and exposes `register(subparsers)`, which
 adds its parser and sets `func(args) -> int`. Exit codes follow ruff: 0 clean, 1 findings, 2 usage, input or
 internal error, 130 on Ctrl-C. Every `AnalyzerError` becomes its message on stderr and exit 2; any other
-exception (a bug of ours) a one-line "internal error" and exit 2. A traceback only with `--debug`.
+exception (a bug of ours) a one-line "internal error" and exit 2. A traceback only with `--debug`. SIGTERM and
+SIGHUP end a command like Ctrl-C (its cleanup runs, its children stop) with status 143 and 129
+(analyzer/_signals.py). Messages are printed with control characters escaped.
 """
 
 from __future__ import annotations
@@ -77,8 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from analyzer.rules import runner
 
         runner.RAISE_RULE_ERRORS = True
+    from analyzer._signals import Terminated, stop_signals
+
     try:
-        return _run(argv, debug)
+        with stop_signals():
+            return _run(argv, debug)
+    except Terminated as e:  # kill, timeout, CI cancellation, a closed terminal: cleaned up like Ctrl-C
+        if debug:
+            raise
+        print(f"hlo-analyzer: stopped by {e.name}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         if debug:
             raise
@@ -106,7 +116,7 @@ def _run(argv: list[str], debug: bool) -> int:
     except AnalyzerError as e:
         if debug:
             raise
-        print(f"hlo-analyzer: {e}", file=sys.stderr)
+        print(f"hlo-analyzer: {_printable(e)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hlo-analyzer ... | head`: the reader left; not an error worth a traceback
         return _closed_pipe()
@@ -116,9 +126,16 @@ def _run(argv: list[str], debug: bool) -> int:
         if debug:
             raise
         where = _innermost(e)
-        print(f"hlo-analyzer: internal error in `{args.command}` ({type(e).__name__}: {e}){where}; rerun with "
+        print(f"hlo-analyzer: internal error in `{args.command}` ({type(e).__name__}: {_printable(e)}){where}; rerun with "
               "--debug for the traceback and report it", file=sys.stderr)
         return 2
+
+
+def _printable(error: BaseException) -> str:
+    """The message with control characters escaped (a file name's ESC[2J must not clear the terminal)."""
+    from analyzer.render.terminal import printable
+
+    return printable(error)
 
 
 def _innermost(error: BaseException) -> str:

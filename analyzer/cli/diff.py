@@ -11,7 +11,9 @@ shape), with the predicted time per step of each change and of the whole step.
 
 OLD and NEW are each an HLO dump (file or --xla_dump_to folder), a JSON report (hlo-analyzer report -o r.json),
 or REV:path, a config at a git revision (a report CONFIG.toml, or a pyproject.toml whose [tool.hlo-analyzer]
-lists entry points): the repository's tree at REV is exported and analysed, model code included.
+lists entry points): the repository's tree at REV is exported and analysed, model code included. REV must
+name a commit; the path is relative to the repository root (or ./ and ../ to the current folder) and must
+lie inside it. Sides and source lines are printed relative to the repository root.
 
 exit status: 0 within the threshold (or none given), 1 a program's communication per step regressed by more
 than --max-regression, 2 bad usage or input."""
@@ -39,13 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.workflows.diff import diff_sides, load_side, parse_threshold
+    from analyzer.workflows.diff import diff_sides, load_side, parse_threshold, side_label
     from analyzer.render import diff as render
 
     threshold = parse_threshold(args.max_regression) if args.max_regression else None
     old = load_side(args.old, mesh=args.mesh, hardware=args.hardware)
     new = load_side(args.new, mesh=args.mesh, hardware=args.hardware)
-    result = diff_sides(old, new, old_label=args.old, new_label=args.new)
+    # Both sides named relative to the repository root (the old one REV:path), as the rows' source lines are.
+    result = diff_sides(old, new, old_label=side_label(args.old), new_label=side_label(args.new))
     text = render.render_json(result, threshold=threshold) if args.json else render.render_text(result,
                                                                                                 threshold=threshold)
     sys.stdout.write(text)

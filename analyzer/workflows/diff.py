@@ -7,7 +7,14 @@ Each side is one of:
     (`git archive`), and the file is analysed there, so the model code is the revision's too. The file is a
     report config (`hlo-analyzer report CONFIG.toml`) or a pyproject.toml whose `[tool.hlo-analyzer]` lists
     entry points; each revision is analysed in its own child process so that the two trees' modules never
-    meet in one interpreter.
+    meet in one interpreter. REV is resolved to a commit first (`git rev-parse --verify --end-of-options`), so
+    a revision that looks like an option (`--output=...`) is refused, never passed to git as one. The path is
+    relative to the repository's root, or to the current folder when written `./x` or `../x` or when the
+    file is there; it must stay inside the repository. Symbolic links of the tree that point outside it are
+    not exported (they could not be followed safely). SIGTERM stops the child and removes the export.
+
+Source paths in the rows are relative to the repository root on both sides (the revision's export and the
+working tree alike), so a collective matches by its line whatever folder each side was analysed in.
 
 Collectives are matched between the sides as multisets, in passes from strict to loose: identical (kind,
 axes, notation, dtype, bytes, count); then the same kind over the same axes from the same source line or
@@ -18,6 +25,8 @@ Time deltas are per step (`total_seconds`: one execution's predicted time x exec
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import subprocess
 import sys
@@ -37,6 +46,7 @@ __all__ = [
     "diff_sides",
     "load_side",
     "parse_threshold",
+    "side_label",
     "Threshold",
 ]
 
@@ -122,6 +132,8 @@ class Threshold:
 
     def exceeded(self, old: float, new: float) -> bool:
         """Whether going from `old` to `new` seconds per step regresses by more than the limit."""
+        if not (math.isfinite(old) and math.isfinite(new)):
+            return True  # a figure that is not a number cannot be shown to be within the limit: fail closed
         delta = new - old
         if self.relative:
             if old <= 0:
@@ -153,6 +165,9 @@ def parse_threshold(text: str) -> Threshold:
             "step with a unit (200us, 1.5ms, 0.002)"
         )
     value, unit = float(m.group(1)), m.group(2)
+    if not math.isfinite(value):
+        raise AnalyzerError(f"regression threshold {text!r} is not a finite number; write a percentage of the old "
+                            "time (5%) or seconds per step with a unit (200us, 1.5ms, 0.002)")
     if unit == "%":
         return Threshold(value / 100.0, True)
     return Threshold(value / _PER_SECOND[unit or "s"], False)
@@ -283,8 +298,12 @@ def _rows_of_report(report: Any) -> list[dict[str, Any]]:
 
 
 def _load_json(path: Path) -> dict[str, list[dict[str, Any]]]:
+    from analyzer.numeric import loads_finite_json
+    from analyzer.fileio import check_input
+
+    check_input(path, what="report")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_finite_json(path.read_text(encoding="utf-8"), path=str(path))
     except json.JSONDecodeError as e:
         raise ConfigError(f"not JSON: {e.msg}", path=str(path), line=e.lineno, column=e.colno) from None
     except UnicodeDecodeError as e:
@@ -307,26 +326,75 @@ def _is_git_rev(spec: str) -> bool:
     return bool(rev) and bool(path) and not (len(rev) == 1 and rev.isalpha())
 
 
-def _export_revision(rev: str, repo: Path, into: Path) -> None:
-    """Write the repository's tree at `rev` into `into` (git archive | tar), or explain what went wrong."""
+def _git(repo: Path, *args: str, text: bool = False) -> subprocess.CompletedProcess:
     try:
-        archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev], capture_output=True,
-                                 check=False)
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=text, check=False)
     except FileNotFoundError:
         raise AnalyzerError("`git` is not installed; REV:path sides need it") from None
+
+
+def _resolve_revision(rev: str, repo: Path, spec: str) -> str:
+    """The commit `rev` names in `repo` (its full hash), or a ConfigError; never passes `rev` as an option."""
+    if not rev or rev.startswith("-") or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in rev):
+        raise ConfigError(f"{rev!r} is not a git revision (a branch, tag or commit such as main, HEAD~1, v1.2 or "
+                          "a hash; it cannot start with '-')", path=spec)
+    out = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", text=True)
+    sha = out.stdout.strip()
+    if out.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        raise ConfigError(f"{rev!r} names no commit of the git repository {str(repo)!r} (a branch, tag or commit "
+                          "such as main, HEAD~1, v1.2 or a hash)", path=spec)
+    return sha
+
+
+def _export_revision(sha: str, repo: Path, into: Path, rev: str) -> list[str]:
+    """Write the repository's tree at commit `sha` into `into` (git archive, then tar without what would
+    leave `into`); the names of the members left out (symbolic links pointing outside the tree)."""
+    archive = _git(repo, "archive", "--format=tar", "--end-of-options", sha)
     if archive.returncode != 0:
         msg = archive.stderr.decode(errors="replace").strip().splitlines()
         raise AnalyzerError(f"cannot read git revision {rev!r} in {repo}: {msg[-1] if msg else 'git archive failed'}")
     import io
     import tarfile
 
+    skipped: list[str] = []
+
+    def inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        try:
+            return tarfile.data_filter(member, dest)
+        except tarfile.FilterError:
+            skipped.append(member.name)
+            return None
+
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
+        tar.extractall(into, filter=inside)
+    return skipped
+
+
+def _repo_relative(rel: str, cwd: Path, repo: Path, spec: str) -> str:
+    """The path of `REV:rel` relative to the repository root (POSIX), refusing one outside the repository.
+
+    `rel` is relative to the root (git's own rule), or to `cwd` when written `./x`, `../x`, or when it names
+    a file there; an absolute path must lie inside the repository. Resolved by name (`..` folded), so
+    what $TMPDIR or the export holds never decides it.
+    """
+    root = repo.resolve()
+    here = cwd.resolve()
+    p = Path(rel)
+    if p.is_absolute():
+        full = p
+    elif rel in (".", "..") or rel.startswith(("./", "../")) or (here != root and (here / p).is_file()):
+        full = here / p
+    else:
+        full = root / p
+    full = Path(os.path.normpath(full))
+    if not full.is_relative_to(root) or full == root:
+        raise ConfigError(f"{str(full)!r} is outside the git repository {str(root)!r}; a REV:path side names a "
+                          "report config or pyproject.toml inside it (e.g. HEAD:pyproject.toml)", path=spec)
+    return full.relative_to(root).as_posix()
 
 
 def _repo_root(start: Path) -> Path:
-    out = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                         check=False)
+    out = _git(start, "rev-parse", "--show-toplevel", text=True)
     if out.returncode != 0:
         raise AnalyzerError(f"{start} is not inside a git repository; REV:path sides need one")
     return Path(out.stdout.strip())
@@ -338,10 +406,19 @@ def _analyse_config_in_child(config: Path, options: Mapping[str, Any], timeout: 
     `label` (`REV:path`) replaces the file's temporary path in error messages."""
     job = json.dumps({"config": str(config), **options})
     try:
-        proc = subprocess.run([sys.executable, "-m", "analyzer.workflows.diff"], input=job, capture_output=True,
-                              text=True, cwd=str(config.parent), timeout=timeout, check=False)
+        proc = subprocess.Popen([sys.executable, "-m", "analyzer.workflows.diff"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(config.parent))
+    except OSError as e:
+        raise AnalyzerError(f"cannot start the analysis of {label or config.name}: {e.strerror or e}") from None
+    try:
+        out, err = proc.communicate(job, timeout=timeout)
     except subprocess.TimeoutExpired:
+        _stop_child(proc)
         raise AnalyzerError(f"analysing {label or config.name} did not finish within {timeout:g} s") from None
+    except BaseException:  # Ctrl-C, SIGTERM: the child cleans up its own temporary folders, then ends
+        _stop_child(proc)
+        raise
+    proc = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if proc.returncode != 0:
         # The child's own message (it may span lines: a source line and a caret), else its last line.
         err = proc.stderr.strip()
@@ -351,6 +428,23 @@ def _analyse_config_in_child(config: Path, options: Mapping[str, Any], timeout: 
             message = message.replace(str(config), label)
         raise AnalyzerError(f"analysing {label or config.name}: {message or 'the child process failed'}")
     return json.loads(proc.stdout)
+
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    """SIGTERM (the child unwinds like Ctrl-C and removes its temporary folders), SIGKILL after 5 s."""
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        proc.terminate()
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]:
@@ -410,23 +504,22 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
     if _is_git_rev(spec):
         rev, _, rel = spec.partition(":")
         repo = _repo_root(cwd)
-        rel_path = Path(rel)
-        if rel_path.is_absolute() or (cwd / rel_path).exists() or not (repo / rel_path).exists():
-            full = (cwd / rel_path).resolve()
-            if not full.is_relative_to(repo.resolve()):
-                raise ConfigError(f"{str(full)!r} is outside the git repository {str(repo)!r}; a REV:path side names "
-                                  "a report config or pyproject.toml inside it (e.g. HEAD:pyproject.toml)", path=spec)
-            rel_path = full.relative_to(repo.resolve())
-        with tempfile.TemporaryDirectory(prefix=f"hlo-analyzer-{re.sub(r'[^A-Za-z0-9]+', '-', rev)}-") as tmp:
-            _export_revision(rev, repo, Path(tmp))
+        rel_path = Path(_repo_relative(rel, cwd, repo, spec))
+        label = f"{rev}:{rel_path.as_posix()}"
+        sha = _resolve_revision(rev, repo, spec)
+        with tempfile.TemporaryDirectory(prefix="hlo-analyzer-rev-") as tmp:
+            skipped = _export_revision(sha, repo, Path(tmp), rev)
             config = Path(tmp) / rel_path
             if not config.is_file():
-                raise ConfigError(f"no file {rel_path.as_posix()!r} at git revision {rev!r}", path=spec)
+                why = (" (a symbolic link pointing outside the repository, not exported)"
+                       if rel_path.as_posix() in skipped else "")
+                raise ConfigError(f"no file {rel_path.as_posix()!r} at git revision {rev!r}{why}", path=spec)
             if config.suffix != ".toml":
                 raise ConfigError("a REV:path side names a report config or a pyproject.toml (a .toml file) to "
                                   f"analyse at that revision; {rel_path.as_posix()!r} is not one", path=spec)
-            programs = _analyse_config_in_child(config, {"hardware": hardware}, timeout, label=spec)
-        return {name: _rows_of_report_dict(data, spec) for name, data in programs.items()}
+            programs = _analyse_config_in_child(config, {"hardware": hardware, "roots": [tmp, str(repo)]}, timeout,
+                                                label=label)
+        return {name: _rows_of_report_dict(data, label) for name, data in programs.items()}
     path = Path(spec)
     if not path.is_absolute():
         path = cwd / path
@@ -435,21 +528,93 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
     if path.is_file() and path.suffix == ".json":
         return _load_json(path)
     if path.is_file() and path.suffix == ".toml":
-        return {n: _rows_of_report_dict(d, spec) for n, d in analyse_config(path, hardware=hardware).items()}
+        root = _tree_root(path)
+        return {n: _rows_of_report_dict(_relative_sources(d, root), spec)
+                for n, d in analyse_config(path, hardware=hardware).items()}
+    from analyzer.fileio import check_input
     from analyzer.pipeline import analyze_hlo
+
+    check_input(path, what="HLO file")
 
     report = analyze_hlo(path, mesh=mesh, hardware=hardware or "tpu-v5e")
     return {report.name or path.stem: _rows_of_report(report)}
 
 
+def _tree_root(path: Path) -> Path:
+    """The root of the git repository holding `path` (its folder when there is none): what source paths of a
+    working-tree side are written relative to, as the revision's are relative to its export."""
+    try:
+        return _repo_root(path.parent)
+    except AnalyzerError:
+        return path.parent.resolve()
+
+
+def _relative_sources(report: dict, *roots: str | Path) -> dict:
+    """The report dict with each collective's `source` (`/abs/file.py:12`) relative to the first of `roots`
+    it lies under (a revision's export, then the repository: a package installed from the working tree)."""
+    prefixes = [q for r in roots for q in dict.fromkeys((Path(r).resolve(), Path(r)))]
+    rows = report.get("collectives")
+    if not isinstance(rows, list):
+        return report
+    for row in rows:
+        source = row.get("source") if isinstance(row, dict) else None
+        if not isinstance(source, str):
+            continue
+        file, sep, line = source.rpartition(":")
+        if not sep or not line.isdigit():
+            file, sep, line = source, "", ""
+        p = Path(file)
+        for prefix in prefixes:
+            if p.is_absolute() and p.is_relative_to(prefix):
+                row["source"] = p.relative_to(prefix).as_posix() + (f":{line}" if sep else "")
+                break
+    return report
+
+
+def side_label(spec: str, *, cwd: Path | None = None) -> str:
+    """How a diff names a side: `REV:path` with the path relative to the repository root, a file inside the
+    repository relative to its root, anything else as given (never a temporary folder's path).
+
+    Example:
+        >>> side_label("report.json", cwd=Path("/"))
+        'report.json'
+    """
+    cwd = cwd or Path.cwd()
+    try:
+        if _is_git_rev(spec):
+            rev, _, rel = spec.partition(":")
+            repo = _repo_root(cwd)
+            return f"{rev}:{_repo_relative(rel, cwd, repo, spec)}"
+        path = Path(spec) if Path(spec).is_absolute() else cwd / spec
+        if path.exists():
+            root = _repo_root(path if path.is_dir() else path.parent).resolve()
+            full = Path(os.path.normpath(path.resolve()))
+            if full.is_relative_to(root) and full != root:
+                return full.relative_to(root).as_posix()
+    except AnalyzerError:
+        pass
+    return spec
+
+
 def _worker_main() -> int:
-    """`python -m analyzer.workflows.diff`: analyse the config named on stdin (JSON) and print name -> report dict."""
+    """`python -m analyzer.workflows.diff`: analyse the config named on stdin (JSON) and print name -> report dict.
+
+    SIGTERM (the parent stopping it) unwinds like Ctrl-C: the XLA dump folders of a compile are removed."""
+    from analyzer._signals import Terminated, stop_signals
+
     job = json.loads(sys.stdin.read())
     try:
-        result = analyse_config(Path(job["config"]), hardware=job.get("hardware"))
+        with stop_signals():
+            result = analyse_config(Path(job["config"]), hardware=job.get("hardware"))
     except AnalyzerError as e:
         print(f"hlo-analyzer: {e}", file=sys.stderr)
         return 2
+    except Terminated as e:
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    if job.get("roots"):
+        result = {name: _relative_sources(data, *job["roots"]) for name, data in result.items()}
     json.dump(result, sys.stdout)
     return 0
 

@@ -563,7 +563,18 @@ def _worker_main(conn: Any, devices: int) -> None:
     """
     import signal
 
+    from analyzer._signals import Terminated, stop_signals
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The parent stops a worker with SIGTERM: unwind (XLA's dump folder is removed) and end without a traceback.
+    with stop_signals():
+        try:
+            _worker_loop(conn, devices)
+        except Terminated:
+            return
+
+
+def _worker_loop(conn: Any, devices: int) -> None:
     _worker_init(devices)
     while True:
         try:
@@ -577,7 +588,10 @@ def _worker_main(conn: Any, devices: int) -> None:
             entry = evaluate_task((config, cand, hardware, topology))
         except Exception as e:  # noqa: BLE001 - one candidate's bug must not take the sweep down
             entry = _failed(config, cand, f"internal error ({type(e).__name__}: {e})")
-        conn.send(entry)
+        try:
+            conn.send(entry)
+        except OSError:  # the parent is gone (killed): nobody to report to
+            return
 
 
 def _failed(config: ReportConfig, cand: Candidate, why: str) -> SweepEntry:

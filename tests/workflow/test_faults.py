@@ -583,7 +583,9 @@ def _cli_options():
 
 # Options in the package's strings that are not ours: XLA flags (--xla_*), git's (the diff runs git) and the
 # pytest option of analyzer.testing.
-_NOT_OURS = {"--format", "--show-toplevel", "--hlo-snapshot-update"}
+_NOT_OURS = {"--format", "--show-toplevel", "--hlo-snapshot-update",
+             # git's, in the git command lines of diff and check
+             "--end-of-options", "--verify", "--quiet", "--no-color", "--no-ext-diff"}
 
 
 def test_no_message_names_an_option_the_cli_does_not_have():
