@@ -18,7 +18,7 @@ nothing) and returns `(fn, args)` or `(fn, args, kwargs)`, the jitted function a
 
 Targets: `cpu` compiles on fake CPU devices (a child process when this one has too few) and reads the HLO
 right after SPMD partitioning; `tpu:<gen>:<shape>` (e.g. tpu:v5e:2x4) compiles ahead of time with libtpu
-(pip install 'hlo-analyzer[tpu]') and reads the final TPU program; `tpu:<gen>:<shape>*N` (e.g. tpu:v5e:2x2*2)
+(libtpu: pip install 'jax[tpu]==<your jax version>') and reads the final TPU program; `tpu:<gen>:<shape>*N` (e.g. tpu:v5e:2x2*2)
 compiles for N slices joined by DCN and reads the whole program after SPMD partitioning."""
 
 EPILOG = """\

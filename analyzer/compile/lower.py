@@ -82,9 +82,12 @@ __all__ = [
     "parse_mesh",
     "parse_target",
     "TPU_EXTRA_HINT",
+    "tpu_extra_hint",
 ]
 
-TPU_EXTRA_HINT = "pip install 'hlo-analyzer[tpu]'"
+# What the `tpu` extra installs, by the names the registry serves: libtpu through jax's own extra, at the jax that is
+# installed (a libtpu of another jax may not load).
+TPU_EXTRA_HINT = "pip install 'jax[tpu]==<your jax version>' (the `tpu` extra of hlo-analyzer: libtpu for your jax)"
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Dump files written right after the SPMD partitioner: `...after_spmd-partitioning...` on CPU/GPU,
 # `...after_tpu-spmd-partitioning...` from libtpu.
@@ -485,12 +488,22 @@ def _quiet_stderr() -> Iterator[list[str]]:
             captured.append(sink.read().decode(errors="replace"))
 
 
+def tpu_extra_hint() -> str:
+    """The command that installs libtpu for the installed jax (what `pip install -e '.[tpu]'` would bring)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"pip install 'jax[tpu]=={version('jax')}' (the `tpu` extra of hlo-analyzer: libtpu for your jax)"
+    except PackageNotFoundError:
+        return TPU_EXTRA_HINT
+
+
 def _tpu_devices(target: Target) -> list[Any]:
     """The compile-only TPU devices of a TPU target (e.g. "tpu:v5e:2x4"; "tpu:v5e:2x2*2" for two such slices
     over DCN, whose devices carry `slice_index` 0 and 1)."""
     if not _libtpu_available():
         raise LoweringError(f"target '{target}' needs libtpu for ahead-of-time TPU compilation: "
-                            f"{TPU_EXTRA_HINT}")
+                            f"{tpu_extra_hint()}")
     from jax.experimental import topologies
 
     topology, slices = target.topology, target.num_slices

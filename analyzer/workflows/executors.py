@@ -14,7 +14,7 @@ is computed by the same `fn` from the same item, and the sweep ranks the entries
 `RayExecutor` runs each item as a Ray task (one compile per task) that declares the CPUs and memory one
 compile needs, so Ray places as many at once as the cluster holds. A task whose worker dies (killed for
 memory, a node lost) is submitted once more; if it is lost again, its item alone fails with the reason.
-Ray is an optional extra: `pip install 'hlo-analyzer[ray]'`.
+Ray is an optional extra (`ray` in pyproject.toml): `pip install 'ray>=2.40'`.
 
 Example:
     >>> ex = RayExecutor(address=None, cpus=1, memory_bytes=2 << 30)
@@ -34,7 +34,7 @@ __all__ = ["EXECUTORS", "RAY_INSTALL", "Executor", "ExecutorSpec", "RayExecutor"
            "parse_executor", "import_ray"]
 
 EXECUTORS = ("local", "ray")
-RAY_INSTALL = "pip install 'hlo-analyzer[ray]'"
+RAY_INSTALL = "pip install 'ray>=2.40' (hlo-analyzer's `ray` extra)"
 
 T = TypeVar("T")
 R = TypeVar("R")

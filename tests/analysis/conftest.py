@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 def libtpu_reason() -> str | None:
     """Why TPU tests cannot run here, or None when libtpu is installed and knows the v5e:2x4 topology."""
     if importlib.util.find_spec("libtpu") is None:
-        return "libtpu is not installed (pip install 'hlo-analyzer[tpu]')"
+        return "libtpu is not installed (pip install 'jax[tpu]==<your jax>')"
     try:
         from jax.experimental import topologies
 

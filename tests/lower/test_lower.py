@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 needs_libtpu = pytest.mark.skipif(
     __import__("importlib.util").util.find_spec("libtpu") is None,
-    reason="libtpu is not installed (pip install 'hlo-analyzer[tpu]'); TPU ahead-of-time compiles need it",
+    reason="libtpu is not installed (pip install 'jax[tpu]==<your jax>'); TPU ahead-of-time compiles need it",
 )
 
 
@@ -251,7 +251,7 @@ def test_missing_libtpu_says_how_to_install(monkeypatch):
 
     monkeypatch.setattr(module, "_libtpu_available", lambda: False)
     fn, args = _case3({"X": 8})
-    with pytest.raises(LoweringError, match=re.escape("pip install 'hlo-analyzer[tpu]'")):
+    with pytest.raises(LoweringError, match=re.escape("pip install 'jax[tpu]==")):
         lower(fn, *args, mesh={"X": 8}, target="tpu:v5e:2x4")
 
 
