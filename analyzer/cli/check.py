@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from analyzer.errors import ConfigError
+from analyzer.numeric import finite_float, number_problem
 
 OUTPUT_FORMATS = ("text", "json", "github", "sarif")
 DEFAULT_BASELINE = ".hlo-analyzer-baseline.json"
@@ -61,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"`baseline`); with --write-baseline, where to write (default: {DEFAULT_BASELINE})")
     p.add_argument("--write-baseline", action="store_true", help="record the current findings of the entry points "
                    "that ran in the baseline file (entries of the others are kept) and exit 0")
-    p.add_argument("--baseline-tolerance", metavar="FRACTION", type=float, help="a baselined finding whose cost "
+    p.add_argument("--baseline-tolerance", metavar="FRACTION", type=finite_float("--baseline-tolerance", minimum=0),
+                   help="a baselined finding whose cost "
                    "per step grew by more than this fraction is new again (default: the config's "
                    "`baseline-tolerance`, else 0.10)")
     p.add_argument("--show-baselined", action="store_true", help="also list findings the baseline tolerates")
@@ -191,7 +193,7 @@ def _replay(args: argparse.Namespace, table: dict, root: Path, path: Path, cache
         "baseline-tolerance", table.get("baseline_tolerance", DEFAULT_BASELINE_TOLERANCE))
     if configured is not None and not isinstance(configured, str):
         return None  # the full load explains what is wrong
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0:
+    if number_problem(tolerance, minimum=0):  # NaN too: the full load explains what is wrong
         return None
     baseline_path, _, counts, seconds = _baseline(args, root, configured)
     return replay_check(table, root=root, config_path=path, cache=cache, keys=keys, paths=args.paths,
@@ -214,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     path = _config_path(args)
     root = path.resolve().parent
     table = _raw_table(path)
+    _refuse_inputs(args, path, root, table)  # -o or the baseline written must not replace what the run reads
     cache = keys = None
     if table is not None:
         settings = cache_settings(root, table, no_cache=args.no_cache, config_path=path)
@@ -266,10 +269,74 @@ def run(args: argparse.Namespace) -> int:
         n = sum(len(v) for v in ran.values())
         also = f"; kept {kept} entr{'y' if kept == 1 else 'ies'} of entry points that did not run" if kept else ""
         print(f"hlo-analyzer: wrote {n} finding(s) of {len(ran)} entry point(s) to {target}{also}", file=sys.stderr)
+        _say_baseline_line(target, configured, path, root)
         for error in result.errors:
             print(f"hlo-analyzer: error: {error}", file=sys.stderr)
         return 2 if result.errors else 0
     return _emit(result, args)
+
+
+def _refuse_inputs(args: argparse.Namespace, path: Path, root: Path, table: dict | None) -> None:
+    """Refuse, before any work, an output (-o, the baseline --write-baseline writes) that is a file this run
+    reads (the config, an entry point's source, the baseline, a hardware spec), and a baseline to write that
+    is something else (analyzer/fileio.py)."""
+    from analyzer.fileio import refuse_inputs
+    from analyzer.rules.baseline import read_baseline
+    from analyzer.workflows.check import resolve_entry
+
+    table = table or {}
+    inputs: list[tuple[str, object]] = [("config", path)]
+    entries = table.get("entry-points", table.get("entry_points", []))
+    for name in [entries] if isinstance(entries, str) else entries if isinstance(entries, list) else []:
+        if isinstance(name, str):
+            try:
+                inputs.append((f"source of entry point {name!r}", resolve_entry(name, root).file))
+            except Exception:  # noqa: BLE001 - an entry point the full load will explain
+                pass
+    for hardware in (args.hardware, table.get("hardware")):
+        if isinstance(hardware, str) and hardware.endswith(".toml"):
+            inputs.append(("hardware spec", hardware if Path(hardware).is_absolute() else root / hardware))
+    configured = table.get("baseline") if isinstance(table.get("baseline"), str) else None
+    baseline = Path(args.baseline) if args.baseline else (root / configured if configured else None)
+    if args.write_baseline:
+        target = baseline or root / DEFAULT_BASELINE
+        refuse_inputs(target, inputs, what="baseline")
+        if args.output_file:
+            refuse_inputs(args.output_file, [("baseline", target)], what="output file (-o)")
+        if target.exists():  # not a baseline (a config named by mistake): never overwritten
+            try:
+                read_baseline(target)
+            except ConfigError as e:
+                raise ConfigError(f"{e.message}; refusing to overwrite it with a baseline (name another file, or "
+                                  "delete this one if it is a damaged baseline)", path=e.path, line=e.line,
+                                  column=e.column, source_line=e.source_line) from None
+    elif baseline is not None:
+        inputs.append(("baseline", baseline))
+    refuse_inputs(args.output_file, inputs, what="output file (-o)")
+
+
+def _say_baseline_line(target: Path, configured: Path | None, config: Path, root: Path) -> None:
+    """After --write-baseline: the line to add to the config when `check` would not read that file."""
+    import os
+
+    same = configured is not None and configured.exists() and target.exists() and os.path.samefile(configured,
+                                                                                                    target)
+    if same:
+        return
+    try:
+        name = target.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        name = str(target.resolve())
+    why = "is not the config's baseline" if configured is not None else "is not read by `check` until the config names it"
+    print(f"hlo-analyzer: {name} {why}: add  baseline = {_toml_string(name)}  to [tool.hlo-analyzer] in {config}",
+          file=sys.stderr)
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's)."""
+    import json
+
+    return json.dumps(text)
 
 
 def _emit(result, args: argparse.Namespace) -> int:

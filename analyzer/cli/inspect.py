@@ -38,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from analyzer.pipeline import analyze_hlo
 
+    from analyzer.fileio import check_input
+
     check_trace(args)
+    check_input(args.path, what="HLO file")  # a FIFO would block, /dev/zero never end: refused before reading
     report = analyze_hlo(args.path, mesh=args.mesh, hardware=args.hardware, topology=args.topology,
                          model=args.model)
     return emit(report, args)

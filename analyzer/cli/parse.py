@@ -99,8 +99,11 @@ def _print_text(s: dict[str, Any], out) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analyzer.fileio import check_input
     from analyzer.hlo.parser import parse_hlo_file
 
+    for path in args.files:  # a FIFO or /dev/zero is refused before anything is read
+        check_input(path, what="HLO file")
     summaries = []
     for path in args.files:
         module = parse_hlo_file(path, lazy=args.lazy)

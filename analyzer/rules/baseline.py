@@ -165,15 +165,15 @@ def update_baseline(
       configured: the entry points the project lists; entries of entry points no longer listed are dropped.
         None keeps them.
       complete: every configured entry point ran: entries that name no entry point (files written before
-        entries carried one) are dropped too, and an unreadable old file is replaced. Otherwise such
-        entries are kept unless a finding that ran has their fingerprint.
+        entries carried one) are dropped too. Otherwise such entries are kept unless a finding that ran has
+        their fingerprint.
 
     Returns:
       (the path written, how many entries were kept from other entry points).
 
     Raises:
-      ConfigError: the existing file is not a baseline and this run did not cover every entry point (it
-        would lose the others' entries).
+      ConfigError: the existing file is not a baseline (JSON of another kind, a config, damaged): it is never
+        overwritten.
       OutputError: the file cannot be written or locked.
     """
     from analyzer.fileio import locked
@@ -184,14 +184,14 @@ def update_baseline(
     fresh = {e["fingerprint"] for e in new}
     with locked(p):
         old: list[dict] = []
-        if p.exists():
+        if p.exists():  # a file that is not a baseline (a config named by mistake) is never overwritten
             try:
                 read_baseline(p)
-                old = json.loads(p.read_text(encoding="utf-8"))["findings"]
-            except ConfigError:
-                if not complete:
-                    raise
-                old = []
+            except ConfigError as e:
+                raise ConfigError(f"{e.message}; refusing to overwrite it with a baseline (name another file, or "
+                                  "delete this one if it is a damaged baseline)", path=e.path, line=e.line,
+                                  column=e.column, source_line=e.source_line) from None
+            old = json.loads(p.read_text(encoding="utf-8"))["findings"]
         kept = []
         for e in old:
             owner = e.get("entry_point")
@@ -223,8 +223,10 @@ def read_baseline(path: str | Path, tolerance: float = DEFAULT_TOLERANCE) -> Bas
     except UnicodeDecodeError as e:
         raise ConfigError(f"baseline is not UTF-8 text (byte {e.start}: {e.reason}); a baseline is the JSON "
                           "`hlo-analyzer check --write-baseline` writes", path=str(p)) from None
+    from analyzer.numeric import loads_finite_json, number_problem
+
     try:
-        data = json.loads(text)
+        data = loads_finite_json(text, path=str(p))  # NaN/Infinity refused at their line
     except json.JSONDecodeError as e:
         lines = text.splitlines()
         raise ConfigError(f"baseline is not JSON: {e.msg}", path=str(p), line=e.lineno, column=e.colno,
@@ -250,7 +252,7 @@ def read_baseline(path: str | Path, tolerance: float = DEFAULT_TOLERANCE) -> Bas
         descriptions[entry["fingerprint"]] = f"{entry.get('code', '?')} at {entry.get('location', '?')}"
         cost = entry.get("seconds")
         if cost is not None:
-            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+            if number_problem(cost, minimum=0):
                 raise ConfigError(f"baseline finding #{k} has seconds {cost!r}; it must be a number of seconds "
                                   "from 0 up", path=str(p), line=_line_of(text, k))
             seconds[entry["fingerprint"]] = max(seconds.get(entry["fingerprint"], 0.0), float(cost))

@@ -281,8 +281,9 @@ def _check_table(path: str, section: str, table: Any) -> dict[str, Any]:
         ok = isinstance(value, typ) and not (typ in (int, _NUM) and isinstance(value, bool))
         if not ok:
             raise HardwareError(f"{path}: key {key!r} in {label} must be {_TYPE_NAMES[typ]}, got {value!r}")
-        if typ is _NUM and value <= 0:
-            raise HardwareError(f"{path}: key {key!r} in {label} must be positive, got {value!r}")
+        if typ is _NUM and _number_problem(value, positive=True):  # NaN, inf and denormals too, not only <= 0
+            raise HardwareError(f"{path}: key {key!r} in {label} must be a finite positive number, got {value!r} "
+                                f"({_number_problem(value, positive=True)})")
         if typ is int and value <= 0:  # every integer of the schema counts links, chips or levels
             raise HardwareError(f"{path}: key {key!r} in {label} must be a positive integer (a count), "
                                 f"got {value!r}")
@@ -291,6 +292,12 @@ def _check_table(path: str, section: str, table: Any) -> dict[str, Any]:
             raise HardwareError(f"{path}: missing key {key!r} in {label}; "
                                 f"required keys: {', '.join(k for k, (_, r) in schema.items() if r)}")
     return table
+
+
+def _number_problem(value: Any, *, positive: bool = False) -> str | None:
+    from analyzer.numeric import number_problem
+
+    return number_problem(value, positive=positive)
 
 
 def _int_list(path: str, where: str, value: list) -> tuple[int, ...]:
@@ -316,8 +323,8 @@ def spec_from_dict(data: Mapping[str, Any], *, path: str = "<dict>") -> Hardware
         if key not in _FLOPS_KEYS:
             raise HardwareError(f"{path}: unknown dtype {key!r} in [flops]; "
                                 f"{valid_choices(key, _FLOPS_KEYS, what='keys')}")
-        if not isinstance(value, _NUM) or isinstance(value, bool) or value <= 0:
-            raise HardwareError(f"{path}: key {key!r} in [flops] must be a positive number, got {value!r}")
+        if not isinstance(value, _NUM) or isinstance(value, bool) or _number_problem(value, positive=True):
+            raise HardwareError(f"{path}: key {key!r} in [flops] must be a finite positive number, got {value!r}")
     hbm = _check_table(path, "hbm", top["hbm"])
     ici = None
     if "ici" in top:

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from analyzer.numeric import number_problem
 from analyzer.errors import (AnalyzerError, ConfigError, MeshError, find_key_line, find_value_line, load_toml, toml_line,
                              valid_choices)
 
@@ -110,8 +111,8 @@ class Budgets:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0):
-                raise ConfigError(f"budget {f.name.replace('_', '-')} must be a positive number, got {v!r}")
+            if v is not None and number_problem(v, positive=True):  # NaN passed `v <= 0`
+                raise ConfigError(f"budget {f.name.replace('_', '-')} must be a finite positive number, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -166,8 +167,8 @@ class Config:
         for name, upper in (("min_saving_seconds", None), ("min_saving_fraction", 1.0),
                             ("baseline_tolerance", None)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or upper is not None and v > upper:
-                err = ConfigError(f"{name.replace('_', '-')!r} must be a number from 0"
+            if number_problem(v, minimum=0, maximum=upper):  # NaN passed `v < 0`: a tolerance of NaN accepted all
+                err = ConfigError(f"{name.replace('_', '-')!r} must be a finite number from 0"
                                   + (f" to {upper:g}" if upper is not None else " up") + f", got {v!r}",
                                   path=self.path)
                 err.key = name.replace("_", "-")  # type: ignore[attr-defined]
