@@ -252,11 +252,15 @@ class ModelFlops:
       by_op: the same by `op_key` (the jax op_name), for the redundancy of each dot.
       source: "program" (counted on the program jax handed XLA) or "chips" (no such program: the partitioned
         module's FLOPs times the chips, which counts a plan's redundant compute as model work).
+      module: the program counted (global shapes), for rules that trace a dot to the argument it reads.
+      dots: that program's dots by `op_key`.
     """
 
     total: float
     by_op: Mapping[str, float] = field(default_factory=dict)
     source: str = "program"
+    module: HloModule | None = field(default=None, compare=False, repr=False)
+    dots: Mapping[str, tuple[Dot, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def redundancy(self, key: str, executed: float) -> float:
         """`executed` (FLOPs of the op on all chips) over the op's model FLOPs: 1.0 when each chip computes its
@@ -329,13 +333,17 @@ def model_flops(module: HloModule, axis_sizes: Mapping[str, int], graph: CallGra
     factors = _shard_factors(g, axis_sizes)
     items: list[tuple[tuple[tuple[str, int], ...], float]] = []
     by_op: dict[str, list[tuple[tuple[tuple[str, int], ...], float]]] = {}
+    dots: dict[str, list[Dot]] = {}
     for d in extract_dots(module, g):
         if is_remat(d):
             continue
         v = d.flops * d.count * factors.get(d.computation, 1.0)
         items.append((d.branch, v))
-        by_op.setdefault(op_key(d, module), []).append((d.branch, v))
-    return ModelFlops(branch_sum(items), {k: branch_sum(v) for k, v in by_op.items()}, "program")
+        key = op_key(d, module)
+        by_op.setdefault(key, []).append((d.branch, v))
+        dots.setdefault(key, []).append(d)
+    return ModelFlops(branch_sum(items), {k: branch_sum(v) for k, v in by_op.items()}, "program", module,
+                      {k: tuple(v) for k, v in dots.items()})
 
 
 def executed_by_op(dots: Sequence[Dot], module: HloModule, chips: int) -> dict[str, float]:

@@ -53,6 +53,7 @@ __all__ = [
     "OverHbm",
     "FixOverHbm",
     "ReplicatedParameter",
+    "RedundantCompute",
     "CommBudgetExceeded",
     "CommComputeRatioExceeded",
     "StraddlingAxis",
@@ -547,6 +548,36 @@ class ReplicatedParameter(Message):
     @property
     def share(self) -> float:
         return self.nbytes / self.hbm_bytes
+
+
+@dataclass(frozen=True)
+class RedundantCompute(Message):
+    """HA104: chips computing the same part of the model."""
+
+    ops: int
+    repeat: float
+    redundant_flops: float
+    model_flops: float
+    saved_seconds: float
+    change: str
+    axes: str
+
+    template: ClassVar[str] = (
+        "the chips repeat each other's work: the matmuls of {ops} source line(s) run up to {repeat:.1f}x their "
+        "model FLOPs, "
+        "{redundant_flops:.3g} FLOPs per step computed more than once ({share:.0%} of the model's "
+        "{model_flops:.3g}); the batch is not split over {where}. Change {change}: each chip then computes its "
+        "own part, {saved_seconds:time} less compute per chip per step (the matmuls alone; the change's "
+        "own collectives, such as the gradients' reduction over the batch axes, are not priced here)."
+    )
+
+    @property
+    def share(self) -> float:
+        return self.redundant_flops / self.model_flops if self.model_flops > 0 else 0.0
+
+    @property
+    def where(self) -> str:
+        return self.axes or "every mesh axis it could use"
 
 
 # ------------------------------------------------------------------------------------------------ HA5xx

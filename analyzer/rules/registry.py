@@ -39,6 +39,7 @@ __all__ = [
 # Modules that define rules, one per rule family. Order does not matter; codes sort the output.
 RULE_MODULES: tuple[str, ...] = (
     "analyzer.rules.matmul",
+    "analyzer.rules.compute",
     "analyzer.rules.reduction",
     "analyzer.rules.mesh",
     "analyzer.rules.latency",

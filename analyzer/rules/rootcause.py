@@ -14,8 +14,9 @@ is judged and ranked:
 
 A group's saving is the sum of its members' savings, each collective counted once (two rules may price the
 same collective: the larger saving is kept). Savings are in step time (docs/rules.md, "Savings in step time"),
-so a group never saves more than the step's exposed communication: the sum is capped there when the report
-has a predicted step. `group_findings` gives the groups, largest saving first;
+so a group's communication savings never exceed the step's exposed communication: that sum is capped there
+when the report has a predicted step (a compute saving, HA104's repeated matmuls, is added uncapped).
+`group_findings` gives the groups, largest saving first;
 `split_negligible_groups` applies the negligible threshold to each group's summed saving, keeping or
 dropping the whole group.
 """
@@ -33,6 +34,7 @@ __all__ = ["RootCause", "cause_of", "group_findings", "annotate", "split_negligi
 
 _LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
 _PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203", "HA204"})  # how a mesh axis lies on the links
+_COMPUTE_RULES = frozenset({"HA104"})  # savings of compute, not of exposed communication: never capped by it
 _LAYER_INDEX = re.compile(r"(?<=[_\[\.'])\d+(?=['\]_\.]|$)")
 _AXES = re.compile(r"^[A-Za-z]+_([^:\s]+):")
 
@@ -105,6 +107,8 @@ def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
     """
     if d.details.get("layout_axis"):  # a matmul rule that found activations laid over the batch's axis
         return "activation layout", str(d.details["layout_axis"])
+    if d.details.get("argument"):  # a rule that named the argument whose spec to change (HA104)
+        return "argument", _LAYER_INDEX.sub("*", str(d.details["argument"]))
     names = [n for n in (d.location.instruction or "").split(",") if n]
     names += [str(n) for n in d.details.get("merged_instructions", ()) if n]
     array = next((arrays[n] for n in names if n in arrays), "")
@@ -171,7 +175,8 @@ def group_findings(diagnostics: Sequence[Diagnostic], report: Any = None) -> lis
         groups.setdefault(cause_of(d, arrays), []).append(d)
     cap = _exposed_cap(report)
     out = [RootCause(kind, subject, tuple(sorted(members, key=lambda d: -(d.saving_seconds or 0.0))),
-                     min(_summed(members), cap))
+                     min(_summed([d for d in members if d.code not in _COMPUTE_RULES]), cap)
+                     + _summed([d for d in members if d.code in _COMPUTE_RULES]))
            for (kind, subject), members in groups.items()]
     out.sort(key=lambda g: (-g.saving_seconds, g.key))
     return out

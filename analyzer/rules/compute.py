@@ -1,0 +1,217 @@
+"""HA104: compute a plan repeats on several chips (a batch replicated over a mesh axis that could split it).
+
+The model's FLOPs (`analyzer.analysis.dots.model_flops`, counted on the program jax handed XLA) are the work
+of the model; the partitioned module's dots times the chips are the work of the chips. Where an op's chips do
+more than its model FLOPs (remat aside), several chips compute the same part of it. The rule traces the
+op's forward dots in the program before partitioning to the arguments they read: the left operand's
+argument is the activation (the batch: `x @ w`, `einsum('bsd,df->bsf', x, w)`, Flax's Dense), the right
+operand's is the weight. The mesh axes no weight uses are the batch's (data-parallel) axes; the finding
+names the batch argument by its pytree path, its PartitionSpec now and the one to write (its leading dim
+over those axes), the redundant FLOPs and the compute the change removes from each chip's step.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.rules.messages import RedundantCompute
+from analyzer.rules.registry import Option, rule
+
+if TYPE_CHECKING:
+    from analyzer.hlo.ir import Computation, Instruction
+    from analyzer.rules.context import RuleContext
+
+__all__ = ["redundant_compute", "spec_text", "sharding_axes"]
+
+# Ops an activation passes through unchanged in the dims the rule names (casts, views, layout).
+_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "bitcast-convert"})
+_SDY = re.compile(r'xla\.sdy\.sharding="?#sdy\.sharding<@\w+, \[(.*)\]')
+_GROUP = re.compile(r"\{([^{}]*)\}")
+
+
+def sharding_axes(inst: Instruction) -> tuple[tuple[str, ...], ...] | None:
+    """The mesh axes each dim of an entry parameter is split over, from its Shardy sharding
+    (`#sdy.sharding<@mesh, [{"data"}, {}]>`); None when it carries none.
+
+    Example:
+        `[{"data", "model"}, {}]` -> (("data", "model"), ())
+    """
+    text = inst.frontend_attributes.get("xla.sdy.sharding", "")
+    m = _SDY.search(f'xla.sdy.sharding="{text}') if text else None
+    if m is None:
+        return None
+    dims = []
+    for group in _GROUP.findall(m.group(1)):
+        names = re.findall(r'\\?"([^"\\]+)\\?"', group)
+        dims.append(tuple(names))
+    return tuple(dims)
+
+
+def spec_text(dims: Sequence[Sequence[str]]) -> str:
+    """A PartitionSpec as the user writes it: `P('data', None)`, `P(('data', 'model'))`, `P()`.
+
+    Example:
+        >>> spec_text([("data",), (), ()])
+        "P('data', None, None)"
+    """
+    parts = [("None" if not d else repr(d[0]) if len(d) == 1 else "(" + ", ".join(map(repr, d)) + ")")
+             for d in dims]
+    return "P(" + ", ".join(parts) + ")"
+
+
+def _argument(comp: Computation, inst: Instruction, depth: int = 0) -> Instruction | None:
+    """The entry parameter `inst` reads unchanged (through casts and views), or None."""
+    if inst.opcode == "parameter":
+        return inst
+    if depth > 8 or not inst.operands:
+        return None
+    if inst.opcode in _THROUGH or (inst.opcode == "custom-call" and len(inst.operands) == 1):
+        src = comp.by_name.get(inst.operands[0].name)
+        return _argument(comp, src, depth + 1) if src is not None else None
+    if inst.opcode == "gather" and len(inst.operands) > 1:  # an embedding lookup: the token ids are the batch
+        src = comp.by_name.get(inst.operands[1].name)
+        return _argument(comp, src, depth + 1) if src is not None else None
+    return None
+
+
+def _name(param: Instruction) -> str:
+    md = param.metadata
+    return (md.op_name if md is not None and md.op_name else param.name).replace("\\'", "'")
+
+
+@rule(
+    code="HA104",
+    name="redundant-compute",
+    severity=Severity.WARNING,
+    summary="Chips compute the same part of the model: a batch replicated over a mesh axis that could split it.",
+    options=(Option("min_redundancy", 1.25, "Fire for ops whose chips run at least this many times their model "
+                                             "FLOPs (remat recompute aside).", minimum=1.0),),
+)
+def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Compares each matmul's FLOPs on all chips with its model FLOPs (the same dot at global size in the
+    program jax handed XLA, once per program). Where the chips do more, several of them compute the same
+    rows: the batch (or another activation dimension) is replicated over a mesh axis, or split on a dimension
+    that does not divide the work. It names the batch argument by its pytree path with its PartitionSpec now
+    and the one to write (its leading dim over the mesh axes no weight uses), the redundant FLOPs and the
+    compute the change removes from each chip's step. The report's "HFU (repeated work)" line and the dots'
+    `redundancy` column show the same repeat.
+
+    ## Why is this bad?
+    A chip that computes another chip's tokens spends its FLOPs on nothing: MFU falls by the repeat factor,
+    and the step is longer by the repeated matmuls. Data parallelism exists to split the batch; leaving it
+    whole (or splitting its features instead) keeps every chip of a 'data' group busy with the same work.
+
+    ## Example
+    ```python
+    batch = {"x": NamedSharding(mesh, P())}                  # every chip holds and computes the whole batch
+    params = {"w_in": NamedSharding(mesh, P(None, "model"))}
+    ```
+
+    ## Use instead
+    ```python
+    batch = {"x": NamedSharding(mesh, P("data"))}            # each 'data' group computes its own tokens
+    ```
+
+    ## References
+    "How to Scale Your Model", training chapter (data parallelism: each chip a slice of the batch) and
+    sharding chapter (a replicated operand means repeated work).
+    """
+    report = ctx.report
+    analysis = report.analysis
+    mf = getattr(analysis, "model_flops", None)
+    step = getattr(analysis, "step", None)
+    if mf is None or mf.module is None or step is None or report.mesh is None or report.mesh.size <= 1:
+        return
+    from analyzer.analysis.dots import is_remat, op_key
+
+    module = analysis.module
+    chips = step.chips
+    hw = ctx.facts.hardware
+    threshold = float(ctx.option("min_redundancy"))
+    executed: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    where: dict[str, Any] = {}
+    for d in analysis.dots:
+        if is_remat(d):
+            continue
+        key = op_key(d, module)
+        executed[key] = executed.get(key, 0.0) + d.flops * d.count * chips
+        rate = hw.flops_per_second(d.dtype)
+        seconds[key] = seconds.get(key, 0.0) + (d.flops * d.count / rate if rate else 0.0)
+        where.setdefault(key, d)
+    ops = []
+    for key, done in executed.items():
+        model = mf.by_op.get(key, 0.0)
+        if model > 0 and done >= threshold * model:
+            ops.append((key, done, model))
+    if not ops:
+        return
+    redundant = sum(done - model for _, done, model in ops)
+    saved = sum(seconds[key] * (1 - model / done) for key, done, model in ops)
+    repeat = max(done / model for _, done, model in ops)
+    batch, weights = _arguments(mf, [key for key, _, _ in ops])
+    sizes = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
+    weight_axes = {a for w in weights for dims in (sharding_axes(w) or ()) for a in dims}
+    data_axes = tuple(a for a in report.mesh.axis_names if a not in weight_axes and sizes[a] > 1)
+    first = where[max(ops, key=lambda o: o[1] - o[2])[0]]
+    md = first.instruction.metadata
+    from analyzer.analysis.mapping import source_frames
+
+    frames = source_frames(module, md.stack_frame_id if md else None, md.source_file if md else None,
+                           md.source_line if md else None)
+    file, _, line = frames.user.rpartition(":")
+    loc = Location(file=file or None, line=int(line) if line.isdigit() else None, context=frames.context or None,
+                   computation=first.computation, instruction=first.instruction.name,
+                   hlo_line=first.instruction.position.line if first.instruction.position else None)
+    name, now, proposed = "", "", ""
+    if batch is not None and data_axes:
+        dims = list(sharding_axes(batch) or [() for _ in batch.shape.dims])
+        ways = math.prod(sizes[a] for a in data_axes)
+        if batch.shape.dims and batch.shape.dims[0] % ways == 0:
+            new = [tuple(a for a in d if a not in data_axes) for d in dims]
+            new[0] = tuple(data_axes) + new[0]
+            if new != [tuple(d) for d in dims]:
+                name, now, proposed = _name(batch), spec_text(dims), spec_text(new)
+    fix = (f"{name}: {now} -> {proposed}" if name else
+           f"split the batch over {', '.join(repr(a) for a in data_axes) or 'the mesh axes no weight uses'}")
+    yield ctx.diagnostic(
+        RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=mf.total,
+                         saved_seconds=saved, change=fix, axes=", ".join(repr(a) for a in data_axes)),
+        location=loc, seconds=sum(seconds[key] for key, _, _ in ops),
+        alternative=f"each chip computes its own {1 / repeat:.0%} of these matmuls" if repeat > 0 else None,
+        alternative_seconds=sum(seconds[key] for key, _, _ in ops) - saved, saving_seconds=saved, fix=fix,
+        details={"redundant_flops": redundant, "repeat": repeat, "argument": name, "partition_spec": now,
+                 "proposed_partition_spec": proposed, "data_axes": list(data_axes),
+                 "ops": [key for key, _, _ in ops]},
+    )
+
+
+def _arguments(mf: Any, keys: Sequence[str]) -> tuple[Instruction | None, list[Instruction]]:
+    """The batch argument (the entry parameter the left operand of the ops' dots reads; token ids before an
+    embedding lookup) and the weight arguments (those their right operands read), in the program before
+    partitioning."""
+    from analyzer.analysis.mapping import pass_of
+
+    entry = mf.module.entry
+    lhs: dict[str, tuple[int, Instruction]] = {}
+    rhs: dict[str, Instruction] = {}
+    for key in keys:
+        for d in mf.dots.get(key, ()):
+            md = d.instruction.metadata
+            if d.computation != entry.name or pass_of(md.op_name if md else None) == "backward":
+                continue  # the forward dots: activation on the left, weight on the right
+            ops = [entry.by_name.get(o.name) for o in d.instruction.operands[:2]]
+            found = [(_argument(entry, o) if o is not None else None) for o in ops]
+            if len(found) == 2 and found[0] is not None and found[1] is not None and found[0] is not found[1]:
+                a, w = found
+                n, _ = lhs.get(a.name, (0, a))
+                lhs[a.name] = (n + 1, a)
+                rhs[w.name] = w
+    candidates = [a for n, a in sorted(lhs.values(), key=lambda v: -v[0]) if a.name not in rhs]
+    weights = [w for k, w in rhs.items() if k not in lhs]
+    return (candidates[0] if candidates else None), weights

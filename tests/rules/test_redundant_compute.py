@@ -1,0 +1,71 @@
+"""HA104 redundant-compute: a plan whose chips compute the same part of the model, named by the batch argument
+and the PartitionSpec to write; the fix, applied and recompiled, saves what it promised (at least half).
+
+The programs are the plans of tests/rules/plans.py (one MLP step on data=4, model=2), analysed once per session
+by the `planned` fixture (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import analyzer
+from analyzer.rules.compute import spec_text
+
+
+def test_spec_text_is_what_the_user_writes():
+    assert spec_text([("data",), (), ()]) == "P('data', None, None)"
+    assert spec_text([("data", "model")]) == "P(('data', 'model'))"
+    assert spec_text([]) == "P()"
+
+
+def _ha104(report):
+    return [d for d in report.diagnostics if d.code == "HA104"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, now", [("replicated_batch", "P(None, None, None)"),
+                                       ("wrong_dim", "P(None, None, 'data')")])
+def test_fires_on_a_batch_the_chips_repeat(planned, name, now):
+    (d,) = _ha104(planned(name))
+    assert d.details["argument"] == "batch['x']"
+    assert d.details["partition_spec"] == now
+    assert d.details["proposed_partition_spec"] == "P('data', None, None)"
+    assert d.fix == f"batch['x']: {now} -> P('data', None, None)"
+    assert d.details["redundant_flops"] > 0 and d.saving_seconds > 0
+    assert "batch['x']" in d.message and "P('data', None, None)" in d.message
+    assert d.location.file and d.location.file.endswith("plans.py")
+    # the headline names the argument to change
+    assert "Fix the sharding of batch['x'] first" in planned(name).to_text()
+
+
+@pytest.mark.slow
+def test_replicated_batch_repeats_four_times(planned):
+    (d,) = _ha104(planned("replicated_batch"))
+    assert d.details["repeat"] == pytest.approx(4.0)
+    # 3 of every 4 FLOPs the chips run are repeats: 3x the model's FLOPs
+    assert d.details["redundant_flops"] == pytest.approx(3 * planned("replicated_batch").totals.model_flops,
+                                                          rel=0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["good", "dp", "shard_map"])
+def test_quiet_where_each_chip_computes_its_own_part(planned, name):
+    assert _ha104(planned(name)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["replicated_batch", "wrong_dim"])
+def test_the_fix_applied_saves_at_least_half_its_promise(planned, name):
+    report = planned(name)
+    (d,) = _ha104(report)
+    fn, (params, batch), kwargs = planned.plans.plan(name)
+    spec = eval(d.details["proposed_partition_spec"], {"P": P})  # noqa: S307 - the finding's own spec text
+    mesh = kwargs["mesh"]
+    fixed = dict(batch, x=batch["x"].update(sharding=NamedSharding(mesh, spec)))  # only what the fix names
+    after = analyzer.analyze(fn, params, fixed, **kwargs)
+    saved = report.totals.step_seconds - after.totals.step_seconds
+    assert saved >= 0.5 * d.saving_seconds
+    assert _ha104(after) == []
