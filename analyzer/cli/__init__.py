@@ -29,6 +29,7 @@ _COMMANDS: tuple[str, ...] = (
     "inspect",   # issue: analysis
     "check",     # issue: user-facing
     "report",    # issue: user-facing
+    "maxtext",   # issue 24: MaxText's own train step
     "sweep",     # issue: user-facing
     "diff",      # issue: user-facing
     "rules",     # issue: rules (rules, rule CODE)
