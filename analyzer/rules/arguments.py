@@ -62,6 +62,8 @@ def arrays_of(args: Any) -> list[ArgumentArray]:
         shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
         if shape is None or dtype is None:
             continue
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+            continue  # a typed PRNG key (key<urbg>, MaxText's and Flax NNX's rngs): not an array the rules weigh
         spec = getattr(getattr(leaf, "sharding", None), "spec", None)
         dims = tuple(_spec_axes(e) for e in spec) if spec is not None else ()
         dt = np.dtype(dtype) if not hasattr(dtype, "itemsize") else dtype
