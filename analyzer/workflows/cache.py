@@ -17,8 +17,9 @@ What decides a result, and so the key (`KeyContext`):
   - the environment that changes compilation: `XLA_FLAGS`, `LIBTPU_INIT_ARGS` and every `JAX_*` variable;
   - recorded when the result was computed and checked again before it is used: every module file the
     analysis had imported (project files by content, installed ones by size and modification time) and the
-    `.dist-info` folder of every installed distribution they belong to, jax, jaxlib and libtpu included (an
-    upgrade replaces that folder, so its version is checked with one `stat`).
+    distributions installed in every site-packages folder those came from, by their `.dist-info` folders'
+    names, which carry the versions (jax, jaxlib, libtpu and the project's dependencies among them): an
+    install, upgrade or removal there is a miss, checked with one directory listing per folder.
 
 What it cannot see: files an entry point reads at run time that `cache-inputs` does not name, environment
 variables other than the ones above that the entry point reads, and the network. `--no-cache` (or
@@ -270,57 +271,61 @@ def record_dependencies(root: Path, memo: dict[str, Any] | None = None) -> dict[
     """The files and distributions this process has imported, as the record of a result computed in it.
 
     Project files (under `root`, outside site-packages) by content; other module files by (size, mtime);
-    the `.dist-info` folders of the distributions those modules belong to, and of jax, jaxlib and libtpu.
-    `memo` (a dict the caller keeps for one run) saves reading the installed distributions again.
+    the distributions installed in the site-packages folders they came from (`_distributions`). `memo` is
+    kept for callers that record several results in one run.
     """
+    import stat as _stat
+
     root = root.resolve()
+    prefixes = tuple({str(root) + os.sep, os.path.abspath(root) + os.sep})
     project: dict[str, str] = {}
     files: list[list[Any]] = []
-    tops: set[str] = set()
-    for name, module in list(sys.modules.items()):
+    seen: set[str] = set()
+    for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if not path:
+        if not isinstance(path, str) or not path or path in seen:
             continue
-        tops.add(name.partition(".")[0])
-        p = Path(path)
+        seen.add(path)
         try:
-            st = p.stat()
+            st = os.stat(path)
         except OSError:
             continue
-        if not p.is_file():
+        if not _stat.S_ISREG(st.st_mode):
             continue
-        resolved = p.resolve()
-        if root in resolved.parents and not _in_site(str(resolved)):
-            project[_rel(resolved, root)] = _file_sha(resolved) or "missing"
+        full = os.path.abspath(path)
+        if not full.startswith(prefixes) and os.path.islink(path):
+            full = os.path.realpath(path)
+        if full.startswith(prefixes) and not _in_site(full):
+            project[_rel(Path(full), root)] = _file_sha(Path(full)) or "missing"
         else:
-            files.append([str(p), st.st_size, st.st_mtime_ns])
+            files.append([path, st.st_size, st.st_mtime_ns])
     return {"project": dict(sorted(project.items())), "files": sorted(files),
-            "dists": _distributions(tops, {} if memo is None else memo)}
+            "dists": _distributions(f[0] for f in files)}
 
 
-def _distributions(tops: set[str], memo: dict[str, Any]) -> list[str]:
-    """The `.dist-info` (or `.egg-info`) folders of the distributions providing these top-level modules."""
-    import importlib.metadata as md
+def _site_folder(path: str) -> str | None:
+    """The site-packages (or dist-packages) folder a module file lies in, or None."""
+    for marker in _SITE_MARKERS:
+        at = path.rfind(os.sep + marker + os.sep)
+        if at >= 0:
+            return path[: at + len(marker) + 1]
+    return None
 
-    names: set[str] = {"jax", "jaxlib", "libtpu", "libtpu-nightly", "hlo-analyzer"}
-    if "provides" not in memo:
-        try:
-            memo["provides"] = md.packages_distributions()
-        except Exception:  # noqa: BLE001 - a broken installed distribution: record what can be found
-            memo["provides"] = {}
-    provides = memo["provides"]
-    for top in tops:
-        names.update(provides.get(top, ()))
-    out = []
-    for name in sorted(names):
-        try:
-            dist = md.distribution(name)
-        except Exception:  # noqa: BLE001 - not installed (libtpu on most machines)
-            continue
-        path = getattr(dist, "_path", None)
-        if path is not None:
-            out.append(str(path))
-    return sorted(set(out))
+
+def _installed(folder: str) -> list[str]:
+    """The distributions installed in a site folder, by their metadata folders' names (which carry the
+    version: `jax-0.10.2.dist-info`): an install, upgrade or removal there changes this list."""
+    try:
+        return sorted(n for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info")))
+    except OSError:
+        return []
+
+
+def _distributions(files: Iterable[str]) -> dict[str, list[str]]:
+    """The installed distributions of every site folder an imported module came from (jax, jaxlib, libtpu and
+    the project's dependencies among them), by folder."""
+    folders = {f for f in map(_site_folder, files) if f is not None}
+    return {folder: _installed(folder) for folder in sorted(folders)}
 
 
 def dependencies_hold(deps: Mapping[str, Any], root: Path) -> bool:
@@ -334,8 +339,8 @@ def dependencies_hold(deps: Mapping[str, Any], root: Path) -> bool:
             st = os.stat(path)
             if st.st_size != size or st.st_mtime_ns != mtime:
                 return False
-        for path in deps["dists"]:
-            if not os.path.isdir(path):
+        for folder, names in deps["dists"].items():
+            if _installed(folder) != names:
                 return False
     except (OSError, KeyError, TypeError, ValueError):
         return False

@@ -821,8 +821,9 @@ def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | Non
         more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
         text = "Changed in the working tree (git diff HEAD): " + "; ".join(lines[:3]) + more + "."
         return {fp: text for fp in fingerprints}
-    before = {decode_diagnostic(d).fingerprint() for d in previous.get("diagnostics") or ()}
-    new = [fp for fp in fingerprints if fp not in before]
+    # New: a finding the previous result did not have, or had saying something else (its collectives, its cost).
+    before = {(decode_diagnostic(d).fingerprint(), d.get("message")) for d in previous.get("diagnostics") or ()}
+    new = [fp for fp, d in zip(fingerprints, record["diagnostics"]) if (fp, d.get("message")) not in before]
     if not new:
         return {}
     changed: dict[str, list[tuple[int, str]]] = {}
