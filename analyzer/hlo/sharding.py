@@ -395,37 +395,51 @@ _AXIS_REF = re.compile(r"\s*'([^'\n]*)'(?:\s*:\s*\(\s*(\d+)\s*\)\s*(\d+))?")
 _NAMED_GROUPS = ("replicated", "unreduced", "manual")
 
 
-def _axis_refs(r: _Reader, what: str) -> list[tuple[str, int, int | None, int | None]]:
-    """`{'X', 'Y':(1)2}`: each axis as (name, where, pre, size), pre and size None for a whole axis."""
+def _axis_refs(r: _Reader, what: str, open_dim: bool = False) -> list[tuple[str, int, int | None, int | None]]:
+    """`{'X', 'Y':(1)2}`: each axis as (name, where, pre, size), pre and size None for a whole axis. A dim's list
+    (`open_dim`) may end in `?` (Shardy's open dim: more axes may be added; it does not change the sharding)."""
     r.expect("{", f"'{{' to open {what}")
     refs: list[tuple[str, int, int | None, int | None]] = []
     if _next_is(r, "}"):
         r.next()
         return refs
     while True:
+        if open_dim and _next_is(r, "?"):
+            r.pos = r.text.index("?", r.pos) + 1
+            r.expect("}", f"'}}' after '?' in {what} (no axis may follow it)")
+            return refs
         m = _AXIS_REF.match(r.text, r.pos)
         if m is None:
             raise r.error(f"expected a mesh axis like 'X' or 'X':(1)2 in {what}")
         pre, size = m.group(2), m.group(3)
         refs.append((m.group(1), m.start(1) - 1, int(pre) if pre else None, int(size) if size else None))
         r.pos = m.end()
-        tok = r.peek()
+        tok = r.peek() if not _next_is(r, "?") else None
         if tok == ("op", ","):
             r.next()
             continue
+        if tok is None and open_dim:
+            raise r.error(f"expected ',' before '?' in {what}")
         r.expect("}", f"',' or '}}' in {what}")
         return refs
 
 
 def _next_is(r: _Reader, op: str) -> bool:
-    """Whether the next character past spaces is `op` (`peek` cannot look at a quoted axis name)."""
+    """Whether the next character past spaces is `op` (`peek` cannot look at a quoted axis name or `?`)."""
     rest = r.text[r.pos:].lstrip()
     return rest[:1] == op
 
 
+_NAMED_KINDS = ("replicated", "manual", "unreduced")  # what may stand instead of the dims' axes
+
+
 def _read_named(r: _Reader, build: bool) -> HloSharding | None:
     """A named sharding after its opening brace, checked as XLA's parser checks it (axes of the mesh, each
-    used once, sub-axes that divide their axis), and with `build` the tiled HloSharding it stands for."""
+    used once, sub-axes that divide their axis), and with `build` the tiled HloSharding it stands for.
+
+    Forms: `mesh[...]`, then `, device_ids=(...)` when the mesh's devices are not in order, then the dims' axes
+    `[{...}, ...]` or one of replicated, manual, unreduced, then `replicated=`, `unreduced=`, `manual=` axes
+    and `metadata=`."""
     start = r.pos
     r.next()  # `mesh`
     r.expect("[")
@@ -450,28 +464,46 @@ def _read_named(r: _Reader, build: bool) -> HloSharding | None:
     else:
         r.next()
     r.expect(",", "',' then the dims' axes `[{...}, ...]`")
-    r.expect("[", "'[' to open the dims' axes")
-    dims: list[list[tuple[str, int, int | None, int | None]]] = []
-    if r.peek() != ("op", "]"):
-        while True:
-            dims.append(_axis_refs(r, f"dim {len(dims)}'s axes"))
-            if r.peek() == ("op", ","):
-                r.next()
-                continue
-            r.expect("]", "',' or ']' to close the dims' axes")
-            break
-    else:
+    devices: tuple[int, ...] | None = None
+    if r.peek() == ("word", "device_ids"):
+        at = r.pos
         r.next()
+        r.expect("=")
+        devices = r.int_list("(", ")", "a device id")
+        if sorted(devices) != list(range(_product(axes.values()))):
+            raise r.error(f"device_ids must list each of the mesh's {_product(axes.values())} devices once",
+                          at)
+        r.expect(",", "',' then the dims' axes `[{...}, ...]`")
+    dims: list[list[tuple[str, int, int | None, int | None]]] | None = []
+    kind: str | None = None
+    tok = r.peek()
+    if tok is not None and tok[0] == "word" and tok[1] in _NAMED_KINDS:
+        kind = tok[1]
+        r.next()
+        dims = None
+    else:
+        r.expect("[", f"'[' to open the dims' axes, or one of {', '.join(_NAMED_KINDS)}")
+        if not _next_is(r, "]"):
+            while True:
+                dims.append(_axis_refs(r, f"dim {len(dims)}'s axes", open_dim=True))
+                if r.peek() == ("op", ","):
+                    r.next()
+                    continue
+                r.expect("]", "',' or ']' to close the dims' axes")
+                break
+        else:
+            r.next()
     groups: dict[str, list[tuple[str, int, int | None, int | None]]] = {}
     metadata = ""
     while r.peek() == ("op", ","):
         r.next()
         at = r.pos
         word = r.next()[1]
-        r.expect("=")
         if word == "metadata":
+            r.expect("=")
             metadata = r.skip_balanced()
-        elif word in _NAMED_GROUPS and word not in groups:
+        elif word in _NAMED_GROUPS and word not in groups and dims is not None:
+            r.expect("=")
             groups[word] = _axis_refs(r, f"{word}=")
         else:
             raise r.error(f"unknown named-sharding item {word!r}; XLA takes replicated={{...}}, unreduced={{...}}, "
@@ -480,7 +512,7 @@ def _read_named(r: _Reader, build: bool) -> HloSharding | None:
     # Each (sub-)axis once, of the mesh, dividing it: XLA's parser checks the names, and aborts on an overlap.
     pieces: dict[str, set[int]] = {name: {1, size} for name, size in axes.items()}
     used: dict[str, list[tuple[int, int]]] = {}
-    for refs in [*dims, *groups.values()]:
+    for refs in [*(dims or ()), *groups.values()]:
         for name, at, pre, size in refs:
             if name not in axes:
                 raise r.error(f"axis {name!r} is not an axis of the mesh [{', '.join(map(repr, axes))}]", at)
@@ -494,10 +526,14 @@ def _read_named(r: _Reader, build: bool) -> HloSharding | None:
             pieces[name] |= {lo, hi}
     if not build:
         return None
-    return _named_to_tiled(axes, pieces, dims, groups, metadata)
+    if kind == "unreduced":  # (as for `{unreduced}`: partial sums on every device, no kind of HloSharding)
+        raise r.error(f"'unreduced' sharding: {_VERIFIER}", start)
+    if kind is not None:
+        return HloSharding(kind=kind, metadata=metadata)
+    return _named_to_tiled(axes, pieces, dims, groups, metadata, devices)
 
 
-def _named_to_tiled(axes, pieces, dims, groups, metadata: str) -> HloSharding:
+def _named_to_tiled(axes, pieces, dims, groups, metadata: str, devices: tuple[int, ...] | None) -> HloSharding:
     """The tile-assignment form of a checked named sharding: the mesh's (sub-)axes as iota reshape dims, put in
     the order dim 0's axes, dim 1's, ..., then the manual, unreduced and remaining (replicated) ones."""
     from analyzer.hlo.iota import expand_iota
@@ -545,8 +581,11 @@ def _named_to_tiled(axes, pieces, dims, groups, metadata: str) -> HloSharding:
         reshape, perm = [_product(reshape)], None
     else:
         perm = tuple(order)
-    ids = expand_iota(tuple(tile_dims), tuple(reshape), perm)
-    return HloSharding(kind="tiled", tile_dims=tuple(tile_dims), device_ids=tuple(int(i) for i in ids.flat),
+    ids = [int(i) for i in expand_iota(tuple(tile_dims), tuple(reshape), perm).flat]
+    if devices is not None:  # the mesh's devices in another order: the iota numbers mesh positions
+        return HloSharding(kind="tiled", tile_dims=tuple(tile_dims), device_ids=tuple(devices[i] for i in ids),
+                           last_tile_dims=tuple(last), metadata=metadata)
+    return HloSharding(kind="tiled", tile_dims=tuple(tile_dims), device_ids=tuple(ids),
                        iota=(tuple(reshape), perm), last_tile_dims=tuple(last), metadata=metadata)
 
 

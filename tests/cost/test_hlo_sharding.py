@@ -149,6 +149,11 @@ def test_what_xla_parser_rejects_the_analysis_rejects_alike(base, cut, insert):
     ("{mesh['X'=4,'Y'=2], [{'X':(2)2}, {'Y'}]}", "{devices=[2,2,2]<=[2,2,2]T(1,2,0) last_tile_dim_replicate}"),
     ("{mesh['X'=4,'Y'=2], [{}, {'X'}], manual={'Y'}}", "{devices=[1,4,2]<=[8] last_tile_dims={manual}}"),
     ("{mesh['X'=4,'Y'=2], [{}, {}], replicated={'X'}}", "{replicated}"),
+    ("{mesh['X'=4,'Y'=2], replicated}", "{replicated}"),  # a scalar's
+    ("{mesh['X'=4,'Y'=2], manual, metadata={op_name=\"a\"}}", "{manual}"),
+    ("{mesh['X'=4,'Y'=2], [{?}, {'Y', ?}]}", "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}"),  # open dims
+    ("{mesh['X'=4,'Y'=2], device_ids=(7,6,5,4,3,2,1,0), [{'X'}, {}]}",
+     "{devices=[4,1,2]7,6,5,4,3,2,1,0 last_tile_dim_replicate}"),
 ])
 def test_named_shardings_read_as_their_tile_assignment(named, tiled):
     got, want = parse_hlo_sharding(named), parse_hlo_sharding(tiled)
@@ -161,6 +166,8 @@ def test_named_shardings_read_as_their_tile_assignment(named, tiled):
     ("{mesh['X'=4,'Y'=2], [{'X'}, {'X'}]}", "used twice"),  # (XLA's parser aborts the process on this one)
     ("{mesh['X'=4,'Y'=2], [{'X':(1)3}]}", "does not divide"),
     ("{mesh['X'=4,'Y'=2], [{}], bogus={'X'}}", "unknown named-sharding item"),
+    ("{mesh['X'=4,'Y'=2], [{?, 'X'}]}", "no axis may follow"),
+    ("{mesh['X'=4,'Y'=2], device_ids=(7,6,5,4,3,2,1,1), [{'X'}]}", "each of the mesh's 8 devices once"),
 ])
 def test_bad_named_shardings_are_positioned_errors(text, message):
     with pytest.raises(ShardingError, match=message):
