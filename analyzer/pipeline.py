@@ -462,7 +462,8 @@ def build_report(
     from analyzer.analysis.step import predict_step
 
     chips = mesh.size if mesh is not None and mesh.size > 1 else None
-    flops = _model_flops(context.get("lowered"), mesh, module if (chips or 1) == 1 else None, g)
+    warnings = list(warnings)
+    flops = _model_flops(context.get("lowered"), mesh, module if (chips or 1) == 1 else None, g, warnings)
     if flops is None and chips:
         notes.append("Model FLOPs counted as the partitioned program's FLOPs times the chips (no program before "
                      "partitioning was read): work a plan repeats on several chips counts as model work.")
@@ -481,7 +482,8 @@ def build_report(
     return _run_rules(report, config) if rules else report
 
 
-def _model_flops(lowered: Any, mesh: MeshInfo | None, single: HloModule | None, graph: CallGraph) -> Any:
+def _model_flops(lowered: Any, mesh: MeshInfo | None, single: HloModule | None, graph: CallGraph,
+                 problems: list[str] | None = None) -> Any:
     """The model's FLOPs (`analyzer.analysis.dots.model_flops`) on the program jax handed XLA, or on `single`
     (the module of a one-device program, which is that program); None when neither is at hand (a dump)."""
     from analyzer.analysis.dots import model_flops
@@ -494,7 +496,14 @@ def _model_flops(lowered: Any, mesh: MeshInfo | None, single: HloModule | None, 
         return None
     from analyzer.hlo.parser import parse_hlo
 
-    return model_flops(parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>", lenient=True), sizes)
+    try:
+        before = parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>", lenient=True)
+    except AnalyzerError as e:  # a newer XLA's construct there costs the model FLOPs, never the analysis
+        if problems is not None:
+            problems.append(f"The program before partitioning could not be read, so model FLOPs (and MFU) count "
+                            f"the partitioned program's FLOPs instead: {e}")
+        return None
+    return model_flops(before, sizes)
 
 
 def _run_rules(report: Report, config: Any) -> Report:
