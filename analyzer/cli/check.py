@@ -80,19 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="compile every selected entry point, neither reading nor "
                    "writing the result cache (.hlo-analyzer-cache/; also `cache = false` in the config)")
     p.add_argument("--clear-cache", action="store_true", help="empty the result cache before checking")
+    from analyzer.cli.sweep import _jobs  # one reading of --jobs for both commands
+
     p.add_argument("-j", "--jobs", metavar="N", type=_jobs, default=None, help="compile up to N entry points at "
                    "once, in worker processes (default: the number of CPUs); output keeps the configured order")
     p.set_defaults(func=run)
 
-
-def _jobs(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of jobs (a whole number from 1)")
-    return n
 
 
 def _codes(text: str | None) -> list[str] | None:
