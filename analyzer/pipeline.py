@@ -451,7 +451,10 @@ def build_report(
     from analyzer.analysis.mapping import logical_names
 
     declared = logical_names(context.get("args") or ())  # Flax's logical axis names, by argument path
-    rows = [_map(c, module, g, mesh, declared) for c in raw]
+    warnings = list(warnings)
+    before = _before_partitioning(context.get("lowered"), warnings)
+    arguments = _argument_shardings(before)
+    rows = [_map(c, module, g, mesh, declared, arguments) for c in raw]
     rows, price_note = _price_all(rows, topo, model)
     if price_note:
         notes.append(price_note)
@@ -462,8 +465,7 @@ def build_report(
     from analyzer.analysis.step import predict_step
 
     chips = mesh.size if mesh is not None and mesh.size > 1 else None
-    warnings = list(warnings)
-    flops = _model_flops(context.get("lowered"), mesh, module if (chips or 1) == 1 else None, g, warnings)
+    flops = _model_flops(before, mesh, module if (chips or 1) == 1 else None, g)
     if flops is None and chips:
         notes.append("Model FLOPs counted as the partitioned program's FLOPs times the chips (no program before "
                      "partitioning was read): work a plan repeats on several chips counts as model work.")
@@ -482,28 +484,42 @@ def build_report(
     return _run_rules(report, config) if rules else report
 
 
-def _model_flops(lowered: Any, mesh: MeshInfo | None, single: HloModule | None, graph: CallGraph,
-                 problems: list[str] | None = None) -> Any:
-    """The model's FLOPs (`analyzer.analysis.dots.model_flops`) on the program jax handed XLA, or on `single`
-    (the module of a one-device program, which is that program); None when neither is at hand (a dump)."""
-    from analyzer.analysis.dots import model_flops
-
-    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
-    if single is not None:
-        return model_flops(single, sizes, graph)
+def _before_partitioning(lowered: Any, problems: list[str]) -> HloModule | None:
+    """The program jax handed XLA (`Lowered.global_hlo`), read leniently; None for a dump, or when it cannot be
+    read (a newer XLA's construct there costs what is read from it, never the analysis: `problems` says so)."""
     text = getattr(lowered, "global_hlo", "") if lowered is not None else ""
     if not text:
         return None
     from analyzer.hlo.parser import parse_hlo
 
     try:
-        before = parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>", lenient=True)
-    except AnalyzerError as e:  # a newer XLA's construct there costs the model FLOPs, never the analysis
-        if problems is not None:
-            problems.append(f"The program before partitioning could not be read, so model FLOPs (and MFU) count "
-                            f"the partitioned program's FLOPs instead: {e}")
+        return parse_hlo(text, path=f"<{lowered.name or 'module'} before partitioning>", lenient=True)
+    except AnalyzerError as e:
+        problems.append(f"The program before partitioning could not be read, so model FLOPs (and MFU) count the "
+                        f"partitioned program's FLOPs instead, and arguments' shardings come from the partitioned "
+                        f"program alone: {e}")
         return None
-    return model_flops(before, sizes)
+
+
+def _argument_shardings(before: HloModule | None) -> dict[int, str]:
+    """The `sharding=` of each entry parameter of the program before partitioning, by parameter number: jax 0.11+'s
+    partitioned program no longer carries them, and the partitioner keeps the entry's parameter numbers."""
+    if before is None:
+        return {}
+    return {i.parameter_number: raw for i in before.entry.select("parameter")
+            if (raw := i.attr("sharding")) is not None and i.parameter_number is not None}
+
+
+def _model_flops(before: HloModule | None, mesh: MeshInfo | None, single: HloModule | None,
+                 graph: CallGraph) -> Any:
+    """The model's FLOPs (`analyzer.analysis.dots.model_flops`) on the program jax handed XLA (`before`), or on
+    `single` (the module of a one-device program, which is that program); None when neither is at hand (a dump)."""
+    from analyzer.analysis.dots import model_flops
+
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
+    if single is not None:
+        return model_flops(single, sizes, graph)
+    return model_flops(before, sizes) if before is not None else None
 
 
 def _run_rules(report: Report, config: Any) -> Report:
@@ -695,10 +711,12 @@ def _squeeze_map(src: Any, dst: Any) -> list[int | None] | None:
     return out
 
 
-def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[str, ...], ...] | None:
+def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo, arguments: Mapping[int, str] | None = None
+                   ) -> tuple[tuple[str, ...], ...] | None:
     """How the operand of a collective is sharded, dimension by dimension, when it is an argument of the
-    program sliced and reshaped (a scanned layer's weight): read off the argument's `sharding=`. None when
-    the operand is computed, or the trail is not that simple."""
+    program sliced and reshaped (a scanned layer's weight): read off the argument's `sharding=` (else, as jax
+    0.11+ prints the partitioned program without it, the same parameter's in the program before partitioning,
+    `arguments`). None when the operand is computed, or the trail is not that simple."""
     from analyzer.theory.notation import Notation
 
     if c.site is not None:
@@ -708,6 +726,8 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[s
         return None
     inst, dim_map = found
     raw = inst.attr("sharding")
+    if raw is None and arguments and inst.parameter_number is not None:  # (`found` is an entry parameter)
+        raw = arguments.get(inst.parameter_number)
     if raw is None:
         return None
     try:
@@ -827,6 +847,22 @@ def _contracting(dot: Any, lhs: str) -> set[str]:
     return out
 
 
+def _gathered_for(g: CallGraph, c: Collective, md: Any) -> Any:
+    """The metadata of the dot an all-gather gathers for, when the all-gather's own is its operand's: from jax
+    0.11 on, the partitioner gives an all-gather it inserts the metadata of the value it gathers (a scanned
+    weight's `dynamic_index_in_dim` slice, whose user line is the `lax.scan`), where jax 0.10's gave that of the
+    dot that needed it. The dot is the line that made the gather: None when there is none, or the metadata is
+    the all-gather's own."""
+    inst = c.instruction
+    if not inst.operands:
+        return None
+    producer = g.producer(c.computation, inst.operands[0].name)
+    if producer is None or producer.metadata is None or producer.metadata != md:
+        return None
+    dot = _consumer_dot(g, c.computation, c.instructions[-1])
+    return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else None
+
+
 def _consumer_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Any:
     """The dot that reads `name` through same-rank data movement and further all-gathers, else None."""
     if depth > 4 or comp not in g.module.by_name:
@@ -903,7 +939,8 @@ def _trace_to_argument(g: CallGraph, c: Collective, follow: frozenset[str] = fro
 
 
 def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
-         declared: Mapping[str, tuple[str, ...]] | None = None) -> Collective:
+         declared: Mapping[str, tuple[str, ...]] | None = None, arguments: Mapping[int, str] | None = None
+         ) -> Collective:
     """Axes, notation, global shape, source line and pass of one collective.
 
     The notation's letters are the program's names for the dimensions: the logical axis names declared for
@@ -929,7 +966,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
         dims = ()
     else:
         shape, dims = tuple(c.operand_shape.dims), ()
-    base = _argument_spec(g, c, mesh) if c.kind == "all-gather" and span.regular else None
+    base = _argument_spec(g, c, mesh, arguments) if c.kind == "all-gather" and span.regular else None
     array = _argument_name(g, c)
     letters = names_of_array(array, declared) if array and declared else None
     if letters is None or len(letters) != len(shape):
@@ -949,6 +986,10 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
             extra["inherited_op_name"] = md.op_name or ""
             if producer.opcode == "parameter" or "/" not in (md.op_name or "/"):  # an argument, not an op
                 extra["op"] = f"reshard of {md.op_name or 'argument ' + str(producer.parameter_number)}"
+    if md is not None and c.site is None and c.kind == "all-gather":
+        cause = _gathered_for(g, c, md)
+        if cause is not None:
+            md = cause
     frames = source_frames(module, md.stack_frame_id if md else None, md.source_file if md else None,
                            md.source_line if md else None)
     source = frames.user

@@ -68,14 +68,11 @@ def test_strict_parse_of_the_same_text_is_a_positioned_error(hlo_file):
 def test_an_unreadable_program_before_partitioning_costs_the_model_flops_not_the_analysis():
     from types import SimpleNamespace
 
-    from analyzer.analysis.graph import CallGraph
-    from analyzer.pipeline import _model_flops
+    from analyzer.pipeline import _before_partitioning
 
-    module = parse_hlo(MODULE, lenient=True)
     lowered = SimpleNamespace(name="step", global_hlo="HloModule m\nENTRY e {\n  ROOT %p = f32[] parameter(0), "
                                                       "sharding={a_sharding_of_xla_99}\n}\n")
     problems: list[str] = []
-    mesh = SimpleNamespace(axis_names=("data",), axis_sizes=(8,))
-    assert _model_flops(lowered, mesh, None, CallGraph.build(module), problems) is None
+    assert _before_partitioning(lowered, problems) is None
     (problem,) = problems
     assert "before partitioning could not be read" in problem and "a_sharding_of_xla_99" in problem
