@@ -57,12 +57,12 @@ def test_count_from_source_target_pairs(pairs, expected):
 
 
 def test_dump_from_another_xla_version_is_read_leniently():
-    """An attribute this XLA does not know is an error for parse_hlo, but a dump is read with a note."""
+    """An attribute this XLA does not know is an error for parse_hlo, but a dump is read with a warning."""
     from analyzer.errors import HloSyntaxError
 
     text = FIXTURE.read_text().replace("channel_id=1,", "channel_id=1, frobnicate=3,", 1)
     with pytest.raises(HloSyntaxError):
         parse_hlo(text)
     report = analyze_hlo(text, mesh="data=4,model=2")
-    notes = [n for n in report.notes if n.startswith("Read with the lenient parser")]
-    assert len(notes) == 1 and "1 construct(s)" in notes[0] and "frobnicate" in notes[0]
+    warnings = [w for w in report.warnings if "does not know" in w]
+    assert len(warnings) == 1 and "1 HLO construct(s)" in warnings[0] and "frobnicate" in warnings[0]
