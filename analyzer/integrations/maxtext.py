@@ -78,7 +78,7 @@ def check_available() -> None:
     the package `maxtext` missing); cheap: nothing is imported."""
     if sys.version_info < (3, 12):
         raise AnalyzerError(f"MaxText needs Python 3.12 or later and this is Python "
-                            f"{sys.version_info.major}.{sys.version_info.minor}; in a Python 3.12+ environment, "
+                            f"{sys.version_info[0]}.{sys.version_info[1]}; in a Python 3.12+ environment, "
                             f"{MAXTEXT_EXTRA_HINT}")
     if importlib.util.find_spec("maxtext") is None:
         raise AnalyzerError(f"MaxText is not installed in this environment ({sys.executable}): "
