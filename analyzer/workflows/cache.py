@@ -171,18 +171,18 @@ class KeyContext:
     common: str
     inputs: dict[str, Any] = field(default_factory=dict)
 
-    def entry_key(self, entry: Any) -> tuple[str, dict[str, str]]:
+    def entry_key(self, entry: Any, sources: Iterable[Path]) -> tuple[str, dict[str, str]]:
         """The key of one entry point, and its project files by content ({relative path: sha256}).
 
-        An entry point whose file cannot be found without importing it gets a key from its name alone: the
-        files it imported are then checked from the record (`record_dependencies`).
+        Args:
+          entry: the `analyzer.workflows.check.EntryPoint`.
+          sources: its module and the project modules it imports (`analyzer.workflows.check.local_imports`);
+            empty for an entry point whose file cannot be found without importing it: its key is then its name,
+            and the files it imported are checked from the record (`record_dependencies`).
         """
-        from analyzer.workflows.check import local_imports
-
         files: dict[str, str] = {}
-        if entry.file is not None:
-            for path in sorted(local_imports(entry.file, self.root)):
-                files[_rel(path, self.root)] = _file_sha(path) or "missing"
+        for path in sorted(sources):
+            files[_rel(path, self.root)] = _file_sha(path) or "missing"
         key = _sha(_canonical({"common": self.common, "entry": entry.name,
                                "file": _rel(entry.file, self.root) if entry.file else None, "files": files}))
         return key, files

@@ -874,6 +874,11 @@ def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | Non
     return out
 
 
+def _sources(entry: EntryPoint, root: Path) -> set[Path]:
+    """The project files an entry point's key reads: its module and what it imports (none when unfound)."""
+    return local_imports(entry.file, root) if entry.file is not None else set()
+
+
 def _no_source(digest: str) -> None:
     return None
 
@@ -950,7 +955,7 @@ def run_check(
     served: list[tuple[EntryPoint, _Computed, str | None, dict[str, str]]] = []
     todo: list[tuple[int, EntryPoint]] = []
     for i, entry in enumerate(selected):
-        key, files = keys.entry_key(entry) if use_cache else (None, {})  # type: ignore[union-attr]
+        key, files = keys.entry_key(entry, _sources(entry, root)) if use_cache else (None, {})  # type: ignore[union-attr]
         hit = cache.lookup(key, root) if use_cache else None  # type: ignore[union-attr, arg-type]
         if hit is not None:
             diags, replayed = _replayed(hit)
@@ -1045,7 +1050,7 @@ def replay_check(table: Mapping[str, Any], *, root: Path, config_path: Path, cac
     root = root.resolve()
     served = []
     for entry in selected:
-        key, files = keys.entry_key(entry)
+        key, files = keys.entry_key(entry, _sources(entry, root))
         hit = cache.lookup(key, root)
         if hit is None:
             return None
