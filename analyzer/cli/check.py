@@ -274,7 +274,7 @@ def _refuse_inputs(args: argparse.Namespace, path: Path, root: Path, table: dict
     reads (the config, an entry point's source, the baseline, a hardware spec), and a baseline to write that
     is something else (analyzer/fileio.py)."""
     from analyzer.fileio import refuse_inputs
-    from analyzer.rules.baseline import read_baseline
+    from analyzer.rules.baseline import check_overwritable
     from analyzer.workflows.check import resolve_entry
 
     table = table or {}
@@ -296,13 +296,7 @@ def _refuse_inputs(args: argparse.Namespace, path: Path, root: Path, table: dict
         refuse_inputs(target, inputs, what="baseline")
         if args.output_file:
             refuse_inputs(args.output_file, [("baseline", target)], what="output file (-o)")
-        if target.exists():  # not a baseline (a config named by mistake): never overwritten
-            try:
-                read_baseline(target)
-            except ConfigError as e:
-                raise ConfigError(f"{e.message}; refusing to overwrite it with a baseline (name another file, or "
-                                  "delete this one if it is a damaged baseline)", path=e.path, line=e.line,
-                                  column=e.column, source_line=e.source_line) from None
+        check_overwritable(target)  # not a baseline (a config named by mistake): never overwritten
     elif baseline is not None:
         inputs.append(("baseline", baseline))
     refuse_inputs(args.output_file, inputs, what="output file (-o)")

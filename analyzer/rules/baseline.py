@@ -35,7 +35,8 @@ from analyzer.diagnostics import Diagnostic
 from analyzer.errors import ConfigError
 from analyzer.units import format_seconds
 
-__all__ = ["Baseline", "read_baseline", "write_baseline", "update_baseline", "BASELINE_VERSION"]
+__all__ = ["Baseline", "read_baseline", "write_baseline", "update_baseline", "check_overwritable",
+           "BASELINE_VERSION"]
 
 BASELINE_VERSION = 1
 DEFAULT_TOLERANCE = 0.10  # as analyzer.workflows.config.DEFAULT_BASELINE_TOLERANCE (that module imports this one)
@@ -184,13 +185,7 @@ def update_baseline(
     fresh = {e["fingerprint"] for e in new}
     with locked(p):
         old: list[dict] = []
-        if p.exists():  # a file that is not a baseline (a config named by mistake) is never overwritten
-            try:
-                read_baseline(p)
-            except ConfigError as e:
-                raise ConfigError(f"{e.message}; refusing to overwrite it with a baseline (name another file, or "
-                                  "delete this one if it is a damaged baseline)", path=e.path, line=e.line,
-                                  column=e.column, source_line=e.source_line) from None
+        if check_overwritable(p):
             old = json.loads(p.read_text(encoding="utf-8"))["findings"]
         kept = []
         for e in old:
@@ -202,6 +197,21 @@ def update_baseline(
                 continue
             kept.append(e)
         return _dump(p, kept + new), len(kept)
+
+
+def check_overwritable(path: str | Path) -> bool:
+    """Whether a baseline exists at `path`; a `ConfigError` when something else does (a config named by
+    mistake, JSON of another kind, a damaged file): that is never overwritten with a baseline."""
+    p = Path(path)
+    if not p.exists():
+        return False
+    try:
+        read_baseline(p)
+    except ConfigError as e:
+        raise ConfigError(f"{e.message}; refusing to overwrite it with a baseline (name another file, or delete "
+                          "this one if it is a damaged baseline)", path=e.path, line=e.line, column=e.column,
+                          source_line=e.source_line) from None
+    return True
 
 
 def read_baseline(path: str | Path, tolerance: float = DEFAULT_TOLERANCE) -> Baseline:
