@@ -847,19 +847,21 @@ def _contracting(dot: Any, lhs: str) -> set[str]:
     return out
 
 
+# jax primitives (the last part of an op_name) that only move or relabel the data of one value: an all-gather whose
+# metadata names one of them was inserted to gather that value, not asked for by it.
+_MOVING_PRIMITIVES = frozenset({"squeeze", "reshape", "broadcast_in_dim", "dynamic_slice", "slice", "transpose",
+                                "convert_element_type", "copy"})
+
+
 def _gathered_for(g: CallGraph, c: Collective, md: Any) -> Any:
-    """The metadata of the dot an all-gather gathers for, when the all-gather's own is its operand's: from jax
-    0.11 on, the partitioner gives an all-gather it inserts the metadata of the value it gathers (a scanned
-    weight's `dynamic_index_in_dim` slice, whose user line is the `lax.scan`), where jax 0.10's gave that of the
-    dot that needed it. The dot is the line that made the gather: None when there is none, or the metadata is
-    the all-gather's own."""
-    inst = c.instruction
-    if not inst.operands:
+    """The metadata of the dot an all-gather gathers for, when the all-gather's own is that of the value it
+    gathers: from jax 0.11 on, the partitioner gives an all-gather it inserts the metadata of its operand (a
+    scanned weight's `dynamic_index_in_dim` squeeze, whose user line is the `lax.scan`), where jax 0.10's gave that
+    of the dot that needed it. The dot is the line that made the gather: None when there is none, or the
+    all-gather's metadata names an op that computes."""
+    if not md.op_name or md.op_name.rsplit("/", 1)[-1] not in _MOVING_PRIMITIVES:
         return None
-    producer = g.producer(c.computation, inst.operands[0].name)
-    if producer is None or producer.metadata is None or producer.metadata != md:
-        return None
-    dot = _consumer_dot(g, c.computation, c.instructions[-1])
+    dot = c.dot or _consumer_dot(g, c.computation, c.instructions[-1])  # (c.dot: also a dot in a fusion)
     return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else None
 
 
@@ -986,7 +988,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
             extra["inherited_op_name"] = md.op_name or ""
             if producer.opcode == "parameter" or "/" not in (md.op_name or "/"):  # an argument, not an op
                 extra["op"] = f"reshard of {md.op_name or 'argument ' + str(producer.parameter_number)}"
-    if md is not None and c.site is None and c.kind == "all-gather":
+    if md is not None and c.kind == "all-gather":
         cause = _gathered_for(g, c, md)
         if cause is not None:
             md = cause
