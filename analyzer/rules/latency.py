@@ -16,6 +16,24 @@ from analyzer.theory.roofline import latency_threshold_bytes
 __all__ = ["latency_bound_collectives"]
 
 
+
+# The jax primitives of collectives a user writes (shard_map, pmap): an op_name ending in one of them.
+_USER_COLLECTIVES = ("psum", "pmax", "pmin", "pmean", "all_gather", "psum_scatter", "reduce_scatter", "all_to_all",
+                     "ppermute", "pbroadcast", "ragged_all_to_all")
+
+
+def user_collective(op_name: str | None) -> bool:
+    """Whether the user wrote the collective (`jax.lax.psum` and kin), not XLA (a gradient's reduction).
+
+    Example:
+        >>> user_collective("jit(f)/shard_map/psum_invariant"), user_collective("jit(f)/transpose(jvp())/dot_general")
+        (True, False)
+    """
+    from analyzer.analysis.mapping import op_label
+
+    label = op_label(op_name)
+    return any(label == p or label.startswith(p + "_") for p in _USER_COLLECTIVES)
+
 @rule(
     code="HA301",
     name="latency-bound-collectives",
@@ -32,7 +50,10 @@ def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
     Finds collectives whose per-hop chunk (the shard each device forwards) is smaller than one-way link
     bandwidth x hop latency (4.5e10 B/s x 1 us = 45 kB on TPU v5e), so they cost about `T_min` per hop
     whatever their size. Several of one kind over the same axes in one computation could travel as one;
-    a single one repeated many times per step (in a loop) is reported for information.
+    a single one repeated many times per step (in a loop) is reported for information. Reductions XLA
+    inserted (a gradient's sums, no `psum` of the user's) are information too: there is no call to combine,
+    and the compiler's combiners may merge them; the advice to write one `psum(tree)` is for collectives the
+    user wrote.
 
     ## Why is this bad?
     `T = max(T_min X / 2, V / W_ici)`: below the threshold, bytes are free and hops cost. N small
@@ -83,19 +104,25 @@ def latency_bound_collectives(ctx: RuleContext) -> Iterator[Diagnostic]:
             if step.seconds < min_saving:
                 continue
             main = max(members, key=lambda m: m.seconds)
+            written = any(user_collective(m.op_name) for m in members)
             yield ctx.diagnostic(
                 LatencyBoundGroup(members=len(members), kind=kind, axes=axes_text(axes), threshold_bytes=threshold,
                                   hardware=chip.name, seconds=current, total_bytes=total, alternative_seconds=alt,
-                                  count=count, before_combiners=ctx.report.target == "cpu"),
+                                  count=count, before_combiners=ctx.report.target == "cpu",
+                                  inserted=not written),
+                severity=None if written else Severity.INFO,
                 location=main.location(),
                 notation=main.notation or None,
                 seconds=current * count,
                 alternative=f"one {kind} over {axes_text(axes)} of {fmt_b(total)}",
                 alternative_seconds=alt * count,
                 step=step,
-                fix="combine them: reduce the whole pytree in one call (jax.lax.psum(tree, axis)) or concatenate "
-                    "the arrays before the collective; or pick a layout with fewer, larger collectives",
-                details={"members": [m.instruction for m in members], "threshold_bytes": threshold},
+                fix=("combine them: reduce the whole pytree in one call (jax.lax.psum(tree, axis)) or concatenate "
+                     "the arrays before the collective; or pick a layout with fewer, larger collectives") if written
+                else (f"no code of yours to change: XLA inserted these reductions (no psum of yours); shard fewer "
+                      f"small arrays over {axes_text(axes)} (keep biases and norm scales replicated) for fewer of them"),
+                details={"members": [m.instruction for m in members], "threshold_bytes": threshold,
+                         "inserted_by_xla": not written},
             )
         else:
             for m in members:

@@ -118,7 +118,8 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
 def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
     """## What it does
     For each mesh axis laid on a physical line of TPU chips without a wraparound link, adds up what its
-    collectives would save on a closed ring.
+    own collectives (those over that axis alone) would save on a closed ring. A collective over several
+    axes (`AllReduce_{data,model}`) is not the axis's: its time depends on every axis it spans.
 
     ## Why is this bad?
     On a ring with wraparound, data flows both ways and an AllGather takes `V / W_ici` (bidirectional).
@@ -150,8 +151,8 @@ def missing_wraparound(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         rows: list[tuple[Coll, float]] = []
         for c in facts.collectives:
-            if name not in c.axes or c.seconds <= 0:
-                continue
+            if tuple(c.axes) != (name,) or c.seconds <= 0:
+                continue  # only the axis's own collectives: one over several axes is not counted "on" it
             alt = facts.price_changed(c, wrap_axes=(name,))
             if alt < c.seconds:
                 rows.append((c, alt))

@@ -367,6 +367,7 @@ class LatencyBoundGroup(Message):
     alternative_seconds: float
     count: float
     before_combiners: bool
+    inserted: bool = False  # XLA inserted them (gradient reductions): information, no code of the user's to change
 
     template: ClassVar[str] = (
         "{members} latency-bound {kind}s over {axes} in one computation (chunks under {threshold_bytes:bytes} per "
@@ -376,8 +377,9 @@ class LatencyBoundGroup(Message):
 
     @property
     def tail(self) -> str:
-        return (" (read before XLA's combiners, which may merge independent ones on TPU and GPU)."
-                if self.before_combiners else ".")
+        who = " XLA inserted them (no psum of yours), for information." if self.inserted else ""
+        return (" (read before XLA's combiners, which may merge independent ones on TPU and GPU)." + who
+                if self.before_combiners else "." + who)
 
 
 @dataclass(frozen=True)

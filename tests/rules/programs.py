@@ -104,6 +104,16 @@ def gather_on_axis(axis: str, e: int = 2048, f: int = 8192) -> Program:
     return Program(fn, (x,), dict(mesh=m, hardware="tpu-v5e", topology="v5e:4x2@Y=x,X=y"))
 
 
+def gathers_on_one_and_two_axes(e: int = 2048, f: int = 8192) -> Program:
+    """gather_on_axis('Y') beside a gather of another array over both axes (`AllGather_{Y,X}`): only the first
+    is Y's own collective (issue 26: HA202 counted collectives over several axes as the axis's)."""
+    m = mesh((4, 2), ("Y", "X"))
+    x = arg(m, (e, f), P("Y", None))
+    y = arg(m, (e, f), P(("Y", "X"), None))
+    fn = jax.jit(lambda x, y: (x * 2, y * 2), out_shardings=(NamedSharding(m, P()), NamedSharding(m, P())))
+    return Program(fn, (x, y), dict(mesh=m, hardware="tpu-v5e", topology="v5e:4x2@Y=x,X=y"))
+
+
 # ---------------------------------------------------------------------------------------------- HA301
 def many_small_psums(big: bool, k: int = 6) -> Program:
     """k independent psums of small arrays (fires: latency-bound) or one large psum (quiet)."""

@@ -211,6 +211,15 @@ def test_missing_wraparound_pop_quiz_2(analysed):
     assert d.saving_seconds is None and d.details["wraparound_possible"] is False
 
 
+def test_missing_wraparound_counts_only_the_axis_own_collectives(analysed):
+    report = analysed("gathers_on_one_and_two_axes()")
+    assert sorted(tuple(a) for a in report.collectives["axes"]) == [("Y",), ("Y", "X")]
+    d = only(report, "HA202")
+    assert d.details["axis"] == "Y" and d.details["collectives"] == 1  # not the AllGather over Y and X
+    alone = only(analysed("gather_on_axis('Y')"), "HA202")
+    assert d.seconds == pytest.approx(alone.seconds, rel=1e-9)
+
+
 def test_wraparound_axis_is_quiet(analysed):
     """A v5e axis of 16 chips has its wraparound (16 devices: compiled in a child process)."""
     assert "HA202" not in codes(analysed("ring_of_16()"))
