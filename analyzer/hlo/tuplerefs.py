@@ -141,64 +141,80 @@ def expand(text: str, path: str | None = None) -> tuple[str, LineMap]:
     names = _Names(text)
     out: list[str] = []
     made: list[int] = []
-    shapes: dict[str, str] = {}  # this computation's names -> their shape text
+    defined: dict[str, tuple[int, int]] = {}  # this computation's names -> (line index, where its shape starts)
+    shapes: dict[str, str] = {}  # shapes read so far (and those of the made instructions)
     refs: dict[str, str] = {}  # this computation's references (`param#0`) -> the name made for them
-    for lineno, line in enumerate(lines, 1):
-        if _HEADER.match(line) and "=" not in line.split("(", 1)[0]:
+    define = _DEF.match
+
+    tuples: dict[str, list[str] | None] = {}  # element shapes of the tuples referenced so far
+
+    def elements_of(name: str) -> tuple[str | None, list[str] | None]:
+        """The shape text of `name` and, for a tuple, its elements' (each tuple split once)."""
+        if name not in shapes and name in defined:
+            k, at = defined[name]
+            found = _shape_text(lines[k], at)
+            if found is not None:
+                shapes[name] = found
+        shape = shapes.get(name)
+        if shape is not None and name not in tuples:
+            tuples[name] = _elements(shape)
+        return shape, tuples.get(name)
+
+    for k, line in enumerate(lines):
+        if line.endswith("{") and _HEADER.match(line) and "=" not in line.split("(", 1)[0]:
+            defined.clear()
             shapes.clear()
+            tuples.clear()
             refs.clear()
             out.append(line)
             continue
-        d = _DEF.match(line)
-        if d is None or "#" not in line:
-            if d is not None:
-                shape = _shape_text(line, d.end())
-                if shape is not None:
-                    shapes[d.group(1)] = shape
+        d = define(line)
+        if d is None:
             out.append(line)
             continue
-        masked = _masked(line)
-        pieces: list[str] = []
-        last = 0
-        for m in _REF.finditer(masked, d.end()):
-            pct, base, path_ = m.groups()
-            written = f"{pct}{base}{path_}"
-            name = base
-            so_far = ""
-            for index in path_[1:].split("#"):
-                so_far += "#" + index
-                key = base + so_far
-                if key in refs:
-                    name = refs[key]
-                    continue
-                shape = shapes.get(name)
-                if shape is None:
-                    raise HloSemanticError(f"`{written}` refers to `%{name}`, which is not defined before it in "
-                                           "this computation", path=path, line=lineno, column=m.start() + 1,
-                                           source_line=line)
-                elements = _elements(shape)
-                if elements is None or int(index) >= len(elements):
-                    what = (f"a tuple of {len(elements)} elements" if elements is not None
-                            else f"not a tuple (`{shape}`)")
-                    raise HloSemanticError(
-                        f"`{written}` names element {index} of `%{name}`, which is {what}; a reference "
-                        "`%name#N` names element N of a tuple-shaped value (N from 0)", path=path, line=lineno,
-                        column=m.start() + 1, source_line=line)
-                made_name = names.make(base, so_far)
-                indent = line[: len(line) - len(line.lstrip())] or "  "
-                out.append(f"{indent}%{made_name} = {elements[int(index)]} get-tuple-element(%{name}), "
-                           f"index={int(index)}")
-                made.append(len(out))
-                shapes[made_name] = elements[int(index)]
-                refs[key] = made_name
-                name = made_name
-            pieces.append(line[last:m.start()])
-            pieces.append(f"{pct}{name}")
-            last = m.end()
-        if pieces:
-            line = "".join(pieces) + line[last:]
-        shape = _shape_text(line, d.end())
-        if shape is not None:
-            shapes[d.group(1)] = shape
+        if "#" in line:
+            line = lines[k] = _expand_line(line, k + 1, d.end(), elements_of, refs, shapes, names, out, made, path)
+        defined[d.group(1)] = (k, d.end())
         out.append(line)
     return "\n".join(out), LineMap(tuple(made))
+
+
+def _expand_line(line: str, lineno: int, after: int, elements_of, refs: dict[str, str], shapes: dict[str, str],
+                 names: _Names, out: list[str], made: list[int], path: str | None) -> str:
+    """One instruction line with its references renamed; the `get-tuple-element` lines they need, not made
+    before in this computation, are appended to `out` first."""
+    pieces: list[str] = []
+    last = 0
+    for m in _REF.finditer(_masked(line), after):
+        pct, base, path_ = m.groups()
+        written = f"{pct}{base}{path_}"
+        name = base
+        so_far = ""
+        for index in path_[1:].split("#"):
+            so_far += "#" + index
+            key = base + so_far
+            if key in refs:
+                name = refs[key]
+                continue
+            shape, elements = elements_of(name)
+            if shape is None:
+                raise HloSemanticError(f"`{written}` refers to `%{name}`, which is not defined before it in "
+                                       "this computation", path=path, line=lineno, column=m.start() + 1,
+                                       source_line=line)
+            if elements is None or int(index) >= len(elements):
+                what = f"a tuple of {len(elements)} elements" if elements is not None else f"not a tuple (`{shape}`)"
+                raise HloSemanticError(
+                    f"`{written}` names element {index} of `%{name}`, which is {what}; a reference `%name#N` "
+                    "names element N of a tuple-shaped value (N from 0)", path=path, line=lineno,
+                    column=m.start() + 1, source_line=line)
+            made_name = names.make(base, so_far)
+            indent = line[: len(line) - len(line.lstrip())] or "  "
+            out.append(f"{indent}%{made_name} = {elements[int(index)]} get-tuple-element(%{name}), index={int(index)}")
+            made.append(len(out))
+            shapes[made_name] = elements[int(index)]
+            refs[key] = made_name
+            name = made_name
+        pieces.append(line[last:m.start()])
+        pieces.append(f"{pct}{name}")
+        last = m.end()
+    return "".join(pieces) + line[last:] if pieces else line
