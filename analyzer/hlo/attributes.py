@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from analyzer.hlo.ir import HloModule, Instruction
 
 __all__ = [
+    "XLA_CHANGES",
+    "xla_does",
     "Metadata",
     "DECODERS",
     "CALL_KEYS",
@@ -494,6 +496,41 @@ def parse_frontend_attributes(raw: str) -> dict[str, str]:
 
 
 _FRONTEND_ITEM = re.compile(r'\s*([A-Za-z_][\w.\-]*)=\s*("(?:[^"\\]|\\.)*"|\{.*\})\s*', re.S)
+
+
+# What XLA's parser reads differently across the jaxlib versions this tool supports, each measured with that
+# version's own parser (tests/hlo/extract_xla_corpus.py labels XLA's parser tests with every installed jaxlib;
+# tests/hlo/corpus/xla/manifest.json keeps the verdicts): change -> the first jaxlib (major, minor) that does it.
+# Strict parse follows the XLA of the jaxlib installed.
+XLA_CHANGES: Mapping[str, tuple[int, int]] = {
+    # jaxlib 0.12's XLA no longer checks that an async-update/-done continues an async chain (its operands may be
+    # any values, of any count: AsyncDoneNoAsyncStart, AsyncUpdateAndAsyncDoneNoAsyncStart), nor that a
+    # computation is wrapped by one async-start only (AsyncOpSharedComputation); 0.10's rejects all three.
+    "async_chain_unchecked": (0, 12),
+}
+
+
+def _installed_jaxlib() -> tuple[int, int] | None:
+    from importlib import metadata
+
+    try:
+        m = re.match(r"(\d+)\.(\d+)", metadata.version("jaxlib"))
+    except metadata.PackageNotFoundError:
+        return None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def xla_does(change: str) -> bool:
+    """Whether the XLA of the installed jaxlib reads text as `XLA_CHANGES[change]` says (asked only where a check
+    that the versions disagree on would fail: it reads the installed version each time, no cache). Without jaxlib,
+    the oldest supported XLA's reading (the stricter) holds.
+
+    Example:
+      >>> isinstance(xla_does("async_chain_unchecked"), bool)
+      True
+    """
+    version = _installed_jaxlib()
+    return version is not None and version >= XLA_CHANGES[change]
 
 
 # A name in an attribute value: `%add`, `add`, or `add:` (XLA's lexer reads a bare name directly followed by `:` as

@@ -82,7 +82,8 @@ def check_instruction(opcode: Any, n_operands: int, parameter: int | None, attrs
     if opcode == "tuple" and shape is not None:
         _check_tuple(opcode, n_operands, shape)
     arity = fixed_arity(opcode)
-    if arity is not None and n_operands != arity:
+    if arity is not None and n_operands != arity and not (
+            opcode in ("async-done", "async-update") and attributes.xla_does("async_chain_unchecked")):
         raise _syntax(f"`{opcode}` expects {arity} operand{'s' if arity != 1 else ''}, but has {n_operands}",
                       opcode, len(opcode))
     _check_required(str(opcode), attrs, opcode)
@@ -599,8 +600,21 @@ def _reshape(inst: Instruction) -> None:
                                **_at(inst.position))
 
 
+def _broadcast(inst: Instruction) -> None:
+    """XLA's parser fills in `dimensions={}` only for a broadcast of a scalar; of an array it needs them written
+    (measured: `f32[10,10] broadcast(f32[10] p)` without them is a syntax error there)."""
+    if len(inst.operands) != 1 or any(a.key == "dimensions" for a in inst.attributes):
+        return
+    shape = inst.operands[0].shape
+    if shape is not None and not shape.is_tuple and shape.rank:
+        raise HloSyntaxError(f"broadcast {inst.name!r} of {shape} needs `dimensions={{...}}` (which dimension of "
+                             f"{inst.shape} each operand dimension becomes); only a scalar's may be left out",
+                             **_at(inst.position))
+
+
 # Shape rules XLA's parser applies to single opcodes (measured: it rejects or aborts otherwise).
 _SHAPE_RULES: dict[str, Callable] = {
+    "broadcast": _broadcast,
     "dynamic-reshape": _dynamic_reshape, "infeed": _tuple_result, "recv": _tuple_result, "reshape": _reshape,
     "scan": lambda inst: _check_scan(inst), "send-done": _check_done_channel, "recv-done": _check_done_channel}
 
@@ -746,10 +760,12 @@ def check_module_attribute(a: Attribute) -> None:
     if a.key == "is_scheduled" and a.raw not in ("true", "false"):
         raise HloSyntaxError(f"expected is_scheduled=true or false, got {a.raw[:20]!r}", **_at(a.position))
     if a.key in ("allow_spmd_sharding_propagation_to_output", "allow_spmd_sharding_propagation_to_parameters"):
+        if a.raw.strip() in ("true", "false"):  # XLA reads one boolean too (a list of one)
+            return
         try:
             attributes.parse_bool_list(a.raw)
         except ValueError as e:
-            raise HloSyntaxError(f"bad {a.key}=: {e}", **_at(a.position)) from None
+            raise HloSyntaxError(f"bad {a.key}=: {e} (or one boolean, `true`)", **_at(a.position)) from None
         return
     if a.key == "input_output_alias":
         _check_items(a, _ALIAS_ITEM, "`{ {0}: (0, {}, may-alias), {1}: (1, {0}) }`")
@@ -978,6 +994,9 @@ def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computat
     calls = inst.attr("calls")
     calls = calls.lstrip("%") if calls is not None else None
     if phase in ("update", "done"):
+        if (len(inst.operands) != 1 or inst.operands[0].name not in chains) and \
+                attributes.xla_does("async_chain_unchecked"):
+            return  # (jaxlib >= 0.12: an update/done need not continue a chain)
         if len(inst.operands) != 1 or not _async_shape(inst.operands[0].shape):
             raise HloSemanticError(f"`{op}` {inst.name!r} needs a single operand shaped ((async-operands), "
                                    "async-outputs, state): the async-start or async-update before it", **where)
@@ -993,7 +1012,7 @@ def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computat
             wrapped = callee.root.opcode if callee is not None else "?"
             if calls is not None:
                 first = async_calls.get(calls)
-                if first is not None:
+                if first is not None and not attributes.xla_does("async_chain_unchecked"):
                     raise HloSemanticError(f"computation {calls!r} is already wrapped by async-start {first.name!r}",
                                            **where)
                 async_calls[calls] = inst
