@@ -1043,7 +1043,7 @@ def _seconds(c: Collective) -> float:
 
 
 def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: StepPrediction) -> Totals:
-    from analyzer.analysis.step import branch_sum  # each conditional counted by its costliest branch
+    from analyzer.analysis.graph import branch_sum  # each conditional counted by its costliest branch
 
     comm = branch_sum([(c.branch, _seconds(c) * c.count) for c in rows])
     by_kind: dict[str, float] = {}

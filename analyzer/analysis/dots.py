@@ -327,7 +327,7 @@ def model_flops(module: HloModule, axis_sizes: Mapping[str, int], graph: CallGra
     Example:
         f32[256,128] dot(f32[256,512], f32[512,128]) on any mesh -> total 2*256*128*512
     """
-    from analyzer.analysis.step import branch_sum  # each conditional by its costliest branch, as the totals
+    from analyzer.analysis.graph import branch_sum  # each conditional by its costliest branch, as the totals
 
     g = graph or CallGraph.build(module)
     factors = _shard_factors(g, axis_sizes)
@@ -348,7 +348,7 @@ def model_flops(module: HloModule, axis_sizes: Mapping[str, int], graph: CallGra
 
 def executed_by_op(dots: Sequence[Dot], module: HloModule, chips: int) -> dict[str, float]:
     """FLOPs per step of each op (`op_key`) on all chips of a partitioned module: its dots' FLOPs x chips."""
-    from analyzer.analysis.step import branch_sum
+    from analyzer.analysis.graph import branch_sum
 
     by_op: dict[str, list[tuple[tuple[tuple[str, int], ...], float]]] = {}
     for d in dots:

@@ -473,3 +473,18 @@ def _trip_count(module: HloModule, caller: Computation, loop: Instruction) -> Tr
         return TripCount(1, "unknown")
     n = _iterations(init, step, bound, direction)
     return TripCount(n, "condition") if n is not None else TripCount(1, "unknown")
+
+
+def branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
+    """Sum over dots, each conditional counted by its costliest branch (as the totals do)."""
+    total = 0.0
+    nested: dict[str, dict[int, list]] = {}
+    for key, v in items:
+        if not key:
+            total += v
+        else:
+            (cond, idx), rest = key[0], key[1:]
+            nested.setdefault(cond, {}).setdefault(idx, []).append((rest, v))
+    for branches in nested.values():
+        total += max(branch_sum(b) for b in branches.values())
+    return total

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.collectives import COLLECTIVE_OPCODES, KINDS
 from analyzer.analysis.dataflow import users_map
+from analyzer.analysis.graph import branch_sum
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
@@ -1013,17 +1014,3 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
         windows=windows, track_axes=dict(w.track_axes),
     )
 
-
-def branch_sum(items: list[tuple[tuple[tuple[str, int], ...], float]]) -> float:
-    """Sum over dots, each conditional counted by its costliest branch (as the totals do)."""
-    total = 0.0
-    nested: dict[str, dict[int, list]] = {}
-    for key, v in items:
-        if not key:
-            total += v
-        else:
-            (cond, idx), rest = key[0], key[1:]
-            nested.setdefault(cond, {}).setdefault(idx, []).append((rest, v))
-    for branches in nested.values():
-        total += max(branch_sum(b) for b in branches.values())
-    return total
