@@ -677,7 +677,8 @@ def _child_env(n: int) -> dict[str, str]:
     flags = re.sub(_DEVICE_COUNT_FLAG + r"=\d+", "", env.get("XLA_FLAGS", "")).strip()
     env["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={n}".strip()
     env["JAX_PLATFORMS"] = "cpu"
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder that holds `analyzer/`, not `analyzer/`
+    # itself (which would let a module of ours shadow the standard library's of the same name in the child)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     return env
 
