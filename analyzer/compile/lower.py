@@ -671,6 +671,17 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -
     }
 
 
+def _check_platforms(jax: Any, platform: str) -> None:
+    """Refuse, naming the setting, a `JAX_PLATFORMS` that leaves out the backend the target lowers for (jax itself
+    stops on an assertion that names no platform)."""
+    chosen = str(getattr(jax.config, "jax_platforms", None) or os.environ.get("JAX_PLATFORMS", "") or "")
+    names = {p.strip().lower() for p in chosen.split(",") if p.strip()}
+    if names and platform not in names and platform == "cpu":
+        raise LoweringError(f"JAX_PLATFORMS={chosen!r} leaves out the cpu backend that the cpu target compiles on "
+                            "(fake CPU devices); unset JAX_PLATFORMS or include cpu (e.g. JAX_PLATFORMS="
+                            f"'{chosen},cpu'), or choose a tpu:<gen>:<shape> target")
+
+
 def _child_env(n: int) -> dict[str, str]:
     """Environment for the child: n fake CPU devices, cpu platform only, analyzer importable."""
     env = dict(os.environ)
@@ -834,6 +845,7 @@ def lower(
     import jax
 
     parsed = parse_target(target)
+    _check_platforms(jax, parsed.platform)
     if mesh is None:
         mesh = _mesh_from_args(args)
     abstract = make_mesh(mesh)

@@ -322,3 +322,15 @@ def test_tpu_multi_slice_ahead_of_time_compile():
     assert [op for op, _ in _collectives(lowered.spmd_hlo)] == ["all-reduce"]
     assert '_xla_megascale_transfer_type="ALL_REDUCE"' in lowered.optimized_hlo
     assert not _collectives(lowered.optimized_hlo)  # nothing left on ICI: the one AllReduce went over DCN
+
+
+def test_jax_platforms_without_cpu_is_named_for_the_cpu_target():
+    """JAX_PLATFORMS=cuda made jax stop on an AssertionError that named no platform (issue 27)."""
+    from types import SimpleNamespace
+
+    from analyzer.compile.lower import _check_platforms
+
+    with pytest.raises(LoweringError, match=r"JAX_PLATFORMS='cuda' leaves out the cpu backend.*'cuda,cpu'"):
+        _check_platforms(SimpleNamespace(config=SimpleNamespace(jax_platforms="cuda")), "cpu")
+    _check_platforms(SimpleNamespace(config=SimpleNamespace(jax_platforms="cuda,cpu")), "cpu")
+    _check_platforms(SimpleNamespace(config=SimpleNamespace(jax_platforms="")), "cpu")
