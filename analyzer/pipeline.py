@@ -855,11 +855,14 @@ _MOVING_PRIMITIVES = frozenset({"squeeze", "reshape", "broadcast_in_dim", "dynam
 
 def _gathered_for(g: CallGraph, c: Collective, md: Any) -> Any:
     """The metadata of the dot an all-gather gathers for, when the all-gather's own is that of the value it
-    gathers: from jax 0.11 on, the partitioner gives an all-gather it inserts the metadata of its operand (a
-    scanned weight's `dynamic_index_in_dim` squeeze, whose user line is the `lax.scan`), where jax 0.10's gave that
-    of the dot that needed it. The dot is the line that made the gather: None when there is none, or the
-    all-gather's metadata names an op that computes."""
-    if not md.op_name or md.op_name.rsplit("/", 1)[-1] not in _MOVING_PRIMITIVES:
+    gathers: from jax 0.11 on, the partitioner gives an all-gather it inserts (marked
+    `frontend_attributes={is_spmd_generated="true"}`) the metadata of its operand (a scanned weight's
+    `dynamic_index_in_dim` squeeze, whose user line is the `lax.scan`; an activation's norm or sharding
+    constraint), where jax 0.10's gave that of the dot that needed it; the TPU compiler keeps the operand's
+    metadata and not always the mark. The dot is the line that made the gather: None when there is none, or the
+    all-gather is neither marked nor named after an op that only moves data."""
+    marked = 'is_spmd_generated="true"' in (c.instruction.attr("frontend_attributes") or "")
+    if not md.op_name or not (marked or md.op_name.rsplit("/", 1)[-1] in _MOVING_PRIMITIVES):
         return None
     dot = c.dot or _consumer_dot(g, c.computation, c.instructions[-1])  # (c.dot: also a dot in a fusion)
     return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else None

@@ -76,3 +76,27 @@ def test_an_unreadable_program_before_partitioning_costs_the_model_flops_not_the
     assert _before_partitioning(lowered, problems) is None
     (problem,) = problems
     assert "before partitioning could not be read" in problem and "a_sharding_of_xla_99" in problem
+
+
+GATHER_012 = """HloModule m, num_partitions=4
+
+ENTRY %e (w: f32[64,128], x: f32[8,256]) -> f32[8,128] {
+  %w = f32[64,128]{1,0} parameter(0), sharding={devices=[4,1]<=[4]}
+  %x = f32[8,256]{1,0} parameter(1), sharding={replicated}
+  %s = f32[64,128]{1,0} reshape(%w), metadata={op_name="jit(f)/squeeze" source_file="model.py" source_line=10}
+  %ag = f32[256,128]{1,0} all-gather(%s), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true, frontend_attributes={is_spmd_generated="true"}, metadata={op_name="jit(f)/%s" source_file="model.py" source_line=10}
+  ROOT %d = f32[8,128]{1,0} dot(%x, %ag), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/bd,df->bf/dot_general" source_file="model.py" source_line=20}
+}
+"""
+
+
+@pytest.mark.parametrize("op", ["squeeze", "add_any"])
+def test_a_gather_the_partitioner_inserted_points_at_the_dot_it_gathers_for(op):
+    """jax 0.11+ gives such an all-gather its operand's metadata (a scanned weight's squeeze: the lax.scan line;
+    a gradient's add_any), marked is_spmd_generated; jax 0.10 gave it the dot's. Both read as the dot's line."""
+    r = analyze_hlo(GATHER_012.replace("%s\" source_file", f"{op}\" source_file"), mesh="x=4")
+    (row,) = r.collectives.itertuples()
+    assert row.kind == "all-gather" and row.source == "model.py:20"
+    unmarked = GATHER_012.replace(', frontend_attributes={is_spmd_generated="true"}', "")
+    (row,) = analyze_hlo(unmarked.replace("%s\" source_file", "add_any\" source_file"), mesh="x=4").collectives.itertuples()
+    assert row.source == "model.py:10"  # (an op that computes, not marked: its own line stands)
