@@ -162,6 +162,25 @@ def analyze_lowered(
                         memory=lowered.memory, name=lowered.name, context=context, config=config, model=model)
 
 
+def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target: str,
+            notes: list[str]) -> Mapping[str, int] | None:
+    """The per-device memory the report states: libtpu's own analysis on a TPU target; on the cpu target for a
+    TPU, the estimate of the TPU's memory (`analyzer.analysis.tpumemory`), the CPU compiler's temporaries kept
+    beside it as `cpu_compiler_temp_bytes`; otherwise what the compiler said."""
+    if target != "cpu" or getattr(hw, "kind", "") != "tpu" or memory is None:
+        return memory
+    from analyzer.analysis.tpumemory import estimate_tpu_memory
+
+    estimate = estimate_tpu_memory(module)
+    if estimate is None:
+        return memory
+    cpu = memory.get("cpu_compiler_temp_bytes", memory.get("temp_bytes"))
+    notes.append("Memory per device: an estimate of the TPU's (its layouts' padding, the TPU compiler's fusion, "
+                 "buffers live over the program's order), not the CPU compiler's buffer assignment "
+                 "(cpu_compiler_temp_bytes); generated code not counted.")
+    return {**estimate.as_memory(), **({"cpu_compiler_temp_bytes": int(cpu)} if cpu is not None else {})}
+
+
 def _per_slice_program(lowered: Any) -> int | None:
     """The partitions of the final HLO when libtpu compiled a multi-slice target into the program of one
     slice (fewer partitions than the mesh has devices), else None."""
@@ -474,6 +493,7 @@ def build_report(
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, hw, flops, step.chips)
     warnings = (*warnings, *_lenient_warnings(module))  # (after the analysis: what it read of a lazy parse counts)
+    memory = _memory(module, memory, hw, target, notes)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
                                collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, **context)
     report = Report(

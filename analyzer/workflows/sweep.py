@@ -5,9 +5,10 @@ Data first (`SweepEntry`, `SweepResult`, `rank_entries`: pure, cheap to import, 
 then `run_sweep`, which compiles candidates in worker processes (spawned, each with enough fake CPU devices
 set before jax loads there; one per core while memory allows).
 
-Memory fit: per-device bytes are arguments + outputs + temporaries - aliased buffers from XLA's
-`memory_analysis()` of the compile, against the hardware's HBM per chip. For the cpu target that is the CPU
-compiler's buffer assignment, a close but not exact stand-in for the accelerator's.
+Memory fit: per-device bytes are arguments + outputs + temporaries - aliased buffers (+ generated code), the
+report's memory (`analyzer.rules.memory.per_device_bytes`, the formula HA401 uses), against the hardware's HBM
+per chip: libtpu's own memory analysis on a TPU target; on the cpu target for a TPU, the estimate of the TPU's
+memory (`analyzer.analysis.tpumemory`), not the CPU compiler's buffer assignment.
 
 How a step time is predicted: `step_seconds` is the step model's (analyzer.analysis.step, docs/step.md): every
 instruction timed, collectives overlapped with compute where the schedule or the overlap model lets them, the
@@ -327,12 +328,12 @@ def memory_per_device(memory: Mapping[str, int] | None) -> int | None:
       >>> memory_per_device({"argument_bytes": 10, "output_bytes": 10, "temp_bytes": 5, "alias_bytes": 10})
       15
     """
-    if not memory:
+    from analyzer.rules.memory import per_device_bytes  # the one formula HA401 and the fit check use
+
+    if not memory or not any(k in memory for k in ("argument_bytes", "output_bytes", "temp_bytes", "total_bytes")):
         return None
-    keys = ("argument_bytes", "output_bytes", "temp_bytes")
-    if not any(k in memory for k in keys):
-        return None
-    return int(sum(int(memory.get(k, 0)) for k in keys) - int(memory.get("alias_bytes", 0)))
+    used = per_device_bytes(memory)
+    return None if used is None else int(used)
 
 
 def analyze_config(config: ReportConfig, *, hardware: str | None = None, topology: str | None = None) -> Report:

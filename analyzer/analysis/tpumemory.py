@@ -1,0 +1,339 @@
+"""An estimate of a TPU's per-device memory from the partitioned program (issue 25 item 4).
+
+The cpu target's `compiled.memory_analysis()` is the CPU compiler's buffer assignment: no TPU layouts, another
+fusion and scheduling, bf16 arithmetic promoted to f32. On MaxText-like runs it claimed 23.5-26.6 GiB per chip
+for runs that fit in 16 GB of v5e HBM. This module estimates what libtpu's memory analysis would say, from the
+HLO right after SPMD partitioning (per-device shapes, the program's order), in the same parts:
+
+- **sizes as the TPU lays arrays out**: an array of rank >= 2 is stored in tiles of 8 x 128 elements over its
+  two minor dimensions (`{...:T(8,128)}`; bf16 and 8-bit types keep 8 x 128 tiles, packed inside), so the
+  minor dimension is padded to a multiple of 128 and the second-minor to a multiple of 8; layout assignment
+  picks whichever of the last two dimensions wastes less as the minor one (libtpu gave `bf16[4,1024,32]` the
+  layout `{1,2,0}`). A rank-1 array is padded to 128 elements, a scalar takes one 128-element tile row
+  (`s32[]{:T(128)}`).
+- **arguments and outputs**: the entry's parameters, the entry root's leaves; donated outputs
+  (`input_output_alias`) are the aliased bytes.
+- **temporaries: liveness over the program's order**. The instructions run in the order printed (a
+  topological order, which is what the partitioned module has before scheduling). Element-wise ops, layout
+  changes, broadcasts, iotas, slices and tuples are fused into their consumers as the TPU compiler fuses them:
+  they hold no buffer, and the buffers they read stay live until the consumer that reads through them. Every
+  other instruction (dots, convolutions, reductions, collectives, gathers, scatters, custom calls, sorts,
+  loops) makes one buffer, live from its instruction to its last reader. An instruction whose output has the
+  shape of an operand that dies there writes in place (loop state, dynamic-update-slice, element-wise
+  updates). A loop, call or conditional adds its body's own peak while it runs (its parameters are the
+  caller's buffers, counted there). The peak of the entry's live buffers is the temporaries.
+- **flash attention and remat as the TPU compiles them**: both are visible in the partitioned program: remat
+  is recomputation jax already wrote into the backward pass (checkpointed residuals are the only buffers the
+  forward loop stacks), and a blockwise (flash) attention keeps per-block scores inside its loop's body, so
+  no S x S buffer exists outside it.
+- **generated code**: not estimated (libtpu's figure for it is the size of the compiled TPU program); 0 here.
+
+Measured against libtpu's own analysis (the TPU target, ahead of time): see docs/step.md "Memory" and
+`benchmarks/tpu_memory.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.analysis.dataflow import ELEMENTWISE, TRANSPARENT
+
+__all__ = ["TpuMemory", "estimate_tpu_memory", "tpu_bytes"]
+
+# Instructions the TPU compiler fuses into their consumers: no buffer of their own (their operands' buffers
+# stay live until the consumer reads through them).
+_FUSED = ELEMENTWISE | TRANSPARENT | frozenset({
+    "broadcast", "iota", "constant", "slice", "pad", "concatenate", "reverse", "reduce-precision", "tuple",
+    "get-tuple-element", "after-all", "add-dependency", "domain", "partition-id", "replica-id", "opt-barrier",
+    "optimization-barrier", "dynamic-slice",
+})
+# Instructions whose callees run while they do (their peak adds to the caller's live buffers).
+_CALLERS = frozenset({"while", "call", "conditional", "async-start"})
+# Instructions that may write their result over an operand's buffer of the same size that dies there.
+_IN_PLACE = frozenset({"while", "dynamic-update-slice", "scatter", "all-reduce", "collective-permute", "select-and-scatter"})
+_TILE_MINOR, _TILE_SECOND = 128, 8
+_BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "f8e4m3fn": 8, "f8e5m2": 8,
+         "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8, "f8e5m2fnuz": 8, "f8e4m3": 8, "f8e3m4": 8, "f4e2m1fn": 4,
+         "s16": 16, "u16": 16, "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64,
+         "f64": 64, "c64": 64, "c128": 128}
+
+
+def _round(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def tpu_bytes(shape: Any) -> int:
+    """Bytes of a shape as the TPU lays it out (tiles of 8 x 128 elements over the two minor dimensions; tuples:
+    the sum of their leaves; tokens 0).
+
+    Example:
+        >>> from analyzer.hlo.shapes import decode_shape
+        >>> tpu_bytes(decode_shape("bf16[4,32,8,32]")), tpu_bytes(decode_shape("bf16[4,1024,32]"))
+        (262144, 262144)
+    """
+    if shape.is_tuple or shape.is_buffer:
+        return sum(tpu_bytes(s) for s in shape.tuple_shapes)
+    if shape.is_token:
+        return 0
+    bits = _BITS.get(shape.element_type, 32)
+    dims = shape.dims
+    if not dims:
+        return (_TILE_MINOR * max(bits, 32)) // 8
+    if len(dims) == 1:
+        return (_round(dims[0], _TILE_MINOR * max(1, 32 // bits)) * bits + 7) // 8
+    total = 1
+    for d in dims:
+        total *= d
+    best = None
+    for i, a in enumerate(dims):  # the minor dimension
+        for j, b in enumerate(dims):  # the second-minor
+            if i == j or a == 0 or b == 0:
+                continue
+            size = total // (a * b) * _round(a, _TILE_MINOR) * _round(b, _TILE_SECOND)
+            best = size if best is None else min(best, size)
+    return ((best if best is not None else 0) * bits + 7) // 8
+
+
+@dataclass(frozen=True)
+class TpuMemory:
+    """Per-device bytes of the estimate, in `compiled.memory_analysis()`'s parts (`as_memory()` gives them under
+    the report's keys)."""
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
+
+    def as_memory(self) -> dict[str, int]:
+        return {"argument_bytes": self.argument_bytes, "output_bytes": self.output_bytes,
+                "temp_bytes": self.temp_bytes, "alias_bytes": self.alias_bytes, "generated_code_bytes": 0}
+
+
+def _aliased_outputs(module: Any) -> set[int]:
+    """The entry output indices donated to a parameter (`input_output_alias={ {0}: (0, {}, may-alias), ... }`)."""
+    import re
+
+    text = str(module.attributes.get("input_output_alias", "")) if module.attributes else ""
+    # `{}` is the whole (non-tuple) output, index 0 here
+    return {int(m.group(1) or 0) for m in re.finditer(r"\{\s*(\d*)[^}]*\}\s*:", text)}
+
+
+class _Peaks:
+    """Peak live bytes of each computation (its own buffers; parameters are the caller's), memoised per call."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.by_name = module.by_name
+        self.memo: dict[str, int] = {}
+
+    def callee_peak(self, inst: Any) -> int:
+        names = [n for n in inst.called_computations if n in self.by_name]
+        if not names:
+            return 0
+        if inst.opcode == "while":  # body and condition run in turn
+            return max(self.peak(n) for n in names)
+        if inst.opcode == "conditional":
+            return max(self.peak(n) for n in names)
+        return sum(self.peak(n) for n in names) if inst.opcode != "fusion" else 0
+
+    def _sunk(self, comp: Any, loop: Any, sources: Mapping[str, frozenset[str]]) -> int:
+        """Bytes of a loop's state the compiler sinks into the body (XLA's while-loop constant sinking): elements
+        the body passes on unchanged whose initial value is made of no buffer (a broadcast constant or iota,
+        such as a causal mask)."""
+        init = comp.by_name.get(loop.operand_names[0]) if loop.operand_names else None
+        body = self.by_name.get(loop.attr("body") or "") or next(
+            (self.by_name[n] for n in loop.called_computations if n in self.by_name
+             and self.by_name[n].root.shape.is_tuple), None)
+        if init is None or init.opcode != "tuple" or body is None or body.root.opcode != "tuple":
+            return 0
+        by = body.by_name
+        sunk = 0
+        for k, (start, out) in enumerate(zip(init.operand_names, body.root.operand_names)):
+            passed = by.get(out)
+            if passed is None or passed.opcode != "get-tuple-element" or passed.attr("index") != str(k):
+                continue
+            src = by.get(passed.operand_names[0]) if passed.operand_names else None
+            if src is None or src.opcode != "parameter" or sources.get(start) or \
+                    comp.by_name.get(start) is None or comp.by_name[start].opcode == "parameter":
+                continue
+            if _from_parameter(comp, start):
+                continue
+            sunk += tpu_bytes(comp.by_name[start].shape)
+        return sunk
+
+    def peak(self, name: str, exclude: frozenset[str] = frozenset()) -> int:
+        if name in self.memo and not exclude:
+            return self.memo[name]
+        self.memo.setdefault(name, 0)  # a recursive call graph (not valid HLO) costs nothing
+        comp = self.by_name[name]
+        insts = comp.instructions
+        index = {inst.name: i for i, inst in enumerate(insts)}
+        # The buffers each value reads through (a fused value: the buffers of its operands).
+        sources: dict[str, frozenset[str]] = {}
+        sizes: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, inst in enumerate(insts):
+            ops = [o for o in inst.operand_names if o in index]
+            if inst.opcode == "parameter":
+                sources[inst.name] = frozenset()
+                continue
+            if inst.opcode in _FUSED:
+                src: frozenset[str] = frozenset()
+                for o in ops:
+                    src |= sources.get(o, frozenset())
+                sources[inst.name] = src
+                continue
+            sources[inst.name] = frozenset({inst.name})
+            sizes[inst.name] = 0 if inst.name in exclude else tpu_bytes(inst.shape)
+            if inst.opcode in ("dynamic-update-slice", "scatter") and ops and not sources.get(ops[0]):
+                sizes[inst.name] = 0  # written in place into a parameter's buffer (a loop's stacked state)
+            if inst.opcode == "while" and inst.name not in exclude:
+                sizes[inst.name] -= self._sunk(comp, inst, sources)
+            for o in ops:
+                for s in sources.get(o, ()):
+                    last[s] = i
+        root = comp.root.name if insts else ""
+        for s in sources.get(root, ()):
+            last[s] = len(insts)  # the computation's result is live at its end
+        live = 0
+        peak = 0
+        dying: dict[int, list[str]] = {}
+        for s, i in last.items():
+            dying.setdefault(i, []).append(s)
+        for i, inst in enumerate(insts):
+            if inst.name not in sizes:
+                continue
+            own = sizes[inst.name]
+            freed = [s for s in dying.get(i, ()) if s != inst.name]
+            extra = self.callee_peak(inst) if inst.opcode in _CALLERS or inst.called_computations else 0
+            reuse = 0
+            if inst.opcode in _IN_PLACE:
+                same = [sizes[s] for s in freed if sizes[s] == own]
+                reuse = same[0] if same else (sum(sizes[s] for s in freed) if inst.opcode == "while" else 0)
+                reuse = min(reuse, own)
+            peak = max(peak, live + own - reuse + extra)
+            live += own
+            if inst.name not in last:  # never read: dies at once
+                live -= own
+            live -= sum(sizes[s] for s in freed)
+        if not exclude:
+            self.memo[name] = peak
+        return peak
+
+
+def estimate_tpu_memory(module: Any) -> TpuMemory | None:
+    """The per-device memory a TPU would need for a partitioned module (see the module doc), or None when the
+    module has no entry computation.
+
+    Example:
+        >>> from analyzer.hlo.parser import parse_hlo
+        >>> m = parse_hlo('''HloModule m
+        ... ENTRY e {
+        ...   a = f32[256,256] parameter(0)
+        ...   b = f32[256,256] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+        ...   c = f32[256,256] dot(b, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+        ...   ROOT d = f32[256,256] add(c, c)
+        ... }''')
+        >>> estimate_tpu_memory(m)       # b is the one temporary; c, read by the fused root, is the output
+        TpuMemory(argument_bytes=262144, output_bytes=262144, alias_bytes=0, temp_bytes=262144)
+    """
+    if module is None or not module.computations:
+        return None
+    entry = module.entry
+    params = [i for i in entry.instructions if i.opcode == "parameter"]
+    arguments = sum(tpu_bytes(p.shape) for p in params)
+    root = entry.root
+    leaves = list(root.shape.tuple_shapes) if root.shape.is_tuple else [root.shape]
+    outputs = sum(tpu_bytes(s) for s in leaves)
+    aliased = _aliased_outputs(module)
+    alias = sum(tpu_bytes(s) for k, s in enumerate(leaves) if k in aliased)
+    # The entry's outputs are counted as outputs: the buffers the root reads (through fused ops) are left out
+    # of the temporaries.
+    out_names = _root_sources(entry)
+    temps = _Peaks(module).peak(entry.name, exclude=frozenset(out_names))
+    return TpuMemory(argument_bytes=arguments, output_bytes=outputs, alias_bytes=alias, temp_bytes=temps)
+
+
+def _root_sources(comp: Any) -> set[str]:
+    """The instructions whose buffers the computation's root is made of (through tuples and fused ops)."""
+    by = comp.by_name
+    out: set[str] = set()
+    todo = [comp.root.name]
+    seen: set[str] = set()
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in by:
+            continue
+        seen.add(n)
+        inst = by[n]
+        if inst.opcode in _FUSED:
+            todo.extend(inst.operand_names)
+        elif inst.opcode != "parameter":
+            out.add(n)
+    # An output written in place over an operand's buffer (an all-reduce of a dot's partial sums, a loop's
+    # state) makes that buffer the output too, when the output is its only reader.
+    readers: dict[str, set[str]] = {}
+    for inst in comp.instructions:
+        if inst.opcode in _FUSED or inst.opcode == "parameter":
+            continue
+        for src in _sources_of(comp, inst.operand_names):
+            readers.setdefault(src, set()).add(inst.name)
+    todo = list(out)
+    while todo:
+        inst = by[todo.pop()]
+        if inst.opcode not in _IN_PLACE:
+            continue
+        for src in _sources_of(comp, inst.operand_names):
+            if src not in out and readers.get(src) == {inst.name} and \
+                    tpu_bytes(by[src].shape) == tpu_bytes(inst.shape):
+                out.add(src)
+                todo.append(src)
+    return out
+
+
+def _from_parameter(comp: Any, name: str) -> bool:
+    """Whether a value reads a parameter of its computation (through fused ops)."""
+    by = comp.by_name
+    todo, seen = [name], set()
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in by:
+            continue
+        seen.add(n)
+        inst = by[n]
+        if inst.opcode == "parameter":
+            return True
+        if inst.opcode in _FUSED:
+            todo.extend(inst.operand_names)
+    return False
+
+
+def _sources_of(comp: Any, names: Any) -> set[str]:
+    """The buffer-making instructions that `names` read through fused ops."""
+    by = comp.by_name
+    out: set[str] = set()
+    todo = list(names)
+    seen: set[str] = set()
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in by:
+            continue
+        seen.add(n)
+        inst = by[n]
+        if inst.opcode in _FUSED:
+            todo.extend(inst.operand_names)
+        elif inst.opcode != "parameter":
+            out.add(n)
+    return out
+
+
+def memory_of(module: Any) -> Mapping[str, int] | None:
+    """`estimate_tpu_memory(module).as_memory()`, or None."""
+    est = estimate_tpu_memory(module)
+    return None if est is None else est.as_memory()

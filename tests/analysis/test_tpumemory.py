@@ -1,0 +1,92 @@
+"""The TPU-memory estimate of the cpu target (issue 25 item 4): layouts, liveness, loops, outputs."""
+
+from __future__ import annotations
+
+from analyzer.analysis.tpumemory import estimate_tpu_memory, tpu_bytes
+from analyzer.hlo.parser import parse_hlo
+from analyzer.hlo.shapes import decode_shape
+
+
+def test_tiles_pad_the_two_minor_dimensions_choosing_the_cheaper_layout():
+    assert tpu_bytes(decode_shape("bf16[4,32,8,32]")) == 4 * 32 * 8 * 128 * 2  # 32 lanes -> 128
+    assert tpu_bytes(decode_shape("bf16[4,1024,32]")) == 4 * 1024 * 32 * 2  # libtpu's {1,2,0}: no padding
+    assert tpu_bytes(decode_shape("f32[]")) == 512
+    assert tpu_bytes(decode_shape("(f32[128,128], token[])")) == 128 * 128 * 4
+
+
+def test_fused_elementwise_ops_make_no_buffer_and_dead_buffers_are_freed():
+    m = parse_hlo("""HloModule m
+ENTRY e {
+  a = f32[256,256] parameter(0)
+  b = f32[256,256] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[256,256] exponential(b)
+  c = f32[256,256] dot(e, e), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  d = f32[256,256] dot(c, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = f32[256,256] add(d, d)
+}""")
+    est = estimate_tpu_memory(m)
+    # b and c are temporaries, never live together with e (fused into c's dot); d is the output
+    assert est.temp_bytes == 2 * 256 * 256 * 4
+    assert est.argument_bytes == est.output_bytes == 256 * 256 * 4
+
+
+def test_an_all_reduce_of_the_output_reuses_its_operand_and_aliases_count():
+    m = parse_hlo("""HloModule m, input_output_alias={ {}: (0, {}, may-alias) }
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY e {
+  a = f32[512,256] parameter(0)
+  b = f32[256,256] parameter(1)
+  c = f32[512,256] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = f32[512,256] all-reduce(c), replica_groups={{0,1}}, to_apply=add
+}""")
+    est = estimate_tpu_memory(m)
+    assert est.temp_bytes == 0  # the dot writes into the output buffer the all-reduce reduces in place
+    assert est.alias_bytes == 512 * 256 * 4
+
+
+def test_a_loop_counts_its_state_once_and_sinks_invariant_constants():
+    m = parse_hlo("""HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+cond {
+  p = (s32[], f32[8,128,128], f32[128,128]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(8)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[8,128,128], f32[128,128]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  stack = f32[8,128,128] get-tuple-element(p), index=1
+  mask = f32[128,128] get-tuple-element(p), index=2
+  h = f32[128,128] dot(mask, mask), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h3 = f32[1,128,128] reshape(h)
+  z = s32[] constant(0)
+  upd = f32[8,128,128] dynamic-update-slice(stack, h3, i, z, z)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[8,128,128], f32[128,128]) tuple(j, upd, mask)
+}
+ENTRY e {
+  zero = s32[] constant(0)
+  f = f32[] constant(0)
+  init = f32[8,128,128] broadcast(f), dimensions={}
+  one = f32[] constant(1)
+  mask = f32[128,128] broadcast(one), dimensions={}
+  t = (s32[], f32[8,128,128], f32[128,128]) tuple(zero, init, mask)
+  w = (s32[], f32[8,128,128], f32[128,128]) while(t), condition=cond, body=body
+  s = f32[8,128,128] get-tuple-element(w), index=1
+  ROOT r = f32[128,128] reduce(s, f), dimensions={0}, to_apply=add
+}
+""")
+    est = estimate_tpu_memory(m)
+    # the stacked state (8 x 64 KiB) and the counter's tile; the body's one 64 KiB dot while it runs; the
+    # invariant broadcast mask is sunk into the body; the stack is updated in place
+    assert est.temp_bytes == 8 * 128 * 128 * 4 + 512 + 128 * 128 * 4
