@@ -263,19 +263,7 @@ def estimate_tpu_memory(module: Any) -> TpuMemory | None:
 def _root_sources(comp: Any) -> set[str]:
     """The instructions whose buffers the computation's root is made of (through tuples and fused ops)."""
     by = comp.by_name
-    out: set[str] = set()
-    todo = [comp.root.name]
-    seen: set[str] = set()
-    while todo:
-        n = todo.pop()
-        if n in seen or n not in by:
-            continue
-        seen.add(n)
-        inst = by[n]
-        if inst.opcode in _FUSED:
-            todo.extend(inst.operand_names)
-        elif inst.opcode != "parameter":
-            out.add(n)
+    out = _sources_of(comp, [comp.root.name])
     # An output written in place over an operand's buffer (an all-reduce of a dot's partial sums, a loop's
     # state) makes that buffer the output too, when the output is its only reader.
     readers: dict[str, set[str]] = {}
