@@ -430,6 +430,19 @@ def _next_is(r: _Reader, op: str) -> bool:
     return rest[:1] == op
 
 
+def _listed(r: _Reader, item, close: str, what: str) -> None:
+    """After an opening bracket: `item()` for each comma-separated entry (none for an empty list), then `close`."""
+    if _next_is(r, close):
+        r.next()
+        return
+    while True:
+        item()
+        if r.peek() != ("op", ","):
+            r.expect(close, f"',' or '{close}' to close {what}")
+            return
+        r.next()
+
+
 _NAMED_KINDS = ("replicated", "manual", "unreduced")  # what may stand instead of the dims' axes
 
 
@@ -444,25 +457,20 @@ def _read_named(r: _Reader, build: bool) -> HloSharding | None:
     r.next()  # `mesh`
     r.expect("[")
     axes: dict[str, int] = {}
-    if not _next_is(r, "]"):
-        while True:
-            m = _MESH_AXIS.match(r.text, r.pos)
-            if m is None:
-                raise r.error("expected a mesh axis like 'X'=4 in the sharding's mesh")
-            name, size = m.group(1), int(m.group(2))
-            if name in axes:
-                raise r.error(f"mesh axis {name!r} is declared twice", m.start(1) - 1)
-            if size <= 0:
-                raise r.error(f"mesh axis {name!r} has size {size}; sizes are positive", m.start(2))
-            axes[name] = size
-            r.pos = m.end()
-            if r.peek() == ("op", ","):
-                r.next()
-                continue
-            r.expect("]", "',' or ']' to close the mesh")
-            break
-    else:
-        r.next()
+
+    def mesh_axis() -> None:
+        m = _MESH_AXIS.match(r.text, r.pos)
+        if m is None:
+            raise r.error("expected a mesh axis like 'X'=4 in the sharding's mesh")
+        name, size = m.group(1), int(m.group(2))
+        if name in axes:
+            raise r.error(f"mesh axis {name!r} is declared twice", m.start(1) - 1)
+        if size <= 0:
+            raise r.error(f"mesh axis {name!r} has size {size}; sizes are positive", m.start(2))
+        axes[name] = size
+        r.pos = m.end()
+
+    _listed(r, mesh_axis, "]", "the mesh")
     r.expect(",", "',' then the dims' axes `[{...}, ...]`")
     devices: tuple[int, ...] | None = None
     if r.peek() == ("word", "device_ids"):
@@ -483,16 +491,8 @@ def _read_named(r: _Reader, build: bool) -> HloSharding | None:
         dims = None
     else:
         r.expect("[", f"'[' to open the dims' axes, or one of {', '.join(_NAMED_KINDS)}")
-        if not _next_is(r, "]"):
-            while True:
-                dims.append(_axis_refs(r, f"dim {len(dims)}'s axes", open_dim=True))
-                if r.peek() == ("op", ","):
-                    r.next()
-                    continue
-                r.expect("]", "',' or ']' to close the dims' axes")
-                break
-        else:
-            r.next()
+        _listed(r, lambda: dims.append(_axis_refs(r, f"dim {len(dims)}'s axes", open_dim=True)), "]",
+                "the dims' axes")
     groups: dict[str, list[tuple[str, int, int | None, int | None]]] = {}
     metadata = ""
     while r.peek() == ("op", ","):
