@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from analyzer.render._escape import printable
 from analyzer.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def _notation(c: Change) -> str:
 
 def render_text(diff: Diff, *, threshold: Threshold | None = None) -> str:
     """The diff for people: per program, a summary line then one line per added/removed/changed collective.
+    Control characters of names, notations and source paths are shown as escapes (`printable`).
 
     Args:
       diff: the `Diff`.
@@ -73,7 +75,7 @@ def render_text(diff: Diff, *, threshold: Threshold | None = None) -> str:
         out.append(f"{name}: only in {diff.old_label}")
     for name in diff.only_new:
         out.append(f"{name}: only in {diff.new_label}")
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out)) + "\n"
 
 
 def _change(c: Change) -> dict[str, Any]:

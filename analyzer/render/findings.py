@@ -16,6 +16,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Diagnostic
+from analyzer.render._escape import printable
 from analyzer.units import format_seconds
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ CHECK_SCHEMA_VERSION = "1"
 
 
 def line(d: Diagnostic) -> str:
-    """One finding as `file:line: CODE name [severity] message`, then its fix and saving, indented.
+    """One finding as `file:line: CODE name [severity] message`, then its fix and saving, indented; control
+    characters of file names and messages shown as escapes (`printable`), as the terminal report shows them.
 
     Example:
         >>> line(Diagnostic("HA901", "comm-budget", "12 ms/step over the 10 ms budget"))
@@ -42,7 +44,7 @@ def line(d: Diagnostic) -> str:
         extra.append(f"saves {format_seconds(d.saving_seconds)}/step")
     if extra:
         out += "\n    " + "; ".join(extra)
-    return out
+    return printable(out)
 
 
 def _plural(n: int, word: str) -> str:
@@ -57,7 +59,7 @@ def render_text(result: CheckResult, *, show_baselined: bool = False) -> str:
       show_baselined: also list the findings the baseline tolerates.
 
     Returns:
-      newline-terminated text.
+      newline-terminated text, control characters of file names and messages shown as escapes.
     """
     out: list[str] = []
     for outcome in result.outcomes:
@@ -91,7 +93,7 @@ def render_text(result: CheckResult, *, show_baselined: bool = False) -> str:
         summary.append(f"predicted saving {format_seconds(saving)}/step")
     out += [f"note: {n}" for n in result.notes]
     out.append("hlo-analyzer: " + ", ".join(summary) + ".")
-    return "\n".join(out) + "\n"
+    return printable("\n".join(out)) + "\n"
 
 
 def _under(path: Any, root: Any) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from analyzer.render._common import (
     sorted_diagnostics,
     what_to_do,
 )
+from analyzer.render._escape import printable
 from analyzer.units import format_seconds
 
 if TYPE_CHECKING:
@@ -61,21 +61,6 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 # Columns of output that is not a terminal (a pipe, a CI log): wide enough for the collectives table.
 PIPE_WIDTH = 160
-
-# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides that reorder a line.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: object) -> str:
-    r"""`text` with every control character shown as an escape (`\x1b`), so that names taken from files
-    cannot move the cursor, clear the screen or reorder a line on the user's terminal.
-
-    Example:
-        >>> print(printable("a\x1b[2Jb"))
-        a\x1b[2Jb
-    """
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", str(text))
 
 
 def console_for(file=None) -> Console:
