@@ -76,6 +76,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _refuse_inputs(args: argparse.Namespace, config) -> None:
+    """Refuse, before any work, a report or trace path that is a file this run reads (the config, the entry
+    point's sources, the baseline, a hardware spec): analyzer/fileio.py."""
+    from analyzer.fileio import refuse_inputs
+
+    inputs = config.input_files(args.hardware, *(getattr(args, "what_if", None) or ()))
+    refuse_inputs(args.output, inputs, what="report (-o)")
+    refuse_inputs(getattr(args, "trace", None), inputs, what="trace (--trace)")
+
+
 def run(args: argparse.Namespace) -> int:
     from analyzer.render import format_for_path, write
     from analyzer.workflows.reportconfig import load_report_config
@@ -92,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     check_trace(args)  # and on a trace path that cannot be written
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
+    _refuse_inputs(args, config)
     with time_limit(args.timeout, config.entry or config.title, hard_exit=True):
         report = analyze_config(config, hardware=args.hardware, topology=args.topology)
     whatif = None

@@ -182,6 +182,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
+    if args.output:  # the report must not replace a file the sweep reads (analyzer/fileio.py), before any work
+        from analyzer.fileio import refuse_inputs
+
+        refuse_inputs(args.output, config.input_files(args.hardware), what="sweep report (-o)")
     cands = candidates(config, args.mesh_shapes or (), args.strategies or (), batch_sizes=args.batch_sizes or (),
                        remat=args.remat or (), microbatches=args.microbatches or ())
     executor = _make_executor(args, config)  # Ray missing: stops here, before any compile

@@ -287,6 +287,28 @@ class ReportConfig:
                 return f"{candidate}:{function}"
         return self.entry
 
+    def input_files(self, *hardware: str | None) -> list[tuple[str, Path | None]]:
+        """The files a run of this config reads, as (what, path) for `analyzer.fileio.refuse_inputs`: the config,
+        the entry point's module and the project modules it imports (read with `ast`, nothing imported), and
+        every hardware spec file among its `hardware` and the given names (a `--hardware` or `--what-if` value;
+        `NAME@SLICE` and packaged names are no files)."""
+        from analyzer.workflows.check import local_imports, resolve_entry
+
+        out: list[tuple[str, Path | None]] = []
+        folder = Path(self.path).parent if self.path else Path.cwd()
+        if self.path:
+            out.append(("config", Path(self.path)))
+        if self.entry is not None:
+            entry = resolve_entry(self._resolved_entry(), folder)
+            if entry.file is not None:
+                out += [(f"source of entry point {self.entry!r}", p) for p in sorted(local_imports(entry.file,
+                                                                                                     folder))]
+        for name in (self.hardware, *hardware):
+            text = name.partition("@")[0] if isinstance(name, str) else ""
+            if text.endswith(".toml") or "/" in text:
+                out.append(("hardware spec", Path(text).expanduser()))
+        return out
+
     def rules_config(self) -> Config:
         """The rule selection, options and budgets as an `analyzer.workflows.config.Config`."""
         from analyzer.workflows.config import config_from_table
@@ -628,9 +650,11 @@ def _check_rules(config: ReportConfig, c: _Checker) -> None:
     except ConfigError as e:
         key = getattr(e, "key", None)
         table = "budgets" if "budget" in e.message else "rules"
+        # A per-rule option's table ([tool.hlo-analyzer.rules.HA201] in a pyproject) is [rules.HA201] here.
+        table = str(getattr(e, "table", "") or "").removeprefix("tool.hlo-analyzer.") or table
         if key is None:
-            m = re.search(r"'([^']+)'", e.message)
-            key = m.group(1) if m else None
+            m = re.search(r"'([^']+)'|^budget ([\w-]+)", e.message)
+            key = (m.group(1) or m.group(2)) if m else None
         line = None
         if key is not None:
             line = find_key_line(c.text, key, table) or find_value_line(c.text, key)
