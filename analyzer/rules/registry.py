@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.errors import ConfigError, valid_choices
+from analyzer.numeric import number_problem
 
 if TYPE_CHECKING:
     from analyzer.rules.context import RuleContext
@@ -86,6 +87,9 @@ class Option:
         if kind in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"must be a number, got {value!r}")
+            problem = number_problem(value)  # NaN passed `value < minimum`; inf and denormals too
+            if problem is not None:
+                raise ValueError(f"must be a finite, normal number: {problem}")
             if kind is int and not float(value).is_integer():
                 raise ValueError(f"must be a whole number, got {value!r}")
             if self.minimum is not None and value < self.minimum:
