@@ -42,6 +42,7 @@ __all__ = [
     "Metadata",
     "DECODERS",
     "CALL_KEYS",
+    "CALL_KEY_SET",
     "names_callee",
     "unquote",
     "split_top",
@@ -91,7 +92,7 @@ CALL_KEYS: tuple[str, ...] = (
     "called_computations", "select", "scatter",
 )
 
-_CALL_KEY_SET = frozenset(CALL_KEYS)
+_CALL_KEY_SET = CALL_KEY_SET = frozenset(CALL_KEYS)
 _ONE_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\", "0": "\0", "?": "?", "a": "\a",
             "b": "\b", "f": "\f", "v": "\v"}

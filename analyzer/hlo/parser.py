@@ -37,8 +37,9 @@ from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_line
                                    parse_tables_fast, parse_tables_lenient)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, new_instruction, new_operand, packed
 from analyzer.hlo.shapes import Shape, decode_shape
-from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, build_computation, build_single,
-                                      callee_table, frames, single_instruction_mode)
+from analyzer.hlo import transformer as _transformer_module
+from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, NeedsModuleParse, build_computation,
+                                      build_single, callee_table, frames, inline_computations, single_instruction_mode)
 from analyzer.hlo.tuplerefs import LineMap, expand, has_tuple_refs
 from analyzer.hlo import verifier as _verifier
 from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions, vetted
@@ -113,7 +114,7 @@ def _lark() -> Lark:
         parser="lalr",
         lexer="contextual",
         start=["module", "header", "computation", "computation_head", "program_layout", "instruction",
-               "single_instruction", "shape"],
+               "single_instruction", "shape", "callee", "callees"],
         transformer=HloTransformer(),
         maybe_placeholders=True,
         propagate_positions=False,
@@ -312,12 +313,16 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
             if single:
                 module = _parse_single(text, lenient, check_ints)
             elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
-                with callee_table({}):
-                    module = _lark().parse(text, start="module")
-                for c in module.computations:
-                    _verify(c, lenient, text, check_ints)
+                module = _parse_grammar(text, lenient, check_ints)
             else:
-                module = _parse_split(text, split, path, lazy, lenient, check_ints)  # (empties split's spans)
+                try:
+                    module = _parse_split(text, split, path, lazy, lenient, check_ints)  # (empties split's spans)
+                except (HloSyntaxError, HloSemanticError) as e:
+                    # A computation written inline in an attribute (its body may also have misled the line scanner):
+                    # only the grammar's pass over the whole module adds it to the module.
+                    if not isinstance(e, NeedsModuleParse) and not _INLINE_BODY.search(text):
+                        raise
+                    module = _parse_grammar(text, lenient, check_ints)
             if module.attributes:
                 notes = verify_header(module, text[:header_end], lenient=lenient)
                 if notes:
@@ -407,15 +412,51 @@ def _hint_single(err: AnalyzerError, single: bool) -> AnalyzerError:
                      column=err.column, source_line=err.source_line)
 
 
+# A call attribute whose value opens a computation written inline: `calls={ ROOT r = ...`, `calls=\n{\n  p = ...`,
+# `branch_computations={ {...`. (Searched only when a parse by the line scanner failed.)
+_INLINE_BODY = re.compile(r"\b(?:" + "|".join(CALL_KEYS) + r")=\s*+\{\s*+(?:\{|ROOT\b|%?[A-Za-z_][\w.\-]*+:?\s*+=)")
+
+
+def _parse_grammar(text: str, lenient: bool, check_ints: bool) -> HloModule:
+    """The whole module in one pass of the grammar (a text not laid out as XLA prints it, or with a computation
+    written inline in an attribute), every computation verified."""
+    with callee_table({}), inline_computations():
+        module = _lark().parse(text, start="module")
+    for c in module.computations:
+        _verify(c, lenient, text, check_ints)
+    return module
+
+
+def parse_value(text: str, start: str, line: int, column: int):
+    """An attribute value (`text`, starting at `line`:`column` of the module) by the grammar's rule `start`, with
+    positions in the module's text (padded so: Lark counts lines and columns from the text's start)."""
+    from lark.exceptions import LarkError
+
+    padded = "\n" * (line - 1) + " " * (column - 1) + text
+    try:
+        return _lark().parse(padded, start=start)
+    except LarkError as e:
+        inner = getattr(e, "orig_exc", None)
+        err = inner if isinstance(inner, (HloSyntaxError, HloSemanticError)) else _from_lark(e, padded, None)
+    # (the source line is the module's, filled in where the error leaves the parse; the padded one is not)
+    raise type(err)(err.message, line=err.line, column=err.column) from None
+
+
+_transformer_module.parse_value = parse_value
+
+
 def _parse_single(text: str, lenient: bool, check_ints: bool) -> HloModule:
     """One instruction on its own, as XLA reads it: a module `_` whose entry computation `_` has a parameter per
-    operand written with its shape and the instruction as ROOT."""
-    with single_instruction_mode():
+    operand written with its shape and the instruction as ROOT; a computation written inline in its attributes
+    (`calls={ ... }`) is a computation of that module, before the entry."""
+    with single_instruction_mode(), inline_computations() as made:
         pending = _lark().parse(text, start="single_instruction")
         comp = build_single(pending)
-    _verify(comp, lenient, text, check_ints)
-    check_computations([comp])
-    return HloModule("_", (comp,), {}, {})
+    comps = (*made.order, comp)
+    for c in comps:
+        _verify(c, lenient, text, check_ints)
+    check_computations(list(comps))
+    return HloModule("_", comps, {}, {})
 
 
 def parse_instruction(text: str, *, lenient: bool = False) -> Instruction:

@@ -26,7 +26,8 @@ from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instructi
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
-           "build_module", "frames", "Unnamed", "single_instruction_mode", "callee_table", "CALLEES", "DroppedModule"]
+           "build_module", "frames", "Unnamed", "single_instruction_mode", "callee_table", "CALLEES", "DroppedModule",
+           "InlineComputations", "inline_computations", "NeedsModuleParse"]
 
 # While one instruction is parsed on its own (XLA's single-instruction texts), a shape written without a name is
 # an operand of its own (a parameter of the module made around it); in a module XLA drops it.
@@ -34,6 +35,42 @@ _SINGLE: ContextVar[bool] = ContextVar("hlo_single_instruction", default=False)
 # The computations read so far (name -> Computation), so an instruction written without its shape that calls
 # one (conditional, call, while) gets the shape XLA infers from its callees. None outside a module parse.
 CALLEES: ContextVar[dict | None] = ContextVar("hlo_callees", default=None)
+
+
+# The computations written inline in attributes (`calls={ ... }`) during a grammar parse of a module or of one
+# instruction, with the module's own in the order each was finished (callees first). None elsewhere: an inline
+# body then raises `NeedsModuleParse`, and `parse_hlo` reads the text with the grammar.
+INLINE: ContextVar[InlineComputations | None] = ContextVar("hlo_inline_computations", default=None)
+# How an attribute value is parsed from a grammar rule (`parser.parse_value`, set by analyzer.hlo.parser: the
+# transformer cannot import the parser that imports it).
+parse_value = None
+
+
+class InlineComputations:
+    """The computations of one parse in the order they were finished: `order` holds the module's written ones and
+    the inline ones (`count` of them, named `_.1`, `_.2`, ... as XLA's parser names them), each inline one before
+    the computation whose attribute holds it."""
+
+    __slots__ = ("order", "count")
+
+    def __init__(self) -> None:
+        self.order: list[Computation] = []
+        self.count = 0
+
+
+@contextmanager
+def inline_computations() -> Iterator[InlineComputations]:
+    made = InlineComputations()
+    token = INLINE.set(made)
+    try:
+        yield made
+    finally:
+        INLINE.reset(token)
+
+
+class NeedsModuleParse(HloSyntaxError):
+    """A computation written inline in an attribute where a computation is read on its own (the line scanner's
+    path): only a parse of the whole module by the grammar can add it to the module."""
 
 
 class DroppedModule(dict):
@@ -156,6 +193,8 @@ class HloTransformer(Transformer):
         key, _, raw = tok.partition("=")
         key = sys.intern(key)
         stripped = raw.lstrip()
+        if stripped[:1] == "{" and key in attributes.CALL_KEY_SET:
+            raw = stripped = _inline_callees(key, tok, raw, stripped)
         if len(stripped) != len(raw):  # `key= value`: XLA skips the space; keep the value's own column
             return Attribute(key, stripped, None)
         return Attribute(key, sys.intern(raw), packed(tok.line, tok.column + len(key) + 1))
@@ -220,6 +259,30 @@ class HloTransformer(Transformer):
             out[k] = None
         return out
 
+    def callee(self, children):
+        c = children[0]
+        return c if type(c) is str else _name(c)
+
+    def callees(self, children):
+        return [c for c in children if c is not None]
+
+    def inline_computation(self, children):
+        """`{ instruction* }` in an attribute: a computation of the module named `_.N` (N counting the inline ones
+        in the order they are finished, as XLA's parser builds and its module uniquifies them; no signature), with
+        every check of a written one; its name, as the attribute's value now."""
+        opened = children[0]
+        made = INLINE.get()
+        if made is None:
+            raise NeedsModuleParse("a computation written inline in an attribute (XLA's canonical print of one "
+                                   "instruction) is read by a parse of the whole module: parse_hlo(text) without "
+                                   "lazy=True", line=opened.line, column=opened.column)
+        made.count += 1
+        name = f"_.{made.count}"
+        comp = build_computation(Token("NAME", "%" + name, line=opened.line, column=opened.column), False, None,
+                                 list(children[1:-1]))
+        made.order.append(comp)
+        return name
+
     def single_instruction(self, children):
         return children[0]
 
@@ -271,7 +334,11 @@ class HloTransformer(Transformer):
         attrs = tuple(c for c in rest if type(c) is Attribute)
         if attrs:
             rest = [c for c in rest if type(c) is not Attribute]
-        return build_computation(name_tok, is_entry, sig, rest, attrs)
+        comp = build_computation(name_tok, is_entry, sig, rest, attrs)
+        made = INLINE.get()
+        if made is not None:
+            made.order.append(comp)
+        return comp
 
     def computation_head(self, children):
         is_entry = isinstance(children[0], Token) and children[0].type == "ENTRY"
@@ -311,6 +378,33 @@ class HloTransformer(Transformer):
     def module(self, children):
         return build_module(children)
 
+
+
+# A list key's value holds more than names (`branch_computations={ {...}, %g }`).
+_LIST_KEYS = frozenset({"branch_computations", "called_computations"})
+
+
+def _inline_callees(key: str, tok: Token, raw: str, stripped: str) -> str:
+    """The value of a call attribute (`key=raw`, `raw` led by `{`) with each computation written inline replaced by
+    its name, as XLA's ParseHloComputation reads it: for a key naming one computation, `{` opens an instruction
+    list (a computation, checked as any); for a list key, each `{` item does. A list of names stays as written."""
+    if key in _LIST_KEYS:
+        if "{" not in stripped[1:]:
+            return stripped
+        start = "callees"
+    else:
+        start = "callee"
+    at = len(key) + 1 + len(raw) - len(stripped)  # (the value's `{` in the token's text)
+    line = tok.line + tok.count("\n", 0, at)
+    column = at - tok.rfind("\n", 0, at) if line > tok.line else tok.column + at
+    token = _SINGLE.set(False)  # (an undefined operand in the body is an error, as in any computation)
+    try:
+        names = parse_value(stripped, start, line, column)
+    finally:
+        _SINGLE.reset(token)
+    if start == "callee":
+        return "%" + names
+    return "{" + ", ".join("%" + n for n in names) + "}"
 
 
 def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_attrs: tuple = ()) -> Computation:
@@ -726,6 +820,9 @@ def build_module(children: list) -> HloModule:
             tables.setdefault(c[0], []).extend(c[1])
         elif c is not None:
             comps.append(c)
+    made = INLINE.get()
+    if made is not None and made.count:  # the inline computations, each before the one that holds it
+        comps = list(made.order)
     entry = verifier.check_computations(comps)
     if name_tok is not None:
         name = _name(name_tok)

@@ -46,11 +46,9 @@ LATER_VERDICTS: dict[str, dict[tuple[int, int], bool]] = {
 # Every module string of XLA's parser tests (tests/hlo/corpus/xla, by tests/hlo/extract_xla_corpus.py), with the
 # verdict of each installed jaxlib's XLA in its manifest.
 XLA_CORPUS = HERE / "corpus" / "xla"
-# Known gaps there, with reasons. Valid modules we reject: a computation written inline in an attribute
-# (`calls=\n{ ... }`, `condition=`/`body=`, `branch_computations={ {...}, {...} }`), which only XLA's canonical
-# printing of one instruction writes (never a dump or jax's as_text); not read yet.
-XLA_KNOWN_REJECTED_VALID = {"CanonicalOpIndexedConditionalInlinedBranches.hlo", "CanonicalOpWithNested.hlo",
-                            "SingleOpWithNested.hlo"}
+# Known gaps there, with reasons (none left: a computation written inline in an attribute, `calls=\n{ ... }`, is
+# read as XLA reads it). Valid modules we reject:
+XLA_KNOWN_REJECTED_VALID: set[str] = set()
 
 
 def _jaxlib() -> tuple[str, tuple[int, int]]:

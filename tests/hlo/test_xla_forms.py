@@ -310,3 +310,71 @@ def test_comment_opener_inside_a_line_comment_keeps_the_line_scanner():
             "  ROOT p = f32[] parameter(0)\n}\n")
     assert _split(text) is not None and parse_hlo(text).entry.root.opcode == "parameter"
     assert _split(text.replace("ENTRY e {", "/* a comment\n over lines */\nENTRY e {")) is None
+
+
+# ---------------------------------------------------------------------------------------- inline computations
+
+_INLINE_MODULE = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[4]) -> f32[] {
+  %p = f32[4]{0} parameter(0)
+  %z = f32[] constant(0)
+  %r = f32[] reduce(%p, %z), dimensions={0}, to_apply={
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %q = f32[] call(%x, %y), to_apply=%add
+}
+  ROOT %c = f32[] call(%r), to_apply={ %u = f32[] parameter(0)
+    ROOT %n = f32[] negate(%u) }
+}
+"""
+
+
+def test_inline_computations_in_a_module():
+    # XLA accepts it (jaxlib 0.10.2 and 0.12.0.1): each body a computation `_.N` of the module, before its caller
+    for lazy in (False, True):
+        m = parse_hlo(_INLINE_MODULE, lazy=lazy)
+        assert [c.name for c in m.computations] == ["add", "_.1", "_.2", "main"]
+        main = m.computation("main") if hasattr(m, "computation") else m.computations[-1]
+        assert [a.raw for i in main.instructions for a in i.attributes if a.key == "to_apply"] == ["%_.1", "%_.2"]
+        assert [i.name for i in m.computations[1].instructions] == ["x", "y", "q"]
+
+
+def test_inline_computations_of_one_instruction_named_as_xla_names_them():
+    # XLA: `%_.1` the inner fusion's body, `%_.2` the condition, `%_.3`/`%_.4` the body's (built as finished)
+    text = ("f32[5,20]{1,0} while(f32[5,10]{1,0}), condition=\n{\n  t0 = f32[5,10]{1,0} parameter(0)\n"
+            "  ROOT t1 = f32[5,20]{1,0} fusion(f32[5,10]{1,0} t0), kind=kLoop, calls=\n  {\n"
+            "    w0 = f32[5,10]{1,0} parameter(0)\n    ROOT w1 = f32[5,20]{1,0} pad(w0, f32[] constant(0)), padding=0_0x0_10\n"
+            "  }\n}, body=\n{\n  ROOT t0 = f32[5,10]{1,0} parameter(0)\n}")
+    m = parse_hlo(text)
+    assert [c.name for c in m.computations] == ["_.1", "_.2", "_.3", "_"]
+    assert [(a.key, a.raw) for a in m.entry.root.attributes] == [("condition", "%_.2"), ("body", "%_.3")]
+    branches = parse_hlo("f32[] conditional(s32[] i, f32[] x, f32[] y), branch_computations={\n"
+                         "{ ROOT a = f32[] parameter(0) }, { b = f32[] parameter(0)\n ROOT c = f32[] negate(b) } }")
+    assert branches.entry.root.attributes[0].raw == "{%_.1, %_.2}"
+
+
+@pytest.mark.parametrize("old, new, where, says", [
+    # XLA: "instruction does not exist: uu" at 18:28
+    ("negate(%u)", "negate(%uu)", (18, 28), "not defined"),
+    # XLA: "expects '=' in instruction" at 15:47: `to_apply={...}` opens a computation, not a list of names
+    ("to_apply=%add\n", "to_apply={%add}\n", (15, 47), "expected `=`"),
+    # XLA: "expects name" (an empty body)
+    ("to_apply={ %u = f32[] parameter(0)\n    ROOT %n = f32[] negate(%u) }", "to_apply={ }", (17, 38),
+     "no instructions"),
+    # XLA: unexpected attribute "body" on the call, after the inline body
+    ("negate(%u) }", "negate(%u) }, body=%add", (18, 35), "unexpected attribute body"),
+])
+def test_inline_computation_errors_where_xla_reports_them(old, new, where, says):
+    text = _INLINE_MODULE.replace(old, new)
+    assert text != _INLINE_MODULE
+    with pytest.raises((HloSyntaxError, HloSemanticError)) as e:
+        parse_hlo(text)
+    assert (e.value.line, e.value.column) == where
+    assert says in e.value.message
