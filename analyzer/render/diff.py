@@ -71,6 +71,8 @@ def render_text(diff: Diff, *, threshold: Threshold | None = None) -> str:
             source = c.row.get("source") or ""
             out.append(f"  {_MARK[c.status]} {c.row.get('kind', ''):<18} {_notation(c)}   {_size(c)}   "
                        f"{_signed(c.delta_seconds)}/step" + (f"   {source}" if source else ""))
+            if c.why:
+                out.append(f"      changed in the plan: {c.why}")
     for name in diff.only_old:
         out.append(f"{name}: only in {diff.old_label}")
     for name in diff.only_new:
@@ -81,8 +83,11 @@ def render_text(diff: Diff, *, threshold: Threshold | None = None) -> str:
 def _change(c: Change) -> dict[str, Any]:
     from analyzer.render.json import to_jsonable
 
-    return {"status": c.status, "old": to_jsonable(c.old), "new": to_jsonable(c.new),
-            "delta_seconds": to_jsonable(c.delta_seconds)}
+    out = {"status": c.status, "old": to_jsonable(c.old), "new": to_jsonable(c.new),
+           "delta_seconds": to_jsonable(c.delta_seconds)}
+    if c.why:
+        out["why"] = c.why
+    return out
 
 
 def to_dict(diff: Diff, *, threshold: Threshold | None = None) -> dict[str, Any]:

@@ -57,6 +57,9 @@ __all__ = [
     "entry_plan",
     "argument_names",
     "explain_changes",
+    "plan_changes",
+    "relevant_changes",
+    "changed_files",
     "ReplayedReport",
 ]
 
@@ -826,19 +829,47 @@ def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | Non
     new = [fp for fp, d in zip(fingerprints, record["diagnostics"]) if (fp, d.get("message")) not in before]
     if not new:
         return {}
-    changed: dict[str, list[tuple[int, str]]] = {}
     old_sources: Mapping[str, str] = previous.get("sources") or {}
+    old_texts: dict[str, str | None] = {}
+    new_texts: dict[str, str] = {}
     for rel, digest in sources.items():
         if old_sources.get(rel) != digest:
             try:
-                text = (root / rel).read_text(encoding="utf-8")
+                new_texts[rel] = (root / rel).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
-            old = source(old_sources[rel]) if rel in old_sources else ""
-            changed[rel] = _changed_lines(old, text)
-    old_plan, new_plan = previous.get("plan") or {}, record.get("plan") or {}
+            old_texts[rel] = source(old_sources[rel]) if rel in old_sources else ""
+    said = plan_changes(previous.get("plan") or {}, record.get("plan") or {}, changed_files(old_texts, new_texts))
+    if not said:
+        return {}
+    out = {}
+    for fp, d in zip(fingerprints, record["diagnostics"]):
+        if fp in new:
+            out[fp] = "Changed since the last check: " + relevant_changes(said, d.get("notation")) + "."
+    return out
+
+
+def changed_files(old: Mapping[str, str | None], new: Mapping[str, str]) -> dict[str, list[tuple[int, str]]]:
+    """The changed lines of each project file, {relative path: [(line number, text)]}, between its texts in
+    `old` and `new` (a file `old` lacks is wholly new; one it holds as None, its old text unknown, has none)."""
+    return {rel: _changed_lines(old[rel] if rel in old else "", text) for rel, text in new.items()
+            if rel not in old or old[rel] != text}
+
+
+def plan_changes(old_plan: Mapping[str, Any], new_plan: Mapping[str, Any],
+                 changed: Mapping[str, list[tuple[int, str]]]) -> list[tuple[set[str], str]]:
+    """What changed between two plans (`entry_plan`, with the config under "config"): each argument whose
+    PartitionSpec changed (`params['w_out']: P('model', None) -> P(None, 'model')`), a changed mesh, a changed
+    config value or command-line option, each with the changed line of the project's code that most likely
+    builds it (from `changed`: `changed_files`); the changed lines that build a spec or the mesh when the plan
+    itself is the same. Each as (the mesh axes it involves, the sentence), for `relevant_changes`.
+
+    Plans of different forms (a spec read from the program's arguments, a notation read from a JSON report's
+    argument table: the "form" key) are not compared argument by argument."""
     said: list[tuple[set[str], str]] = []
     old_args, new_args = old_plan.get("arguments") or {}, new_plan.get("arguments") or {}
+    if old_plan.get("form") != new_plan.get("form") and old_args and new_args:
+        old_args = new_args = {}
     for path in sorted(set(old_args) | set(new_args)):
         a, b = old_args.get(path), new_args.get(path)
         if a == b:
@@ -860,18 +891,18 @@ def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | Non
     if not said:
         lines = [f"{rel}:{n}: `{t.strip()[:120]}`" for rel, ls in changed.items() for n, t in ls
                  if _BUILDS_PLAN.search(t)]
-        if not lines:
-            return {}
-        said.append((set(), "changed lines " + "; ".join(lines[:3])))
-    out = {}
-    for fp, d in zip(fingerprints, record["diagnostics"]):
-        if fp not in new:
-            continue
-        mentioned = set(re.findall(r"_\{?([A-Za-z]\w*)", str(d.get("notation") or "")))
-        relevant = [t for axes, t in said if axes & mentioned] or [t for _, t in said]
-        more = f"; and {len(relevant) - 3} more" if len(relevant) > 3 else ""
-        out[fp] = "Changed since the last check: " + "; ".join(relevant[:3]) + more + "."
-    return out
+        if lines:
+            said.append((set(), "changed lines " + "; ".join(lines[:3])))
+    return said
+
+
+def relevant_changes(said: Sequence[tuple[set[str], str]], notation: Any) -> str:
+    """The plan changes (`plan_changes`) that concern a collective of this notation (those over the mesh axes it
+    names; all when none does), the first three joined and the rest counted."""
+    mentioned = set(re.findall(r"_\{?([A-Za-z]\w*)", str(notation or "")))
+    relevant = [t for axes, t in said if axes & mentioned] or [t for _, t in said]
+    more = f"; and {len(relevant) - 3} more" if len(relevant) > 3 else ""
+    return "; ".join(relevant[:3]) + more
 
 
 def _sources(entry: EntryPoint, root: Path) -> set[Path]:

@@ -39,6 +39,7 @@ from typing import Any
 from analyzer.errors import AnalyzerError, ConfigError, load_toml
 
 __all__ = [
+    "Side",
     "Change",
     "ProgramDiff",
     "Diff",
@@ -63,11 +64,14 @@ class Change:
       status: "added", "removed" or "changed".
       old: the row on the old side (None when added).
       new: the row on the new side (None when removed).
+      why: for an added or grown collective, what changed in the plan between the sides (an argument's
+        PartitionSpec, the mesh, a config value, with the changed line of the code), when the sides say.
     """
 
     status: str
     old: Mapping[str, Any] | None
     new: Mapping[str, Any] | None
+    why: str | None = None
 
     @property
     def row(self) -> Mapping[str, Any]:
@@ -173,6 +177,17 @@ def parse_threshold(text: str) -> Threshold:
     return Threshold(value / _PER_SECOND[unit or "s"], False)
 
 
+class Side(dict):
+    """One side of a diff: program name -> collective rows, and in `plans` what each program was computed
+    for, where the side says: {name: {"plan": the plan (`analyzer.workflows.check.entry_plan`, with "config"),
+    "sources": {path relative to the tree's root: text of the project file as that side read it}}}."""
+
+    def __init__(self, rows: Mapping[str, Sequence[Mapping[str, Any]]] = (), plans: Mapping[str, Any] | None = None
+                 ) -> None:
+        super().__init__(rows)
+        self.plans: dict[str, Any] = dict(plans or {})
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Matching
 
@@ -264,14 +279,46 @@ def diff_sides(old: Mapping[str, Sequence[Mapping[str, Any]]], new: Mapping[str,
     """Diff two sides, each a mapping program name -> collective rows.
 
     A side with a single program is matched with a single program on the other side whatever their names.
+    Sides that say what their programs were computed for (`Side.plans`) explain each added or grown
+    collective (`Change.why`, `explain`).
     """
     if len(old) == 1 and len(new) == 1:
         (on, orows), (nn, nrows) = next(iter(old.items())), next(iter(new.items()))
         name = nn if on == nn else f"{on} -> {nn}"
-        return Diff(old_label, new_label, (diff_programs(name, orows, nrows),))
-    programs = tuple(diff_programs(n, old[n], new[n]) for n in old if n in new)
-    return Diff(old_label, new_label, programs,
-                only_old=tuple(n for n in old if n not in new), only_new=tuple(n for n in new if n not in old))
+        pairs = [(on, nn, diff_programs(name, orows, nrows))]
+        only_old: tuple[str, ...] = ()
+        only_new: tuple[str, ...] = ()
+    else:
+        pairs = [(n, n, diff_programs(n, old[n], new[n])) for n in old if n in new]
+        only_old, only_new = tuple(n for n in old if n not in new), tuple(n for n in new if n not in old)
+    old_plans, new_plans = getattr(old, "plans", {}), getattr(new, "plans", {})
+    programs = tuple(explain(p, old_plans.get(on), new_plans.get(nn)) for on, nn, p in pairs)
+    return Diff(old_label, new_label, programs, only_old=only_old, only_new=only_new)
+
+
+def explain(program: ProgramDiff, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> ProgramDiff:
+    """The program's diff with each added or grown collective's `why`: what changed in the plan between the
+    two sides, as `check` says it for a new finding (`analyzer.workflows.check.plan_changes`, one definition).
+
+    Args:
+      program: the diff of one program.
+      old, new: what each side's program was computed for (`Side.plans` entries), None where a side does not
+        say (an HLO dump): then nothing is added.
+    """
+    if not old or not new:
+        return program
+    from dataclasses import replace
+
+    from analyzer.workflows.check import changed_files, plan_changes, relevant_changes
+
+    said = plan_changes(old.get("plan") or {}, new.get("plan") or {},
+                        changed_files(old.get("sources") or {}, new.get("sources") or {}))
+    if not said:
+        return program
+    changes = tuple(replace(c, why=relevant_changes(said, c.new.get("notation")))
+                    if c.new is not None and (c.status == "added" or c.delta_seconds > 0) else c
+                    for c in program.changes)
+    return replace(program, changes=changes)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -312,10 +359,28 @@ def _load_json(path: Path) -> dict[str, list[dict[str, Any]]]:
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror or e}", path=str(path)) from None
     if isinstance(data, Mapping) and isinstance(data.get("programs"), Mapping):  # our own multi-program form
-        return {str(k): _rows_of_report_dict(v, str(path)) for k, v in data["programs"].items()}
-    if not isinstance(data, Mapping):
+        programs = {str(k): v for k, v in data["programs"].items()}
+    elif not isinstance(data, Mapping):
         raise ConfigError("not a hlo-analyzer report (expected a JSON object)", path=str(path))
-    return {str(data.get("name") or path.stem): _rows_of_report_dict(data, str(path))}
+    else:
+        programs = {str(data.get("name") or path.stem): data}
+    return Side({k: _rows_of_report_dict(v, str(path)) for k, v in programs.items()},
+                {k: {"plan": plan} for k, v in programs.items() if (plan := _report_plan(v))})
+
+
+def _report_plan(data: Any) -> dict[str, Any] | None:
+    """The plan a JSON report was computed for, from its argument table (each argument's sharding in the
+    chapter's notation, `[I, J_model]`) and its mesh; None when it has neither."""
+    if not isinstance(data, Mapping):
+        return None
+    arguments = {str(r["name"]): str(r.get("notation") or "") for r in data.get("arguments") or ()
+                 if isinstance(r, Mapping) and isinstance(r.get("name"), str)}
+    mesh = data.get("mesh") if isinstance(data.get("mesh"), Mapping) else {}
+    names, sizes = mesh.get("axis_names") or [], mesh.get("axis_sizes") or []
+    if not arguments and not names:
+        return None
+    return {"form": "notation", "arguments": arguments,
+            "mesh": {str(a): n for a, n in zip(names, sizes)} if names else None}
 
 
 def _is_git_rev(spec: str) -> bool:
@@ -472,26 +537,54 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
             config = config.override(hardware=hardware, where="command line")
         if not config.entry_points:
             raise ConfigError("[tool.hlo-analyzer] lists no entry-points to analyse", path=str(path))
+        from analyzer.workflows.cache import VERDICT_KEYS
+
+        table = {k: v for k, v in data["tool"]["hlo-analyzer"].items() if k not in VERDICT_KEYS}
         out = {}
         with _on_path(path.parent):
             for name in config.entry_points:
-                out[name] = report_to_dict(analyse_entry(resolve_entry(name, path.parent), config))
+                entry = resolve_entry(name, path.parent)
+                report = analyse_entry(entry, config)
+                out[name] = _with_plan(report_to_dict(report), report, entry, table, path.parent)
         return out
     from dataclasses import replace
 
     from analyzer.pipeline import analyze
+    from analyzer.workflows.check import EntryPoint, resolve_entry
     from analyzer.workflows.reportconfig import load_report_config
 
     rc = load_report_config(path)
     fn, args, kwargs = rc.build()
     report = analyze(fn, *args, mesh=dict(rc.mesh), target=rc.target, hardware=hardware or rc.hardware,
                      topology=None if hardware else rc.topology, config=rc.rules_config(), **kwargs)
-    return {rc.title: report_to_dict(replace(report, name=rc.title))}
+    report = replace(report, name=rc.title)
+    entry = resolve_entry(rc._resolved_entry(), path.parent) if rc.entry else EntryPoint(rc.title, None, None)
+    settings = {k: v for k, v in data.items() if k not in ("name", "mesh")}
+    return {rc.title: _with_plan(report_to_dict(report), report, entry, settings, path.parent)}
+
+
+def _with_plan(data: dict, report: Any, entry: Any, settings: Mapping[str, Any], root: Path) -> dict:
+    """A report dict with what its program was computed for, for explaining a diff (`explain`): "plan" (the
+    arguments' PartitionSpecs and the mesh, `check.entry_plan`, and the config's settings) and "sources" (the
+    texts of the entry point's module and the project modules it imports, by absolute path; made relative to
+    the tree's root by `_relative_sources`)."""
+    from analyzer.workflows.check import entry_plan, local_imports
+
+    data["plan"] = dict(entry_plan(report, entry), form="spec", config=json.loads(json.dumps(settings, default=str)))
+    sources = {}
+    for p in sorted(local_imports(entry.file, root)) if entry.file is not None else ():
+        try:
+            sources[str(p)] = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    data["sources"] = sources
+    return data
 
 
 def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None, cwd: Path | None = None,
-              timeout: float | None = 1800.0) -> dict[str, list[dict[str, Any]]]:
-    """Read one side of a diff: program name -> collective rows.
+              timeout: float | None = 1800.0) -> Side:
+    """Read one side of a diff: program name -> collective rows, with what each program was computed for where
+    the side says (`Side.plans`: a config analysed here or at a revision, a JSON report's argument table).
 
     Args:
       spec: a dump file or folder, a JSON report, or `REV:path`.
@@ -519,7 +612,7 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
                                   f"analyse at that revision; {rel_path.as_posix()!r} is not one", path=spec)
             programs = _analyse_config_in_child(config, {"hardware": hardware, "roots": [tmp, str(repo)]}, timeout,
                                                 label=label)
-        return {name: _rows_of_report_dict(data, label) for name, data in programs.items()}
+        return _side(programs, label)
     path = Path(spec)
     if not path.is_absolute():
         path = cwd / path
@@ -529,15 +622,22 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
         return _load_json(path)
     if path.is_file() and path.suffix == ".toml":
         root = _tree_root(path)
-        return {n: _rows_of_report_dict(_relative_sources(d, root), spec)
-                for n, d in analyse_config(path, hardware=hardware).items()}
+        return _side({n: _relative_sources(d, root) for n, d in analyse_config(path, hardware=hardware).items()},
+                     spec)
     from analyzer.fileio import check_input
     from analyzer.pipeline import analyze_hlo
 
     check_input(path, what="HLO file")
 
     report = analyze_hlo(path, mesh=mesh, hardware=hardware or "tpu-v5e")
-    return {report.name or path.stem: _rows_of_report(report)}
+    return Side({report.name or path.stem: _rows_of_report(report)})
+
+
+def _side(programs: Mapping[str, dict], where: str) -> Side:
+    """A `Side` of analysed programs' report dicts: their rows, and their plans and sources."""
+    return Side({name: _rows_of_report_dict(data, where) for name, data in programs.items()},
+                {name: {"plan": data.get("plan"), "sources": data.get("sources")} for name, data in programs.items()
+                 if data.get("plan") is not None})
 
 
 def _tree_root(path: Path) -> Path:
@@ -553,6 +653,13 @@ def _relative_sources(report: dict, *roots: str | Path) -> dict:
     """The report dict with each collective's `source` (`/abs/file.py:12`) relative to the first of `roots`
     it lies under (a revision's export, then the repository: a package installed from the working tree)."""
     prefixes = [q for r in roots for q in dict.fromkeys((Path(r).resolve(), Path(r)))]
+    if isinstance(report.get("sources"), dict):
+        kept = {}
+        for name, text in report["sources"].items():
+            p = Path(name)
+            under = next((p.relative_to(q).as_posix() for q in prefixes if p.is_relative_to(q)), name)
+            kept[under] = text
+        report["sources"] = kept
     rows = report.get("collectives")
     if not isinstance(rows, list):
         return report

@@ -1,0 +1,100 @@
+"""diff says, for each added or grown collective, what changed in the plan between the sides (issue 29): the
+argument with its old and new PartitionSpec, a changed mesh or config value, and the changed line of the code,
+with check's own definition (`analyzer.workflows.check.plan_changes`). The slow test diffs a git revision
+against the working tree on real compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer.render import diff as render
+from analyzer.workflows.diff import Side, diff_sides
+
+OLD_SRC = 'def step(mesh):\n    w = P("model", None)\n    return w\n'
+NEW_SRC = 'def step(mesh):\n    w = P(None, "model")\n    return w\n'
+
+
+def _row(kind, notation, seconds, source="m.py:9"):
+    return {"kind": kind, "axes": ["model"], "notation": notation, "bytes": 1024, "count": 1,
+            "total_seconds": seconds, "source": source}
+
+
+def _plan(spec, mesh=None, config=None):
+    return {"form": "spec", "arguments": {"params['w']": spec, "x": "P('data', None)"},
+            "mesh": mesh or {"data": 4, "model": 2}, "config": config or {"hardware": "tpu-v5e"}}
+
+
+def test_an_added_row_names_the_argument_its_specs_and_the_changed_line():
+    old = Side({"step": [_row("all-reduce", "AllReduce_model: [I, J]{U_model} -> [I, J]", 3e-6)]},
+               {"step": {"plan": _plan("P('model', None)"), "sources": {"m.py": OLD_SRC}}})
+    new = Side({"step": [_row("all-gather", "AllGather_model: [I, J_model] -> [I, J]", 6e-6),
+                         _row("all-reduce", "AllReduce_model: [I, J]{U_model} -> [I, J]", 3e-6)]},
+               {"step": {"plan": _plan("P(None, 'model')"), "sources": {"m.py": NEW_SRC}}})
+    d = diff_sides(old, new)
+    (change,) = d.programs[0].changes
+    assert change.status == "added"
+    assert change.why == ("params['w']: P('model', None) -> P(None, 'model') at m.py:2: "
+                          "`w = P(None, \"model\")`")
+    text = render.render_text(d)
+    assert f"      changed in the plan: {change.why}" in text
+    assert json.loads(render.render_json(d))["programs"][0]["changes"][0]["why"] == change.why
+
+
+def test_a_mesh_and_a_config_change_are_named_and_shrunk_or_removed_rows_say_nothing():
+    old = Side({"step": [_row("all-gather", "AllGather_model: [I_model] -> [I]", 6e-6),
+                         _row("all-reduce", "AllReduce_data: [I]{U_data} -> [I]", 4e-6, "m.py:3")]},
+               {"step": {"plan": _plan("P('model', None)"), "sources": {"m.py": OLD_SRC}}})
+    new = Side({"step": [dict(_row("all-gather", "AllGather_model: [I_model] -> [I]", 9e-6), bytes=2048)]},
+               {"step": {"plan": _plan("P('model', None)", mesh={"data": 2, "model": 4},
+                                       config={"hardware": "tpu-v5p"}), "sources": {"m.py": OLD_SRC}}})
+    d = diff_sides(old, new)
+    grown = next(c for c in d.programs[0].changes if c.status == "changed")
+    removed = next(c for c in d.programs[0].changes if c.status == "removed")
+    assert grown.why == "mesh data=4,model=2 -> data=2,model=4"  # the axes it runs over; config is on no axis
+    assert removed.why is None
+    shrunk = diff_sides(new, old).programs[0]
+    assert all(c.why is None for c in shrunk.changes if c.status != "added")
+
+
+def test_sides_that_do_not_say_their_plan_explain_nothing():
+    rows = [_row("all-gather", "AllGather_model: [I_model] -> [I]", 6e-6)]
+    d = diff_sides(Side({"step": []}), Side({"step": rows}))
+    assert d.programs[0].changes[0].why is None
+    assert "changed in the plan" not in render.render_text(d)
+
+
+@pytest.mark.slow
+def test_a_revision_against_the_working_tree_names_the_spec_change(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cache_real import LAYERS, PYPROJECT, TRAIN
+
+    root = tmp_path / "toy-project"
+    (root / "toy").mkdir(parents=True)
+    (root / "toy" / "__init__.py").write_text("")
+    (root / "toy" / "layers.py").write_text(LAYERS)
+    (root / "toy" / "train.py").write_text(TRAIN)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "toy"], check=True)
+    train = root / "toy" / "train.py"
+    train.write_text(TRAIN.replace('"w_out": sds((F, D), P("model", None))', '"w_out": sds((F, D), P(None, "model"))'))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, "-m", "analyzer", "diff", "HEAD:pyproject.toml", "pyproject.toml"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    line = next(i for i, text in enumerate(train.read_text().splitlines(), 1) if '"w_out"' in text)
+    said = [s for s in proc.stdout.splitlines() if "changed in the plan:" in s]
+    added = [s for s in proc.stdout.splitlines() if s.startswith("  + ")]
+    assert added and len(said) == len(added), proc.stdout
+    assert all("params['w_out']: P('model', None) -> P(None, 'model')" in s for s in said)
+    assert all(f"toy/train.py:{line}:" in s for s in said)
+    assert "toy/layers.py:" in proc.stdout  # the collective's own line stays
