@@ -599,7 +599,9 @@ def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) 
 # ---------------------------------------------------------------------------------------------- lazy
 
 # A computation header at the start of a line: `[ENTRY] %name [(...) -> shape] {`.
-_COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][A-Za-z0-9_.\-]*)[^\n]*\{[ \t]*$", re.M | re.A)
+# (The name possessive: a greedy one gave back a character at a time, each retrying the rest of the line, so that a
+# long line with no `{` at its end cost its length squared: 11 s for 80,000 characters of garbage after `HloModule`.)
+_COMP_START = re.compile(r"^(?!HloModule\b)(ENTRY[ \t]+)?(%?[A-Za-z_][A-Za-z0-9_.\-]*+)[^\n]*\{[ \t]*$", re.M | re.A)
 # A computation's closing line: `}` (XLA prints it unindented; its parser takes it indented too), maybe
 # followed by attributes (`}, execution_thread="main_thread"`).
 # (Led by the newline: `re` then finds candidates with a fast literal scan; `^[ \t]*\}` was 8x slower.)
@@ -679,7 +681,7 @@ _WS = re.compile(r"\s*")
 _HEADER_OPENS = re.compile(r"^[ \t]*HloModule\b[^\n]*\{[ \t]*$", re.M)
 # A header line that is neither `HloModule ...`, a table name nor a table row.
 _STRAY_IN_HEADER = re.compile(r"^[ \t]*(?!HloModule\b|FileNames\b|FunctionNames\b|FileLocations\b|StackFrames\b)"
-                              r"(?:ENTRY\b|%?[A-Za-z_][\w.\-]*[ \t]*[({])", re.M)
+                              r"(?:ENTRY\b|%?[A-Za-z_][\w.\-]*+[ \t]*+[({])", re.M)
 
 
 def _comp_end(text: str, pos: int) -> re.Match | None:

@@ -497,3 +497,28 @@ def test_comment_scan_agrees_with_the_walk():
             lines = {text.count("\n", 0, i) for i in range(len(text) - 1) if text.startswith("/*", i)}
             assert {text.count("\n", 0, i) for i in starts} == lines and list(starts) == sorted(starts), text
     assert 10_000 < spanning < 40_000  # (both answers well covered)
+
+
+def test_a_long_garbage_line_is_rejected_in_linear_time():
+    """A line after `HloModule` that is one long name with no `{` at its end: the line scanner's computation-header
+    pattern gave its name back a character at a time (2.7 s at 20,000 characters, over 120 s at 5 MB). At 2 MB a
+    quadratic scan takes hours and a linear one a fraction of a second: the child gets 60 s, no timing is asserted."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent("""
+        from analyzer.errors import HloSyntaxError
+        from analyzer.hlo.parser import parse_hlo
+        for body in ("x" * 2_000_000, "x" * 2_000_000 + "\\n", "ENTRY " + "x" * 2_000_000, "%" + "a." * 1_000_000):
+            try:
+                parse_hlo("HloModule m\\n" + body)
+            except HloSyntaxError as e:
+                assert (e.line, e.column) == (2, len(body.rstrip()) + 1), (e.line, e.column)
+                assert len(str(e)) < 1000
+            else:
+                raise AssertionError("accepted")
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                          cwd=__import__("pathlib").Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
