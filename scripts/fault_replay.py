@@ -9,7 +9,7 @@ script is the end-to-end count quoted in the issue's notes.
     FAULT_REPLAY_TIMEOUT=20 python scripts/fault_replay.py   # on a tree that still reads /dev/zero to the end
 
 Issue 27's cases (outputs over inputs or devices, git revisions as options, NaN and friends, non-regular
-inputs, SIGTERM/SIGHUP) are counted too: a number case that exits 0 is "NaN accepted"; a device or FIFO
+inputs, SIGTERM/SIGHUP, control characters in check's and diff's text) are counted too: a number case that exits 0 is "NaN accepted"; a device or FIFO
 output that is no longer one is a file replaced; the signal cases run with a private TMPDIR and count
 temporary folders left and processes that outlive the command (orphans).
 """
@@ -82,6 +82,28 @@ for name, value in (("nan", "NaN"), ("inf", "Infinity"), ("big", "1e999")):
 (W / "huge.hlo").write_text('HloModule m\n\nENTRY e {\n  p = f32[] parameter(0), metadata={op_name="' + "x" * 5_000_000
                             + '" @}\n}\n')  # a syntax error on a 5 MB line: the message must stay short
 os.mkfifo(W / "fifo.hlo")
+# ---- issue 27's last cases: report/sweep outputs over their inputs, rule options, control characters in text
+R = W / "rep"
+R.mkdir()
+(R / "m.py").write_text("def step(mesh):\n    raise SystemExit('compiled')\n")
+(R / "plan.toml").write_text('name = "t"\nentry = "m.py:step"\n[mesh]\nX = 2\n')
+(R / "cfg.md").symlink_to("plan.toml")  # report paths whose file is an input
+(R / "src.md").symlink_to("m.py")
+(R / "hw.toml").write_text(spec)
+(R / "hw.json").symlink_to("hw.toml")
+for name, value in (("nan", "nan"), ("inf", "inf"), ("denormal", "1e-320")):
+    Q = W / f"proj-rule-{name}"
+    Q.mkdir()
+    (Q / "pyproject.toml").write_text((P / "pyproject.toml").read_text()
+                                      + f"\n[tool.hlo-analyzer.rules.HA201]\nmin-fraction = {value}\n")
+    (W / f"rule-{name}.toml").write_text(EX.read_text() + f"\n[rules.HA201]\nmin-fraction = {value}\n")
+E = W / "esc"
+E.mkdir()
+(E / "m.py").write_text('def step(mesh):\n    raise ValueError("\\x1b[2Jcleared\\u202e")\n')
+(E / "pyproject.toml").write_text('[tool.hlo-analyzer]\nentry-points = ["m:step"]\nmesh = { X = 2 }\ncache = false\n')
+d = json.loads(ok)
+d["collectives"][0].update(source="\x1b[2Jevil\u202e.py:3", bytes=d["collectives"][0]["bytes"] * 2)
+(W / "row-esc.json").write_text(json.dumps(d))
 DEVICE = None
 if os.geteuid() == 0:  # a /dev/null of our own (never the real one)
     DEVICE = W / "null"
@@ -144,6 +166,16 @@ cases = [
     ("inspect", ["inspect", str(W / "fifo.hlo")], {2}),
     ("inspect", ["inspect", "/dev/zero"], {2}),
     ("inspect", ["inspect", str(W / "huge.hlo")], {2}),
+    # issue 27: report and sweep outputs that are their inputs (config, entry source, hardware spec)
+    *[(c, [c, "plan.toml", "-o", o], {2}, R) for c in ("report", "sweep") for o in ("cfg.md", "src.md")],
+    ("report", ["report", "plan.toml", "--hardware", "./hw.toml", "-o", "hw.json"], {2}, R),
+    ("report", ["report", "plan.toml", "--trace", "plan.toml"], {2}, R),
+    # issue 27: NaN, infinities and denormals in per-rule options (pyproject and report config)
+    *[("check", ["check"], {2}, W / f"proj-rule-{n}", "nan") for n in ("nan", "inf", "denormal")],
+    *[("report", ["report", str(W / f"rule-{n}.toml")], {2}, ROOT, "nan") for n in ("nan", "inf", "denormal")],
+    # issue 27: control characters from user strings never reach the terminal raw (check's and diff's text)
+    ("check", ["check"], {2}, E, "esc"),
+    ("diff", ["diff", str(W / "ok.json"), str(W / "row-esc.json")], {0}, ROOT, "esc"),
     # issue 27: outputs that are devices or FIFOs are written through
     *([("inspect", ["inspect", str(FIX), "--mesh", "X=2,Y=4", "--trace", str(DEVICE)], {0})] if DEVICE else []),
 ]
@@ -155,7 +187,7 @@ def _special() -> dict:
 
 
 n = clean = tb = wrong = slow = 0
-touched = nan_accepted = loud = internal = 0
+touched = nan_accepted = loud = internal = raw = 0
 for cmd, argv, want, *more in cases:
     cwd = more[0] if more else ROOT
     before = {p: p.read_bytes() for p in W.rglob("*") if p.is_file() and not p.is_symlink()}
@@ -177,6 +209,11 @@ for cmd, argv, want, *more in cases:
     if more[1:] == ["nan"] and code == 0:
         nan_accepted += 1
         bad.append("NaN accepted")
+    if more[1:] == ["esc"] and any(c in err for c in ("\x1b", "\u202e")):
+        raw += 1
+        bad.append("raw control characters printed")
+    if more[1:] == ["esc"] and "\\x1b[2J" not in err:
+        bad.append("the escaped text is missing")
     if len(err) > 100_000:
         loud += 1
         bad.append(f"{len(err):,} characters of output")
@@ -263,5 +300,6 @@ for cmd, argv, cwd, sig in (("analyze", ["analyze", "hang.py:step", "--mesh", "X
     subprocess.run(["rm", "-rf", str(tmp)])
 print(f"cases {n}, clean {clean}, tracebacks {tb}, wrong exit status {wrong}, hangs {slow}, "
       f"files changed or left behind {touched}, NaN accepted {nan_accepted}, orphan processes {orphans}, "
-      f"temporary folders left {left}, outputs over 100 KB {loud}, internal errors {internal}")
+      f"temporary folders left {left}, outputs over 100 KB {loud}, internal errors {internal}, "
+      f"raw control characters printed {raw}")
 sys.exit(0 if clean == n else 1)
