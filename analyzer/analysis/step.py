@@ -129,6 +129,10 @@ class StepPrediction:
         holds dots (`forward layer`, `backward layer`, or `layer` when the op names do not say); in a model
         without such loops (unrolled), one repeat of the forward and of the backward dots' sequence.
       chips: devices the step runs on; peak_flops: per chip.
+      bubble_seconds: the part of `step_seconds` a pipeline's stages spend on no microbatch (filling and
+        draining), counted in the loop's iterations, which run whatever they carry (docs/step.md, "Pipeline
+        bubble"); 0 without a pipeline loop.
+      pipelines: one (loop, stages, iterations, bubble seconds, loop seconds) per pipeline loop execution.
     """
 
     step_seconds: float
@@ -149,6 +153,8 @@ class StepPrediction:
     spans: tuple[Span, ...] = field(default=(), repr=False)
     windows: tuple[tuple[str, float, float], ...] = ()
     track_axes: Mapping[str, str] = field(default_factory=dict)
+    bubble_seconds: float = 0.0
+    pipelines: tuple[tuple[str, int, int, float, float], ...] = ()
 
 
 # ---------------------------------------------------------------------- bytes
@@ -368,9 +374,13 @@ class _Timeline:
     spans: list[tuple] = field(default_factory=list)  # (track, start, seconds, name, comp, kind, row, inst)
     windows: list[tuple[str, float, float]] = field(default_factory=list)
     has_dots: bool = False
+    bubble: float = 0.0  # seconds of pipeline loops' fill and drain iterations
+    pipelines: list[tuple[str, int, int, float, float]] = field(default_factory=list)
 
     def add_child(self, other: _Timeline, offset: float, times: float = 1.0) -> None:
         self.compute += other.compute * times
+        self.bubble += other.bubble * times
+        self.pipelines.extend(other.pipelines)
         self.matmul += other.matmul * times
         self.memory += other.memory * times
         self.has_dots = self.has_dots or other.has_dots
@@ -403,6 +413,16 @@ class _Walker:
         for (c, _), (_, dtype) in self.dot_flops.items():
             self.first_dot_dtype.setdefault(c, dtype)
         self.comp_flops: dict[str, float] = {}
+        # The MXU's terms per dot (analyzer.theory.matmul; hardware with an [mxu] table): (padding factor, HBM
+        # bytes its tile passes re-read beyond one read of each operand, fill-and-drain seconds), and their sums
+        # per computation (`mxu_in`).
+        self.dot_mxu: dict[tuple[str, str], tuple[float, float, float]] = {}
+        if hw.mxu is not None:
+            for d in dots:
+                terms = _mxu_terms(d, hw)
+                if terms is not None:
+                    self.dot_mxu[(d.computation, d.instruction.name)] = terms
+        self.comp_mxu: dict[str, tuple[float, float, float]] = {}
         self.with_flops = module.holding(*_FLOPS_OPS)  # (the computations `flops_in` reads: those with a dot or call)
         self.not_plain = _not_plain(module)  # (what pricing each fusion's bytes asks of the module: asked once)
         # holds_dot per instruction, by id (the instruction kept alongside so the id stays its own): _first_use
@@ -498,6 +518,27 @@ class _Walker:
             self._holds_dot[id(inst)] = known
         return known[1]
 
+    def mxu_in(self, comp_name: str) -> tuple[float, float, float]:
+        """(padded FLOPs, re-read bytes, fill seconds) of the dots in a computation and what it calls (the
+        `dot_mxu` terms summed; padded FLOPs are the dot's FLOPs times its padding factor)."""
+        if comp_name not in self.comp_mxu:
+            self.comp_mxu[comp_name] = (0.0, 0.0, 0.0)  # guards recursion
+            pf = extra = fill = 0.0
+            if comp_name in self.with_flops:
+                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
+                    f = self.dot_flops.get((comp_name, i.name))
+                    if f is not None:
+                        pad, e, fl = self.dot_mxu.get((comp_name, i.name), (1.0, 0.0, 0.0))
+                        pf += f[0] * pad
+                        extra += e
+                        fill += fl
+                    elif i.opcode in ("fusion", "call"):
+                        for c in i.called_computations:
+                            a, b, c2 = self.mxu_in(c)
+                            pf, extra, fill = pf + a, extra + b, fill + c2
+            self.comp_mxu[comp_name] = (pf, extra, fill)
+        return self.comp_mxu[comp_name]
+
     def _dot_dtype(self, comp_name: str) -> str:
         return self.first_dot_dtype.get(comp_name, "bf16")
 
@@ -519,9 +560,18 @@ class _Walker:
                 dtype = self._dot_dtype(called[0]) if called else "bf16"
         if flops:
             nbytes = instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain)
-            t_flops = flops / self.hw.flops_per_second(dtype)
-            t_mem = nbytes / self.bw
-            return (t_flops, "matmul") if t_flops >= t_mem else (t_mem, "memory")
+            padded, extra, fill = flops, 0.0, 0.0
+            if self.dot_mxu:  # the MXU's padding, tile passes and fill (analyzer.theory.matmul)
+                if op in _DOT_OPS:
+                    pad, extra, fill = self.dot_mxu.get((comp.name, inst.name), (1.0, 0.0, 0.0))
+                    padded = flops * pad
+                else:
+                    terms = [self.mxu_in(c) for c in inst.called_computations]
+                    padded = max(flops, sum(a for a, _, _ in terms))
+                    extra, fill = sum(b for _, b, _ in terms), sum(f for _, _, f in terms)
+            t_flops = padded / self.hw.flops_per_second(dtype)
+            t_mem = (nbytes + extra) / self.bw
+            return (t_flops + fill, "matmul") if t_flops >= t_mem else (t_mem + fill, "memory")
         if self.fused or cheap is None or op in _HEAVY:
             return instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain) / self.bw, "memory"
         # Unfused module: the op is one of a chain XLA would fuse; pay only at the chain's edges.
@@ -576,6 +626,7 @@ class _Walker:
         t = 0.0
         queue_free: dict[str, float] = {}
         end_of: dict[int, float] = {}
+        runs: list[tuple[float, float, int]] = []  # (start, end, row) of every collective issued here
         ready_at: dict[str, float] = {}
         spans = tl.spans
         keep = len(spans) < self.max_spans
@@ -588,6 +639,7 @@ class _Walker:
                 s = max(start, queue_free.get(queue, 0.0))
                 d = self.row_seconds[r]
                 end_of[r] = s + d
+                runs.append((s, s + d, r))
                 queue_free[queue] = s + d
                 ready_at[name] = max(ready_at.get(name, 0.0), s + d)
                 tl.busy[track] = tl.busy.get(track, 0.0) + d
@@ -602,10 +654,7 @@ class _Walker:
             end = max(end_of[r] for r in rows)
             if end > t:
                 stall = end - t
-                share = sum(self.row_seconds[r] for r in rows)
-                for r in rows:
-                    w = self.row_seconds[r] / share if share > 0 else 1.0 / len(rows)
-                    tl.exposed[r] = tl.exposed.get(r, 0.0) + stall * w
+                _charge(tl, stall, t, end, rows, runs, self.row_seconds)
                 spans.append((COMPUTE_TRACK, t, stall, "wait for " + ", ".join(
                     sorted({self.rows[r].kind for r in rows})), comp.name, "wait", rows[0], None))
                 t = end
@@ -671,6 +720,7 @@ class _Walker:
         wait(rest)
         tl.duration = t
         tl.trailing_end = {r: end_of[r] for r in trailing if r in end_of}  # type: ignore[attr-defined]
+        tl.trailing_runs = [x for x in runs if x[2] in trailing]  # type: ignore[attr-defined]
         return tl
 
     def _place(self, tl: _Timeline, sub: _Timeline, offset: float) -> None:
@@ -714,7 +764,8 @@ class _Walker:
                 tl.exposed[r] = tl.exposed.get(r, 0.0) + excess * n * self.row_seconds[r] / share
         if drain > 0 and n:
             last = max(trailing_end.items(), key=lambda kv: kv[1])[0]
-            tl.exposed[last] = tl.exposed.get(last, 0.0) + drain
+            _charge(tl, drain, b.duration, b.duration + drain, [last], getattr(b, "trailing_runs", []),
+                    self.row_seconds)
         start = t
         for k in range(n):
             offset = start + k * iteration
@@ -729,6 +780,10 @@ class _Walker:
             tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
         tl.windows.extend((lab, a + start, e + start) for lab, a, e in b.windows[:4])
         total = n * iteration + (drain if n else 0.0)
+        stages = _pipeline_stages(self, body, n) if b.has_dots else 0
+        if stages:  # stages - 1 of the n iterations fill and drain the pipeline (docs/step.md)
+            tl.bubble += (stages - 1) * iteration
+            tl.pipelines.append((inst.name, stages, n, (stages - 1) * iteration, total))
         if drain > 0 and n:
             tl.spans.append((COMPUTE_TRACK, start + n * iteration, drain,
                              f"wait for the last iteration's collectives ({inst.name})", comp.name, "wait", None, None))
@@ -792,9 +847,11 @@ class _Walker:
 
     def _first_use(self, comp: Computation, name: str, users: Mapping[str, tuple[str, ...]],
                    pos: Mapping[str, int], carried: frozenset[int] = frozenset()) -> tuple[int | None, bool]:
-        """Position of the first user of `name`, and whether its value reaches a heavy op (dot, collective,
-        loop) before the computation's result, or reaches the result at a tuple index in `carried` (a loop
-        body's outputs that the next iteration feeds to a heavy op)."""
+        """Position of the first user of `name`, and whether its value reaches a heavy op (dot, loop) before
+        the computation's result, or reaches the result at a tuple index in `carried` (a loop body's outputs
+        that the next iteration feeds to a heavy op). A collective on the way stops the search: a value only
+        collectives consume (a reduce-scatter feeding a cross-slice all-reduce) makes no compute wait; the
+        consuming collective runs after it on the collective stream and is waited for where its result is used."""
         direct = users.get(name, ())
         first = min((pos[u] for u in direct if u in pos), default=None)
         seen: set[str] = set()
@@ -814,8 +871,12 @@ class _Walker:
             if inst is None:
                 continue
             op = inst.opcode
-            if self.holds_dot(inst) or op in ("while", "call", "conditional") or (comp.name, u) in self.coll:
+            if self.holds_dot(inst) or op in ("while", "call", "conditional"):
                 return first, True
+            if (comp.name, u) in self.coll:
+                # a collective consuming it: issued after it on the one collective stream, and waited for where
+                # its own result is used; compute does not wait for this one there
+                continue
             stack.extend((v, u) for v in users.get(u, ()))
         return first, False
 
@@ -868,6 +929,83 @@ class _Walker:
                     i.operands and all(o in out for o in i.operand_names):
                 out.add(i.name)
         return out
+
+
+def _pipeline_stages(w: _Walker, body: str, trip: int) -> int:
+    """The stages of a pipeline loop, else 0: a loop with dots whose body (or what it calls, not nested loops)
+    passes a value to its neighbour along one mesh axis of S > 1 devices (a collective-permute over that axis
+    alone) and runs more than S iterations. Such a loop is a pipeline of S stages run as SPMD: every device runs
+    its stage each iteration, so M microbatches take M + S - 1 iterations. A ring over S devices (ring attention,
+    collective matmuls) takes at most S iterations and is not one."""
+    seen, todo = set(), [body]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in w.module.by_name:
+            continue
+        seen.add(name)
+        for inst in w.module.by_name[name].instructions:
+            if inst.opcode != "while":
+                todo.extend(inst.called_computations)
+    sizes = {int(c.axis_sizes[0]) for c in w.rows if c.kind == "collective-permute" and c.computation in seen
+             and len(getattr(c, "axes", ()) or ()) == 1 and len(getattr(c, "axis_sizes", ()) or ()) == 1}
+    stages = max(sizes, default=0)
+    return stages if stages > 1 and trip > stages else 0
+
+
+def _charge(tl: _Timeline, stall: float, t0: float, t1: float, waited: Sequence[int],
+            runs: Sequence[tuple[float, float, int]], row_seconds: Sequence[float]) -> None:
+    """Charge a compute stall over [t0, t1] to the collectives that ran in it, each the part of the stall it was
+    itself running (so a collective is never charged more than its own time): the waited one's own exposure,
+    and the queue wait (the collectives ahead of it on the stream) to those collectives. What no collective
+    covers (a gap in the stream) goes to the waited rows in proportion to their time."""
+    parts = [(r, min(e, t1) - max(s, t0)) for s, e, r in runs if min(e, t1) > max(s, t0)]
+    covered = sum(p for _, p in parts)
+    scale = stall / covered if covered > stall else 1.0  # links running at once (a scheduled module's tracks)
+    for r, p in parts:
+        tl.exposed[r] = tl.exposed.get(r, 0.0) + p * scale
+    rest = stall - covered * scale
+    if rest > 1e-15:
+        share = sum(row_seconds[r] for r in waited)
+        for r in waited:
+            w = row_seconds[r] / share if share > 0 else 1.0 / len(waited)
+            tl.exposed[r] = tl.exposed.get(r, 0.0) + rest * w
+
+
+def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
+    """(padding factor, re-read bytes, fill seconds) of one dot on the MXU (analyzer.theory.matmul), from its
+    operands' shapes and dimension numbers; None for a convolution or a dot whose shapes are not known."""
+    from analyzer.analysis.dots import batch_dims, contracting_dims
+    from analyzer.theory.matmul import matmul_time
+
+    inst = d.instruction
+    if inst.opcode != "dot" or len(inst.operands) < 2 or any(o.shape is None or o.shape.is_tuple
+                                                              for o in inst.operands[:2]):
+        return None
+    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    try:
+        lc, rc = set(contracting_dims(inst, 0)), set(contracting_dims(inst, 1))
+        lb, rb = set(batch_dims(inst, 0)), set(batch_dims(inst, 1))
+        ld, rd = list(lhs.dims), list(rhs.dims)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+    def prod(xs) -> int:
+        out = 1
+        for x in xs:
+            out *= int(x)
+        return out
+
+    b = prod(ld[i] for i in lb if i < len(ld))
+    k = prod(ld[i] for i in lc if i < len(ld))
+    m = prod(x for i, x in enumerate(ld) if i not in lc and i not in lb)
+    n = prod(x for i, x in enumerate(rd) if i not in rc and i not in rb)
+    if min(b, k, m, n) <= 0:
+        return None
+    in_bytes = _element_bytes(lhs) or 2.0
+    out_bytes = _element_bytes(inst.shape) or in_bytes
+    t = matmul_time(hw, b=b, m=m, k=k, n=n, in_bytes=in_bytes, out_bytes=out_bytes)
+    once = b * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    return t.padded_flops / t.useful_flops, max(0.0, t.hbm_bytes - once), t.fill_seconds
 
 
 def _holds_collective(module: HloModule, inst: Instruction) -> bool:
@@ -1011,6 +1149,6 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
         exposed_rows=exposed_rows, model_flops=model_total, executed_flops=executed,
         mfu=model_total / denom if denom > 0 else 0.0, hfu=executed / denom if denom > 0 else 0.0,
         overlap="schedule" if w.scheduled else "model", chips=n, peak_flops=peak, spans=spans,
-        windows=windows, track_axes=dict(w.track_axes),
+        windows=windows, track_axes=dict(w.track_axes), bubble_seconds=tl.bubble, pipelines=tuple(tl.pipelines),
     )
 

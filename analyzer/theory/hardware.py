@@ -29,6 +29,7 @@ __all__ = [
     "HardwareSpec",
     "IciSpec",
     "WraparoundRule",
+    "MxuSpec",
     "NvlinkSpec",
     "ScaleOutLevel",
     "ScaleOutSpec",
@@ -102,6 +103,25 @@ class IciSpec:
 
 
 @dataclass(frozen=True)
+class MxuSpec:
+    """A TPU TensorCore's matrix unit, as far as pricing one matmul needs it (analyzer.theory.matmul).
+
+    Attributes:
+      tile: the systolic array's (rows, columns): a dot's contracting dim and the stationary operand's free dim
+        are padded to these (128x128 on v2-v5p, 256x256 on v6e and 7x).
+      sublanes: the rows of one streamed operand push (8: `bf16[8,128] @ bf16[128,128]`), what the streamed
+        operand's free dim is padded to.
+      vmem_bytes: on-chip vector memory per TensorCore, the most a matmul's blocks can hold.
+      cores_per_chip: TensorCores a chip's FLOPs are split over (2 on v4/v5p megacore and 7x).
+    """
+
+    tile: tuple[int, int]
+    sublanes: int
+    vmem_bytes: float
+    cores_per_chip: int = 1
+
+
+@dataclass(frozen=True)
 class NvlinkSpec:
     """A GPU node's NVLink domain: every GPU reaches every other through NVSwitches."""
 
@@ -148,6 +168,7 @@ class HardwareSpec:
       dcn_bandwidth_per_chip: TPU data-center network egress per chip, or None.
       pcie_bandwidth_per_chip: host link per chip, or None.
       nvlink, scale_out: the GPU networks, or None.
+      mxu: the TPU matrix unit's tile and VMEM (`[mxu]`), or None (then matmuls are priced at peak).
       path: the file the spec was read from.
     """
 
@@ -165,6 +186,7 @@ class HardwareSpec:
     scale_out: ScaleOutSpec | None = None
     path: str = ""
     device_kind: str = ""
+    mxu: MxuSpec | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("tpu", "gpu"):
@@ -240,6 +262,10 @@ class HardwareSpec:
             out["scale_out"] = {"node_egress": s.node_egress, "sharp": s.sharp,
                                 "levels": [{"name": lv.name, "degree": lv.degree,
                                             "link_bandwidth": lv.link_bandwidth} for lv in s.levels]}
+        if self.mxu is not None:
+            m = self.mxu
+            out["mxu"] = {"tile": list(m.tile), "sublanes": m.sublanes, "vmem_bytes": m.vmem_bytes,
+                          "cores_per_chip": m.cores_per_chip}
         return out
 
 
@@ -249,7 +275,10 @@ _NUM = (int, float)
 _SCHEMA: Mapping[str, Mapping[str, tuple[Any, bool]]] = {
     "": {"name": (str, True), "kind": (str, True), "description": (str, False),
          "topology_prefix": (str, True), "device_kind": (str, False), "flops": (dict, True), "hbm": (dict, True), "ici": (dict, False),
-         "dcn": (dict, False), "pcie": (dict, False), "nvlink": (dict, False), "scale_out": (dict, False)},
+         "dcn": (dict, False), "pcie": (dict, False), "nvlink": (dict, False), "scale_out": (dict, False),
+         "mxu": (dict, False)},
+    "mxu": {"tile": (list, True), "sublanes": (int, True), "vmem_bytes": (_NUM, True),
+            "cores_per_chip": (int, False)},
     "hbm": {"bytes": (_NUM, True), "bandwidth": (_NUM, True)},
     "ici": {"link_bandwidth_one_way": (_NUM, True), "link_bandwidth_bidi": (_NUM, True),
             "links_per_axis": (int, True), "hop_latency": (_NUM, True), "max_topology": (list, True),
@@ -366,7 +395,16 @@ def spec_from_dict(data: Mapping[str, Any], *, path: str = "<dict>") -> Hardware
         raise HardwareError(f"{path}: missing table [ici], required for kind 'tpu'")
     if kind == "gpu" and nvlink is None:
         raise HardwareError(f"{path}: missing table [nvlink], required for kind 'gpu'")
-    for section, allowed in (("ici", "tpu"), ("dcn", "tpu"), ("nvlink", "gpu"), ("scale_out", "gpu")):
+    mxu = None
+    if "mxu" in top:
+        t = _check_table(path, "mxu", top["mxu"])
+        tile = _int_list(path, "[mxu] tile", t["tile"])
+        if len(tile) != 2:
+            raise HardwareError(f"{path}: [mxu] tile must be [rows, columns], got {t['tile']!r}")
+        mxu = MxuSpec(tile=(tile[0], tile[1]), sublanes=t["sublanes"], vmem_bytes=float(t["vmem_bytes"]),
+                      cores_per_chip=t.get("cores_per_chip", 1))
+    for section, allowed in (("ici", "tpu"), ("dcn", "tpu"), ("nvlink", "gpu"), ("scale_out", "gpu"),
+                             ("mxu", "tpu")):
         if section in top and kind != allowed:
             raise HardwareError(f"{path}: table [{section}] is only valid for kind {allowed!r}, not {kind!r}")
     return HardwareSpec(
@@ -378,7 +416,7 @@ def spec_from_dict(data: Mapping[str, Any], *, path: str = "<dict>") -> Hardware
         if "dcn" in top else None,
         pcie_bandwidth_per_chip=float(_check_table(path, "pcie", top["pcie"])["bandwidth_per_chip"])
         if "pcie" in top else None,
-        nvlink=nvlink, scale_out=scale_out, path=path,
+        nvlink=nvlink, scale_out=scale_out, path=path, mxu=mxu,
     )
 
 

@@ -1,0 +1,33 @@
+"""Overlap rules of the step model (issue 25 item 3): a collective's exposed time is the part of the compute
+stream's waits when it was itself running, never more than its own time; a collective consumed only by
+another collective makes no compute wait of its own."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+import analyzer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def two_slices():
+    from examples.maxtext_v5p import ROWS
+
+    row = next(r for r in ROWS if r.name == "128b-2x-v5p-256")
+    text = gzip.decompress((ROOT / "fixtures" / "maxtext" / f"{row.name}.spmd.hlo.gz").read_bytes()).decode()
+    return analyzer.analyze_hlo(text, mesh=row.mesh, hardware="tpu-v5p", topology=row.topology)
+
+
+def test_no_collective_is_exposed_longer_than_it_runs(two_slices):
+    step = two_slices.analysis.step
+    rows = two_slices.analysis.collectives
+    for r, c in enumerate(rows):
+        own = c.cost.seconds * c.count
+        assert step.exposed_rows[r] <= own * (1 + 1e-9) + 1e-12, (r, c.kind, step.exposed_rows[r], own)
+    # and the exposure is all charged: per-row exposure adds up to the step's exposed communication
+    assert sum(step.exposed_rows) == pytest.approx(step.exposed_comm_seconds, rel=1e-6)
