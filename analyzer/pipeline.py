@@ -167,14 +167,15 @@ def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target
     """The per-device memory the report states: libtpu's own analysis on a TPU target; on the cpu target for a
     TPU, the estimate of the TPU's memory (`analyzer.analysis.tpumemory`), the CPU compiler's temporaries kept
     beside it as `cpu_compiler_temp_bytes`; otherwise what the compiler said."""
-    if target != "cpu" or getattr(hw, "kind", "") != "tpu" or memory is None:
+    if target != "cpu" or getattr(hw, "kind", "") != "tpu":
         return memory
     from analyzer.analysis.tpumemory import estimate_tpu_memory
 
     estimate = estimate_tpu_memory(module)
     if estimate is None:
         return memory
-    cpu = memory.get("cpu_compiler_temp_bytes", memory.get("temp_bytes"))
+    # (beyond 1,024 devices the cpu target stops after partitioning: no CPU compiler figures, the estimate stands)
+    cpu = None if memory is None else memory.get("cpu_compiler_temp_bytes", memory.get("temp_bytes"))
     notes.append("Memory per device: an estimate of the TPU's (its layouts' padding, the TPU compiler's fusion, "
                  "buffers live over the program's order), not the CPU compiler's buffer assignment "
                  "(cpu_compiler_temp_bytes); generated code not counted.")
@@ -1082,7 +1083,7 @@ def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: Ste
                   comm_bytes=comm_bytes, flops=flops, step_seconds=step.step_seconds,
                   exposed_comm_seconds=step.exposed_comm_seconds, exposed_by_axis=dict(step.exposed_by_axis),
                   matmul_seconds=matmul, memory_bound_seconds=step.memory_bound_seconds,
-                  model_flops=step.model_flops, mfu=step.mfu, hfu=step.hfu)
+                  model_flops=step.model_flops, mfu=step.mfu, hfu=step.hfu, bubble_seconds=step.bubble_seconds)
 
 
 def _axis_key(c: Collective) -> str:

@@ -43,6 +43,8 @@ class Totals:
         (`analyzer.analysis.dots.model_flops`).
       mfu: model_flops / (step_seconds x peak x chips); hfu: the same with every FLOP the chips execute (a
         plan's redundant compute and remat included): hfu / mfu above 1 is repeated work.
+      bubble_seconds: the part of step_seconds a pipeline spends filling and draining its stages (stages - 1
+        iterations of each pipeline loop, analyzer.analysis.step); 0 without a pipeline.
     """
 
     comm_seconds: float
@@ -59,6 +61,7 @@ class Totals:
     model_flops: float = 0.0
     mfu: float = 0.0
     hfu: float = 0.0
+    bubble_seconds: float = 0.0
 
     @property
     def comm_compute_ratio(self) -> float:
@@ -180,6 +183,7 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
                     matmul_seconds=float(t.get("matmul_seconds", 0.0)),
                     memory_bound_seconds=float(t.get("memory_bound_seconds", 0.0)),
                     model_flops=float(t.get("model_flops", 0.0)), mfu=float(t.get("mfu", 0.0)),
+                    bubble_seconds=float(t.get("bubble_seconds", 0.0)),
                     hfu=float(t.get("hfu", 0.0)))
     m = data.get("mesh")
     mesh = None if m is None else MeshInfo(tuple(m["axis_names"]), tuple(m["axis_sizes"]), tuple(m["device_ids"]),

@@ -106,6 +106,8 @@ def _totals(report: Report) -> dict[str, Any]:
         "model_flops": to_jsonable(float(t.model_flops)),
         "mfu": to_jsonable(float(t.mfu)),
         "hfu": to_jsonable(float(t.hfu)),
+        # a pipeline's fill and drain, part of step_seconds: only where the program has a pipeline loop
+        **({"bubble_seconds": to_jsonable(float(t.bubble_seconds))} if t.bubble_seconds > 0 else {}),
     }
 
 

@@ -158,3 +158,42 @@ def test_the_tpu_target_compiles_as_train_compile_does():
     axes = {a for row in report.collectives["axes"] for a in row}
     assert {"fsdp", "tensor"} <= axes, axes
     assert report.totals.step_seconds > 0 and 0 < report.totals.mfu <= 1
+
+
+# A tiny Mixtral (4 experts, 2 per token) with expert parallelism 4 x fsdp 2, dispatch/combine by einsum
+# (sparse_matmul=false: the ragged all-to-all of sparse_matmul=true has no XLA:CPU lowering), and a tiny
+# 4-layer model over 4 pipeline stages x fsdp 2 with 8 microbatches.
+_TINY_COMMON = [a for a in TINY if not a.startswith(("ici_", "base_num_decoder_layers", "per_device_batch_size"))]
+MOE = ["model_name=mixtral-8x7b", "override_model_config=true", *_TINY_COMMON, "base_moe_mlp_dim=512",
+       "base_num_decoder_layers=2", "per_device_batch_size=1", "num_experts=4", "num_experts_per_tok=2",
+       "ici_expert_parallelism=4", "ici_fsdp_parallelism=2", "sparse_matmul=false"]
+PP_STAGES, PP_MICROBATCHES = 4, 8
+PP = [*_TINY_COMMON, "base_num_decoder_layers=4", "per_device_batch_size=2", f"ici_pipeline_parallelism={PP_STAGES}",
+      "ici_fsdp_parallelism=2", f"num_pipeline_microbatches={PP_MICROBATCHES}"]
+
+
+@pytest.mark.slow
+@needs_maxtext
+def test_a_mixtral_step_shows_the_expert_all_to_all():
+    report = maxtext.analyze_maxtext(MOE, target="cpu")
+    rows = report.collectives[report.collectives["axes"] == ("expert",)]
+    a2a = rows[rows["kind"] == "all-to-all"]
+    assert len(a2a) >= 2, set(rows["kind"])  # tokens dispatched to their experts' devices and combined back
+    assert all("moe.py" in str(s) for s in a2a["context"]), list(a2a["context"])  # MaxText's MoE layer
+    assert report.totals.by_kind["all-to-all"] > 0 and report.totals.exposed_by_axis.get("expert", 0) >= 0
+    assert report.totals.bubble_seconds == 0.0
+
+
+@pytest.mark.slow
+@needs_maxtext
+def test_a_pipelined_step_shows_the_bubble_of_the_schedule():
+    report = maxtext.analyze_maxtext(PP, target="cpu")
+    step = report.analysis.step
+    assert {"stage"} <= {a for row in report.collectives["axes"] for a in row}
+    # the forward loop and its transpose, each of microbatches + stages - 1 iterations over 4 stages
+    assert [(s, t) for _, s, t, _, _ in step.pipelines] == [(PP_STAGES, PP_MICROBATCHES + PP_STAGES - 1)] * 2
+    formula = (PP_STAGES - 1) / (PP_MICROBATCHES + PP_STAGES - 1)  # the schedule's own (pipeline.py's comment)
+    for _, _, _, bubble, loop_seconds in step.pipelines:
+        assert bubble / loop_seconds == pytest.approx(formula, rel=1e-9)
+    assert 0 < report.totals.bubble_seconds < report.totals.step_seconds
+    assert report.totals.hfu > report.totals.mfu  # the bubble's iterations compute too
