@@ -92,6 +92,14 @@ _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Dump files written right after the SPMD partitioner: `...after_spmd-partitioning...` on CPU/GPU,
 # `...after_tpu-spmd-partitioning...` from libtpu.
 _SPMD_DUMP = re.compile(r"after_(tpu-)?spmd-partitioning")
+_PASS_NUMBER = re.compile(r"^module_(\d+)\.[^/]*?\.(\d{4})\.")  # module_0002.jit_f.0001.<pipeline>.after_...
+# The cpu target compiles up to this many devices through every backend pass (the optimized HLO and the CPU
+# compiler's memory figures); beyond it, in a child that stops at the after-SPMD module (DESIGN.md, "More than
+# 1,024 devices on the cpu target").
+CPU_FULL_COMPILE_DEVICES = 1024
+# XLA's CPU client holds at most this many devices per process (kMaxCpuDevicesPerProcess, cpu_topology.h); more
+# take gloo collectives and a one-process jax.distributed coordinator on localhost.
+_CPU_DEVICES_PER_PROCESS = 2048
 _MEMORY_FIELDS = {
     "argument_bytes": "argument_size_in_bytes",
     "output_bytes": "output_size_in_bytes",
@@ -113,7 +121,8 @@ class Lowered:
       spmd_hlo: HLO text right after SPMD partitioning: per-device shapes and the collectives the partitioner
         inserted, before backend passes rewrite them (the CPU backend promotes bf16 all-reduces, combines and
         decomposes collectives). The view to read collectives from.
-      optimized_hlo: the final optimized HLO (`compiled.as_text()`).
+      optimized_hlo: the final optimized HLO (`compiled.as_text()`); "" on the cpu target beyond 1,024 devices,
+        where the compile stops after SPMD partitioning.
       target: "cpu" or "tpu:<generation>:<shape>[*<slices>]", e.g. "tpu:v5e:2x4", "tpu:v5e:2x2*2".
       mesh: the user's mesh: axis names, sizes, device id at each mesh position, axis types.
       device_coords: torus coordinates of the device at each mesh position (mesh order), or None on cpu; on a
@@ -595,18 +604,59 @@ def _cpu_devices_in_process(n: int) -> list[Any] | None:
 # Compiling a StableHLO module (runs in this process or in the child)
 
 
-def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -> dict[str, Any]:
+def _spmd_dumps(dump: str) -> tuple[Path | None, bool]:
+    """The after-SPMD-partitioning dump in a dump folder, and whether XLA has finished writing it (a dump of a
+    later pass exists: XLA writes its dumps one after the other, each closed before the next pass runs)."""
+    spmd, later = None, False
+    for p in Path(dump).iterdir():
+        if p.suffix == ".txt" and _SPMD_DUMP.search(p.name):
+            spmd = p
+    if spmd is None:
+        return None, False
+    number = _PASS_NUMBER.search(spmd.name)
+    for p in Path(dump).iterdir():
+        m = _PASS_NUMBER.search(p.name)
+        if m and number and m.group(1) == number.group(1) and int(m.group(2)) > int(number.group(2)):
+            later = True
+    return spmd, later
+
+
+def _watch_for_spmd_dump(dump: str, start: float, ids: Sequence[int], devices: Sequence[Any],
+                         done: Callable[[dict[str, Any]], None], stop: Any) -> None:
+    """Poll the dump folder until the after-SPMD module is complete, then hand `done` the result without the
+    backend's passes (no optimized HLO, no memory figures): what the cpu target reads beyond 1,024 devices,
+    where the CPU backend's passes after partitioning take minutes and gigabytes for nothing the analysis needs."""
+    while not stop.wait(0.02):
+        spmd, complete = _spmd_dumps(dump)
+        if not complete or spmd is None:
+            continue
+        before = sorted(p for p in Path(dump).iterdir() if p.name.endswith(".before_optimizations.txt"))
+        done({"spmd_hlo": spmd.read_text(), "optimized_hlo": "",
+              "global_hlo": before[0].read_text() if before else "", "memory": None,
+              "compile_seconds": time.perf_counter() - start, "device_kind": str(getattr(devices[0], "device_kind",
+                                                                                            "cpu")),
+              "stopped_after_spmd": True, "devices": len(ids)})
+        return
+
+
+def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None,
+                 after_spmd: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Compile one StableHLO module and collect its HLO texts and memory figures.
 
     Args:
       job: JSON-able description: `stablehlo` (MLIR text), `platform` ("cpu" | "tpu"), `device_ids` (physical
         id at each mesh position), `tuple_args`, `allow_prop_in`, `allow_prop_out` (per-argument / per-output
-        flags letting XLA choose unspecified shardings, as jit sets them).
+        flags letting XLA choose unspecified shardings, as jit sets them); optionally `dump_dir`, a folder the
+        caller owns (and removes) for XLA's dumps.
       devices: the devices to compile for (TPU compile-only devices); None picks the CPU client's devices by id.
+      after_spmd: called (from a watcher thread) with the result as soon as the after-SPMD module is written,
+        while XLA goes on with the backend's passes; it is expected to end the process (the child does).
 
     Returns:
       dict with `spmd_hlo`, `optimized_hlo`, `memory`, `compile_seconds`, `device_kind`, `global_hlo`.
     """
+    import threading
+
     import numpy as np
     from jax._src import compiler, xla_bridge
     from jax._src.interpreters import mlir
@@ -618,10 +668,13 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -
         by_id = {d.id: d for d in xla_bridge.get_backend("cpu").devices()}
         devices = [by_id[i] for i in ids]
     client = devices[0].client
-    with tempfile.TemporaryDirectory(prefix="hlo-analyzer-") as dump:
+    owned = contextlib.nullcontext(job["dump_dir"]) if job.get("dump_dir") else \
+        tempfile.TemporaryDirectory(prefix="hlo-analyzer-")
+    with owned as dump:
         overrides = {
             "xla_dump_to": dump,
-            "xla_dump_hlo_pass_re": "spmd-partitioning",
+            # The pass after the partitioner is dumped too: its file tells a watcher the partitioned one is whole.
+            "xla_dump_hlo_pass_re": "spmd-partitioning" + ("|control-dep-rewriter" if after_spmd else ""),
             "xla_dump_hlo_as_text": True,
         }
         options = compiler.get_compile_options(
@@ -637,12 +690,19 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None) -
         with mlir.make_ir_context():
             module = ir.Module.parse(job["stablehlo"])
             start = time.perf_counter()
+            stop = threading.Event()
+            if after_spmd is not None:
+                threading.Thread(target=_watch_for_spmd_dump, args=(dump, start, ids, devices, after_spmd, stop),
+                                 name="hlo-analyzer-spmd-watch", daemon=True).start()
             device_list = xc.DeviceList(tuple(devices))
-            if job["platform"] == "cpu":
-                executable = client.compile_and_load(module, executable_devices=device_list,
-                                                     compile_options=options)
-            else:
-                executable = client.compile(module, executable_devices=device_list, compile_options=options)
+            try:
+                if job["platform"] == "cpu":
+                    executable = client.compile_and_load(module, executable_devices=device_list,
+                                                         compile_options=options)
+                else:
+                    executable = client.compile(module, executable_devices=device_list, compile_options=options)
+            finally:
+                stop.set()
             seconds = time.perf_counter() - start
         optimized = executable.hlo_modules()[0].to_string()
         spmd_files = sorted(p for p in Path(dump).iterdir() if _SPMD_DUMP.search(p.name) and p.suffix == ".txt")
@@ -719,9 +779,50 @@ def _compile_in_child(job: Mapping[str, Any], n: int, timeout: float | None) -> 
     return result
 
 
+def _start_local_coordinator() -> None:
+    """Let this process's CPU client hold more than 2,048 devices: gloo collectives and a jax.distributed
+    coordinator of one process on localhost (nothing leaves the machine), set before any device exists."""
+    import socket
+
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    jax.distributed.initialize(f"localhost:{port}", num_processes=1, process_id=0)
+
+
+def _worker_after_spmd(job: Mapping[str, Any]) -> int:
+    """The child for more than `CPU_FULL_COMPILE_DEVICES` devices: print the result as soon as the after-SPMD
+    module is written and end the process there (`os._exit`: neither the backend's passes, which grow with the
+    device count, nor the client's teardown, about 40 s at 8,192 devices, are waited for). The parent owns the
+    dump folder and removes it."""
+    import threading
+
+    lock = threading.Lock()
+
+    def emit(result: Mapping[str, Any]) -> None:
+        with lock:
+            sys.stdout.write(json.dumps(result) + "\n")
+            sys.stdout.flush()
+            os._exit(0)
+
+    try:
+        if len(job["device_ids"]) > _CPU_DEVICES_PER_PROCESS:
+            _start_local_coordinator()
+        result = _compile_job(job, after_spmd=emit)
+    except Exception as e:  # reported to the parent, which raises LoweringError
+        result = {"error": f"{type(e).__name__}: {e}"}
+    emit(result)
+    return 0
+
+
 def _worker_main() -> int:
     """Entry of `python -m analyzer.compile.lower`: a job as JSON on stdin, the result as one JSON line on stdout."""
     job = json.loads(sys.stdin.read())
+    if job.get("stop_after_spmd"):
+        return _worker_after_spmd(job)
     try:
         result = _compile_job(job)
     except Exception as e:  # reported to the parent, which raises LoweringError
@@ -813,8 +914,9 @@ def lower(
       *args: arrays or `jax.ShapeDtypeStruct`s (pytrees of them), sharded with `NamedSharding`s on `mesh` (or on
         any mesh of the same axis names and sizes); leaves without a sharding are left to XLA.
       mesh: a `jax.sharding.Mesh`, an `AbstractMesh`, a dict `{"data": 4, "model": 2}` (values may be
-        `(size, "explicit")`), or a string "data=4,model=2". Up to 1024 devices on cpu. When None, the mesh of
-        the first NamedSharding among the arguments.
+        `(size, "explicit")`), or a string "data=4,model=2". When None, the mesh of the first NamedSharding
+        among the arguments. On cpu, beyond `CPU_FULL_COMPILE_DEVICES` (1,024) devices the child process stops
+        at the after-SPMD module (all the cpu target reads): `optimized_hlo` is then "" and `memory` None.
       in_shardings, out_shardings: as for `jax.jit`; `PartitionSpec`s are taken on `mesh`.
       target: "cpu" (fake CPU devices) or "tpu:<generation>:<shape>" (e.g. "tpu:v5e:2x4"; needs libtpu), with
         "*N" for N slices over DCN ("tpu:v5e:2x2*2").
@@ -850,8 +952,10 @@ def lower(
         mesh = _mesh_from_args(args)
     abstract = make_mesh(mesh)
     n = abstract.size
-    if parsed.platform == "cpu" and n > 1024:
-        raise MeshError(f"mesh {_describe_mesh(abstract)} has {n} devices; the cpu target supports up to 1024")
+    after_spmd_only = parsed.platform == "cpu" and n > CPU_FULL_COMPILE_DEVICES
+    if after_spmd_only and isolate is False:
+        raise MeshError(f"mesh {_describe_mesh(abstract)} has {n} devices: the cpu target compiles more than "
+                        f"{CPU_FULL_COMPILE_DEVICES} in a child process only; pass isolate=None or True")
     static = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
     static = {i % len(args) if len(args) else i for i in static}
 
@@ -898,12 +1002,16 @@ def lower(
             with _quiet_stderr():
                 result = _compile_job(job, devices=tpu_devices)
         else:
-            live = None if isolate else _cpu_devices_in_process(n)
+            live = None if (isolate or after_spmd_only) else _cpu_devices_in_process(n)
             if live is None and isolate is False:
                 raise MeshError(f"mesh {_describe_mesh(abstract)} needs {n} CPU devices and this process has "
                                 f"fewer; set XLA_FLAGS={_DEVICE_COUNT_FLAG}={n} before jax starts, or pass "
                                 "isolate=None")
-            if live is None:
+            if live is None and after_spmd_only:
+                in_child = True
+                with tempfile.TemporaryDirectory(prefix="hlo-analyzer-") as dump:
+                    result = _compile_in_child({**job, "stop_after_spmd": True, "dump_dir": dump}, n, timeout)
+            elif live is None:
                 in_child = True
                 result = _compile_in_child(job, n, timeout)
             else:
