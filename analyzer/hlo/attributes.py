@@ -508,6 +508,9 @@ XLA_CHANGES: Mapping[str, tuple[int, int]] = {
     # any values, of any count: AsyncDoneNoAsyncStart, AsyncUpdateAndAsyncDoneNoAsyncStart), nor that a
     # computation is wrapped by one async-start only (AsyncOpSharedComputation); 0.10's rejects all three.
     "async_chain_unchecked": (0, 12),
+    # jaxlib 0.12's XLA reads `idx=` in a convolution's sparsity_config (`{lhs={sparsity=2x4 ... idx=3}}`); 0.10's
+    # says "unknown attribute".
+    "sparsity_idx": (0, 12),
 }
 
 
@@ -1135,6 +1138,54 @@ def _enum(name: str, values: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+_SPARSITY_SIDE = re.compile(r"\s*([A-Za-z_][\w.\-]*)=\s*\{([^{}]*)\}\s*")
+_SPARSITY_FIELD = re.compile(r"\s*([A-Za-z_][\w.\-]*)=\s*(\S*)\s*")
+
+
+def parse_sparsity_config(raw: str) -> dict[str, dict[str, Any]]:
+    """A convolution's `sparsity_config={lhs={sparsity=2x4 dimension=2 stride=1 idx=3} rhs={...}}` -> {"lhs": {...}}.
+
+    As XLA's parser reads it (measured with jaxlib 0.10.2's and 0.12.0.1's): sides `lhs`/`rhs` and fields separated by
+    spaces (no commas), `key=` with no space before `=`; `sparsity=NxM` (digits), `dimension`, `stride` integers
+    within int64; `idx` an integer from jaxlib 0.12 on (`XLA_CHANGES["sparsity_idx"]`); a key given again wins.
+
+    Example:
+      >>> parse_sparsity_config("{lhs={sparsity=2x4 dimension=2 stride=1}}")
+      {'lhs': {'sparsity': (2, 4), 'dimension': 2, 'stride': 1}}
+    """
+    text = raw.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"expected `{{lhs={{sparsity=2x4 dimension=1}} rhs={{...}}}}`, got {raw[:60]!r}")
+    fields = ("sparsity", "dimension", "stride") + (("idx",) if xla_does("sparsity_idx") else ())
+    out: dict[str, dict[str, Any]] = {}
+    body, pos = text[1:-1], 0
+    while pos < len(body) and not body[pos:].isspace():
+        m = _SPARSITY_SIDE.match(body, pos)
+        if m is None or m.group(1) not in ("lhs", "rhs"):
+            raise ValueError(f"expected `lhs={{...}}` or `rhs={{...}}` separated by spaces, got {body[pos:pos + 40]!r}")
+        side: dict[str, Any] = {}
+        inner, at = m.group(2), 0
+        while at < len(inner) and not inner[at:].isspace():
+            f = _SPARSITY_FIELD.match(inner, at)
+            if f is None or f.group(1) not in fields:
+                raise ValueError(f"expected a field of {', '.join(fields)} like `sparsity=2x4` (separated by spaces), "
+                                 f"got {inner[at:at + 40]!r}")
+            key, value = f.groups()
+            if key == "sparsity":
+                nm = re.fullmatch(r"(\d+)x(\d+)", value)
+                if nm is None:
+                    raise ValueError(f"expected sparsity=N x M like `2x4` (num_non_zero x block_size), got {value!r}")
+                side[key] = (int(nm.group(1)), int(nm.group(2)))
+            else:
+                if re.fullmatch(r"-?\d+", value) is None or not -(1 << 63) <= int(value) < (1 << 63):
+                    raise ValueError(f"expected an integer (int64) for {key}, got {value!r}")
+                side[key] = int(value)
+            at = f.end()
+        out.setdefault(m.group(1), {}).update(side)
+        pos = m.end()
+    return out
+
+
 _STAT_ITEM = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*=\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*")
 
 
@@ -1199,6 +1250,8 @@ DECODERS: Mapping[str, Callable[[str], Any]] = {
     "iota_dimension": _parse_int,
     "backend_config": _parse_backend_config,
     "dim_labels": parse_dim_labels,
+    "convolution_kind": _enum("convolution kind", ("fprop", "dgrad", "wgrad")),
+    "sparsity_config": parse_sparsity_config,
     "window": parse_window,
     "padding": parse_padding,
     "slice": parse_slice,

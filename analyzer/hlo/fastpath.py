@@ -542,10 +542,15 @@ def build_lines(source: str, pos: int, stop: int, lineno: int, head, attr_res: t
         insts.append(i)
         if not clean:
             unvetted.append(i)
+    if not _ELEMENT_TYPES.isdisjoint(defined):
+        verifier.check_instruction_names(insts)
     defined = defined_item = tails = tails_get = None
     if not insts:
         return None
     return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts)
+
+
+_ELEMENT_TYPES = frozenset(verifier.ELEMENT_BITS)
 
 
 _TABLE_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

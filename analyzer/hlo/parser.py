@@ -654,7 +654,8 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
                 end = _comp_end(text, body)
                 if end is None:
                     return None
-            if find("{\n", body, end.start()) >= 0 and _COMP_START.search(text, body, end.start()):
+            if find("{\n", body, end.start()) >= 0 and (_COMP_START.search(text, body, end.start())
+                                                         or _CLOSED_THEN_HEADER.search(text, body, end.start())):
                 return None  # a header inside: this computation's `}` ends an instruction's line (`add(a, b) }`)
         close = end.end()
         entry, name = m.groups()
@@ -677,6 +678,9 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
 
 
 _WS = re.compile(r"\s*")
+# A computation closed on an instruction's line and the next one's header after it: `  ROOT p = f32[] parameter(0) }
+# ENTRY e {` (one line), which XLA reads.
+_CLOSED_THEN_HEADER = re.compile(r"\}[ \t]*+(?:ENTRY[ \t]++)?%?[A-Za-z_][\w.\-]*+:?[ \t]*+(?:\([^\n]*)?\{[ \t]*$", re.M | re.A)
 # An `HloModule` line that ends in `{`: a computation opens on it.
 _HEADER_OPENS = re.compile(r"^[ \t]*HloModule\b[^\n]*\{[ \t]*$", re.M)
 # A header line that is neither `HloModule ...`, a table name nor a table row.

@@ -373,6 +373,9 @@ class HloTransformer(Transformer):
         name = children[0]
         if name.type == "PARAM_NAME":  # `HloModule m:`
             name = Token("NAME", name[:-1], line=name.line, column=name.column)
+        if name in verifier.RESERVED_NAMES:  # XLA's lexer reads `s2`, `true`, `ROOT` as keywords: "expects name"
+            raise HloSyntaxError(f"`{name}` is a keyword of HLO and cannot name the module; rename it",
+                                 line=name.line, column=name.column)
         return ("header", name, [c for c in children[1:] if c is not None])
 
     def module(self, children):
@@ -461,8 +464,13 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         defined[iname] = new_operand(iname, shape)
         insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
     # What the last line made (a 200,000-operand tuple's list) and the names go before the checks that follow.
+    if not _ELEMENT_TYPES.isdisjoint(defined):
+        verifier.check_instruction_names(insts)
     defined = operands = ops = None
     return finish_computation(name, name_tok, is_entry, sig, insts, comp_attrs)
+
+
+_ELEMENT_TYPES = frozenset(verifier.ELEMENT_BITS)
 
 
 def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, comp_attrs: tuple = ()) -> Computation:

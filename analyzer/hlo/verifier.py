@@ -43,6 +43,7 @@ __all__ = [
     "check_module_attribute",
     "compatible",
     "check_name",
+    "check_instruction_names",
 ]
 
 
@@ -261,7 +262,25 @@ def check_name(tok: Any, what: str) -> None:
       HloSyntaxError: at the name.
     """
     if tok in RESERVED_NAMES:
+        if tok in ELEMENT_BITS and what == "an instruction":  # (not even as `%s2`: see check_instruction_names)
+            raise _syntax(f"`{tok}` is an element type and cannot name an instruction; rename it (XLA suggests "
+                          f"`{tok}_`)", tok)
         raise _syntax(f"`{tok}` is a keyword of HLO and cannot name {what}; write `%{tok}` or rename it", tok)
+
+
+def check_instruction_names(insts) -> None:
+    """No instruction is named like an element type, `%` or not (XLA's parser: "illegal instruction name: s2; suggest
+    renaming to: s2_", on every supported version; a computation may be, as `%s2`).
+
+    Raises:
+      HloSyntaxError: at the first such instruction's name.
+    """
+    for inst in insts:
+        if inst.name in ELEMENT_BITS:
+            p = inst.position
+            raise HloSyntaxError(f"`{inst.name}` is an element type and cannot name an instruction, not even as "
+                                 f"`%{inst.name}`; rename it (XLA suggests `{inst.name}_`)",
+                                 line=p.line if p else None, column=p.column if p else None)
 
 
 _INT64_MAX = (1 << 63) - 1

@@ -378,3 +378,76 @@ def test_inline_computation_errors_where_xla_reports_them(old, new, where, says)
         parse_hlo(text)
     assert (e.value.line, e.value.column) == where
     assert says in e.value.message
+
+
+# ---------------------------------------------------------------------------------------- element types as names
+
+@pytest.mark.parametrize("name", ["s2", "u2", "s4", "u1", "f32", "pred", "token", "opaque", "f8e8m0fnu"])
+def test_an_element_type_names_no_instruction_nor_module(name):
+    # XLA (jaxlib 0.10.2 and 0.12.0.1 alike): `%s2 = ...` "illegal instruction name: s2; suggest renaming to: s2_"
+    # at the name; `s2 = ...` and `HloModule s2` "expects name" (its lexer reads s2 as an element type); a
+    # computation `%s2` and a signature's parameter `s2:` are fine.
+    for text, where in ((f"HloModule m\nENTRY e {{\n  ROOT %{name} = f32[] parameter(0)\n}}\n", (3, 8)),
+                        (f"HloModule m\nENTRY e {{\n  %{name} = f32[] parameter(0)\n  ROOT n = f32[] negate(%{name})\n}}\n",
+                         (3, 3)),
+                        (f"HloModule m\nENTRY e {{\n  ROOT {name} = f32[] parameter(0)\n}}\n", (3, 8)),
+                        (f"HloModule {name}\nENTRY e {{\n  ROOT p = f32[] parameter(0)\n}}\n", (1, 11))):
+        for lazy in (False, True):
+            with pytest.raises(HloSyntaxError) as e:
+                m = parse_hlo(text, lazy=lazy)
+                [c.instructions for c in m.computations]
+            assert (e.value.line, e.value.column) == where
+            assert f"%{name}`" not in e.value.message.split(";")[-1]  # never advises the `%` spelling XLA rejects
+    ok = (f"HloModule m\n%{name} {{\n  ROOT p = f32[] parameter(0)\n}}\nENTRY e ({name}: f32[]) -> f32[] {{\n"
+          f"  %x = f32[] parameter(0)\n  ROOT c = f32[] call(x), to_apply=%{name}\n}}\n")
+    assert [c.name for c in parse_hlo(ok).computations] == [name, "e"]
+
+
+# ---------------------------------------------------------------------------------------- convolution attributes
+
+_CONV = ("HloModule m\nENTRY e {{\n  p0 = f32[1,4,4,2] parameter(0)\n  p1 = f32[3,3,2,2] parameter(1)\n"
+         "  ROOT c = f32[1,4,4,2] convolution(p0, p1), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f{}\n}}\n")
+
+
+@pytest.mark.parametrize("extra, valid", [
+    # XLA's verdicts, jaxlib 0.10.2 and 0.12.0.1 alike (except idx=, below)
+    (", convolution_kind=fprop", True), (", convolution_kind=dgrad", True), (", convolution_kind=wgrad", True),
+    (", convolution_kind=FPROP", False), (", convolution_kind=bogus", False),  # "expects convolution kind"
+    (", sparsity_config={}", True), (", sparsity_config={lhs={sparsity=2x4 dimension=2 stride=-1} rhs={}}", True),
+    (", sparsity_config={lhs={sparsity= 2x4}}", True), (", sparsity_config={lhs={} lhs={dimension=1}}", True),
+    (", sparsity_config={lhs={sparsity=2x4, dimension=2}}", False),  # "expects attribute name"
+    (", sparsity_config={lhs={sparsity=2}}", False),  # "expects 'num_non_zero:block_size'"
+    (", sparsity_config={lhs={dimension=1.5}}", False),  # "expects integer"
+    (", sparsity_config={lhs = {}}", False), (", sparsity_config={foo={}}", False),
+    (", sparsity_config={lhs={dimension=99999999999999999999}}", False),
+])
+def test_convolution_kind_and_sparsity_config_as_xla_reads_them(extra, valid):
+    text = _CONV.format(extra)
+    if valid:
+        parse_hlo(text)
+    else:
+        with pytest.raises(HloSyntaxError) as e:
+            parse_hlo(text)
+        assert e.value.line == 5
+
+
+def test_sparsity_idx_follows_the_installed_xla():
+    from analyzer.hlo.attributes import parse_sparsity_config, xla_does
+
+    text = _CONV.format(", sparsity_config={lhs={sparsity=2x4 dimension=2 stride=1 idx=3}}")
+    if xla_does("sparsity_idx"):  # jaxlib 0.12's XLA reads idx=; 0.10's says "unknown attribute"
+        parse_hlo(text)
+        assert parse_sparsity_config("{lhs={idx=-1}}") == {"lhs": {"idx": -1}}
+    else:
+        with pytest.raises(HloSyntaxError):
+            parse_hlo(text)
+
+
+def test_entry_after_a_computation_closed_on_an_instruction_line():
+    # XLA reads `ROOT p = ... } ENTRY e {`: the first computation ends there and the entry starts on that line
+    for gap in (" ", "\n", "\n\n"):
+        text = ("HloModule m\nc (x: f32[]) -> f32[] {\n  ROOT p = f32[] parameter(0) }" + gap + "ENTRY e {\n"
+                "  x = f32[] constant(1)\n  ROOT p = f32[] call(x), to_apply=c\n}\n")
+        for lazy in (False, True):
+            m = parse_hlo(text, lazy=lazy)
+            assert [c.name for c in m.computations] == ["c", "e"] and m.entry.root.opcode == "call"
