@@ -73,6 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_timeout_option(p, "building and compiling the program")
     add_trace_option(p)
+    p.add_argument("--no-cache", action="store_true", help="compute the report even when the result cache "
+                   "(.hlo-analyzer-cache/ at the project root) holds it; a report written with -o is cached")
     p.set_defaults(func=run)
 
 
@@ -86,20 +88,59 @@ def _refuse_inputs(args: argparse.Namespace, config) -> None:
     refuse_inputs(getattr(args, "trace", None), inputs, what="trace (--trace)")
 
 
+def _cached(args: argparse.Namespace, fmt: str):
+    """The result cache's entry for this run (analyzer/workflows/reportcache.py), or None: only a report
+    written to a file, without --trace, is cached."""
+    if not args.output or getattr(args, "trace", None):
+        return None
+    from analyzer.workflows.reportcache import open_report_cache
+
+    options = {"hardware": args.hardware, "topology": args.topology, "what_if": list(args.what_if or ()),
+               "format": fmt, "timeout": args.timeout}
+    return open_report_cache(args.config, options, no_cache=args.no_cache)
+
+
+def _refuse_raw_inputs(args: argparse.Namespace) -> None:
+    """`_refuse_inputs` from the config as written (no validation, no import of the analysis): on a cache hit
+    the config is never loaded."""
+    import tomllib
+
+    from analyzer.fileio import refuse_inputs
+    from analyzer.workflows.reportcache import report_inputs
+
+    try:
+        from pathlib import Path
+
+        data = tomllib.loads(Path(args.config).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return
+    entry = data.get("entry") if isinstance(data.get("entry"), str) else None
+    inputs = report_inputs(args.config, entry, (data.get("hardware"), args.hardware, *(args.what_if or ())))
+    refuse_inputs(args.output, inputs, what="report (-o)")
+
+
 def run(args: argparse.Namespace) -> int:
-    from analyzer.render import format_for_path, write
-    from analyzer.workflows.reportconfig import load_report_config
-    from analyzer.workflows.sweep import analyze_config
+    from analyzer.render import format_for_path
 
     fmt = format_for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
     if args.output:
         from analyzer.fileio import check_writable
 
         check_writable(args.output, what="report")  # ... and on an unwritable path
-    from analyzer.compile.lower import time_limit
-    from analyzer.workflows.config import check_plan_keys
-
     check_trace(args)  # and on a trace path that cannot be written
+    cached = _cached(args, fmt)
+    if cached is not None:
+        _refuse_raw_inputs(args)  # before the cache writes anything
+        replayed = cached.replay(args.output)
+        if replayed is not None:
+            print(replayed[0])
+            return replayed[1]
+    from analyzer.compile.lower import time_limit
+    from analyzer.render import render
+    from analyzer.workflows.config import check_plan_keys
+    from analyzer.workflows.reportconfig import load_report_config
+    from analyzer.workflows.sweep import analyze_config
+
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
     _refuse_inputs(args, config)
@@ -112,11 +153,21 @@ def run(args: argparse.Namespace) -> int:
         whatif = compare(report, args.what_if)
     emit_trace(report, args)
     if args.output:
-        path = write(report, args.output, whatif=whatif)
+        from analyzer.fileio import write_atomic
+
+        text = render(report, fmt, whatif=whatif)
+        path = write_atomic(args.output, text, what="report")
         n = len(report.diagnostics)
-        print(f"wrote {path} ({fmt}): {len(report.collectives)} collectives, "
-              f"{format_seconds(report.totals.comm_seconds)} communication / step, {n} finding{'s' if n != 1 else ''}")
-        return exit_status(report)
+        message = (f"wrote {{path}} ({fmt}): {len(report.collectives)} collectives, "
+                   f"{format_seconds(report.totals.comm_seconds)} communication / step, "
+                   f"{n} finding{'s' if n != 1 else ''}")
+        print(message.replace("{path}", str(path)))
+        code = exit_status(report)
+        if cached is not None:
+            cached.store(text, message, code)
+            if cached.cache.note:
+                print(f"hlo-analyzer: {cached.cache.note}", file=sys.stderr)
+        return code
     from rich.console import Console
 
     from analyzer.render.terminal import print_report

@@ -288,26 +288,12 @@ class ReportConfig:
         return self.entry
 
     def input_files(self, *hardware: str | None) -> list[tuple[str, Path | None]]:
-        """The files a run of this config reads, as (what, path) for `analyzer.fileio.refuse_inputs`: the config,
-        the entry point's module and the project modules it imports (read with `ast`, nothing imported), and
-        every hardware spec file among its `hardware` and the given names (a `--hardware` or `--what-if` value;
-        `NAME@SLICE` and packaged names are no files)."""
-        from analyzer.workflows.check import local_imports, resolve_entry
+        """The files a run of this config reads, as (what, path) for `analyzer.fileio.refuse_inputs`
+        (`analyzer.workflows.reportcache.report_inputs`): the config, the entry point's sources, and the hardware
+        spec files among its `hardware` and the given names (`--hardware`, `--what-if`)."""
+        from analyzer.workflows.reportcache import report_inputs
 
-        out: list[tuple[str, Path | None]] = []
-        folder = Path(self.path).parent if self.path else Path.cwd()
-        if self.path:
-            out.append(("config", Path(self.path)))
-        if self.entry is not None:
-            entry = resolve_entry(self._resolved_entry(), folder)
-            if entry.file is not None:
-                out += [(f"source of entry point {self.entry!r}", p) for p in sorted(local_imports(entry.file,
-                                                                                                     folder))]
-        for name in (self.hardware, *hardware):
-            text = name.partition("@")[0] if isinstance(name, str) else ""
-            if text.endswith(".toml") or "/" in text:
-                out.append(("hardware spec", Path(text).expanduser()))
-        return out
+        return report_inputs(self.path, self.entry, (self.hardware, *hardware))
 
     def rules_config(self) -> Config:
         """The rule selection, options and budgets as an `analyzer.workflows.config.Config`."""
