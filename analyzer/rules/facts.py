@@ -206,6 +206,10 @@ class Facts:
     _changed: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     # the abstract arguments analyze() was given (`AnalysisContext.args`; None for an HLO dump or JSON).
     args: Any = field(default=None, repr=False, compare=False)
+    # the program before partitioning's model FLOPs (`Analysis.model_flops`) and the mesh's axis sizes, from
+    # which `arguments` reads the batch, the weights and the per-chip batch (analyzer.analysis.roles).
+    model_flops: Any = field(default=None, repr=False, compare=False)
+    axis_sizes: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def entry(self) -> Computation | None:
@@ -219,6 +223,14 @@ class Facts:
         from analyzer.rules.arguments import arrays_of
 
         return tuple(arrays_of(self.args))
+
+    @cached_property
+    def arguments(self) -> Any:
+        """The program's batch and weight arguments and its per-chip batch in tokens, once per report: every
+        finding that states a per-chip batch states this one (`analyzer.analysis.roles.arguments`)."""
+        from analyzer.analysis.roles import arguments
+
+        return arguments(self.model_flops, self.axis_sizes, self.module)
 
     @property
     def ridge(self) -> float:
@@ -385,7 +397,9 @@ class Facts:
         step_known = (float(getattr(totals, "step_seconds", 0.0) or 0.0) > 0 and frame is not None
                       and "exposed_seconds" in frame)
         return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
-                     topology=topology, cost_model=ctx.cost_model, step_known=step_known, args=ctx.args)
+                     topology=topology, cost_model=ctx.cost_model, step_known=step_known, args=ctx.args,
+                     model_flops=getattr(getattr(report, "analysis", None), "model_flops", None),
+                     axis_sizes=dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)) if report.mesh else {})
 
 
 def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:

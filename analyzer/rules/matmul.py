@@ -10,7 +10,7 @@ from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.hlo.ir import Computation, Instruction
-from analyzer.analysis.dots import DOT_OPCODES, contracting_dims, dot_flops
+from analyzer.analysis.dots import DOT_OPCODES, batch_dims, contracting_dims, dot_flops
 from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
@@ -27,6 +27,8 @@ from analyzer.analysis.dataflow import (
     uniform_over,
 )
 from analyzer.rules.registry import Option, rule
+from analyzer.analysis.roles import Arguments, argument_name, dot_role
+from analyzer.analysis.roles import _traced as _argument_of
 
 __all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix", "roofline_change",
            "RooflineFix", "collective_listing"]
@@ -111,6 +113,18 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     - activations gathered for a matmul with a weight, or a matmul's partial sums reduced (W_out):
       **tensor parallelism (Megatron)**, the quantity is `F/Y` (weight columns per chip).
 
+    Each dot's role comes first (`analyzer.analysis.roles`: forward, activation or weight gradient,
+    attention, MoE dispatch/combine, embedding), read from the program before partitioning, where the left
+    operand of a forward matmul is the batch and the right one a weight: a weight gradient's reduction is
+    FSDP's even where it reads the batch argument itself; the batch argument gathered (split on a feature
+    dim) is the batch's layout, whose fix is its PartitionSpec (`batch['x']: P(None, None, 'data') ->
+    P('data', None, None)`); an all-to-all, or tokens sent to an expert's stacked weights, is expert
+    parallelism's cost, with its own advice and no move of devices between data and model. Every finding
+    of a report states one per-chip batch, in tokens (`details.per_chip_batch`: the batch argument's tokens
+    over the mesh axes that split them); the roofline's quantity is `details.quantity_value`. F is named
+    only when it is a dimension of the model, and a dimension no sharding makes compute-bound is said so
+    ("no sharding of this dimension is compute-bound"), never as a fraction of a way.
+
     The quantity is compared with the chip's `C / W_ici` (2550 on TPU v5p, about 2190 on v5e) and with the
     threshold on the slice's own links (higher on a line without wraparound). The fix is derived from the
     roofline: the quantity falls as 1 / (axis size) with the chips fixed, so the largest size of the
@@ -181,6 +195,10 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     from analyzer.rules.arguments import batch_axes as batch_axes_of
 
     batch_axes = batch_axes_of(facts.argument_arrays)  # the mesh axes the tokens are sharded over
+    args = facts.arguments  # the batch and the weights, the per-chip batch in tokens (one per report)
+    tokens = args.per_chip_tokens
+    # the model's widest dimension: a width the fix names (F) is one the model has, else it is not named
+    widest = max((d for a in facts.argument_arrays for d in a.shape), default=0)
     for colls, dots in _components(attached):
         colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
         if not colls:
@@ -215,7 +233,7 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         # elements per FLOP whatever the batch), so it is above `batch` whenever the rule fires: measuring it
         # from the costliest collective alone printed "2,048 ... below 1,313" when several shared the dot.
         needed = batch * t_comm / t_math
-        roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of)
+        roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of, args)
         # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
         # not the matmul before it in the chain); the HLO instruction is the collective that costs most.
         reducer = dot_producer(main.comp, main.inst) if main.kind in _REDUCING and main.inst is not None else None
@@ -227,6 +245,7 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         listing = collective_listing(colls)
         quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
         all_reduced = 0.0
+        features: float | None = None
         if roof.strategy == "megatron" and main.kind in _REDUCING and reducer is not None:
             # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
             # (an AllReduce moves each element twice, so one matmul alone gives half its F/Y).
@@ -236,6 +255,7 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                 halved = main.kind == "all-reduce" and abs(contracted / 2 - batch) <= 0.01 * contracted
                 quantity = ("F/Y / 2", "per output element all-reduced over") if halved else _QUANTITY[("", False)]
                 all_reduced = contracted if halved else 0.0
+            features = contracted if abs(contracted - batch) <= 0.01 * contracted or all_reduced else None
         mesh = ctx.report.mesh
         # Sizes from the mesh, sub-axes (`X:(1)2`, a collective over part of an axis) included.
         size = math.prod(_size_in(mesh.axis_names, mesh.axis_sizes, a) for a in main.axes) if mesh else \
@@ -245,15 +265,23 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
         # twice the per-element quantity (the same roofline, so the same plan passes).
         scale = 2.0 if all_reduced else 1.0
+        if roof.strategy == "megatron":
+            # F itself: the reducing matmul's contraction times the ways, else F/Y x ways where the model has it
+            width = features * size if features else batch * scale * size
+            features = width if width <= widest or features else None
         change = roofline_change(roof.strategy, batch * scale, needed * scale, main.axes,
-                                 size, others, roof.other, ridge)
+                                 size, others, roof.other, ridge, features=features)
         fix = change.text
         # Megatron traffic (activations gathered, partial sums reduced) over the axes that shard the batch: the
         # activations carry the batch's axis on a feature dim. Fixing that layout removes the collective; a
         # mesh change would not (issue 11: the embedding's d_model on `data`).
         layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(batch_axes)
                   and not _moved_array(main))
-        if layout:
+        if roof.strategy == "layout":
+            fix = _batch_spec_fix(args.specs.get(roof.argument), roof.argument, main.axes) or (
+                f"keep {roof.argument} split over '{axes_text(main.axes)}' on its batch dimension only")
+            change = RooflineFix(fix)
+        elif layout:
             fix = (f"keep the activations sharded over '{axes_text(main.axes)}' on their batch dimension only, as the "
                    f"tokens are: find the argument or with_sharding_constraint that puts '{axes_text(main.axes)}' on a "
                    "feature dimension (the activations' layout findings point at it); the collective then goes away")
@@ -262,7 +290,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
             CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
                             quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
                             ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
-                            all_reduced_contraction=all_reduced, batch_axes=axes_text(main.axes) if layout else ""),
+                            all_reduced_contraction=all_reduced,
+                            batch_axes=axes_text(main.axes) if layout or roof.argument else "", role=roof.role,
+                            per_chip_tokens=tokens or 0.0, batch_argument=roof.argument),
             location=loc,
             notation=main.notation or None,
             seconds=t_comm * count,
@@ -272,7 +302,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative_seconds=t_math * count,
             step=step,
             fix=fix,
-            details={"per_chip_batch": batch, "threshold": ridge, "threshold_topology": needed,
+            # per_chip_batch: the report's one per-chip batch in tokens; quantity_value: the roofline's quantity
+            details={"per_chip_batch": tokens, "quantity_value": batch, "role": roof.role,
+                     "threshold": ridge, "threshold_topology": needed,
                      "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
                      "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
                      "dot_notation": dot_notation,
@@ -280,7 +312,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
                      # the plan the fix leads to, for analyzer.rules.fit's memory estimate
                      "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor,
                      # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
-                     **({"layout_axis": main.axes[0]} if layout else {})},
+                     **({"layout_axis": main.axes[0]} if layout else {}),
+                     # the batch argument the collective moves: its spec is the root cause (with HA104's)
+                     **({"argument": roof.argument} if roof.argument else {})},
         )
 
 
@@ -330,9 +364,12 @@ class _Roof:
 
     strategy: str
     other: float | None = None
+    role: str = ""  # the dot's role (analyzer.analysis.roles)
+    argument: str = ""  # "layout": the batch argument the collective moves
 
 
-_STRATEGY = {"fsdp": "FSDP (data-parallel)", "megatron": "tensor-parallel (Megatron)", "": "chapter's"}
+_STRATEGY = {"fsdp": "FSDP (data-parallel)", "megatron": "tensor-parallel (Megatron)", "": "chapter's",
+             "expert": "expert-parallel (MoE token all-to-all)", "layout": "batch layout's"}
 # (roofline, is a gather) -> (the quantity in the chapter's letters, what it counts per element moved).
 _QUANTITY = {
     ("fsdp", True): ("per-chip batch B/X", "rows multiplied per weight element gathered over"),
@@ -340,42 +377,86 @@ _QUANTITY = {
     ("megatron", True): ("F/Y", "weight columns per chip for each activation element gathered over"),
     ("megatron", False): ("F/Y", "features contracted per chip for each output element reduced over"),
     ("", True): ("FLOPs / (2 x elements moved)", "for each element gathered over"),
+    ("expert", True): ("FLOPs / (2 x elements moved)", "for each token element sent to its expert over"),
+    ("expert", False): ("FLOPs / (2 x elements moved)", "for each token element sent to its expert over"),
+    ("layout", True): ("FLOPs / (2 x elements moved)", "for each batch element gathered over"),
     ("", False): ("FLOPs / (2 x elements moved)", "for each element reduced over"),
 }
 
 
-def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], callers_of: Any) -> _Roof:
+def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], callers_of: Any,
+              args: Arguments | None = None) -> _Roof:
     """The roofline of the collective that costs most, from what it moves (sharding chapter, training chapter).
 
     A gather of a program argument (a weight, a stacked layer's slice of one) is FSDP's: each gathered
     element meets the per-chip batch. A gather of a computed value whose matmul partner is an argument is
     Megatron's: each element of activations meets F/Y weight columns. A reduction of a matmul that reads a
-    weight is Megatron's (W_out's partial sums); of one that reads none, FSDP's weight-gradient reduction.
+    weight is Megatron's (W_out's partial sums); of a weight gradient (the tokens contracted), FSDP's.
+
+    The dot's role (analyzer.analysis.roles) comes first: the batch argument is not a weight (a gather of it
+    is the batch's layout, split on a feature dim; a weight gradient that reads it is still FSDP's), and an
+    all-to-all is expert parallelism's token exchange. Megatron's other quantity is the report's per-chip batch.
     """
     comp = main.comp
     if comp is None:
         return _Roof("")
+    args = args or Arguments()
+
+    def batch_arg(dot: Instruction, k: int) -> str:
+        """The batch argument operand k is (a view of), "" for a weight or a computed value."""
+        if module is None or comp is not module.entry or k >= len(dot.operands):
+            return ""
+        p = _argument_of(comp, comp.by_name.get(dot.operands[k].name))
+        name = argument_name(p) if p is not None else ""
+        return name if name in args.batch else ""
 
     def arg(dot: Instruction, k: int) -> bool:
         inst = comp.by_name.get(dot.operands[k].name) if k < len(dot.operands) else None
-        return inst is not None and is_program_argument(module, comp, inst, callers_of)
+        return inst is not None and is_program_argument(module, comp, inst, callers_of) and not batch_arg(dot, k)
 
-    for dot, use in uses:
-        if comp.by_name.get(dot.name) is not dot:
-            continue  # a dot inside a fusion: its operands are not this computation's values
+    def is_arg(c: Any, inst: Any) -> bool:
+        return is_program_argument(module, c, inst, callers_of)
+
+    def role(dot: Instruction, a2a: bool = False) -> str:
+        return dot_role(module, comp, dot, args, moved_by_all_to_all=a2a, is_argument=is_arg) if module else ""
+
+    local = [(dot, use) for dot, use in uses if comp.by_name.get(dot.name) is dot]  # not inside a fusion
+    if main.kind == "all-to-all":
+        return _Roof("expert", role=role(local[0][0], True) if local else "moe dispatch/combine")
+    for dot, use in local:
         if main.kind in _FEEDING and use is not None:
             k = use.operand
+            name = batch_arg(dot, k)
+            if name:
+                return _Roof("layout", role=role(dot), argument=name)
             if arg(dot, k):
-                return _Roof("fsdp", free_size(dot, k))
+                return _Roof("fsdp", free_size(dot, k), role=role(dot))
             if arg(dot, 1 - k):
-                return _Roof("megatron", free_size(dot, k))
-            return _Roof("megatron")
+                if batch_dims(dot):  # an expert's FFN (its weight stacked over experts): tokens sent to it
+                    return _Roof("expert", role=role(dot))
+                return _Roof("megatron", args.per_chip_tokens or free_size(dot, k), role=role(dot))
+            return _Roof("megatron", role=role(dot))
         if main.kind in _REDUCING and use is None:
+            r = role(dot)
             weights = [k for k in (0, 1) if arg(dot, k)]
-            if weights:
-                return _Roof("megatron", free_size(dot, 1 - weights[0]))
-            return _Roof("fsdp")
+            if weights and r != "weight gradient":
+                return _Roof("megatron", args.per_chip_tokens or free_size(dot, 1 - weights[0]), role=r)
+            return _Roof("fsdp" if r in ("weight gradient", "forward", "") else "", role=r)
     return _Roof("")
+
+
+def _batch_spec_fix(spec: Sequence[Sequence[str]] | None, name: str, axes: Sequence[str]) -> str:
+    """`batch['x']: P(None, None, 'data') -> P('data', None, None)`: the batch argument with `axes` moved off
+    its other dims onto its leading (batch) dim; "" when the argument's spec is not known."""
+    from analyzer.rules.compute import spec_text
+
+    if not spec:
+        return ""
+    bases = {a.split(":(")[0] for a in axes}
+    dims = [tuple(d) for d in spec]
+    new = [tuple(x for x in d if x not in bases) for d in dims]
+    new[0] = tuple(dict.fromkeys(list(dims[0]) + sorted(bases)))
+    return "" if new == dims else f"{name}: {spec_text(dims)} -> {spec_text(new)}"
 
 
 def _largest_divisor_at_most(n: int, bound: float) -> int:
@@ -395,18 +476,20 @@ class RooflineFix:
 
 
 def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
-                 others: list[tuple[str, int]], other: float | None, ridge: float) -> str:
+                 others: list[tuple[str, int]], other: float | None, ridge: float,
+                 features: float | None = None) -> str:
     """The text of `roofline_change`: the change that makes a comm-bound matmul compute-bound.
 
     Example:
         >>> roofline_fix("fsdp", 2048, 2550, ("data",), 256, [], 16384, 2550)
         "shrink 'data' from 256 to 128 ways and give the factor 2 to a new 'model' axis of 2: per-chip batch = 4,096, F/Y = 8,192, compute-bound together (C/W over each quantity, summed = 0.93 <= 1)"
     """
-    return roofline_change(strategy, q, needed, axes, size, others, other, ridge).text
+    return roofline_change(strategy, q, needed, axes, size, others, other, ridge, features=features).text
 
 
 def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
-                    others: list[tuple[str, int]], other: float | None, ridge: float) -> RooflineFix:
+                    others: list[tuple[str, int]], other: float | None, ridge: float, *,
+                    features: float | None = None) -> RooflineFix:
     """The change that makes a comm-bound matmul compute-bound, derived from its roofline.
 
     With the chips fixed, the quantity `q` (per-chip batch for FSDP, F/Y for Megatron) grows as the
@@ -424,6 +507,11 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
       others: the mesh's other axes (name, size).
       other: the other strategy's quantity per chip today (see `_Roof.other`), or None when unknown.
       ridge: C / W_ici of the chip.
+      features: Megatron's F (the sharded dimension at global size) when it is a dimension of the model; None
+        leaves F unnamed (F/Y x ways of several matmuls is no dimension the model has).
+
+    An "expert" roofline (a MoE's token all-to-all) gets expert parallelism's advice, never a move of devices
+    between data and model: the all-to-all's bytes per token do not change with that split.
 
     Example:
         >>> change = roofline_change("fsdp", 2048, 2550, ("data",), 256, [], 16384, 2550)
@@ -456,6 +544,14 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
         return {axes[0]: d, target: (others[0][1] if others else 1) * (size // d)}
 
     divisors = [d for d in range(size - 1, 0, -1) if size % d == 0] or [1]
+    if strategy == "expert":
+        return RooflineFix(
+            f"this is expert parallelism's cost, not a split between data and model: each token's activations cross "
+            f"{quoted} to its expert's chips and back, the same bytes per token whatever the other axes, so no mesh "
+            f"change between them removes it. It is compute-bound when the experts do {needed:,.0f} FLOPs / 2 per "
+            f"element sent (today {q:,.0f}): give each expert {ratio:.1f}x the work per token (wider experts, or "
+            f"fewer, larger ones), keep {quoted} within the fastest links (a wrapped ICI axis), or overlap the "
+            "dispatch with compute that does not wait for it (the shared layers, the next micro-batch)", {}, 1.0)
     if strategy in ("fsdp", "megatron"):
         # Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known.
         fits = [d for d in divisors if load(d) <= 1.0 and (d > 1 or other is not None)]
@@ -480,23 +576,28 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
                            f"is compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)",
                            {}, ratio)
     if strategy == "megatron":
-        features = q * size
         own = [d for d in divisors if d == 1 or q * size / d >= needed]
         d = own[0]
+        width = features if features else None
+        features = q * size
         if d > 1:
-            head = (f"shrink {quoted} from {size} to {d} ways (F/Y = {features / d:,.0f}; the chapter's bound is "
-                    f"F/{needed:,.0f} = {features / needed:.1f} ways) and give the factor {size // d} to {moved_to(d)}")
+            head = (f"shrink {quoted} from {size} to {d} ways (F/Y = {features / d:,.0f}; the chapter's bound is at "
+                    f"most {int(features // needed)} ways, F/Y >= {needed:,.0f}) and give the factor {size // d} to "
+                    f"{moved_to(d)}")
         else:
-            head = (f"F/Y = {q:,.0f} means F = {features:,.0f} output features, so even 2-way {quoted} sharding is "
-                    f"comm-bound (the chapter's bound: at most F/{needed:,.0f} = {features / needed:.1f} ways): give "
-                    f"the {size} devices of {quoted} to {moved_to(d)} (FSDP) for this layer")
+            named = f" (F = {width:,.0f} over {size} ways)" if width else ""
+            head = (f"F/Y = {q:,.0f}{named} is below {needed:,.0f}: no sharding of this dimension over {quoted} is "
+                    f"compute-bound (2 ways need F/Y >= {needed:,.0f}"
+                    + (f", F >= {2 * needed:,.0f}" if width else "") + f"): give the {size} devices of {quoted} to "
+                    f"{moved_to(d)} (FSDP) for this layer")
         if other is None:
             return RooflineFix(head, mesh_for(d))
         spare = 1.0 - (needed / (features / d) if d > 1 else 0.0)
         want = ridge / spare if spare > 0 else float("inf")
         have = other * d / size
         return RooflineFix(f"{head}, and raise the batch per chip {want / have:.1f}x so FSDP there stays compute-bound "
-                           f"(per-chip batch {have:,.0f} -> {want:,.0f})", mesh_for(d), want / have)
+                           f"(per-chip batch {other:,.0f} today, {have:,.0f} after the move -> {want:,.0f})",
+                           mesh_for(d), want / have)
     own = [d for d in divisors if d > 1 and q * size / d >= needed]
     if own:
         return RooflineFix(f"shrink {quoted} from {size} to {own[0]} ways (FLOPs per element moved / 2 = "

@@ -157,15 +157,35 @@ class CommBoundMatmul(Message):
     listing: str
     all_reduced_contraction: float = 0.0  # F/Y of the one matmul whose output an AllReduce reduces, else 0
     batch_axes: str = ""  # set when the activations it moves are sharded over the batch's own mesh axes
+    role: str = ""  # the dot's role (analyzer.analysis.roles): "weight gradient", "moe dispatch/combine", ...
+    per_chip_tokens: float = 0.0  # the report's per-chip batch in tokens (one figure per report), 0 unknown
+    batch_argument: str = ""  # set when the collective moves the batch argument itself (split on a feature dim)
 
     template: ClassVar[str] = (
-        "{what} communication-bound on the {roofline} roofline: {quantity_name} = {quantity:,.0f} {per_element} "
-        "'{axes}'{contraction}, below {threshold_text}. Its collectives take {t_comm:time} per call against {t_math:time} of "
-        "FLOPs ({ratio:.1f}x): {listing}.{layout}"
+        "{what} communication-bound on the {roofline} roofline{role_text}: {quantity_name} = {quantity:,.0f} "
+        "{per_element} '{axes}'{contraction}, below {threshold_text}{tokens_text}. Its collectives take "
+        "{t_comm:time} per call against {t_math:time} of FLOPs ({ratio:.1f}x): {listing}.{layout}"
     )
 
     @property
+    def role_text(self) -> str:
+        return f" ({self.role})" if self.role else ""
+
+    @property
+    def tokens_text(self) -> str:
+        """The per-chip batch, where the quantity is not it (FSDP's quantity is the per-chip batch only when the
+        collective meets one matmul per token)."""
+        if not self.per_chip_tokens or (self.quantity_name.startswith("per-chip batch")
+                                        and abs(self.quantity - self.per_chip_tokens) <= 0.01 * self.per_chip_tokens):
+            return ""
+        return f" (the per-chip batch is {self.per_chip_tokens:,.0f} tokens)"
+
+    @property
     def layout(self) -> str:
+        if self.batch_argument:
+            return (f" The collective moves the batch argument {self.batch_argument} itself, split over "
+                    f"'{self.batch_axes}' on a feature dimension: the batch's layout is the cause, not the split "
+                    "between the two strategies.")
         if not self.batch_axes:
             return ""
         return (f" The activations it moves are sharded over '{self.batch_axes}' on a feature dimension, though "

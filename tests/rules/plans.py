@@ -7,8 +7,12 @@ priced on TPU v5p. The plans:
   - `dp`: the batch over both axes, the weights replicated (pure data parallelism);
   - `replicated_batch`: the batch replicated, so every chip of a 'data' group computes the same tokens;
   - `wrong_dim`: the batch split over 'data' on its feature dim instead of its batch dim;
-  - `shard_map`: the forward matmuls written per shard with jax.shard_map (batch over 'data', F over 'model').
+  - `shard_map`: the forward matmuls written per shard with jax.shard_map (batch over 'data', F over 'model');
+  - `fsdp`: the batch over 'data', the weights over both axes (FSDP over 'data' on D, Megatron over 'model' on
+    F): each weight gradient is reduce-scattered over 'data' (FSDP's cost, not Megatron's).
 Every plan computes the same model: its model FLOPs are the same, whatever the chips do.
+`moe_plan()` is another model: a Switch-style MoE layer (GShard's einsums) whose tokens go to their expert's
+chips by an all-to-all over the 'expert' axis (expert=4, data=2).
 Written for jax 0.10.2, target cpu (compile only), 8 fake devices.
 """
 
@@ -22,7 +26,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 B, S, D, F = 32, 256, 512, 2048
-PLANS = ("good", "dp", "replicated_batch", "wrong_dim", "shard_map")
+PLANS = ("good", "dp", "replicated_batch", "wrong_dim", "shard_map", "fsdp")
 
 
 def _mesh() -> Any:
@@ -63,12 +67,42 @@ def plan(name: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
         x = P()
     elif name == "wrong_dim":
         x = P(None, None, "data")
+    elif name == "fsdp":
+        w_in, w_out = P("data", "model"), P("model", "data")
     elif name not in ("good", "shard_map"):
         raise KeyError(name)
     loss = _shard_map_loss(m) if name == "shard_map" else _loss
     params = {"w_in": _arg(m, (D, F), w_in), "w_out": _arg(m, (F, D), w_out)}
     batch = {"x": _arg(m, (B, S, D), x), "y": _arg(m, (B, S, D), x)}
     step = jax.jit(jax.value_and_grad(loss))
+    return step, (params, batch), dict(mesh=m, hardware="tpu-v5p")
+
+
+# The MoE: G groups of S tokens, E experts of capacity C, model width D, expert width FE.
+G, MS, E, C, FE = 8, 512, 4, 256, 2048
+
+
+def _moe_loss(m: Any) -> Any:
+    def loss(params: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
+        x, dispatch = batch["x"], batch["dispatch"]  # [G, S, D], [G, S, E, C] (the router's one-hot choice)
+        routed = jnp.einsum("gsec,gsd->egcd", dispatch, x)  # tokens to their experts: all-to-all over 'expert'
+        routed = jax.lax.with_sharding_constraint(routed, NamedSharding(m, P("expert", "data")))
+        h = jax.nn.relu(jnp.einsum("egcd,edf->egcf", routed, params["w_in"]))
+        out = jnp.einsum("egcf,efd->egcd", h, params["w_out"])
+        out = jax.lax.with_sharding_constraint(out, NamedSharding(m, P("expert", "data")))
+        back = jnp.einsum("gsec,egcd->gsd", dispatch, out)  # and back to their groups
+        return jnp.mean(jnp.square(back - x).astype(jnp.float32))
+
+    return loss
+
+
+def moe_plan() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The MoE layer's step on expert=4, data=2: groups over both axes, each expert's weights on its chips."""
+    m = jax.sharding.AbstractMesh((4, 2), ("expert", "data"), axis_types=(AxisType.Auto,) * 2)
+    groups = P(("expert", "data"))
+    params = {"w_in": _arg(m, (E, D, FE), P("expert")), "w_out": _arg(m, (E, FE, D), P("expert"))}
+    batch = {"x": _arg(m, (G, MS, D), groups), "dispatch": _arg(m, (G, MS, E, C), groups)}
+    step = jax.jit(jax.value_and_grad(_moe_loss(m)))
     return step, (params, batch), dict(mesh=m, hardware="tpu-v5p")
 
 

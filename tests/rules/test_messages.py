@@ -137,4 +137,6 @@ def test_ha101_names_the_contraction_the_matmul_has(analysed):
     assert "F/Y / 2 = 64 per output element all-reduced over 'X'" in d.message
     assert "F/Y = 128 features contracted per chip" in d.message
     assert "F/Y = 64 features" not in d.message and "F/Y = 64 means" not in d.fix
-    assert "F/Y = 128 means F = 1,024 output features" in d.fix and "F/5,100" in d.fix
+    assert "F/Y = 128 (F = 1,024 over 8 ways) is below 5,100" in d.fix and "F/Y >= 5,100" in d.fix
+    # no fractional ways (issue 26: "at most F/4,378 = 0.1 ways")
+    assert "no sharding of this dimension over 'X' is compute-bound" in d.fix and " = 0." not in d.fix

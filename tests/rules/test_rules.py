@@ -63,6 +63,7 @@ def test_comm_bound_matmul_fires_below_the_per_chip_batch_threshold(analysed):
     t_math = 2 * b * D * F / V5P_C      # 2 x per-chip tokens x D x F FLOPs at C
     assert d.saving_seconds == pytest.approx(t_comm - t_math, rel=REL)
     assert d.details["per_chip_batch"] == pytest.approx(b, rel=REL)
+    assert d.details["quantity_value"] == pytest.approx(b, rel=REL)
     assert "2,550" in d.message and "128" in d.message
     assert d.location.file.endswith("programs.py") and "AllGather_X" in d.notation
 
@@ -78,7 +79,9 @@ def test_megatron_above_the_f_over_2550_bound(analysed):
     t_math = 4 * B * D * F / (Y * V5P_C)  # W_in and W_out, each 2 B D F / Y
     t_comm = 2 * 2 * B * D / V5P_W        # AllReduce of the bf16 output: 2 V / W_ici
     assert d.saving_seconds == pytest.approx(t_comm - t_math, rel=REL)
-    assert d.details["per_chip_batch"] == pytest.approx(F / Y, rel=REL)
+    assert d.details["quantity_value"] == pytest.approx(F / Y, rel=REL)
+    # the per-chip batch is the report's one figure in tokens, not the roofline's quantity (issue 26)
+    assert d.details["per_chip_batch"] == pytest.approx(B, rel=REL)
     assert d.details["threshold_topology"] == pytest.approx(2550, rel=REL)
     assert "HA101" not in codes(analysed("megatron_mlp(f=32768)"))  # F / Y = 4096 > 2550
 

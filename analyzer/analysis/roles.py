@@ -1,0 +1,195 @@
+"""Each dot's role in the model, read before its roofline (issue 26): which arguments are the batch and which the
+weights, the per-chip batch in tokens, and what a dot of the partitioned program does.
+
+The program jax handed XLA (`ModelFlops.module`) says which arguments are the batch: the left operand of its
+forward dots (`x @ w`, `einsum('bsd,df->bsf', x, w)`, Flax's Dense; token ids through an embedding gather) and
+every integer argument (token ids, labels); the right operands are the weights. The partitioned module's entry
+parameters carry the same names (their op_name is the argument's pytree path), so a dot there is read as:
+
+  - "embedding": it reads an argument that an embedding lookup (a `gather`) also reads (a tied LM head);
+  - "moe dispatch/combine": it reads no weight and an all-to-all moves its operand or its output;
+  - "attention": it reads no weight and has batch dimensions (`QK^T`, `PV`);
+  - "weight gradient": it reads no weight, in the backward pass (`x^T dy`: the tokens contracted);
+  - "activation gradient": it reads a weight, in the backward pass (`dy W^T`);
+  - "forward": it reads a weight (a layer's matmul; an expert's FFN).
+
+HA101 reads its roofline from the role: a weight gradient's reduction is FSDP's, never Megatron's (whatever
+argument feeds it); the batch gathered is the batch's layout, not FSDP; an all-to-all over an expert axis is
+expert parallelism's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Arguments", "arguments", "argument_name", "dot_role", "ROLES"]
+
+ROLES = ("forward", "activation gradient", "weight gradient", "attention", "moe dispatch/combine", "embedding")
+_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "bitcast-convert", "all-gather",
+                      "dynamic-slice", "slice", "collective-permute", "all-to-all", "broadcast"})
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """The program's arguments by role.
+
+    Attributes:
+      batch: pytree paths of the batch's arguments (`batch['x']`, token ids).
+      weights: pytree paths of the weights (right operands of forward dots, never a left one).
+      tables: pytree paths of arguments an embedding lookup (`gather`) reads.
+      per_chip_tokens: tokens each chip holds of the batch (its dims but the feature dim, over the mesh axes
+        that split them); None when no batch argument is found.
+      tokens: the batch's tokens (global).
+      batch_name: the argument `per_chip_tokens` is read from.
+    """
+
+    batch: frozenset[str] = frozenset()
+    weights: frozenset[str] = frozenset()
+    tables: frozenset[str] = frozenset()
+    per_chip_tokens: float | None = None
+    tokens: float | None = None
+    batch_name: str = ""
+    specs: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)  # each argument's spec by dim
+
+
+def argument_name(param: Any) -> str:
+    """The pytree path of an entry parameter (its op_name), else its HLO name."""
+    md = param.metadata
+    return (md.op_name if md is not None and md.op_name else param.name).replace("\\'", "'")
+
+
+def _traced(comp: Any, inst: Any, depth: int = 0) -> Any:
+    """The entry parameter `inst` reads through views, casts, gathers and slices (an embedding lookup's ids
+    for a `gather`), or None."""
+    if inst is None or depth > 12:
+        return None
+    if inst.opcode == "parameter":
+        return inst
+    if not inst.operands:
+        return None
+    if inst.opcode in _THROUGH or (inst.opcode == "custom-call" and len(inst.operands) == 1):
+        return _traced(comp, comp.by_name.get(inst.operands[0].name), depth + 1)
+    return None
+
+
+def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any = None) -> Arguments:
+    """The batch and weight arguments from the program before partitioning, and the per-chip batch in tokens.
+
+    Args:
+      model_flops: the report's `ModelFlops` (its `module` is the program jax handed XLA).
+      axis_sizes: the mesh's axis sizes.
+      partitioned: the partitioned module: its entry parameters' per-device shapes give the per-chip batch
+        directly (jax 0.12 hands XLA no Shardy attribute to read the spec from).
+    """
+    from analyzer.analysis.mapping import pass_of
+    from analyzer.rules.compute import sharding_axes
+
+    module = getattr(model_flops, "module", None)
+    if module is None or module.entry is None:
+        return Arguments()
+    entry = module.entry
+    lhs: dict[str, int] = {}
+    rhs: set[str] = set()
+    params: dict[str, Any] = {}
+    tables: set[str] = set()
+    for inst in entry.instructions:
+        if inst.opcode == "parameter":
+            params[argument_name(inst)] = inst
+        elif inst.opcode == "gather" and len(inst.operands) > 1:
+            table = _traced(entry, entry.by_name.get(inst.operands[0].name))
+            ids = _traced(entry, entry.by_name.get(inst.operands[1].name))
+            if table is not None:
+                tables.add(argument_name(table))
+            if ids is not None:
+                lhs[argument_name(ids)] = lhs.get(argument_name(ids), 0) + 1
+    for dots in model_flops.dots.values():
+        for d in dots:
+            md = d.instruction.metadata
+            if d.computation != entry.name or pass_of(md.op_name if md else None) == "backward":
+                continue
+            found = [_traced(entry, entry.by_name.get(o.name)) for o in d.instruction.operands[:2]]
+            if len(found) != 2 or found[1] is None or found[0] is found[1]:
+                continue
+            rhs.add(argument_name(found[1]))  # the right operand is a weight (`h @ w_out` too)
+            if found[0] is not None:
+                lhs[argument_name(found[0])] = lhs.get(argument_name(found[0]), 0) + 1
+    integer = {n for n, p in params.items() if p.shape.is_array and p.shape.element_type.startswith(("s", "u"))
+               and p.shape.element_type != "pred"}
+    batch = ({n for n in lhs if n not in rhs} | integer) - tables
+    weights = (rhs - set(lhs)) | tables
+    tokens = per_chip = None
+    name = ""
+    ranked = sorted(batch, key=lambda n: (n not in integer, -lhs.get(n, 0), n))
+    for n in ranked:
+        p = params.get(n)
+        if p is None or not p.shape.is_array or not p.shape.dims:
+            continue
+        dims = list(p.shape.dims)
+        kept = dims if n in integer else dims[:-1]  # an activation's last dim is its features
+        if not kept:
+            continue
+        axes = list(sharding_axes(p) or [() for _ in dims])
+        split = math.prod(int(axis_sizes.get(a, 1)) for k in range(len(kept)) if k < len(axes) for a in axes[k])
+        tokens = float(math.prod(kept))
+        per_chip = tokens / max(split, 1)
+        local = _local_shape(partitioned, n)
+        if local is not None and len(local) == len(dims):
+            per_chip = float(math.prod(local[:len(kept)]))
+        name = n
+        break
+    specs = {n: tuple(tuple(d) for d in (sharding_axes(p) or [() for _ in p.shape.dims]))
+             for n, p in params.items() if p.shape.is_array}
+    return Arguments(frozenset(batch), frozenset(weights), frozenset(tables), per_chip, tokens, name, specs)
+
+
+def _local_shape(module: Any, name: str) -> tuple[int, ...] | None:
+    """The per-device shape of the partitioned module's entry parameter named `name`, or None."""
+    entry = getattr(module, "entry", None)
+    for inst in (entry.instructions if entry is not None else ()):
+        if inst.opcode == "parameter" and argument_name(inst) == name and inst.shape.is_array:
+            return tuple(inst.shape.dims)
+    return None
+
+
+def dot_role(module: Any, comp: Any, dot: Any, args: Arguments, *, moved_by_all_to_all: bool = False,
+             is_argument: Any = None) -> str:
+    """One of `ROLES` for a dot of the partitioned module (see the module docstring).
+
+    Args:
+      args: the program's `Arguments`.
+      moved_by_all_to_all: an all-to-all feeds the dot or moves its output.
+      is_argument: (comp, inst) -> bool for operands the entry's names cannot reach (a loop body's weight
+        slice): counted as weights, as `dataflow.is_program_argument` says.
+    """
+    from analyzer.analysis.mapping import pass_of
+
+    entry = module.entry if module is not None else None
+    names: list[str | None] = []
+    weight = False
+    for o in dot.operands[:2]:
+        inst = comp.by_name.get(o.name)
+        p = _traced(comp, inst) if inst is not None else None
+        if p is not None and comp is entry:
+            n = argument_name(p)
+            names.append(n)
+            weight = weight or n not in args.batch
+        else:
+            names.append(None)
+            if inst is not None and is_argument is not None and is_argument(comp, inst):
+                weight = True
+    if any(n in args.tables for n in names if n):
+        return "embedding"
+    backward = pass_of(dot.metadata.op_name if dot.metadata else None) == "backward"
+    from analyzer.analysis.dots import batch_dims as batch_dims_of
+
+    batch_dims = bool(batch_dims_of(dot))
+    if not weight:
+        if moved_by_all_to_all:
+            return "moe dispatch/combine"
+        if batch_dims:
+            return "attention"
+        return "weight gradient" if backward else "forward"
+    return "activation gradient" if backward else "forward"
