@@ -19,6 +19,11 @@ when the report has a predicted step (a compute saving, HA104's repeated matmuls
 `group_findings` gives the groups, largest saving first;
 `split_negligible_groups` applies the negligible threshold to each group's summed saving, keeping or
 dropping the whole group.
+
+Advice agrees with itself (`reconcile`, applied by `annotate`): a root cause proposes one mesh change (its
+largest finding's; the others of the group point at it), and a root cause whose change would move a mesh axis
+the opposite way of a larger root cause's change proposes none (it says which change to make first), so no
+report gives "give the devices of 'data' to 'model'" beside "fold 'model' into 'data'".
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from typing import Any
 
 from analyzer.diagnostics import Diagnostic, short_source
 
-__all__ = ["RootCause", "cause_of", "group_findings", "annotate", "split_negligible_groups", "top_cause"]
+__all__ = ["RootCause", "cause_of", "group_findings", "annotate", "reconcile", "opposite_changes",
+           "split_negligible_groups", "top_cause"]
 
 _LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
 _PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203", "HA204"})  # how a mesh axis lies on the links
@@ -182,11 +188,88 @@ def group_findings(diagnostics: Sequence[Diagnostic], report: Any = None) -> lis
     return out
 
 
+def _directions(mesh: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, int]:
+    """+1 for each axis a proposed mesh grows, -1 for each it shrinks (an axis the mesh lacks is size 1)."""
+    out = {}
+    for axis, new in mesh.items():
+        old = int(sizes.get(axis, 1))
+        if int(new) != old:
+            out[axis] = 1 if int(new) > old else -1
+    return out
+
+
+def opposite_changes(diagnostics: Sequence[Diagnostic], sizes: Mapping[str, int]
+                     ) -> list[tuple[Diagnostic, Diagnostic]]:
+    """Pairs of findings whose proposed meshes (`details["fix_mesh"]`) move some axis in opposite directions.
+
+    Example:
+        >>> a = Diagnostic("HA101", "x", "m", details={"fix_mesh": {"data": 1, "model": 8}})
+        >>> b = Diagnostic("HA101", "x", "m", details={"fix_mesh": {"data": 8, "model": 1}})
+        >>> len(opposite_changes([a, b], {"data": 4, "model": 2}))
+        1
+    """
+    dirs = [(d, _directions(d.details.get("fix_mesh") or {}, sizes)) for d in diagnostics]
+    return [(a, b) for i, (a, da) in enumerate(dirs) for b, db in dirs[i + 1:]
+            if any(da[x] * db[x] < 0 for x in da.keys() & db.keys())]
+
+
+def _mesh_text(mesh: Mapping[str, Any]) -> str:
+    return ", ".join(f"'{a}' = {n}" for a, n in mesh.items())
+
+
+def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[RootCause]:
+    """The groups with one proposed mesh change per root cause and none opposite a larger root cause's.
+
+    In each group (largest first) the largest finding with a mesh change sets the group's change; the group's
+    other findings with another mesh change take it (`details["reconciled"]`). A group whose change moves an
+    axis the opposite way of a larger group's proposes no mesh change: its findings say to make that change
+    first and re-analyse (`details["superseded_by"]`).
+    """
+    adopted: list[tuple[RootCause, Diagnostic, dict[str, int]]] = []
+    out = []
+    for g in groups:
+        own: Diagnostic | None = None
+        members = []
+        for d in g.findings:
+            mesh = dict(d.details.get("fix_mesh") or {})
+            dirs = _directions(mesh, sizes)
+            if not dirs:
+                members.append(d)
+                continue
+            if own is None:
+                clash = next((a for a in adopted if any(a[2][x] * dirs[x] < 0 for x in a[2].keys() & dirs.keys())),
+                             None)
+                if clash is None:
+                    own = d
+                    adopted.append((g, d, dirs))
+                    members.append(d)
+                    continue
+                first, by, _ = clash
+                fix = (f"no mesh change for this one: its own ({_mesh_text(mesh)}) would undo the change proposed for "
+                       f"{first.title} ({_mesh_text(by.details['fix_mesh'])}), the larger root cause; make that "
+                       "change first and re-analyse")
+                members.append(replace(d, fix=fix, details={**d.details, "fix_mesh": {}, "fix_batch_factor": 1.0,
+                                                              "superseded_by": first.title,
+                                                              "superseded_fix": d.fix}))
+            elif mesh != dict(own.details.get("fix_mesh") or {}):
+                members.append(replace(d, fix=f"{own.fix} (the one change for {g.title}: its largest finding's)",
+                                       details={**d.details, "fix_mesh": dict(own.details["fix_mesh"]),
+                                                "fix_batch_factor": own.details.get("fix_batch_factor", 1.0),
+                                                "reconciled": True, "reconciled_fix": d.fix}))
+            else:
+                members.append(d)
+        out.append(replace(g, findings=tuple(members)))
+    return out
+
+
 def annotate(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[Diagnostic]:
     """The findings with `details["root_cause"]` (the decision, in words) and `details["root_cause_saving"]`
-    (its group's summed saving per step), in the order of `group_findings`: largest root cause first."""
+    (its group's summed saving per step), in the order of `group_findings`: largest root cause first; their
+    proposed mesh changes reconciled (`reconcile`)."""
     out: list[Diagnostic] = []
-    for g in group_findings(diagnostics, report):
+    mesh = getattr(report, "mesh", None)
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
+    for g in reconcile(group_findings(diagnostics, report), sizes):
         for d in g.findings:
             out.append(replace(d, details={**d.details, "root_cause": g.title, "root_cause_saving": g.saving_seconds,
                                            "root_cause_findings": len(g.findings)}))
