@@ -155,8 +155,18 @@ def analyze_lowered(
     # in the report's warnings, and every figure that does not depend on it is still computed)
     module = parse_hlo(text, path=f"<{lowered.name or 'module'} for {lowered.target}>", lenient=True)
     notes = [f"Collectives read from {which}."]
+    flags = dict(getattr(lowered, "xla_flags", None) or {})
+    if flags:
+        from analyzer.compile.xlaflags import format_xla_flags
+
+        passed = set(getattr(lowered, "xla_flags_passed", ()))
+        given = format_xla_flags({k: v for k, v in flags.items() if k in passed})
+        kept = format_xla_flags({k: v for k, v in flags.items() if k not in passed})
+        notes.append(f"XLA flags: {given or 'none'} passed to the {lowered.platform} compiler"
+                     + (f"; {kept} not known to it, kept for the step model only" if kept else "")
+                     + " (Report.analysis.xla_flags).")
     context = {"lowered": lowered, "in_shardings": in_shardings, "out_shardings": out_shardings, "args": args,
-               "config": config}
+               "config": config, "xla_flags": flags or None}
     return build_report(module, mesh=lowered.mesh, hardware=hardware, topology=topology,
                         device_coords=lowered.device_coords, target=lowered.target, notes=notes,
                         memory=lowered.memory, name=lowered.name, context=context, config=config, model=model)
@@ -370,7 +380,7 @@ def reprice(report: Report, hardware: str | HardwareSpec | None = None, topology
     coords = lowered.device_coords if (lowered is not None and same_hw and topology is None) else None
     notes = [n for n in report.notes if not n.startswith("Priced ")]
     context = {"lowered": ctx.lowered, "in_shardings": ctx.in_shardings, "out_shardings": ctx.out_shardings,
-               "args": ctx.args, "config": ctx.config, "hlo_path": ctx.hlo_path}
+               "args": ctx.args, "config": ctx.config, "hlo_path": ctx.hlo_path, "xla_flags": ctx.xla_flags}
     return build_report(module, mesh=report.mesh, hardware=hw, topology=topology, device_coords=coords,
                         target=report.target, notes=notes, memory=report.memory, name=report.name, context=context,
                         config=ctx.config, model=mdl, graph=ctx.graph, warnings=list(report.warnings))

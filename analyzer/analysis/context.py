@@ -43,6 +43,7 @@ class AnalysisContext:
       hlo_path: the dump file read, for `analyze_hlo` on a path.
       argument_rows: the report's argument table rebuilt from JSON (`report_from_dict`), in place of `args`.
       model_flops: the model's FLOPs by op (`analyzer.analysis.dots.ModelFlops`), None when not counted.
+      xla_flags: the user's XLA flags as `{name: value}` (`Lowered.xla_flags`), None when none were given.
     """
 
     module: HloModule | None = None
@@ -61,3 +62,6 @@ class AnalysisContext:
     argument_rows: tuple[Mapping[str, Any], ...] | None = None
     step: Any = None  # the analyzer.analysis.step.StepPrediction (timeline, exposure), None when read back from JSON
     model_flops: ModelFlops | None = None
+    # The user's XLA flags ({name: value}, `--xla-flags` / `xla-flags`, `analyzer.compile.xlaflags`), empty when none:
+    # the step model reads what they ask of the TPU compiler (async collective fusion, collective matmul, ...).
+    xla_flags: Mapping[str, Any] | None = None

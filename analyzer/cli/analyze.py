@@ -37,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mesh", metavar="AXES", required=True, help="mesh, major to minor, e.g. data=4,model=2")
     p.add_argument("--target", default="cpu", metavar="TARGET",
                    help="cpu (default) or tpu:<gen>:<shape>[*N], e.g. tpu:v5e:2x4, tpu:v5e:2x2*2")
+    p.add_argument("--xla-flags", metavar="FLAGS", default=None,
+                   help="XLA flags for the target's compiler, written with '=': --xla-flags='--xla_tpu_enable_async_"
+                        "collective_fusion=true ...' (a TPU target takes all; cpu those its compiler knows; the "
+                        "report names them)")
     add_pricing_options(p)
     add_output_options(p)
     add_timeout_option(p)
@@ -54,10 +58,14 @@ def run(args: argparse.Namespace) -> int:
     check_trace(args)  # a trace path that cannot be written fails before the compile
     check_plan_keys(args.hardware, args.topology, None)  # before the compile, not after it
     parse_target(args.target)
+    from analyzer.compile.xlaflags import parse_xla_flags
+
+    flags = parse_xla_flags(args.xla_flags)  # a malformed flag fails before the compile
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # `module:function` names modules of the current project
     with time_limit(args.timeout, args.entry, hard_exit=True):
         fn, fargs, kwargs = load_entry(args.entry, args.mesh)
         report = analyze(fn, *fargs, mesh=args.mesh, target=args.target, hardware=args.hardware,
-                         topology=args.topology, model=args.model, **kwargs)
+                         topology=args.topology, model=args.model, **({"xla_flags": flags} if flags else {}),
+                         **kwargs)
     return emit(report, args)

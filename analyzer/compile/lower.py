@@ -136,6 +136,9 @@ class Lowered:
       name: the function's name as jax reports it (e.g. "jit_step").
       in_subprocess: whether the compile ran in a child process (the live process had too few devices).
       device_kind: the device kind compiled for ("cpu", "TPU v5 lite", ...).
+      xla_flags: the user's XLA flags (`analyzer.compile.xlaflags.parse_xla_flags`), all of them, as data for the
+        step model; xla_flags_passed: the names the target's compiler took (the cpu target passes only the flags
+        the CPU compiler knows; a TPU target passes all of them to libtpu's compiler).
       global_hlo: the HLO module as jax handed it to XLA (`before_optimizations`): global shapes, one program
         for the whole mesh; the model's work (`analyzer.analysis.dots.model_flops`) is counted on it. On a
         one-device mesh, where XLA runs no SPMD partitioner, it is also `spmd_hlo`.
@@ -155,6 +158,8 @@ class Lowered:
     in_subprocess: bool = False
     device_kind: str = ""
     global_hlo: str = dataclasses.field(default="", repr=False)
+    xla_flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    xla_flags_passed: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -622,7 +627,7 @@ def _spmd_dumps(dump: str) -> tuple[Path | None, bool]:
 
 
 def _watch_for_spmd_dump(dump: str, start: float, ids: Sequence[int], devices: Sequence[Any],
-                         done: Callable[[dict[str, Any]], None], stop: Any) -> None:
+                         done: Callable[[dict[str, Any]], None], stop: Any, flags: Sequence[str] = ()) -> None:
     """Poll the dump folder until the after-SPMD module is complete, then hand `done` the result without the
     backend's passes (no optimized HLO, no memory figures): what the cpu target reads beyond 1,024 devices,
     where the CPU backend's passes after partitioning take minutes and gigabytes for nothing the analysis needs."""
@@ -635,7 +640,7 @@ def _watch_for_spmd_dump(dump: str, start: float, ids: Sequence[int], devices: S
               "global_hlo": before[0].read_text() if before else "", "memory": None,
               "compile_seconds": time.perf_counter() - start, "device_kind": str(getattr(devices[0], "device_kind",
                                                                                             "cpu")),
-              "stopped_after_spmd": True, "devices": len(ids)})
+              "stopped_after_spmd": True, "devices": len(ids), "xla_flags_passed": list(flags)})
         return
 
 
@@ -671,36 +676,60 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None,
     owned = contextlib.nullcontext(job["dump_dir"]) if job.get("dump_dir") else \
         tempfile.TemporaryDirectory(prefix="hlo-analyzer-")
     with owned as dump:
-        overrides = {
+        overrides: dict[str, Any] = dict(job.get("xla_flags") or {})
+        overrides |= {
             "xla_dump_to": dump,
             # The pass after the partitioner is dumped too: its file tells a watcher the partitioned one is whole.
             "xla_dump_hlo_pass_re": "spmd-partitioning" + ("|control-dep-rewriter" if after_spmd else ""),
             "xla_dump_hlo_as_text": True,
         }
-        options = compiler.get_compile_options(
-            num_replicas=1,
-            num_partitions=len(ids),
-            device_assignment=np.asarray(ids).reshape(1, len(ids)),
-            env_options_overrides=overrides,
-        )
-        options.parameter_is_tupled_arguments = bool(job["tuple_args"])
-        build = options.executable_build_options
-        build.allow_spmd_sharding_propagation_to_parameters = [bool(x) for x in job["allow_prop_in"]]
-        build.allow_spmd_sharding_propagation_to_output = [bool(x) for x in job["allow_prop_out"]]
+
+        def make_options() -> Any:
+            options = compiler.get_compile_options(
+                num_replicas=1,
+                num_partitions=len(ids),
+                device_assignment=np.asarray(ids).reshape(1, len(ids)),
+                env_options_overrides=overrides,
+            )
+            options.parameter_is_tupled_arguments = bool(job["tuple_args"])
+            build = options.executable_build_options
+            build.allow_spmd_sharding_propagation_to_parameters = [bool(x) for x in job["allow_prop_in"]]
+            build.allow_spmd_sharding_propagation_to_output = [bool(x) for x in job["allow_prop_out"]]
+            return options
+
+        options = make_options()
+        passed = sorted(job.get("xla_flags") or {})
         with mlir.make_ir_context():
             module = ir.Module.parse(job["stablehlo"])
             start = time.perf_counter()
             stop = threading.Event()
             if after_spmd is not None:
-                threading.Thread(target=_watch_for_spmd_dump, args=(dump, start, ids, devices, after_spmd, stop),
+                threading.Thread(target=_watch_for_spmd_dump,
+                                 args=(dump, start, ids, devices, after_spmd, stop, passed),
                                  name="hlo-analyzer-spmd-watch", daemon=True).start()
             device_list = xc.DeviceList(tuple(devices))
             try:
-                if job["platform"] == "cpu":
-                    executable = client.compile_and_load(module, executable_devices=device_list,
-                                                         compile_options=options)
-                else:
-                    executable = client.compile(module, executable_devices=device_list, compile_options=options)
+                while True:
+                    try:
+                        if job["platform"] == "cpu":
+                            executable = client.compile_and_load(module, executable_devices=device_list,
+                                                                 compile_options=options)
+                        else:
+                            executable = client.compile(module, executable_devices=device_list,
+                                                        compile_options=options)
+                        break
+                    except Exception as e:
+                        unknown = _unknown_flag(e, passed)
+                        if unknown is None:
+                            raise
+                        if job["platform"] != "cpu":
+                            raise LoweringError(f"the TPU compiler (libtpu) does not know the XLA flag --{unknown} "
+                                                "(--xla-flags / xla-flags in [tool.hlo-analyzer]); check its name "
+                                                "against this libtpu's flags") from None
+                        # a flag of another backend (xla_tpu_*): not the CPU compiler's, kept as data only
+                        passed.remove(unknown)
+                        overrides.pop(unknown, None)
+                        options = make_options()
             finally:
                 stop.set()
             seconds = time.perf_counter() - start
@@ -722,6 +751,7 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None,
     except Exception:  # some backends do not implement memory stats
         memory = None
     return {
+        "xla_flags_passed": passed,
         "spmd_hlo": spmd,
         "optimized_hlo": optimized,
         "global_hlo": global_hlo,
@@ -729,6 +759,14 @@ def _compile_job(job: Mapping[str, Any], devices: Sequence[Any] | None = None,
         "compile_seconds": seconds,
         "device_kind": str(getattr(devices[0], "device_kind", job["platform"])),
     }
+
+
+def _unknown_flag(error: BaseException, flags: Sequence[str]) -> str | None:
+    """The user's flag a compiler refused as unknown ("No such compile option: 'xla_...'"), else None."""
+    from analyzer.compile.xlaflags import UNKNOWN_OPTION
+
+    m = UNKNOWN_OPTION.search(str(error))
+    return m.group(1) if m and m.group(1) in flags else None
 
 
 def _check_platforms(jax: Any, platform: str) -> None:
@@ -905,6 +943,7 @@ def lower(
     static_argnums: int | Sequence[int] = (),
     isolate: bool | None = None,
     timeout: float | None = 900.0,
+    xla_flags: Any = None,
     **kwargs: Any,
 ) -> Lowered:
     """Compile `fn(*args, **kwargs)` for a target and mesh and return its HLO.
@@ -924,6 +963,10 @@ def lower(
       isolate: cpu target only: True compiles in a child process always, False never (raises if the live
         process has too few CPU devices), None (default) only when the live process has too few.
       timeout: seconds allowed for the child process.
+      xla_flags: the user's XLA flags: "--xla_a=true --xla_b=3", a list of such tokens, or a dict
+        (`analyzer.compile.xlaflags.parse_xla_flags`). Passed to the target's compiler as per-compile options
+        (a TPU target: all of them, an unknown name is an error; cpu: those the CPU compiler knows) and kept in
+        `Lowered.xla_flags` for the step model.
       **kwargs: keyword arguments of `fn`.
 
     Returns:
@@ -946,7 +989,10 @@ def lower(
     """
     import jax
 
+    from analyzer.compile.xlaflags import parse_xla_flags
+
     parsed = parse_target(target)
+    flags = parse_xla_flags(xla_flags, where="xla_flags")
     _check_platforms(jax, parsed.platform)
     if mesh is None:
         mesh = _mesh_from_args(args)
@@ -993,7 +1039,7 @@ def lower(
         raise _user_error(e, f"jax could not lower {name} on mesh {_describe_mesh(abstract)} for target "
                              f"{parsed}") from None
     lower_seconds = time.perf_counter() - start
-    job = _job(lowered, parsed.platform, device_ids)
+    job = {**_job(lowered, parsed.platform, device_ids), "xla_flags": flags}
 
     # Compile.
     in_child = False
@@ -1038,6 +1084,8 @@ def lower(
         in_subprocess=in_child,
         device_kind=result["device_kind"],
         global_hlo=result.get("global_hlo", ""),
+        xla_flags=flags,
+        xla_flags_passed=tuple(result.get("xla_flags_passed", ())),
     )
 
 
@@ -1377,7 +1425,7 @@ def lower_entry(entry: str, *, mesh: Any, target: str | Target = "cpu", **option
       mesh: anything `make_mesh` accepts; passed to the entry point as a jax mesh.
       target: as for `lower`.
       **options: further keyword options of `lower` (in_shardings, out_shardings, static_argnums, isolate,
-        timeout).
+        timeout, xla_flags).
 
     Example (from the repository root):
         >>> lowered = lower_entry("examples.chapter:matmul_case2", mesh={"X": 2, "Y": 4})
@@ -1386,7 +1434,7 @@ def lower_entry(entry: str, *, mesh: Any, target: str | Target = "cpu", **option
     """
     fn, args, kwargs = load_entry(entry, mesh)
     overlap = set(kwargs) & {"mesh", "in_shardings", "out_shardings", "target", "static_argnums", "isolate",
-                             "timeout"}
+                             "timeout", "xla_flags"}
     if overlap:
         raise LoweringError(f"entry point {entry!r}: its kwargs {sorted(overlap)} clash with lower()'s options")
     return lower(fn, *args, mesh=mesh, target=target, **options, **kwargs)
