@@ -24,11 +24,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,7 @@ from analyzer.theory.mesh import MeshInfo, mesh_from_any, parse_mesh_spec
 __all__ = [
     "AxisSpan",
     "logical_names",
+    "user_packages",
     "names_of_array",
     "einsum_subscripts",
     "groups_to_axes",
@@ -274,7 +277,8 @@ def infer_mesh(groups: Iterable[Sequence[Sequence[int]]], num_devices: int) -> M
 # ---------------------------------------------------------------------- source and pass
 # Frames that are never the user's, wherever they are installed: jax's own sources (also in a source checkout),
 # the analyzer's compile wrappers, frozen modules and exec'd strings.
-_INTERNAL = re.compile(r"/jax/_src/|/jaxlib/|/analyzer/(compile/lower|pipeline|workflows/auditing)\.py$"
+_INTERNAL = re.compile(r"/jax/_src/|/jaxlib/"
+                       r"|/analyzer/(compile/lower|pipeline|workflows/auditing|integrations/\w+)\.py$"
                        r"|^<frozen |^<string>")
 _INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
 
@@ -358,7 +362,8 @@ def source_frames(module: object, frame_id: int | None, fallback_file: str | Non
       fallback_file, fallback_line: `metadata.source_file` / `source_line`.
     """
     chain = module.frame_chain(frame_id) if frame_id is not None else ()  # type: ignore[attr-defined]
-    packages = [package_of(f.file) for f in chain]
+    own = _USER_PACKAGES.get()
+    packages = [None if p in own else p for p in (package_of(f.file) for f in chain)]
     for i, (f, pkg) in enumerate(zip(chain, packages)):
         if pkg is None:
             # the library the user's line called: the outermost library frame inside it (jax, the standard
@@ -376,6 +381,27 @@ def source_frames(module: object, frame_id: int | None, fallback_file: str | Non
     if chain:
         return SourceFrames(f"{chain[0].file}:{chain[0].line}")
     return SourceFrames()
+
+
+_USER_PACKAGES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("hlo_analyzer_user_packages",
+                                                                               default=frozenset())
+
+
+@contextlib.contextmanager
+def user_packages(*names: str) -> Iterator[None]:
+    """Within the `with`, frames of these installed packages are the user's code for `source_frames`: a
+    program written inside a library (MaxText's model, analysed by `analyzer.integrations.maxtext`) gets
+    its own lines as sources, not the line that called the analysis. Put back when the `with` ends.
+
+    Example:
+        >>> with user_packages("maxtext"):
+        ...     report = analyze_lowered(lowered, ...)      # rows' sources: maxtext/layers/linears.py:162
+    """
+    token = _USER_PACKAGES.set(_USER_PACKAGES.get() | frozenset(names))
+    try:
+        yield
+    finally:
+        _USER_PACKAGES.reset(token)
 
 
 def user_frame(module: object, frame_id: int | None, fallback_file: str | None = None,
@@ -488,7 +514,8 @@ def logical_names(args: Any) -> dict[str, tuple[str, ...]]:
     import jax
 
     def is_box(x: Any) -> bool:
-        return type(x).__name__ == "LogicallyPartitioned" and isinstance(getattr(x, "names", None), tuple)
+        return (type(x).__name__ == "LogicallyPartitioned" and isinstance(getattr(x, "names", None), tuple)) \
+            or _nnx_names(x) is not None
 
     out: dict[str, tuple[str, ...]] = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args), is_leaf=is_box)[0]:
@@ -497,9 +524,39 @@ def logical_names(args: Any) -> dict[str, tuple[str, ...]]:
         inner = jax.tree_util.tree_flatten_with_path(leaf)[0]
         if len(inner) != 1:
             continue
+        names = _nnx_names(leaf) if type(leaf).__name__ != "LogicallyPartitioned" else leaf.names
+        rank = len(getattr(inner[0][1], "shape", names))
+        if names is None or len(names) > rank:
+            continue
+        names = tuple(names) + (None,) * (rank - len(names))  # trailing dimensions left unnamed, as Flax does
         key = jax.tree_util.keystr(tuple(path[1:]) + tuple(inner[0][0]))
-        out[key] = tuple(str(n) if n else _LETTERS[d % len(_LETTERS)] for d, n in enumerate(leaf.names))
+        out[key] = tuple(str(n) if n else _LETTERS[d % len(_LETTERS)] for d, n in enumerate(names))
     return out
+
+
+def _nnx_names(x: Any) -> tuple[Any, ...] | None:
+    """The logical axis names of a Flax NNX variable (`nnx.Param(..., sharding=('embed', 'mlp'))`, or
+    `nnx.with_partitioning`; Flax keeps them in the variable's metadata as `out_sharding`, `sharding_names` or
+    `sharding`), with the stacking axis `nnx.scan` inserts (`partition_name` at `param_scan_axis`, e.g.
+    MaxText's scanned 'layers'); None for anything else. Mesh shardings (PartitionSpec, NamedSharding) are not
+    logical names."""
+    get = getattr(x, "get_metadata", None)
+    if get is None or not callable(get) or not hasattr(x, "get_value"):
+        return None
+    try:
+        meta = dict(get())
+    except Exception:  # noqa: BLE001 - not an NNX variable after all
+        return None
+    names = meta.get("out_sharding") or meta.get("sharding_names") or meta.get("sharding")
+    if isinstance(names, str):
+        names = (names,)
+    if not isinstance(names, (tuple, list)) or not all(n is None or isinstance(n, str) for n in names):
+        return None
+    names = list(names)
+    part = meta.get("partition_name")
+    if part is not None and "param_scan_axis" in meta and part not in names:
+        names.insert(int(meta.get("param_scan_axis") or 0), part)
+    return tuple(names)
 
 
 _ARG_NAME = re.compile(r"^[A-Za-z_]\w*(\[\d+\])?$")

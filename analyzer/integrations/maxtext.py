@@ -460,8 +460,11 @@ def analyze_maxtext(
     lowered, step = lower_maxtext(argv, target)
     if topology is None and lowered.platform != "tpu" and hardware is None:
         topology = step.plan.topology
-    report = analyze_lowered(lowered, hardware=hardware or step.plan.hardware, topology=topology, config=config,
-                             model=model, args=step.args)
+    from analyzer.analysis.mapping import user_packages
+
+    with user_packages("maxtext"):  # MaxText's model is the program: its lines are the sources
+        report = analyze_lowered(lowered, hardware=hardware or step.plan.hardware, topology=topology,
+                                 config=config, model=model, args=step.args)
     note = (f"MaxText's train step built by MaxText {_version()} for compile_topology={step.plan.compile_topology}"
             f" x {step.plan.slices} slice(s) ({step.plan.chips} chips), as train_compile builds it"
             + (" (cpu target: hardware=cpu, so MaxText's portable kernels, e.g. dot-product attention instead of "

@@ -129,6 +129,22 @@ def test_totals_carry_the_step_and_mfu(tiny_cpu):
 
 @pytest.mark.slow
 @needs_maxtext
+def test_rows_name_maxtexts_logical_axes_and_its_source_lines(tiny_cpu):
+    report, _, _ = tiny_cpu
+    rows = report.collectives
+    # MaxText's NNX parameters carry their logical axis names in their metadata (nn.with_logical_partitioning's
+    # NNX form); a weight's FSDP gather is written in them
+    gathers = rows[(rows["kind"] == "all-gather") & rows["array"].str.contains("logits_dense")]
+    assert len(gathers) and all("embed_vocab" in n and "vocab" in n for n in gathers["notation"]), \
+        list(gathers["notation"])  # AllGather_fsdp: [embed_vocab_fsdp, vocab_tensor] -> [embed_vocab, vocab_tensor]
+    # the source is MaxText's own line, not the analyzer's call into jax
+    sources = [s for s in rows["source"] if s]
+    assert sources and not any("/analyzer/" in s for s in sources), sources[:3]
+    assert any("maxtext" in s and s.rsplit(":", 1)[1].isdigit() for s in sources)
+
+
+@pytest.mark.slow
+@needs_maxtext
 def test_maxtexts_process_wide_settings_are_put_back(tiny_cpu):
     _, before, after = tiny_cpu
     assert after == before
@@ -179,7 +195,7 @@ def test_a_mixtral_step_shows_the_expert_all_to_all():
     rows = report.collectives[report.collectives["axes"] == ("expert",)]
     a2a = rows[rows["kind"] == "all-to-all"]
     assert len(a2a) >= 2, set(rows["kind"])  # tokens dispatched to their experts' devices and combined back
-    assert all("moe.py" in str(s) for s in a2a["context"]), list(a2a["context"])  # MaxText's MoE layer
+    assert all("maxtext/layers/moe.py:" in str(s) for s in a2a["source"]), list(a2a["source"])  # its MoE layer
     assert report.totals.by_kind["all-to-all"] > 0 and report.totals.exposed_by_axis.get("expert", 0) >= 0
     assert report.totals.bubble_seconds == 0.0
 
