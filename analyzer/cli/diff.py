@@ -15,6 +15,11 @@ lists entry points): the repository's tree at REV is exported and analysed, mode
 name a commit; the path is relative to the repository root (or ./ and ../ to the current folder) and must
 lie inside it. Sides and source lines are printed relative to the repository root.
 
+A config side (working tree or REV:path) is answered from the result cache (.hlo-analyzer-cache/ at the
+project root, as `check` keeps it) when its config, the code its entry points import, the hardware specs,
+the installed packages and XLA_FLAGS/LIBTPU_INIT_ARGS/JAX_* are unchanged: a revision is keyed on its files'
+contents, not on the commit, so HEAD~1:pyproject.toml hits after a commit that left them alone.
+
 exit status: 0 within the threshold (or none given), 1 a program's communication per step regressed by more
 than --max-regression, 2 bad usage or input."""
 
@@ -37,6 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mesh", metavar="AXES", help="mesh of dump sides, e.g. data=4,model=2")
     p.add_argument("--hardware", metavar="NAME", help="hardware dumps and configs are priced on (default tpu-v5e)")
     p.add_argument("--json", action="store_true", help="print the diff as JSON")
+    p.add_argument("--no-cache", action="store_true", help="analyse config sides even when the result cache "
+                   "(.hlo-analyzer-cache/) holds them, and store nothing")
     p.set_defaults(func=run)
 
 
@@ -45,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
     from analyzer.render import diff as render
 
     threshold = parse_threshold(args.max_regression) if args.max_regression else None
-    old = load_side(args.old, mesh=args.mesh, hardware=args.hardware)
-    new = load_side(args.new, mesh=args.mesh, hardware=args.hardware)
+    old = load_side(args.old, mesh=args.mesh, hardware=args.hardware, no_cache=args.no_cache)
+    new = load_side(args.new, mesh=args.mesh, hardware=args.hardware, no_cache=args.no_cache)
+    for note in dict.fromkeys(n for n in (old.cache_note, new.cache_note) if n):
+        print(f"hlo-analyzer: note: {note}", file=sys.stderr)
     # Both sides named relative to the repository root (the old one REV:path), as the rows' source lines are.
     result = diff_sides(old, new, old_label=side_label(args.old), new_label=side_label(args.new))
     text = render.render_json(result, threshold=threshold) if args.json else render.render_text(result,

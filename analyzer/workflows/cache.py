@@ -188,7 +188,9 @@ class KeyContext:
         return key, files
 
 
-def _hardware_files(values: Iterable[Any], root: Path) -> dict[str, str]:
+def _hardware_files(values: Iterable[Any], root: Path, base: Path | None = None) -> dict[str, str]:
+    """The packaged hardware specs and the spec files among `values`, by content; a relative path is read
+    from `base` (the folder the analysis resolves it in; default the current folder)."""
     from analyzer import __file__ as package_init
 
     out: dict[str, str] = {}
@@ -203,6 +205,8 @@ def _hardware_files(values: Iterable[Any], root: Path) -> dict[str, str]:
         text = value
         if text.endswith(".toml") or "/" in text or "\\" in text:
             p = Path(text).expanduser()
+            if base is not None and not p.is_absolute():
+                p = base / p
             out[f"file:{text}"] = _file_sha(p) or "missing"
     return out
 
@@ -231,7 +235,8 @@ def _environment() -> dict[str, str]:
 
 
 def key_context(root: Path, table: Mapping[str, Any], *, config_path: Path | None,
-                overrides: Mapping[str, Any], cache_folder: Path | None = None) -> KeyContext:
+                overrides: Mapping[str, Any], cache_folder: Path | None = None, label: str | None = None,
+                hardware_base: Path | None = None) -> KeyContext:
     """Read what every entry point's key shares.
 
     Args:
@@ -241,6 +246,10 @@ def key_context(root: Path, table: Mapping[str, Any], *, config_path: Path | Non
       config_path: the config file.
       overrides: command-line options that change the analysis (name -> the text given), None when not given.
       cache_folder: the cache folder, left out of `cache-inputs` matches.
+      label: what names the root in the key instead of its path (the config is then named relative to the
+        root): a tree exported to a temporary folder (`diff REV:path`) keys on its contents, not on where it was
+        exported.
+      hardware_base: the folder relative hardware spec paths are read from (default the current folder).
     """
     from analyzer import __version__
 
@@ -251,12 +260,12 @@ def key_context(root: Path, table: Mapping[str, Any], *, config_path: Path | Non
         "format": [FORMAT, VERSION],
         "tool": __version__,
         "python": [sys.version, sys.implementation.cache_tag, os.path.realpath(sys.executable), sys.prefix],
-        "root": str(root),
-        "config": str(config_path) if config_path else None,
+        "root": label if label is not None else str(root),
+        "config": (_rel(config_path, root) if label is not None else str(config_path)) if config_path else None,
         "table": relevant,
         "overrides": given,
         "environment": _environment(),
-        "hardware": _hardware_files([table.get("hardware"), given.get("hardware")], root),
+        "hardware": _hardware_files([table.get("hardware"), given.get("hardware")], root, hardware_base),
         "cache-inputs": _cache_inputs(table.get("cache-inputs", table.get("cache_inputs", [])), root,
                                       cache_folder),
     }
@@ -439,7 +448,7 @@ class ResultCache:
             self.writable = False
             reason = getattr(error, "message", None) or str(error)
             self.note = (f"results are not cached: cannot write the cache folder {str(self.folder)!r} ({reason}); "
-                         "the check runs without it (pass --no-cache or set `cache = false` to say so)")
+                         "the command runs without it (pass --no-cache or set `cache = false` to say so)")
 
     def _write(self, path: Path, data: str | bytes) -> bool:
         from analyzer.errors import AnalyzerError
@@ -466,9 +475,11 @@ class ResultCache:
         write_atomic(self.folder / ".gitignore", GITIGNORE, what="cache .gitignore")
         write_atomic(tag, CACHEDIR_TAG, what="cache tag")
 
-    def store(self, key: str, record: Mapping[str, Any], sources: Mapping[str, Path] | None = None) -> str | None:
-        """Write an entry (and the project files it may later be compared with). Returns its variant (the
-        digest of its recorded dependencies), or None when it could not be written."""
+    def store(self, key: str, record: Mapping[str, Any], sources: Mapping[str, Path | bytes] | None = None
+              ) -> str | None:
+        """Write an entry (and the project files it may later be compared with: {sha256: the file, or its
+        bytes}). Returns its variant (the digest of its recorded dependencies), or None when it could not be
+        written."""
         body = dict(record)
         body.update(format=FORMAT, version=VERSION, key=key)
         variant = _sha(_canonical(body.get("deps")))[:16]
@@ -478,7 +489,7 @@ class ResultCache:
             blob = self.base / "sources" / digest
             if not blob.exists():
                 try:
-                    data = path.read_bytes()
+                    data = path if isinstance(path, bytes) else path.read_bytes()
                 except OSError:
                     continue
                 if _sha(data) == digest and not self._write(blob, data):

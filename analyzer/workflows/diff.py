@@ -13,6 +13,15 @@ Each side is one of:
     file is there; it must stay inside the repository. Symbolic links of the tree that point outside it are
     not exported (they could not be followed safely). SIGTERM stops the child and removes the export.
 
+A config side (a config in the working tree, or `REV:path`) is answered from the result cache
+(analyzer/workflows/cache.py, docs/workflow.md) when the same analysis is asked again: keyed as `check`'s
+entries are (the config as written, `--hardware`, the hardware spec files, the entry points' modules and the
+project modules they import by content, versions, the compile environment), and, checked on a hit, every
+module file and installed distribution the analysis imported. A revision's key is taken from its export with
+the export's folder left out (the files by their paths inside the tree, by content), and the record of what the
+analysis imported comes from the child that analysed it, so the same files at another commit hit too. A hit
+neither compiles nor imports jax; `--no-cache` turns it off.
+
 Source paths in the rows are relative to the repository root on both sides (the revision's export and the
 working tree alike), so a collective matches by its line whatever folder each side was analysed in.
 
@@ -186,6 +195,8 @@ class Side(dict):
                  ) -> None:
         super().__init__(rows)
         self.plans: dict[str, Any] = dict(plans or {})
+        # Why the result cache could not keep this side (a read-only folder), to say once; None when it did.
+        self.cache_note: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -467,8 +478,10 @@ def _repo_root(start: Path) -> Path:
 
 def _analyse_config_in_child(config: Path, options: Mapping[str, Any], timeout: float | None,
                              label: str | None = None) -> dict:
-    """Run `python -m analyzer.workflows.diff` on a config file in a child process; returns name -> report dict.
-    `label` (`REV:path`) replaces the file's temporary path in error messages."""
+    """Run `python -m analyzer.workflows.diff` on a config file in a child process; returns {"programs": name ->
+    report dict, "deps": what the analysis imported (`cache.record_dependencies` against the job's "record"
+    folder), or None when the job asks for no record}. `label` (`REV:path`) replaces the file's temporary path
+    in error messages."""
     job = json.dumps({"config": str(config), **options})
     try:
         proc = subprocess.Popen([sys.executable, "-m", "analyzer.workflows.diff"], stdin=subprocess.PIPE,
@@ -582,7 +595,7 @@ def _with_plan(data: dict, report: Any, entry: Any, settings: Mapping[str, Any],
 
 
 def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None, cwd: Path | None = None,
-              timeout: float | None = 1800.0) -> Side:
+              timeout: float | None = 1800.0, no_cache: bool = False) -> Side:
     """Read one side of a diff: program name -> collective rows, with what each program was computed for where
     the side says (`Side.plans`: a config analysed here or at a revision, a JSON report's argument table).
 
@@ -592,6 +605,7 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
       hardware: the hardware dumps and configs are priced on (reports keep their own prices).
       cwd: where relative paths and the git repository are looked up (default: the current folder).
       timeout: seconds allowed for analysing a git revision's config.
+      no_cache: analyse a config side even when the result cache holds it (and store nothing).
     """
     cwd = cwd or Path.cwd()
     if _is_git_rev(spec):
@@ -610,9 +624,19 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
             if config.suffix != ".toml":
                 raise ConfigError("a REV:path side names a report config or a pyproject.toml (a .toml file) to "
                                   f"analyse at that revision; {rel_path.as_posix()!r} is not one", path=spec)
-            programs = _analyse_config_in_child(config, {"hardware": hardware, "roots": [tmp, str(repo)]}, timeout,
-                                                label=label)
-        return _side(programs, label)
+            tree = _project_root(config, top=Path(tmp))
+            cached = _open_side_cache(config, tree=tree, home=_project_root(repo / rel_path), hardware=hardware,
+                                      no_cache=no_cache, hardware_base=config.parent,
+                                      label=f"git export of {repo} at {tree.relative_to(tmp).as_posix() or '.'}")
+            programs = cached.lookup() if cached is not None else None
+            if programs is None:
+                job = {"hardware": hardware, "roots": [tmp, str(repo)],
+                       "record": str(tree) if cached is not None else None}
+                done = _analyse_config_in_child(config, job, timeout, label=label)
+                programs = _reduced(done["programs"])
+                if cached is not None and done.get("deps") is not None:
+                    cached.store(programs, done["deps"])
+        return _noted(_side(programs, label), cached)
     path = Path(spec)
     if not path.is_absolute():
         path = cwd / path
@@ -622,8 +646,17 @@ def load_side(spec: str, *, mesh: str | None = None, hardware: str | None = None
         return _load_json(path)
     if path.is_file() and path.suffix == ".toml":
         root = _tree_root(path)
-        return _side({n: _relative_sources(d, root) for n, d in analyse_config(path, hardware=hardware).items()},
-                     spec)
+        project = _project_root(path)
+        cached = _open_side_cache(path, tree=project, home=project, hardware=hardware, no_cache=no_cache)
+        programs = cached.lookup() if cached is not None else None
+        if programs is None:
+            programs = _reduced({n: _relative_sources(d, root)
+                                 for n, d in analyse_config(path, hardware=hardware).items()})
+            if cached is not None:
+                from analyzer.workflows.cache import record_dependencies
+
+                cached.store(programs, record_dependencies(project))
+        return _noted(_side(programs, spec), cached)
     from analyzer.fileio import check_input
     from analyzer.pipeline import analyze_hlo
 
@@ -638,6 +671,153 @@ def _side(programs: Mapping[str, dict], where: str) -> Side:
     return Side({name: _rows_of_report_dict(data, where) for name, data in programs.items()},
                 {name: {"plan": data.get("plan"), "sources": data.get("sources")} for name, data in programs.items()
                  if data.get("plan") is not None})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The result cache of config sides
+
+
+def _reduced(programs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a diff reads of each analysed program (its rows' columns, its plan, its sources' texts), as JSON
+    gives it back: the same data whether computed now or read from the cache."""
+    out = {}
+    for name, data in programs.items():
+        rows = data.get("collectives") if isinstance(data, Mapping) else None
+        if isinstance(rows, list):
+            rows = [{c: r.get(c) for c in _ROW_COLUMNS} if isinstance(r, Mapping) else r for r in rows]
+        out[name] = {"collectives": rows, "plan": data.get("plan"), "sources": data.get("sources")} \
+            if isinstance(data, Mapping) else data
+    return json.loads(json.dumps(out))
+
+
+def _project_root(config: Path, top: Path | None = None) -> Path:
+    """The nearest folder above `config` holding a pyproject.toml (not above `top`), else the config's folder:
+    where a side's cache lives and its project files are named from."""
+    config = config.resolve() if top is None else config
+    for folder in config.parents:
+        if (folder / "pyproject.toml").is_file():
+            return folder
+        if top is not None and folder == top:
+            break
+    return config.parent
+
+
+@dataclass
+class _SideCache:
+    """The result cache's entry for one config side.
+
+    Attributes:
+      cache: the folder's `ResultCache`.
+      key: the side's key.
+      tree: what the record's project files are read against on a hit (the project root, or in the export).
+    """
+
+    cache: Any
+    key: str
+    tree: Path
+
+    def lookup(self) -> dict[str, Any] | None:
+        """The side's programs (`_reduced`), or None: a miss (a damaged entry, a pruned source text too)."""
+        hit = self.cache.lookup(self.key, self.tree)
+        if hit is None:
+            return None
+        try:
+            programs = {}
+            for name, data in hit["programs"].items():
+                sources = data["sources"]
+                if isinstance(sources, dict):
+                    texts = {rel: self.cache.source(digest) for rel, digest in sources.items()}
+                    if any(t is None for t in texts.values()):
+                        return None
+                    sources = texts
+                programs[name] = {"collectives": data["collectives"], "plan": data["plan"], "sources": sources}
+        except (KeyError, TypeError, AttributeError):
+            return None
+        return programs
+
+    def store(self, programs: Mapping[str, Any], deps: Mapping[str, Any]) -> None:
+        """Keep a side's programs (`_reduced`) with what their analysis imported; the sources' texts are kept
+        once each, by content. A result holding what JSON cannot write exactly (NaN) is not kept."""
+        import hashlib
+
+        kept, blobs = {}, {}
+        for name, data in programs.items():
+            sources = data.get("sources")
+            if isinstance(sources, dict):
+                digests = {}
+                for rel, text in sources.items():
+                    raw = str(text).encode("utf-8")
+                    digests[rel] = hashlib.sha256(raw).hexdigest()
+                    blobs[digests[rel]] = raw
+                sources = digests
+            kept[name] = {"collectives": data.get("collectives"), "plan": data.get("plan"), "sources": sources}
+        try:
+            json.dumps(kept, allow_nan=False)
+        except ValueError:
+            return
+        self.cache.store(self.key, {"entry": "diff side", "programs": kept, "deps": dict(deps)}, blobs)
+
+
+def _open_side_cache(config: Path, *, tree: Path, home: Path, hardware: str | None, no_cache: bool,
+                     hardware_base: Path | None = None, label: str | None = None) -> _SideCache | None:
+    """The cache entry of a config side, or None when the cache is off or the config does not parse (the
+    analysis then says why).
+
+    Args:
+      config: the config file (in the working tree, or in a revision's export).
+      tree: the project root of that config (in the export for a revision): files are keyed relative to it.
+      home: the working tree's project root: the cache folder and its settings (`cache`, `cache-dir`).
+      hardware: `--hardware`.
+      no_cache: `--no-cache`.
+      hardware_base: where the analysis resolves a relative hardware spec path (default the current folder).
+      label: names `tree` in the key instead of its path (a revision's temporary export).
+    """
+    import tomllib
+
+    from analyzer.workflows.cache import cache_settings, key_context, open_cache
+    from analyzer.workflows.check import EntryPoint, local_imports, resolve_entry
+
+    try:
+        data = tomllib.loads(config.read_text(encoding="utf-8"))
+        settings_table: Any = {}
+        if (home / "pyproject.toml").is_file():
+            tool = tomllib.loads((home / "pyproject.toml").read_text(encoding="utf-8")).get("tool", {})
+            settings_table = tool.get("hlo-analyzer", {}) if isinstance(tool, dict) else {}
+        settings = cache_settings(home, settings_table if isinstance(settings_table, dict) else {},
+                                  no_cache=no_cache, config_path=home / "pyproject.toml")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AnalyzerError):
+        return None
+    cache = open_cache(settings)
+    if cache is None:
+        return None
+    tool = data.get("tool")
+    section = tool.get("hlo-analyzer") if isinstance(tool, dict) else None
+    sources: set[Path] = set()
+    if isinstance(section, dict):  # a pyproject.toml: its entry points, as `analyse_config` resolves them
+        names = section.get("entry-points", section.get("entry_points"))
+        names = [names] if isinstance(names, str) else names if isinstance(names, list) else []
+        table = {**section, "command": "diff side"}
+        for name in names:
+            if isinstance(name, str):
+                entry = resolve_entry(name, config.parent)
+                sources |= local_imports(entry.file, config.parent) if entry.file is not None else set()
+    else:  # a report config: its entry point, as `ReportConfig.build` finds it
+        from analyzer.workflows.reportcache import _entry
+
+        names = [data.get("entry")] if isinstance(data.get("entry"), str) else []
+        table = {"command": "diff side", "report-config": data, "hardware": data.get("hardware")}
+        for name in names:
+            entry = _entry(config, name)
+            sources |= local_imports(entry.file, config.parent) if entry.file is not None else set()
+    keys = key_context(tree, table, config_path=config, overrides={"hardware": hardware},
+                       cache_folder=settings.folder, label=label, hardware_base=hardware_base)
+    key, _ = keys.entry_key(EntryPoint(json.dumps(["diff side", names], default=str), config, None), sources)
+    return _SideCache(cache, key, tree)
+
+
+def _noted(side: Side, cached: _SideCache | None) -> Side:
+    side.cache_note = cached.cache.note if cached is not None else None
+    return side
 
 
 def _tree_root(path: Path) -> Path:
@@ -722,7 +902,12 @@ def _worker_main() -> int:
         return 130
     if job.get("roots"):
         result = {name: _relative_sources(data, *job["roots"]) for name, data in result.items()}
-    json.dump(result, sys.stdout)
+    deps = None
+    if job.get("record"):  # the cache's record of what this analysis imported (`_SideCache.store`)
+        from analyzer.workflows.cache import record_dependencies
+
+        deps = record_dependencies(Path(job["record"]))
+    json.dump({"programs": result, "deps": deps}, sys.stdout)
     return 0
 
 

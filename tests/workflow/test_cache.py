@@ -117,8 +117,8 @@ def keyed(counted, project, tmp_path):
     # The key reads the named hardware file; the fake analysis never loads it.
     monkey_hw = cache_mod._hardware_files
 
-    def with_spec(values, root):
-        return monkey_hw([*values, str(project / "hw.toml")], root)
+    def with_spec(values, root, *base):
+        return monkey_hw([*values, str(project / "hw.toml")], root, *base)
 
     cache_mod._hardware_files = with_spec
     yield counted
