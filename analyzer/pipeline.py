@@ -483,8 +483,9 @@ def build_report(
     declared = logical_names(context.get("args") or ())  # Flax's logical axis names, by argument path
     warnings = list(warnings)
     before = _before_partitioning(context.get("lowered"), warnings)
-    arguments = _argument_shardings(before)
-    rows = [_map(c, module, g, mesh, declared, arguments) for c in raw]
+    if before is not None and not module.argument_shardings:
+        object.__setattr__(module, "argument_shardings", _argument_shardings(before))
+    rows = [_map(c, module, g, mesh, declared) for c in raw]
     rows, price_note = _price_all(rows, topo, model)
     if price_note:
         notes.append(price_note)
@@ -742,12 +743,11 @@ def _squeeze_map(src: Any, dst: Any) -> list[int | None] | None:
     return out
 
 
-def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo, arguments: Mapping[int, str] | None = None
-                   ) -> tuple[tuple[str, ...], ...] | None:
+def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo) -> tuple[tuple[str, ...], ...] | None:
     """How the operand of a collective is sharded, dimension by dimension, when it is an argument of the
     program sliced and reshaped (a scanned layer's weight): read off the argument's `sharding=` (else, as jax
     0.11+ prints the partitioned program without it, the same parameter's in the program before partitioning,
-    `arguments`). None when the operand is computed, or the trail is not that simple."""
+    `HloModule.argument_shardings`). None when the operand is computed, or the trail is not that simple."""
     from analyzer.theory.notation import Notation
 
     if c.site is not None:
@@ -757,8 +757,8 @@ def _argument_spec(g: CallGraph, c: Collective, mesh: MeshInfo, arguments: Mappi
         return None
     inst, dim_map = found
     raw = inst.attr("sharding")
-    if raw is None and arguments and inst.parameter_number is not None:  # (`found` is an entry parameter)
-        raw = arguments.get(inst.parameter_number)
+    if raw is None and inst.parameter_number is not None:  # (`found` is an entry parameter)
+        raw = g.module.argument_shardings.get(inst.parameter_number)
     if raw is None:
         return None
     try:
@@ -878,27 +878,6 @@ def _contracting(dot: Any, lhs: str) -> set[str]:
     return out
 
 
-# jax primitives (the last part of an op_name) that only move or relabel the data of one value: an all-gather whose
-# metadata names one of them was inserted to gather that value, not asked for by it.
-_MOVING_PRIMITIVES = frozenset({"squeeze", "reshape", "broadcast_in_dim", "dynamic_slice", "slice", "transpose",
-                                "convert_element_type", "copy"})
-
-
-def _gathered_for(g: CallGraph, c: Collective, md: Any) -> Any:
-    """The metadata of the dot an all-gather gathers for, when the all-gather's own is that of the value it
-    gathers: from jax 0.11 on, the partitioner gives an all-gather it inserts (marked
-    `frontend_attributes={is_spmd_generated="true"}`) the metadata of its operand (a scanned weight's
-    `dynamic_index_in_dim` squeeze, whose user line is the `lax.scan`; an activation's norm or sharding
-    constraint), where jax 0.10's gave that of the dot that needed it; the TPU compiler keeps the operand's
-    metadata and not always the mark. The dot is the line that made the gather: None when there is none, or the
-    all-gather is neither marked nor named after an op that only moves data."""
-    marked = 'is_spmd_generated="true"' in (c.instruction.attr("frontend_attributes") or "")
-    if not md.op_name or not (marked or md.op_name.rsplit("/", 1)[-1] in _MOVING_PRIMITIVES):
-        return None
-    dot = c.dot or _consumer_dot(g, c.computation, c.instructions[-1])  # (c.dot: also a dot in a fusion)
-    return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else None
-
-
 def _consumer_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Any:
     """The dot that reads `name` through same-rank data movement and further all-gathers, else None."""
     if depth > 4 or comp not in g.module.by_name:
@@ -975,8 +954,7 @@ def _trace_to_argument(g: CallGraph, c: Collective, follow: frozenset[str] = fro
 
 
 def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
-         declared: Mapping[str, tuple[str, ...]] | None = None, arguments: Mapping[int, str] | None = None
-         ) -> Collective:
+         declared: Mapping[str, tuple[str, ...]] | None = None) -> Collective:
     """Axes, notation, global shape, source line and pass of one collective.
 
     The notation's letters are the program's names for the dimensions: the logical axis names declared for
@@ -1002,7 +980,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
         dims = ()
     else:
         shape, dims = tuple(c.operand_shape.dims), ()
-    base = _argument_spec(g, c, mesh, arguments) if c.kind == "all-gather" and span.regular else None
+    base = _argument_spec(g, c, mesh) if c.kind == "all-gather" and span.regular else None
     array = _argument_name(g, c)
     letters = names_of_array(array, declared) if array and declared else None
     if letters is None or len(letters) != len(shape):
@@ -1022,10 +1000,11 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
             extra["inherited_op_name"] = md.op_name or ""
             if producer.opcode == "parameter" or "/" not in (md.op_name or "/"):  # an argument, not an op
                 extra["op"] = f"reshard of {md.op_name or 'argument ' + str(producer.parameter_number)}"
-    if md is not None and c.kind == "all-gather":
-        cause = _gathered_for(g, c, md)
-        if cause is not None:
-            md = cause
+    if md is not None and c.kind == "all-gather":  # (jax 0.11+ gives an inserted gather its operand's metadata)
+        from analyzer.analysis.dataflow import cause_metadata
+
+        dot = c.dot or _consumer_dot(g, c.computation, c.instructions[-1])  # (c.dot: also a dot in a fusion)
+        md = cause_metadata(g.module.by_name[c.computation], c.instruction, dot, md)
     frames = source_frames(module, md.stack_frame_id if md else None, md.source_file if md else None,
                            md.source_line if md else None)
     source = frames.user
@@ -1089,7 +1068,12 @@ def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: Ste
     comm_bytes = round(branch_sum([(c.branch, float(c.bytes) * c.count) for c in rows]))
     flops = branch_sum([(d.branch, d.flops * d.count) for d in dots])
     matmul = branch_sum([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
-    return Totals(comm_seconds=comm, compute_seconds=step.compute_seconds, by_kind=by_kind, by_axis=by_axis,
+    from analyzer.analysis.calibration import interval
+
+    bars = interval(step.step_seconds, step.mfu)  # (the calibration runs' residuals: docs/step.md, "Error bars")
+    ranges = {} if bars is None else {"step_low": bars.step_low, "step_high": bars.step_high,
+                                      "mfu_low": bars.mfu_low, "mfu_high": bars.mfu_high, "range_basis": bars.basis}
+    return Totals(**ranges, comm_seconds=comm, compute_seconds=step.compute_seconds, by_kind=by_kind, by_axis=by_axis,
                   comm_bytes=comm_bytes, flops=flops, step_seconds=step.step_seconds,
                   exposed_comm_seconds=step.exposed_comm_seconds, exposed_by_axis=dict(step.exposed_by_axis),
                   matmul_seconds=matmul, memory_bound_seconds=step.memory_bound_seconds,

@@ -30,6 +30,8 @@ __all__ = [
     "contracting_dims",
         "is_program_argument",
     "free_size",
+    "cause_metadata",
+    "MOVING_PRIMITIVES",
 ]
 
 # Ops that move or relabel data without changing which elements a device holds.
@@ -68,6 +70,46 @@ def users_map(comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], 
         for k, name in enumerate(inst.operand_names):
             out.setdefault(name, []).append((inst, k))
     return {k: tuple(v) for k, v in out.items()}
+
+
+# jax primitives (the last part of an op_name) that only move or relabel the data of one value: an all-gather whose
+# metadata names one of them was inserted to gather that value, not asked for by it.
+MOVING_PRIMITIVES = frozenset({"squeeze", "reshape", "broadcast_in_dim", "dynamic_slice", "slice", "transpose",
+                               "convert_element_type", "copy"})
+
+
+def cause_metadata(comp: Computation, inst: Instruction, dot: Instruction | None = None, md: Any = None) -> Any:
+    """The metadata that names the user's line that made `inst`: its own (or `md`, what stands for it: an async
+    collective's site), except for an all-gather that only carries the metadata of the value it gathers, which
+    takes that of the dot it gathers for (`dot`, else the first dot that reads it through ops that move data; its
+    own when there is none).
+
+    From jax 0.11 on, the partitioner gives an all-gather it inserts (marked `frontend_attributes=
+    {is_spmd_generated="true"}`) the metadata of its operand (a scanned weight's `dynamic_index_in_dim` squeeze,
+    whose user line is the `lax.scan`; an activation's norm or sharding constraint; a gradient's add_any), where
+    jax 0.10's gave that of the dot that needed it; the TPU compiler keeps the operand's metadata and not always
+    the mark, so an op_name that names a data-moving primitive counts too."""
+    md = inst.metadata if md is None else md
+    if inst.opcode not in ("all-gather", "all-gather-start") or md is None or not md.op_name:
+        return md
+    marked = 'is_spmd_generated="true"' in (inst.attr("frontend_attributes") or "")
+    if not (marked or md.op_name.rsplit("/", 1)[-1] in MOVING_PRIMITIVES):
+        return md
+    if dot is None:
+        users = users_map(comp)
+        todo, seen = [inst.name], set()
+        while todo and dot is None:
+            name = todo.pop(0)
+            for user, _ in users.get(name, ()):
+                if user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.opcode in DOT_OPCODES:
+                    dot = user
+                    break
+                if user.opcode in TRANSPARENT or user.opcode in ("all-gather", "dynamic-slice", "slice"):
+                    todo.append(user.name)
+    return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else md
 
 
 def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
@@ -411,7 +453,7 @@ class _Uniformity:
             return False
         if op == "parameter":
             if comp.is_entry or self.module is None:
-                s = inst.sharding
+                s = inst.sharding if self.module is None else self.module.parameter_sharding(inst)
                 if s is None:
                     return False
                 return all(_same_within([tile_coords(s, d) for d in g]) for g in self.groups)
@@ -711,7 +753,7 @@ def replicated_parameters(module: HloModule, devices: int) -> list[tuple[Instruc
     for inst in module.entry.instructions:
         if inst.opcode != "parameter" or not inst.shape.is_array:
             continue
-        s = inst.sharding
+        s = module.parameter_sharding(inst)
         if s is None:
             continue
         if s.kind == "replicated":

@@ -45,6 +45,9 @@ class Totals:
         plan's redundant compute and remat included): hfu / mfu above 1 is repeated work.
       bubble_seconds: the part of step_seconds a pipeline spends filling and draining its stages (stages - 1
         iterations of each pipeline loop, analyzer.analysis.step); 0 without a pipeline.
+      step_low, step_high, mfu_low, mfu_high: the range of the predicted step and MFU that the step model's
+        residuals on its calibration runs give (`analyzer.analysis.calibration`; `range_basis` says it in
+        words); 0 without a step.
     """
 
     comm_seconds: float
@@ -62,6 +65,11 @@ class Totals:
     mfu: float = 0.0
     hfu: float = 0.0
     bubble_seconds: float = 0.0
+    step_low: float = 0.0
+    step_high: float = 0.0
+    mfu_low: float = 0.0
+    mfu_high: float = 0.0
+    range_basis: str = ""
 
     @property
     def comm_compute_ratio(self) -> float:
@@ -184,6 +192,10 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
                     memory_bound_seconds=float(t.get("memory_bound_seconds", 0.0)),
                     model_flops=float(t.get("model_flops", 0.0)), mfu=float(t.get("mfu", 0.0)),
                     bubble_seconds=float(t.get("bubble_seconds", 0.0)),
+                    step_low=float(t.get("step_range", (0.0, 0.0))[0]),
+                    step_high=float(t.get("step_range", (0.0, 0.0))[1]),
+                    mfu_low=float(t.get("mfu_range", (0.0, 0.0))[0]),
+                    mfu_high=float(t.get("mfu_range", (0.0, 0.0))[1]), range_basis=str(t.get("range_basis", "")),
                     hfu=float(t.get("hfu", 0.0)))
     m = data.get("mesh")
     mesh = None if m is None else MeshInfo(tuple(m["axis_names"]), tuple(m["axis_sizes"]), tuple(m["device_ids"]),

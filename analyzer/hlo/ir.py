@@ -310,6 +310,27 @@ class HloModule:
     # Lines of the inserted `get-tuple-element`s that stand for `%x#N` references (analyzer.hlo.tuplerefs): the
     # positions above are in the text with them made explicit; `written_line` takes one back to the text as written.
     made_lines: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    # The entry parameters' `sharding=` text by parameter number, from the program before partitioning, for a
+    # partitioned module that does not print them (jax 0.11+'s): set by the analysis (analyzer.pipeline), read
+    # through `parameter_sharding`.
+    argument_shardings: Mapping[int, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def parameter_sharding(self, inst: Instruction) -> Any:
+        """An entry parameter's sharding (`HloSharding`): its own `sharding=`, else the one its argument had before
+        partitioning (`argument_shardings`); None when neither is known or readable."""
+        own = inst.sharding
+        if own is not None or inst.parameter_number is None:
+            return own
+        raw = self.argument_shardings.get(inst.parameter_number)
+        if raw is None:
+            return None
+        from analyzer.errors import AnalyzerError
+        from analyzer.hlo.sharding import parse_hlo_sharding
+
+        try:
+            return parse_hlo_sharding(raw)
+        except AnalyzerError:
+            return None
 
     def written_line(self, line: int) -> int:
         """The line of the text as written that `line` (an instruction's `position.line`) stands for: the same

@@ -33,7 +33,8 @@ from analyzer.errors import ShardingError
 if TYPE_CHECKING:  # numpy is light, but keep the import local to the one place that needs it
     import numpy as np
 
-__all__ = ["HloSharding", "ShardingSyntaxError", "check_hlo_sharding", "parse_hlo_sharding", "SUBGROUP_TYPES"]
+__all__ = ["HloSharding", "ShardingSyntaxError", "check_hlo_sharding", "named_axes", "parse_hlo_sharding",
+           "SUBGROUP_TYPES"]
 
 # The subgroup kinds XLA prints in `last_tile_dims={...}` (OpSharding::Type names, lower case).
 SUBGROUP_TYPES: tuple[str, ...] = ("replicated", "manual", "maximal", "other", "unreduced")
@@ -446,7 +447,30 @@ def _listed(r: _Reader, item, close: str, what: str) -> None:
 _NAMED_KINDS = ("replicated", "manual", "unreduced")  # what may stand instead of the dims' axes
 
 
-def _read_named(r: _Reader, build: bool) -> HloSharding | None:
+def named_axes(text: str) -> tuple[tuple[str, ...], ...] | None:
+    """Each array dim's mesh axes (major to minor) of a named sharding, as jax 0.11+'s XLA prints it on the program
+    before partitioning (`{mesh['data'=4,'model'=2], [{'data'}, {}]}` -> `(('data',), ())`; a sub-axis counts as its
+    axis); `()` for `{mesh[...], replicated}`; None for a sharding in another form, a tuple, or bad text.
+
+    Example:
+      >>> named_axes("{mesh['data'=4,'model'=2], [{'data', 'model'}, {}]}")
+      (('data', 'model'), ())
+      >>> named_axes("{devices=[4,1]<=[4]}") is None
+      True
+    """
+    try:
+        r = _Reader(_strip_block_comments(text))
+        r.expect("{")
+        if not _NAMED_START.match(r.text, r.pos):
+            return None
+        found: list[tuple[tuple[str, ...], ...]] = []
+        _read_named(r, build=False, found=found)
+    except ShardingSyntaxError:
+        return None
+    return found[0] if found and r.peek() is None else None
+
+
+def _read_named(r: _Reader, build: bool, found: list | None = None) -> HloSharding | None:
     """A named sharding after its opening brace, checked as XLA's parser checks it (axes of the mesh, each
     used once, sub-axes that divide their axis), and with `build` the tiled HloSharding it stands for.
 
@@ -524,6 +548,8 @@ def _read_named(r: _Reader, build: bool) -> HloSharding | None:
                 raise r.error(f"axis {name!r} is used twice (or its sub-axes overlap) in the sharding", at)
             used.setdefault(name, []).append((lo, hi))
             pieces[name] |= {lo, hi}
+    if found is not None:
+        found.append(tuple(tuple(ref[0] for ref in refs) for refs in dims or ()))
     if not build:
         return None
     if kind == "unreduced":  # (as for `{unreduced}`: partial sums on every device, no kind of HloSharding)

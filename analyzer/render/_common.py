@@ -246,10 +246,14 @@ def headline(report: Report) -> list[tuple[str, str]]:
     pairs = []
     if t.step_seconds > 0:
         # The predicted step (analyzer.analysis.step): compute back to back plus the time it waits for links.
+        step, mfu = format_seconds(t.step_seconds), mfu_text(t.mfu)
+        if t.step_high > 0:  # the calibration runs' range (analyzer.analysis.calibration; step_sentence says so)
+            step += f" ({format_seconds(t.step_low)} to {format_seconds(t.step_high)})"
+            mfu += f" ({mfu_text(t.mfu_low)} to {mfu_text(t.mfu_high)})"
         pairs += [
-            ("Predicted step", format_seconds(t.step_seconds)),
+            ("Predicted step", step),
             ("Exposed communication / step", format_seconds(t.exposed_comm_seconds)),
-            ("MFU (predicted)", mfu_text(t.mfu)),
+            ("MFU (predicted)", mfu),
         ]
         if t.mfu > 0 and t.hfu > 1.01 * t.mfu:
             # chips repeating work (a replicated batch, remat): the hardware's FLOPs over the model's
@@ -282,7 +286,9 @@ def step_sentence(report: Report) -> str | None:
     return (f"Predicted step {format_seconds(t.step_seconds)} = compute {format_seconds(t.compute_seconds)} + "
             f"{format_seconds(t.exposed_comm_seconds)} waiting for communication; of the "
             f"{format_seconds(t.comm_seconds)} the collectives take, {format_seconds(hidden)} runs behind compute "
-            f"or on another link at the same time (docs/step.md).")
+            f"or on another link at the same time (docs/step.md)."
+            + (f" The range {format_seconds(t.step_low)} to {format_seconds(t.step_high)}: {t.range_basis}."
+               if t.step_high > 0 and t.range_basis else ""))
 
 
 @dataclass(frozen=True)

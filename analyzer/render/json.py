@@ -108,6 +108,10 @@ def _totals(report: Report) -> dict[str, Any]:
         "hfu": to_jsonable(float(t.hfu)),
         # a pipeline's fill and drain, part of step_seconds: only where the program has a pipeline loop
         **({"bubble_seconds": to_jsonable(float(t.bubble_seconds))} if t.bubble_seconds > 0 else {}),
+        # the range the calibration runs' residuals give (analyzer.analysis.calibration): only with a step
+        **({"step_range": [to_jsonable(float(t.step_low)), to_jsonable(float(t.step_high))],
+            "mfu_range": [to_jsonable(float(t.mfu_low)), to_jsonable(float(t.mfu_high))],
+            "range_basis": t.range_basis} if t.step_high > 0 else {}),
     }
 
 

@@ -34,8 +34,9 @@ _GROUP = re.compile(r"\{([^{}]*)\}")
 
 
 def sharding_axes(inst: Instruction) -> tuple[tuple[str, ...], ...] | None:
-    """The mesh axes each dim of an entry parameter is split over, from its Shardy sharding
-    (`#sdy.sharding<@mesh, [{"data"}, {}]>`); None when it carries none.
+    """The mesh axes each dim of an entry parameter is split over, from its Shardy sharding as jax 0.10 writes it
+    (`frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{"data"}, {}]>"}`) or as jax 0.11+'s XLA prints
+    it (`sharding={mesh['data'=4,'model'=2], [{'data'}, {}]}`); None when it carries neither.
 
     Example:
         `[{"data", "model"}, {}]` -> (("data", "model"), ())
@@ -43,7 +44,12 @@ def sharding_axes(inst: Instruction) -> tuple[tuple[str, ...], ...] | None:
     text = inst.frontend_attributes.get("xla.sdy.sharding", "")
     m = _SDY.search(f'xla.sdy.sharding="{text}') if text else None
     if m is None:
-        return None
+        from analyzer.hlo.sharding import named_axes
+
+        named = named_axes(inst.attr("sharding") or "")
+        if named is not None and not named and inst.shape.dims:  # `{mesh[...], replicated}`
+            return tuple(() for _ in inst.shape.dims)
+        return named
     dims = []
     for group in _GROUP.findall(m.group(1)):
         names = re.findall(r'\\?"([^"\\]+)\\?"', group)

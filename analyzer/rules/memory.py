@@ -12,7 +12,7 @@ from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import _split_source
 from analyzer.rules.messages import OverHbm, ReplicatedParameter
-from analyzer.analysis.dataflow import replicated_parameters as replicated_parameters_of
+from analyzer.analysis.dataflow import cause_metadata, replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "memory_part", "largest_parts",
@@ -134,7 +134,7 @@ def _temporary_location(module: Any, comp: Any, inst: Any) -> Location | None:
     or None when its metadata names no source."""
     from analyzer.analysis.mapping import source_frames
 
-    md = inst.metadata
+    md = cause_metadata(comp, inst)
     if md is None:
         return None
     frames = source_frames(module, md.stack_frame_id, md.source_file, md.source_line)
@@ -237,7 +237,7 @@ def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
     yield ctx.diagnostic(
         OverHbm(used_bytes=used, hbm_bytes=chip.hbm_bytes, hardware=chip.name, cpu_estimate=ctx.report.target == "cpu",
                 parts=tuple(parts),
-                temporary_op=op_label(temporary[1].metadata.op_name) if temporary else "",
+                temporary_op=op_label(cause_metadata(temporary[0], temporary[1]).op_name) if temporary else "",
                 temporary_opcode=temporary[1].opcode if temporary else "",
                 temporary_shape=str(temporary[1].shape) if temporary else "",
                 temporary_bytes=temporary[2] if temporary else 0.0, fraction=float(ctx.option("fraction"))),

@@ -22,6 +22,10 @@ from analyzer.theory.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 MAXTEXT = ROOT / "fixtures" / "maxtext"
+if __name__ == "__main__":  # run as a script (the README's command): the repository's examples/ must import
+    import sys
+
+    sys.path.insert(0, str(ROOT))
 
 
 # ------------------------------------------------------------------------------------------ the book's collectives
@@ -140,6 +144,43 @@ def test_predicted_mfu_within_10_points_of_published(row):
         f" s) + exposed communication {t.exposed_comm_seconds:.3f} s")
 
 
+def calibration_rows() -> list[dict]:
+    """Each run's residual as `analyzer.analysis.calibration` reads it: q = predicted MFU / published MFU (= the
+    measured step / the predicted step)."""
+    rows = []
+    for row in ROWS:
+        predicted, published = 100 * _report(row).totals.mfu, PUBLISHED_MFU[row.name]
+        rows.append({"run": row.name, "predicted_mfu": round(predicted, 6), "published_mfu": published,
+                     "ratio": round(predicted / published, 9)})
+    return rows
+
+
+def write_calibration() -> Path:
+    """Write analyzer/_data/calibration.json from today's model (after any change to the step model)."""
+    from analyzer.analysis.calibration import CALIBRATION, leave_one_out
+
+    rows = calibration_rows()
+    data = {"table": "MaxText's published v5p MFU table (MaxText/configs/v5p/README.md; docs/measurements.md)",
+            "hardware": "TPU v5p", "rows": rows, "leave_one_out": f"{leave_one_out(rows)} of {len(rows)}",
+            "how": "python tests/analysis/test_measured.py --write-calibration"}
+    path = ROOT / "analyzer" / "_data" / CALIBRATION
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_the_calibration_file_is_todays_model():
+    """The error bars come from the residuals of the model as it is: a change to the step model must rewrite them
+    (`python tests/analysis/test_measured.py --write-calibration`)."""
+    from analyzer.analysis.calibration import load
+
+    written = {r["run"]: r["ratio"] for r in load()["rows"]}
+    now = {r["run"]: r["ratio"] for r in calibration_rows()}
+    assert written.keys() == now.keys()
+    for run, ratio in now.items():
+        assert written[run] == pytest.approx(ratio, rel=1e-6), run
+
+
 def table() -> str:
     """The comparison, one line per run (`python tests/analysis/test_measured.py` prints it)."""
     lines = ["| run | chips | mesh | published MFU | predicted MFU | error (points) | step s | exposed comm s |",
@@ -154,7 +195,6 @@ def table() -> str:
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.path.insert(0, str(ROOT))
+    if "--write-calibration" in sys.argv[1:]:
+        print(f"wrote {write_calibration().relative_to(ROOT)}")
     print(table())
