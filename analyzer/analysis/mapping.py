@@ -394,8 +394,8 @@ def user_packages(*names: str) -> Iterator[None]:
     its own lines as sources, not the line that called the analysis. Put back when the `with` ends.
 
     Example:
-        >>> with user_packages("maxtext"):
-        ...     report = analyze_lowered(lowered, ...)      # rows' sources: maxtext/layers/linears.py:162
+        >>> with user_packages("maxtext"):  # analyze_lowered(...) here: rows' sources are maxtext/layers/*.py lines
+        ...     pass
     """
     token = _USER_PACKAGES.set(_USER_PACKAGES.get() | frozenset(names))
     try:

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     check_plan_keys(args.hardware, args.topology, None)
     parsed = maxtext.parse_args(args.maxtext_args)
     if args.target == "cpu":
-        _cpu_devices(maxtext.plan(parsed).chips)
+        maxtext.request_cpu_devices(maxtext.plan(parsed).chips)
     from analyzer.compile.lower import time_limit
 
     with time_limit(args.timeout, f"maxtext:{parsed}", hard_exit=True):
@@ -120,18 +120,3 @@ def _write(report, path: str, fmt: str | None):
     from analyzer.render import sarif
 
     return write_atomic(path, sarif.render(report.diagnostics), what="report")
-
-
-def _cpu_devices(n: int) -> None:
-    """One fake CPU device per chip, asked for before jax starts (this command's own process)."""
-    import os
-    import re
-
-    from jax._src import xla_bridge
-
-    from analyzer.compile.lower import _DEVICE_COUNT_FLAG
-
-    if xla_bridge.backends_are_initialized():
-        return  # too late to ask; analyze_maxtext says what to do if there are too few
-    flags = re.sub(_DEVICE_COUNT_FLAG + r"=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
-    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={n}".strip()

@@ -144,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
     _refuse_inputs(args, config)
+    if config.maxtext_argv is not None and config.target == "cpu":  # one fake CPU device per MaxText chip
+        from analyzer.integrations.maxtext import request_cpu_devices
+
+        request_cpu_devices(config.maxtext_argv)
     with time_limit(args.timeout, config.entry or config.title, hard_exit=True):
         report = analyze_config(config, hardware=args.hardware, topology=args.topology)
     whatif = None

@@ -190,6 +190,11 @@ def run(args: argparse.Namespace) -> int:
                        remat=args.remat or (), microbatches=args.microbatches or ())
     executor = _make_executor(args, config)  # Ray missing: stops here, before any compile
     jobs = args.jobs or default_jobs(len(cands))
+    if config.maxtext_argv is not None and config.target == "cpu" and jobs == 1 and executor is None:
+        from analyzer.integrations.maxtext import request_cpu_devices  # this process compiles: its devices
+        from analyzer.workflows.sweep import devices_of
+
+        request_cpu_devices(max(devices_of(config, c) for c in cands))
     err = Console(file=sys.stderr)
     out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
     progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -202,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         def done(cand, entry):
             shown = "x".join(map(str, cand.mesh_shape))
             status = format_seconds(entry.step_seconds) if entry.ok else "failed"
-            plan = entry.plan if cand.strategy else "entry"
+            plan = entry.plan if cand.strategy else (cand.label if cand.maxtext else "entry")
             progress.console.print(f"  {plan} @ {shown}: {status}", highlight=False)
             progress.advance(task)
 

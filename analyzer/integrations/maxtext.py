@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from analyzer.compile.lower import Lowered
 
 __all__ = ["MAXTEXT_EXTRA_HINT", "TARGETS", "MaxTextArgs", "MaxTextStep", "analyze_maxtext", "base_config",
-           "check_available", "lower_maxtext", "maxtext_step", "parse_args", "plan"]
+           "check_available", "lower_maxtext", "maxtext_step", "parse_args", "plan", "request_cpu_devices"]
 
 MAXTEXT_EXTRA_HINT = "pip install 'hlo-analyzer[maxtext]'"
 TARGETS = ("cpu", "tpu")
@@ -334,6 +334,20 @@ def _cpu_mesh(config: Any, n: int) -> Any:
     axis_type = AxisType.Explicit if config.shard_mode == ShardMode.EXPLICIT else AxisType.Auto
     grid = maxtext_utils.create_device_mesh(config, sorted(devices, key=lambda d: d.id)[:n])
     return Mesh(grid, config.mesh_axes, axis_types=(axis_type,) * len(config.mesh_axes))
+
+
+def request_cpu_devices(argv: Sequence[str] | str | int) -> None:
+    """For a command's own process (`hlo-analyzer maxtext`, `report`/`sweep` of a `maxtext:` config): ask for one
+    fake CPU device per chip of the command line's `compile_topology` (or for `argv` devices, a count) before jax
+    starts its backends (by `XLA_FLAGS`); nothing when they have started (then `analyze_maxtext` says what to
+    set if there are too few)."""
+    from analyzer.compile.lower import _DEVICE_COUNT_FLAG
+
+    n = argv if isinstance(argv, int) else plan(parse_args(argv)).chips
+    if _backends_started():
+        return
+    flags = re.sub(_DEVICE_COUNT_FLAG + r"=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={n}".strip()
 
 
 def _backends_started() -> bool:

@@ -48,6 +48,15 @@ rules to apply. The program is either the user's own entry point or the built-in
     # executor = "ray"                   # local (default) | ray; ray-address = "ray://head:10001"
     # ray-cpus = 1                       # per compile (Ray task); ray-memory = "2GiB"
 
+MaxText's own train step (`hlo-analyzer maxtext`'s arguments after `maxtext:`; no [mesh], no `topology`: the
+chips and mesh come from `compile_topology` and MaxText's `ici_*`/`dcn_*` keys; `target` is cpu or tpu;
+`hardware` defaults to the one of `compile_topology`), its keys swept under [sweep.maxtext]:
+
+    entry = "maxtext:model_name=llama2-7b compile_topology=v5e-256 per_device_batch_size=2"
+    [sweep.maxtext]
+    remat_policy = ["full", "minimal"]
+    ici_fsdp_parallelism = [-1, 64]
+
 Every key is checked: an unknown key or a bad value is an `analyzer.errors.ConfigError` that names the key,
 the file and its line, and lists the valid keys. Keys may be written kebab-case or snake_case.
 """
@@ -88,7 +97,7 @@ DTYPE_ALIASES: Mapping[str, str] = MappingProxyType({
 # Top-level keys (snake_case) -> a sentence of what they hold, for error messages and docs.
 TOP_KEYS: Mapping[str, str] = MappingProxyType({
     "name": "a title for the report",
-    "entry": "module:function returning (fn, args)",
+    "entry": "module:function returning (fn, args), or maxtext:KEY=VALUE ...",
     "strategy": "dp, fsdp, tp, fsdp+tp or ep (with [model])",
     "target": "cpu or tpu:<generation>:<shape>",
     "hardware": "hardware spec name or path",
@@ -111,8 +120,8 @@ MODEL_KEYS: Mapping[str, tuple[type, ...]] = MappingProxyType({
     "head_dim": (int,), "mlp": (str,), "vocab": (int,),
 })
 _RULES_KEYS = ("select", "ignore")
-_SWEEP_KEYS = ("mesh_shapes", "strategies", "batch_sizes", "remat", "microbatches", "executor", "ray_address",
-               "ray_cpus", "ray_memory")
+_SWEEP_KEYS = ("mesh_shapes", "strategies", "batch_sizes", "remat", "microbatches", "maxtext", "executor",
+               "ray_address", "ray_cpus", "ray_memory")
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,7 @@ class ReportConfig:
     sweep_executor: str | None = None
     sweep_ray_cpus: float | None = None
     sweep_ray_memory: int | None = None
+    sweep_maxtext: tuple[tuple[str, tuple[str, ...]], ...] = ()  # MaxText key -> values, from [sweep.maxtext]
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         """Pickle as plain data (sweeps send configs to worker processes; mapping proxies do not pickle)."""
@@ -277,6 +287,27 @@ class ReportConfig:
         else:
             line = find_table_line(text, "mesh")
         return ConfigError(message, path=self.path, line=line, source_line=toml_line(text, line))
+
+    @property
+    def maxtext_argv(self) -> list[str] | None:
+        """train_compile's arguments of a `maxtext:` entry (a relative `.yml` config resolved against this
+        config's folder when it is not found from the working directory), else None."""
+        if self.entry is None or not self.entry.startswith(MAXTEXT_PREFIX):
+            return None
+        items = self.entry[len(MAXTEXT_PREFIX):].split()
+        if items and "=" not in items[0] and not Path(items[0]).is_file() and self.path:
+            candidate = Path(self.path).parent / items[0]
+            if candidate.is_file():
+                items[0] = str(candidate)
+        return items
+
+    def with_maxtext(self, overrides: Sequence[tuple[str, str]]) -> ReportConfig:
+        """The same `maxtext:` config with these MaxText keys set (after the entry's own: MaxText takes the last)."""
+        if not overrides:
+            return self
+        assert self.maxtext_argv is not None
+        extra = " ".join(f"{k}={v}" for k, v in overrides)
+        return replace(self, entry=f"{self.entry} {extra}", name="")
 
     def _resolved_entry(self) -> str:
         assert self.entry is not None
@@ -431,7 +462,8 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
             from analyzer.compile.lower import parse_target
 
             try:
-                parse_target(value)
+                if not str(data.get("entry", "")).startswith(MAXTEXT_PREFIX):  # MaxText's: cpu|tpu, checked below
+                    parse_target(value)
             except AnalyzerError as e:
                 raise c.error(str(e), raw) from None
             kwargs["target"] = value
@@ -454,13 +486,20 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
             kwargs["model"] = MappingProxyType(_model(value, c))
         elif key == "sweep":
             kwargs.update(_sweep(value, c))
+    maxtext = isinstance(kwargs.get("entry"), str) and kwargs["entry"].startswith(MAXTEXT_PREFIX)
+    if maxtext:
+        _check_maxtext(kwargs, data, c)
     if "mesh" not in kwargs:
         raise c.error("missing [mesh]: say the mesh axes and their sizes, e.g.\n[mesh]\ndata = 4\nmodel = 2")
+    if kwargs.get("sweep_maxtext") and not maxtext:
+        raise c.error("[sweep.maxtext] sweeps MaxText's keys: it needs entry = \"maxtext:KEY=VALUE ...\"", "maxtext",
+                      "sweep")
     # Hardware and slice are checked now, with their line, not after the compile.
     from analyzer.workflows.config import check_plan_keys
 
     try:
-        check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), None, mesh=kwargs["mesh"])
+        check_plan_keys(kwargs.get("hardware") or None, kwargs.get("topology"), None,
+                        mesh=kwargs["mesh"] if not maxtext else None)
     except AnalyzerError as e:
         key = getattr(e, "key", "hardware")
         if key == "mesh":
@@ -474,7 +513,11 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
     if entry is None and not has_model:
         raise c.error("nothing to analyse: add 'entry = \"module:function\"' (your program) or a [model] table "
                       "with a 'strategy' (the built-in transformer template)")
-    if entry is not None:
+    if entry is not None and maxtext:
+        if "strategy" in kwargs:
+            raise c.error("'strategy' applies to the built-in [model] template; MaxText's shardings come from its "
+                          "logical_axis_rules and ici_*/dcn_* keys", "strategy")
+    elif entry is not None:
         if "strategy" in kwargs:
             raise c.error("'strategy' applies to the built-in [model] template; an entry point's shardings are "
                           "its own", "strategy")
@@ -488,6 +531,59 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
         _check_model(config, c)
     _check_rules(config, c)
     return config
+
+
+def _sweep_maxtext(table: Any, raw: str, c: _Checker) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """[sweep.maxtext]: MaxText key -> list of values (strings, numbers, booleans), as MaxText reads them."""
+    if not isinstance(table, Mapping) or not table:
+        raise c.error("[sweep.maxtext] must be a table of MaxText keys, each a list of values, e.g. "
+                      "remat_policy = [\"full\", \"minimal\"]", raw, "sweep")
+    out = []
+    for key, values in table.items():
+        if not _MAXTEXT_KEY.match(str(key)):
+            raise c.error(f"[sweep.maxtext] {key!r} is not a MaxText key name", key, "sweep.maxtext")
+        if not (isinstance(values, list) and values and all(isinstance(v, (str, int, float)) for v in values)):
+            raise c.error(f"[sweep.maxtext] {key!r} must be a non-empty list of values, e.g. [-1, 64] or "
+                          f"[\"full\", \"minimal\"], got {values!r}", key, "sweep.maxtext")
+        text = tuple(("true" if v else "false") if isinstance(v, bool) else str(v) for v in values)
+        if any(not t or any(ch.isspace() for ch in t) for t in text):
+            raise c.error(f"[sweep.maxtext] {key!r}: a value may not be empty or hold spaces, got {values!r}", key,
+                          "sweep.maxtext")
+        out.append((str(key), text))
+    return tuple(out)
+
+
+MAXTEXT_PREFIX = "maxtext:"
+_MAXTEXT_KEY = re.compile(r"^[A-Za-z_][\w.]*$")
+
+
+def _check_maxtext(kwargs: dict[str, Any], data: Mapping[str, Any], c: _Checker) -> None:
+    """A `maxtext:` entry: its items are train_compile's (an optional leading .yml, then KEY=VALUE); the mesh and
+    slice are MaxText's, so [mesh] and `topology` are refused; the target is cpu or tpu; the hardware, unless
+    given, is the one of `compile_topology` (empty here). Nothing of MaxText is imported."""
+    items = kwargs["entry"][len(MAXTEXT_PREFIX):].split()
+    if not items:
+        raise c.error("entry 'maxtext:' names no MaxText arguments; write e.g. \"maxtext:model_name=llama2-7b "
+                      "compile_topology=v5e-256\"", "entry")
+    for i, item in enumerate(items):
+        key, eq, _ = item.partition("=")
+        if i == 0 and not eq and item.endswith((".yml", ".yaml")):
+            continue
+        if not eq or not _MAXTEXT_KEY.match(key):
+            raise c.error(f"entry: MaxText argument {item!r} is not KEY=VALUE (a .yml config file may come first)",
+                          "entry")
+    if "mesh" in data:
+        raise c.error("a maxtext: entry takes its mesh from MaxText (ici_*/dcn_* keys, compile_topology): remove "
+                      "[mesh]", None, "mesh")
+    if "topology" in kwargs:
+        raise c.error("a maxtext: entry lays its mesh on compile_topology: remove 'topology' (or set "
+                      "compile_topology in the entry)", "topology")
+    target = str(kwargs.get("target", "cpu"))
+    if target not in ("cpu", "tpu"):
+        raise c.error(f"a maxtext: entry's target is cpu or tpu (the chips come from compile_topology), got "
+                      f"{target!r}", "target")
+    kwargs.setdefault("hardware", "")
+    kwargs["mesh"] = MappingProxyType({})
 
 
 def _model(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
@@ -546,6 +642,9 @@ def _sweep(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
         key = _norm(raw)
         if key not in _SWEEP_KEYS:
             raise c.unknown(raw, "sweep", _SWEEP_KEYS)
+        if key == "maxtext":
+            out["sweep_maxtext"] = _sweep_maxtext(value, raw, c)
+            continue
         if key in ("mesh_shapes", "strategies", "remat") and not _strings(value):
             raise c.error(f"[sweep] {raw!r} must be a list of strings, got {value!r}", raw, "sweep")
         if key in ("batch_sizes", "microbatches") and not (isinstance(value, list) and value

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMBINE_RULE", "SweepEntry", "SweepResult", "rank_entries", "Candidate", "candidates", "evaluate",
-    "run_sweep", "analyze_config", "memory_per_device", "default_jobs", "evaluate_task", "worker_env",
+    "run_sweep", "analyze_config", "memory_per_device", "default_jobs", "evaluate_task", "worker_env", "devices_of",
 ]
 
 COMBINE_RULE = (
@@ -249,17 +249,62 @@ class Candidate:
     batch: int | None = None
     remat: str | None = None
     microbatches: int | None = None
+    maxtext: tuple[tuple[str, str], ...] = ()  # MaxText keys set for this plan ([sweep.maxtext])
 
     def plan(self, config: ReportConfig) -> ReportConfig:
-        """`config` with this candidate's mesh shape, strategy and template sizes."""
+        """`config` with this candidate's mesh shape, strategy and template sizes (or MaxText keys)."""
+        if config.maxtext_argv is not None:
+            return config.with_maxtext(self.maxtext)
         return config.with_plan(self.mesh_shape, self.strategy).with_template(
             batch=self.batch, remat=self.remat, microbatches=self.microbatches)
+
+    @property
+    def label(self) -> str:
+        """What the plan is, for the ranking: the strategy, or the MaxText keys it sets."""
+        if self.maxtext:
+            return " ".join(f"{k}={v}" for k, v in self.maxtext)
+        return self.strategy or "(entry point)"
+
+
+def _maxtext_candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]], strategies: Sequence[str],
+                        given: Sequence[str], maxtext: Mapping[str, Sequence[Any]] | None) -> tuple[Candidate, ...]:
+    """A `maxtext:` config's plans: the cross product of its [sweep.maxtext] keys (or `maxtext`)."""
+    import itertools
+
+    from analyzer.errors import ConfigError
+
+    if mesh_shapes or strategies or given:
+        what = ", ".join([*(["mesh shapes"] if mesh_shapes else []), *(["strategies"] if strategies else []),
+                          *given])
+        raise ConfigError(f"{what} do not apply to a maxtext: entry, whose mesh and sizes are MaxText's keys: "
+                          "sweep them under [sweep.maxtext] (e.g. ici_fsdp_parallelism = [-1, 64])", path=config.path)
+    dims = [(str(k), tuple(str(v) for v in vs)) for k, vs in (maxtext.items() if maxtext else config.sweep_maxtext)]
+    if not dims:
+        return (Candidate((), None),)
+    keys = [k for k, _ in dims]
+    return tuple(Candidate((), None, maxtext=tuple(zip(keys, combo)))
+                 for combo in itertools.product(*(vs for _, vs in dims)))
+
+
+def devices_of(config: ReportConfig, cand: Candidate) -> int:
+    """CPU devices a candidate compiles on: its mesh's, or for a maxtext: entry the chips of compile_topology."""
+    argv = cand.plan(config).maxtext_argv
+    if argv is None:
+        return _product(cand.mesh_shape)
+    from analyzer.integrations.maxtext import parse_args, plan
+
+    try:
+        return plan(parse_args(argv)).chips
+    except AnalyzerError:
+        return 1  # the candidate fails in its worker with MaxText's message
 
 
 def candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]] = (),
                strategies: Sequence[str] = (), *, batch_sizes: Sequence[int] = (), remat: Sequence[str] = (),
-               microbatches: Sequence[int] = ()) -> tuple[Candidate, ...]:
-    """The cross product of mesh shapes, strategies and template dimensions, checked.
+               microbatches: Sequence[int] = (), maxtext: Mapping[str, Sequence[Any]] | None = None
+               ) -> tuple[Candidate, ...]:
+    """The cross product of mesh shapes, strategies and template dimensions, checked; for a `maxtext:` entry,
+    of its MaxText keys (`maxtext`, default the config's [sweep.maxtext]).
 
     Args:
       config: the report config (its mesh names the axes; its [sweep] table gives defaults).
@@ -281,6 +326,9 @@ def candidates(config: ReportConfig, mesh_shapes: Sequence[Sequence[int]] = (),
     """
     from analyzer.errors import ConfigError
 
+    if config.maxtext_argv is not None:
+        given = [n for n, v in (("batch sizes", batch_sizes), ("remat", remat), ("microbatches", microbatches)) if v]
+        return _maxtext_candidates(config, mesh_shapes, strategies, given, maxtext)
     shapes = [tuple(int(s) for s in shape) for shape in (mesh_shapes or config.sweep_mesh_shapes
                                                          or [tuple(config.mesh.values())])]
     strats: list[str | None] = list(strategies or config.sweep_strategies or [config.strategy])
@@ -351,8 +399,15 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
 
     from analyzer.pipeline import analyze
 
-    fn, args, kwargs = config.build()
     rules = config.rules_config()
+    argv = config.maxtext_argv
+    if argv is not None:  # MaxText's own step, built by MaxText (analyzer.integrations.maxtext)
+        from analyzer.integrations.maxtext import analyze_maxtext
+
+        report = analyze_maxtext(argv, target=config.target, hardware=hardware or config.hardware or None,
+                                 topology=topology, config=rules)
+        return dc_replace(report, name=config.name or f"maxtext {' '.join(argv)}")
+    fn, args, kwargs = config.build()
     if topology is None and hardware is None:
         topology = config.topology  # the config's slice belongs to the config's hardware
     report = analyze(fn, *args, mesh=dict(config.mesh), target=config.target,
@@ -367,7 +422,7 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
     hbm = int((report.analysis.hardware or load_hardware(report.hardware)).hbm_bytes) if report.hardware else None
     diags = list(report.diagnostics)
     return SweepEntry(
-        strategy=candidate.strategy or "(entry point)", mesh=config.mesh_text, note=plan_note(config),
+        strategy=candidate.label, mesh=config.mesh_text, note=plan_note(config),
         batch=candidate.batch, remat=candidate.remat, microbatches=candidate.microbatches,
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
         **step_fields(report),
@@ -473,7 +528,7 @@ def _failed_entry(config: ReportConfig, cand: Candidate, why: str) -> SweepEntry
         mesh = config.with_plan(cand.mesh_shape).mesh_text
     except AnalyzerError:  # the plan's mesh does not fit the config: name the shape as asked
         mesh = "x".join(str(s) for s in cand.mesh_shape)
-    return SweepEntry(strategy=cand.strategy or "(entry point)", mesh=mesh,
+    return SweepEntry(strategy=cand.label, mesh=mesh,
                       batch=cand.batch, remat=cand.remat, microbatches=cand.microbatches, error=why)
 
 
@@ -528,7 +583,7 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
         import os
 
         tasks = [(config, c, hardware, topology) for c in cands]
-        env = worker_env(max(_product(c.mesh_shape) for c in cands), os.environ)
+        env = worker_env(max(devices_of(config, c) for c in cands), os.environ)
         finished = executor.map(evaluate_task, tasks, lost=lambda t, why: _failed_entry(t[0], t[1], why), env=env)
         with contextlib.closing(finished):  # Ctrl-C here cancels the executor's tasks
             for task, entry in finished:
@@ -544,7 +599,7 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
     else:
         import contextlib
 
-        devices = max(_product(c.mesh_shape) for c in cands)
+        devices = max(devices_of(config, c) for c in cands)
         finished = _run_in_workers(config, cands, jobs=max(1, min(jobs, len(cands))), devices=devices,
                                    hardware=hardware, topology=topology, timeout=timeout)
         with contextlib.closing(finished):  # Ctrl-C anywhere in this loop stops the workers at once
@@ -552,7 +607,8 @@ def run_sweep(config: ReportConfig, cands: Sequence[Candidate], *, hardware: str
                 entries.append(entry)
                 if progress:
                     progress(cand, entry)
-    hw_name = hardware or config.hardware
+    hw_name = hardware or config.hardware or next(  # a maxtext: entry's: the one of its compile_topology
+        (str(e.report.get("hardware", "")) for e in entries if e.ok and e.report), "")
     return SweepResult(entries=rank_entries(entries), hardware=hw_name)
 
 
