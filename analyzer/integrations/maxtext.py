@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer.errors import AnalyzerError, ConfigError, HardwareError
+from analyzer.errors import AnalyzerError, ConfigError, HardwareError, LoweringError
 
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
@@ -437,8 +437,17 @@ def lower_maxtext(argv: Sequence[str] | str, target: str = "cpu") -> tuple[Lower
 
     with maxtext_step(argv, target) as step:
         where = step.plan.tpu_target if step.target == "tpu" else "cpu"
-        with jax.set_mesh(step.mesh), logical_axis_rules(step.config.logical_axis_rules), _stdout_to_stderr():
-            lowered = lower(step.fn, *step.args, mesh=step.mesh, target=where, **step.kwargs)
+        try:
+            with jax.set_mesh(step.mesh), logical_axis_rules(step.config.logical_axis_rules), _stdout_to_stderr():
+                lowered = lower(step.fn, *step.args, mesh=step.mesh, target=where, **step.kwargs)
+        except LoweringError as e:
+            if step.target == "cpu" and "ragged-all-to-all" in str(e):
+                # MaxText's sparse_matmul MoE with expert parallelism exchanges tokens with a ragged all-to-all,
+                # which XLA's CPU backend cannot compile (its after-SPMD module has it; the backend stops).
+                raise LoweringError(f"{e}; MaxText's sparse_matmul=true MoE uses a ragged all-to-all, "
+                                    "which the cpu target cannot compile: analyse it with --target tpu (libtpu), "
+                                    "or set sparse_matmul=false (dispatch/combine by einsum)") from None
+            raise
     return lowered, step
 
 

@@ -213,3 +213,13 @@ def test_a_pipelined_step_shows_the_bubble_of_the_schedule():
         assert bubble / loop_seconds == pytest.approx(formula, rel=1e-9)
     assert 0 < report.totals.bubble_seconds < report.totals.step_seconds
     assert report.totals.hfu > report.totals.mfu  # the bubble's iterations compute too
+
+
+@pytest.mark.slow
+@needs_maxtext
+def test_a_ragged_all_to_all_moe_on_the_cpu_target_says_what_to_do():
+    from analyzer.errors import LoweringError
+
+    sparse = [a for a in MOE if a != "sparse_matmul=false"] + ["sparse_matmul=true", "megablox=false"]
+    with pytest.raises(LoweringError, match="ragged all-to-all.*--target tpu.*sparse_matmul=false"):
+        maxtext.analyze_maxtext(sparse, target="cpu")
