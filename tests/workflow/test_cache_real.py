@@ -80,15 +80,25 @@ PROBE = ("import sys\n"
          "sys.exit(code)\n")
 
 
-@pytest.fixture
-def toy(tmp_path: Path) -> Path:
-    root = tmp_path / "toy-project"
+def write_toy(root: Path, *, layers: str = LAYERS, train: str = TRAIN, pyproject: str = PYPROJECT,
+              commit: bool = False) -> Path:
+    """The toy project at `root` (package `toy` with layers.py and train.py, and its pyproject.toml); with
+    `commit`, a git repository of one commit holding it."""
     (root / "toy").mkdir(parents=True)
     (root / "toy" / "__init__.py").write_text("")
-    (root / "toy" / "layers.py").write_text(LAYERS)
-    (root / "toy" / "train.py").write_text(TRAIN)
-    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / "toy" / "layers.py").write_text(layers)
+    (root / "toy" / "train.py").write_text(train)
+    (root / "pyproject.toml").write_text(pyproject)
+    if commit:
+        git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(root)]
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "toy"]):
+            subprocess.run([*git, *args], check=True, capture_output=True)
     return root
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    return write_toy(tmp_path / "toy-project")
 
 
 def check(root: Path, *argv: str) -> tuple[int, str, str]:

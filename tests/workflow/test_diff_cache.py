@@ -34,14 +34,13 @@ def _program(root: str, text: str) -> dict:
             "sources": {f"{root}/toy/layers.py": text}}
 
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cache_real import write_toy  # noqa: E402
+
+
 @pytest.fixture
 def toy(tmp_path: Path, monkeypatch) -> Path:
-    root = tmp_path / "toy-project"
-    (root / "toy").mkdir(parents=True)
-    (root / "toy" / "__init__.py").write_text("")
-    (root / "toy" / "layers.py").write_text(LAYERS)
-    (root / "toy" / "train.py").write_text(TRAIN)
-    (root / "pyproject.toml").write_text(PYPROJECT)
+    root = write_toy(tmp_path / "toy-project", layers=LAYERS, train=TRAIN, pyproject=PYPROJECT)
     monkeypatch.delenv("HLO_ANALYZER_NO_CACHE", raising=False)
     monkeypatch.delenv("HLO_ANALYZER_CACHE_DIR", raising=False)
     return root
@@ -177,19 +176,9 @@ def test_a_damaged_entry_or_a_lost_source_text_is_a_miss_and_an_unwritable_cache
 
 @pytest.mark.slow
 def test_diff_of_a_revision_and_the_working_tree_again_is_the_same_bytes_without_jax(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_cache_real import LAYERS as REAL_LAYERS, PROBE, PYPROJECT as REAL_PYPROJECT, TRAIN as REAL_TRAIN
-    from test_cache_real import imported
+    from test_cache_real import PROBE, TRAIN as REAL_TRAIN, imported
 
-    root = tmp_path / "toy-project"
-    (root / "toy").mkdir(parents=True)
-    (root / "toy" / "__init__.py").write_text("")
-    (root / "toy" / "layers.py").write_text(REAL_LAYERS)
-    (root / "toy" / "train.py").write_text(REAL_TRAIN)
-    (root / "pyproject.toml").write_text(REAL_PYPROJECT)
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "toy")
+    root = write_toy(tmp_path / "toy-project", commit=True)
     (root / "toy" / "train.py").write_text(REAL_TRAIN.replace('"w_out": sds((F, D), P("model", None))',
                                                               '"w_out": sds((F, D), P(None, "model"))'))
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "HLO_ANALYZER_NO_CACHE")}

@@ -73,18 +73,9 @@ def test_sides_that_do_not_say_their_plan_explain_nothing():
 @pytest.mark.slow
 def test_a_revision_against_the_working_tree_names_the_spec_change(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_cache_real import LAYERS, PYPROJECT, TRAIN
+    from test_cache_real import TRAIN, write_toy
 
-    root = tmp_path / "toy-project"
-    (root / "toy").mkdir(parents=True)
-    (root / "toy" / "__init__.py").write_text("")
-    (root / "toy" / "layers.py").write_text(LAYERS)
-    (root / "toy" / "train.py").write_text(TRAIN)
-    (root / "pyproject.toml").write_text(PYPROJECT)
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(root)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "toy"], check=True)
+    root = write_toy(tmp_path / "toy-project", commit=True)
     train = root / "toy" / "train.py"
     train.write_text(TRAIN.replace('"w_out": sds((F, D), P("model", None))', '"w_out": sds((F, D), P(None, "model"))'))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
