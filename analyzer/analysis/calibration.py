@@ -1,8 +1,8 @@
 """Error bars on the predicted step and MFU, from the step model's residuals on the calibration runs.
 
 The calibration runs are MaxText's published v5p table (docs/measurements.md; the only table the step model was
-built against). For each run i, its fixture analysed as a user's program is (`python tests/analysis/test_measured.py
---write-calibration`):
+built against). For each run i, its fixture analysed as a user's program is (`write_calibration()` in tests/analysis/test_measured.py,
+run as that script with the option it documents):
 
     q_i = predicted MFU_i / published MFU_i  =  measured step_i / predicted step_i
 
@@ -51,7 +51,7 @@ class Interval:
 
 
 def load() -> dict:
-    """The calibration file as written by `tests/analysis/test_measured.py --write-calibration` (read each call:
+    """The calibration file as `write_calibration()` of tests/analysis/test_measured.py writes it (read each call:
     nothing is kept between calls)."""
     text = resources.files("analyzer").joinpath("_data", CALIBRATION).read_text()
     return json.loads(text)

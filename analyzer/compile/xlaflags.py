@@ -51,7 +51,7 @@ def _value(text: str) -> FlagValue:
 def parse_xla_flags(flags: str | Sequence[str] | Mapping[str, object] | None,
                     where: str = "--xla-flags") -> dict[str, FlagValue]:
     """The flags as `{name: value}` (names without `--`; `true`/`false` as bools, numbers as numbers, a bare
-    `--name` as True). Later flags override earlier ones, as on XLA's own command line.
+    flag with no value as True). Later flags override earlier ones, as on XLA's own command line.
 
     Raises:
       ConfigError: a token that is not `--xla_<name>[=<value>]` (named with its column in the text), or one of
@@ -95,7 +95,7 @@ def _check_name(name: str, where: str, column: int | None, text: str | None) -> 
 
 
 def format_xla_flags(flags: Mapping[str, FlagValue]) -> str:
-    """The flags as XLA's command line writes them: `--name=value`, bools as true/false.
+    """The flags as XLA's command line writes them: `--NAME=VALUE` (each flag), bools as true/false.
 
     >>> format_xla_flags({"xla_a": True, "xla_b": 3})
     '--xla_a=true --xla_b=3'
