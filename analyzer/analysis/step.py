@@ -973,13 +973,15 @@ def _charge(tl: _Timeline, stall: float, t0: float, t1: float, waited: Sequence[
 
 def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
     """(padding factor, re-read bytes, fill seconds) of one dot on the MXU (analyzer.theory.matmul), from its
-    operands' shapes and dimension numbers; None for a convolution or a dot whose shapes are not known."""
+    operands' shapes and dimension numbers; a convolution too where it is the TPU compiler's spelling of a dot (its
+    FLOPs are a matmul's, 2 x batch x m x k x n), so the same dot costs the same on the cpu and TPU targets; None
+    for a real convolution or a dot whose shapes are not known."""
     from analyzer.analysis.dots import batch_dims, contracting_dims
     from analyzer.theory.matmul import matmul_time
 
     inst = d.instruction
-    if inst.opcode != "dot" or len(inst.operands) < 2 or any(o.shape is None or o.shape.is_tuple
-                                                              for o in inst.operands[:2]):
+    if inst.opcode not in ("dot", "convolution") or len(inst.operands) < 2 or any(
+            o.shape is None or o.shape.is_tuple for o in inst.operands[:2]):
         return None
     lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
     try:
@@ -999,8 +1001,8 @@ def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
     k = prod(ld[i] for i in lc if i < len(ld))
     m = prod(x for i, x in enumerate(ld) if i not in lc and i not in lb)
     n = prod(x for i, x in enumerate(rd) if i not in rc and i not in rb)
-    if min(b, k, m, n) <= 0:
-        return None
+    if min(b, k, m, n) <= 0 or abs(2.0 * b * m * k * n - d.flops) > 1e-6 * max(d.flops, 1.0):
+        return None  # (not a matmul's FLOPs: a real convolution, or dims read otherwise than the FLOPs were)
     in_bytes = _element_bytes(lhs) or 2.0
     out_bytes = _element_bytes(inst.shape) or in_bytes
     t = matmul_time(hw, b=b, m=m, k=k, n=n, in_bytes=in_bytes, out_bytes=out_bytes)
