@@ -238,7 +238,7 @@ def _sweep(sweep: SweepResult | None) -> list[dict[str, Any]]:
             "compute": format_seconds(e.compute_seconds) if e.ok else "",
             "memory": format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—",
             "fits": {True: "yes", False: "no", None: "unknown"}[e.fits], "findings": e.findings, "errors": e.errors,
-            "note": "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x),
+            "note": "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", f"tie with #{e.tied_with}" if e.tied_with else "", e.note) if x),
         })
     return rows
 

@@ -130,7 +130,7 @@ def sweep_section(sweep: SweepResult) -> str:
             rows.append([e.rank, text(e.plan), text(e.mesh), "failed", "", "", "", "", "", "", "", text(e.error or "")])
             continue
         fits = {True: "yes", False: "**no**", None: "?"}[e.fits]
-        note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
+        note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", f"tie with #{e.tied_with}" if e.tied_with else "", e.note) if x)
         rows.append([e.rank, text(e.plan), text(e.mesh), format_seconds(e.step_seconds), format_seconds(e.exposed_comm_seconds),
                      mfu_text(e.mfu), format_seconds(e.comm_seconds), format_seconds(e.compute_seconds),
                      format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—", fits, e.findings, text(note)])

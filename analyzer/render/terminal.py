@@ -318,7 +318,7 @@ def sweep_table(sweep: SweepResult):
         fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "?"}[e.fits]
         mem = format_bytes(e.memory_bytes) if e.memory_bytes is not None else "—"
         style = "bold" if e.rank == 1 else ""
-        note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", e.note) if x)
+        note = "; ".join(x for x in (f"same as #{e.same_as}" if e.same_as else "", f"tie with #{e.tied_with}" if e.tied_with else "", e.note) if x)
         findings = f"{e.findings}" + (f" ({e.errors} error{'s' if e.errors != 1 else ''})" if e.errors else "")
         table.add_row(str(e.rank), _escape(e.plan), e.mesh, format_seconds(e.step_seconds),
                       format_seconds(e.exposed_comm_seconds), mfu_text(e.mfu), format_seconds(e.comm_seconds),

@@ -65,6 +65,10 @@ class SweepEntry:
       by_kind: communication seconds per step by collective kind.
       note: what the reader should know about the plan (e.g. a model axis of size 1 makes `tp` data parallel).
       same_as: rank of a better-ranked entry with the same predictions (the same plan in effect), or None.
+      step_low, step_high: the range of the predicted step its calibration gives (`Totals.step_low`/`high`; nan
+        without one).
+      tied_with: rank of the best-ranked entry whose step range overlaps this one's (the model cannot tell
+        which is faster: a tie), or None.
       batch, remat, microbatches: the template's batch size, remat policy and microbatches when the sweep
         varied them (None: the config's own).
       report: the candidate's full report in JSON form (`report_to_dict`), so the best one can be written
@@ -90,6 +94,9 @@ class SweepEntry:
     predicted_step_seconds: float = float("nan")
     exposed_comm_seconds: float = float("nan")
     mfu: float = float("nan")
+    step_low: float = float("nan")
+    step_high: float = float("nan")
+    tied_with: int | None = None
     report: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -150,7 +157,8 @@ class SweepEntry:
             "compute_seconds": self.compute_seconds if self.ok else None,
             "memory_bytes": self.memory_bytes, "hbm_bytes": self.hbm_bytes, "fits": self.fits,
             "findings": self.findings, "errors": self.errors, "error": self.error, "by_kind": self.by_kind,
-            "note": self.note, "same_as": self.same_as,
+            "note": self.note, "same_as": self.same_as, "tied_with": self.tied_with,
+            "step_range": [self.step_low, self.step_high] if self.ok and self.step_high == self.step_high else None,
             "batch": self.batch, "remat": self.remat, "microbatches": self.microbatches,
         })
 
@@ -171,7 +179,8 @@ def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
     Returns:
       The entries sorted by: fits in HBM (or unknown) first, then the predicted step (`step_seconds`), then
       the exposed communication, then the perfect-overlap time; failed candidates last. `rank` is set 1..n; an entry whose predictions
-      equal a better-ranked one's gets `same_as` (e.g. fsdp on 8x1 and on 4x2 shard the same way).
+      equal a better-ranked one's gets `same_as` (e.g. fsdp on 8x1 and on 4x2 shard the same way), one whose step
+      range overlaps a better-ranked one's `tied_with` (the model cannot tell them apart).
 
     Example:
       >>> ranked = rank_entries([SweepEntry("tp", "data=1,model=8", 2e-3, 1e-3, predicted_step_seconds=2.2e-3),
@@ -190,6 +199,14 @@ def rank_entries(entries: Sequence[SweepEntry]) -> tuple[SweepEntry, ...]:
             ordered[i] = replace(e, same_as=seen[key])
         else:
             seen[key] = e.rank
+    for i, e in enumerate(ordered):  # ties: step ranges that overlap a better-ranked plan's (docs/step.md)
+        if not e.ok or e.same_as is not None or not e.step_high == e.step_high:
+            continue
+        for better in ordered[:i]:
+            if (better.ok and better.same_as is None and better.step_high == better.step_high
+                    and better.fits == e.fits and better.step_low <= e.step_high and e.step_low <= better.step_high):
+                ordered[i] = replace(e, tied_with=better.rank)
+                break
     return tuple(ordered)
 
 

@@ -43,6 +43,8 @@ class WhatIf:
     predicted_step_seconds: float = float("nan")
     exposed_comm_seconds: float = float("nan")
     mfu: float = float("nan")
+    step_low: float = float("nan")
+    step_high: float = float("nan")
 
     @property
     def step_seconds(self) -> float:
@@ -94,8 +96,9 @@ def step_fields(report: Report) -> dict[str, float]:
     t = report.totals
     if not float(t.step_seconds or 0.0) > 0:
         return {}
+    bars = {"step_low": float(t.step_low), "step_high": float(t.step_high)} if t.step_high > 0 else {}
     return {"predicted_step_seconds": float(t.step_seconds), "exposed_comm_seconds": float(t.exposed_comm_seconds),
-            "mfu": float(t.mfu)}
+            "mfu": float(t.mfu), **bars}
 
 
 def compare(report: Report, alternatives: Iterable[str | tuple[str, str | None]]) -> tuple[WhatIf, ...]:

@@ -136,3 +136,17 @@ def test_none_fit_is_flagged():
     )
     assert result.none_fit
     assert not SweepResult(rank_entries([SweepEntry("dp", "a", 1e-3, 1e-3)]), hardware="h").none_fit
+
+
+def test_plans_whose_step_ranges_overlap_are_a_tie():
+    """Two plans whose calibration ranges overlap cannot be told apart (issue 25 item 6): `tied_with` says so."""
+    from analyzer.workflows.sweep import SweepEntry, rank_entries
+
+    def entry(name: str, step: float) -> SweepEntry:
+        return SweepEntry(name, "data=8", 1e-3, 1e-3, predicted_step_seconds=step, step_low=0.97 * step,
+                          step_high=1.16 * step)
+
+    a, b, c = rank_entries([entry("tp", 1.10e-3), entry("fsdp", 1.00e-3), entry("dp", 2.0e-3)])
+    assert [e.strategy for e in (a, b, c)] == ["fsdp", "tp", "dp"]
+    assert (a.tied_with, b.tied_with, c.tied_with) == (None, 1, None)
+    assert b.to_dict()["tied_with"] == 1 and b.to_dict()["step_range"] == [pytest.approx(1.067e-3), pytest.approx(1.276e-3)]
