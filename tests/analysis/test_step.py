@@ -195,14 +195,15 @@ def test_fsdp_at_a_compute_bound_batch_hides_its_communication(compute_bound_fsd
 def test_megatron_activation_allreduces_are_exposed(analysis, tpu_reason, target):
     """tp_step: Y is the Megatron axis; its all-reduces of the activations [B, S, D] sit between two matmuls
     (also across layers: the next layer's first matmul reads the carried activation), so each is exposed for
-    at least 80% of its time, the forward ones wholly (cpu: 100/100/100/83%, TPU: 100% when written)."""
+    at least 70% of its time, the forward ones wholly (cpu: 100/100/100/75%: the combined backward one shares
+    its stall with a collective that ran during it, docs/step.md "Overlap rules fixed"; TPU: 100% when written)."""
     if target != "cpu" and tpu_reason:
         pytest.skip(tpu_reason)
     df = analysis("tp_step", "xy", target).collectives
     acts = df[(df.kind == "all-reduce") & (df["axes"].map(tuple) == ("Y",))]
     assert len(acts) >= 3
     total = acts.seconds * acts["count"]
-    assert (acts.exposed_seconds >= 0.8 * total - 1e-12).all(), acts.to_string()
+    assert (acts.exposed_seconds >= 0.7 * total - 1e-12).all(), acts.to_string()
     forward = acts[acts.pass_ == "forward"]
     assert len(forward) >= 2
     assert forward.exposed_seconds.to_numpy() == pytest.approx((forward.seconds * forward["count"]).to_numpy(),
@@ -242,10 +243,13 @@ def test_dcn_collectives_on_the_dcn_track_at_dcn_bandwidth_overlapped_alike(dcn_
                 assert span.track.startswith("ICI")
     assert step.busy["DCN slice"] == pytest.approx(float((over_dcn.seconds * over_dcn["count"]).sum()), rel=1e-9)
     # overlapped by the same rules: a weight gather over DCN is issued behind the matmul before its use, so
-    # some of the DCN link's time runs while the compute stream works (not all of it is waited for), and a
-    # gather whose use comes after enough compute is hidden entirely
+    # some of the DCN link's time runs while the compute stream works (not all of it is waited for); a stall is
+    # charged to the collectives that ran during it, each at most its own time (docs/step.md, "Overlap rules
+    # fixed"), so a gather that ran partly behind compute is exposed for less than it ran
     assert 0 < step.exposed_by_axis["slice"] < step.busy["DCN slice"]
-    assert (over_dcn[over_dcn.kind == "all-gather"].exposed_seconds == 0).any()
+    gathers = over_dcn[over_dcn.kind == "all-gather"]
+    assert (gathers.exposed_seconds <= gathers.seconds * gathers["count"] + 1e-12).all()
+    assert (gathers.exposed_seconds < gathers.seconds * gathers["count"] - 1e-12).any()
     assert step.step_seconds <= step.compute_seconds + report.totals.comm_seconds
 
 
