@@ -23,7 +23,8 @@ per chip and reads the HLO right after SPMD partitioning; `tpu` compiles ahead o
 train_compile does (its mesh over libtpu's devices, unsafe_rbg PRNG, your LIBTPU_INIT_ARGS honoured) and
 reads the final TPU program, with libtpu's memory analysis.
 
-Needs Python 3.12+ and pip install 'hlo-analyzer[maxtext]' (and 'hlo-analyzer[tpu]' for --target tpu).
+Needs Python 3.12+ and the `maxtext` extra (and the `tpu` extra for --target tpu): pip install -e '.[maxtext,tpu]'
+in a checkout of hlo-analyzer.
 
 exit status: 0 analysed (findings do not fail it; use `hlo-analyzer check` as a gate), 2 bad usage, a
 configuration MaxText refuses, MaxText missing, or a step that could not be built or compiled."""

@@ -29,7 +29,7 @@ Targets:
 MaxText changes process-wide jax settings (`jax_default_prng_impl`, `jax_remove_size_one_mesh_axis_from_type`)
 and `LIBTPU_INIT_ARGS`; they are put back as they were when the analysis returns.
 
-Needs Python 3.12+ and `pip install 'hlo-analyzer[maxtext]'`; without them every entry point here stops before
+Needs Python 3.12+ and the `maxtext` extra (`MAXTEXT_EXTRA_HINT`); without them every entry point here stops before
 any work with an `AnalyzerError` giving that command.
 """
 
@@ -55,7 +55,9 @@ if TYPE_CHECKING:
 __all__ = ["MAXTEXT_EXTRA_HINT", "TARGETS", "MaxTextArgs", "MaxTextStep", "analyze_maxtext", "base_config",
            "check_available", "lower_maxtext", "maxtext_step", "parse_args", "plan", "request_cpu_devices"]
 
-MAXTEXT_EXTRA_HINT = "pip install 'hlo-analyzer[maxtext]'"
+# The `maxtext` extra by what a registry serves (no registry serves hlo-analyzer itself: README, "Supported versions").
+MAXTEXT_EXTRA_HINT = ("install the `maxtext` extra: pip install -e '.[maxtext]' in a checkout of hlo-analyzer, or "
+                      "pip install 'maxtext>=0.2.5' with MaxText's load-time dependencies (pyproject.toml lists them)")
 TARGETS = ("cpu", "tpu")
 
 # train_compile's settings for its compile (maxtext/trainers/pre_train/train_compile.py, main()).

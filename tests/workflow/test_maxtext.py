@@ -3,7 +3,7 @@
 The fast tests need no MaxText: arguments, the install command on Python 3.11 or without the extra, MaxText's
 config refusals made short. The slow ones build a tiny MaxText model (2 layers, width 256, vocab 1024) for
 v5e-8 on the 8 fake CPU devices of the test session (tests/conftest.py), and for the TPU target with libtpu;
-they skip with the reason where `pip install 'hlo-analyzer[maxtext]'` (Python 3.12+) is not installed.
+they skip with the reason where the `maxtext` extra (Python 3.12+) is not installed.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.integrations import maxtext
 
 HAVE_MAXTEXT = sys.version_info >= (3, 12) and importlib.util.find_spec("maxtext") is not None
-needs_maxtext = pytest.mark.skipif(not HAVE_MAXTEXT, reason="needs MaxText: pip install 'hlo-analyzer[maxtext]' "
+needs_maxtext = pytest.mark.skipif(not HAVE_MAXTEXT, reason="needs MaxText: pip install -e '.[maxtext]' "
                                                             "on Python 3.12+")
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                  reason="the TPU target needs libtpu: pip install 'hlo-analyzer[tpu]'")
+                                  reason="the TPU target needs libtpu: pip install -e '.[tpu]'")
 
 # A tiny llama2-style MaxText model on a v5e-8, FSDP 4 x tensor 2.
 TINY = ("compile_topology=v5e-8 compile_topology_num_slices=1 base_emb_dim=256 base_num_query_heads=4 "
@@ -52,7 +52,7 @@ def test_the_command_exits_2_with_the_install_command_before_any_work(monkeypatc
         AnalyzerError(f"MaxText is not installed here: {maxtext.MAXTEXT_EXTRA_HINT}")))
     assert main(["maxtext", "compile_topology=v5e-8", "--json"]) == 2
     captured = capsys.readouterr()
-    assert "pip install 'hlo-analyzer[maxtext]'" in captured.err and captured.out == ""
+    assert "pip install -e '.[maxtext]'" in captured.err and captured.out == ""
 
 
 @pytest.mark.parametrize("argv, where", [
@@ -87,7 +87,7 @@ def test_unknown_target_is_refused():
 @pytest.fixture(scope="module")
 def tiny_cpu():
     if not HAVE_MAXTEXT:
-        pytest.skip("needs MaxText: pip install 'hlo-analyzer[maxtext]' on Python 3.12+")
+        pytest.skip("needs MaxText: pip install -e '.[maxtext]' on Python 3.12+")
     import jax
 
     before = (jax.config.jax_default_prng_impl, jax.config.jax_remove_size_one_mesh_axis_from_type,

@@ -1,6 +1,6 @@
 """`entry = "maxtext:KEY=VALUE ..."` in report configs (issue 24): `report` and `sweep` analyse MaxText's own
 train step, MaxText keys as sweep dimensions ([sweep.maxtext]). The parsing tests need no MaxText; the slow ones
-skip without it (pip install 'hlo-analyzer[maxtext]' on Python 3.12+)."""
+skip without it (pip install -e '.[maxtext]' on Python 3.12+)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_a_tpu_target_is_taken_as_maxtexts():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_MAXTEXT, reason="needs MaxText: pip install 'hlo-analyzer[maxtext]' on Python 3.12+")
+@pytest.mark.skipif(not HAVE_MAXTEXT, reason="needs MaxText: pip install -e '.[maxtext]' on Python 3.12+")
 def test_report_and_sweep_analyse_maxtexts_step():
     from analyzer.workflows.sweep import analyze_config, evaluate
 
