@@ -35,13 +35,13 @@ TINY = ("compile_topology=v5e-8 compile_topology_num_slices=1 base_emb_dim=256 b
 def test_without_maxtext_it_stops_with_the_install_command(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "maxtext" else real(name, *a))
-    with pytest.raises(AnalyzerError, match=r"pip install 'hlo-analyzer\[maxtext\]'"):
+    with pytest.raises(AnalyzerError, match=r"pip install -e '\.\[maxtext\]'"):
         maxtext.check_available()
 
 
 def test_on_python_3_11_it_stops_with_the_install_command(monkeypatch):
     monkeypatch.setattr(sys, "version_info", (3, 11, 7, "final", 0))
-    with pytest.raises(AnalyzerError, match=r"Python 3\.12 or later.*pip install 'hlo-analyzer\[maxtext\]'"):
+    with pytest.raises(AnalyzerError, match=r"Python 3\.12 or later.*pip install -e '\.\[maxtext\]'"):
         maxtext.check_available()
 
 
