@@ -1000,7 +1000,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
             extra["inherited_op_name"] = md.op_name or ""
             if producer.opcode == "parameter" or "/" not in (md.op_name or "/"):  # an argument, not an op
                 extra["op"] = f"reshard of {md.op_name or 'argument ' + str(producer.parameter_number)}"
-    if md is not None and c.kind == "all-gather":  # (jax 0.11+ gives an inserted gather its operand's metadata)
+    if c.kind == "all-gather":  # (jax 0.11+ gives an inserted gather its operand's metadata, or none)
         from analyzer.analysis.dataflow import cause_metadata
 
         dot = c.dot or _consumer_dot(g, c.computation, c.instructions[-1])  # (c.dot: also a dot in a fusion)
@@ -1013,7 +1013,7 @@ def _map(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
     extra["declared"] = _declared_at(g, c, module)
     return replace(c, axes=span.axes, axis_sizes=span.sizes, regular=span.regular, notation=notation,
                    before=before, after=after, unreduced=unreduced, global_shape=shape, source=source,
-                   pass_=pass_of(c.op_name), a2a_dims=a2a, extra=extra)
+                   pass_=pass_of(c.op_name) or pass_of(md.op_name if md else None), a2a_dims=a2a, extra=extra)
 
 
 # ---------------------------------------------------------------------- pricing

@@ -90,11 +90,12 @@ def cause_metadata(comp: Computation, inst: Instruction, dot: Instruction | None
     jax 0.10's gave that of the dot that needed it; the TPU compiler keeps the operand's metadata and not always
     the mark, so an op_name that names a data-moving primitive counts too."""
     md = inst.metadata if md is None else md
-    if inst.opcode not in ("all-gather", "all-gather-start") or md is None or not md.op_name:
+    if inst.opcode not in ("all-gather", "all-gather-start"):
         return md
-    marked = 'is_spmd_generated="true"' in (inst.attr("frontend_attributes") or "")
-    if not (marked or md.op_name.rsplit("/", 1)[-1] in MOVING_PRIMITIVES):
-        return md
+    if md is not None and md.op_name:  # (none at all: jax 0.12 prints some inserted gathers without metadata)
+        marked = 'is_spmd_generated="true"' in (inst.attr("frontend_attributes") or "")
+        if not (marked or md.op_name.rsplit("/", 1)[-1] in MOVING_PRIMITIVES):
+            return md
     if dot is None:
         users = users_map(comp)
         todo, seen = [inst.name], set()
