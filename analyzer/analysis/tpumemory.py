@@ -289,25 +289,8 @@ def _root_sources(comp: Any) -> set[str]:
     return out
 
 
-def _from_parameter(comp: Any, name: str) -> bool:
-    """Whether a value reads a parameter of its computation (through fused ops)."""
-    by = comp.by_name
-    todo, seen = [name], set()
-    while todo:
-        n = todo.pop()
-        if n in seen or n not in by:
-            continue
-        seen.add(n)
-        inst = by[n]
-        if inst.opcode == "parameter":
-            return True
-        if inst.opcode in _FUSED:
-            todo.extend(inst.operand_names)
-    return False
-
-
-def _sources_of(comp: Any, names: Any) -> set[str]:
-    """The buffer-making instructions that `names` read through fused ops."""
+def _reached(comp: Any, names: Any) -> set[str]:
+    """The instructions that make buffers (parameters included) which `names` read through fused ops."""
     by = comp.by_name
     out: set[str] = set()
     todo = list(names)
@@ -320,9 +303,19 @@ def _sources_of(comp: Any, names: Any) -> set[str]:
         inst = by[n]
         if inst.opcode in _FUSED:
             todo.extend(inst.operand_names)
-        elif inst.opcode != "parameter":
+        else:
             out.add(n)
     return out
+
+
+def _from_parameter(comp: Any, name: str) -> bool:
+    """Whether a value reads a parameter of its computation (through fused ops)."""
+    return any(comp.by_name[n].opcode == "parameter" for n in _reached(comp, [name]))
+
+
+def _sources_of(comp: Any, names: Any) -> set[str]:
+    """The buffer-making instructions that `names` read through fused ops (parameters left out)."""
+    return {n for n in _reached(comp, names) if comp.by_name[n].opcode != "parameter"}
 
 
 def memory_of(module: Any) -> Mapping[str, int] | None:
