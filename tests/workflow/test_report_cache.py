@@ -39,21 +39,15 @@ def step(mesh):
     return jax.jit(lambda w, x: jnp.tanh(x @ w).sum()), (w, x)
 """
 
-PROBE = ("import sys\n"
-         "from analyzer.cli import main\n"
-         "code = main(sys.argv[1:])\n"
-         "sys.stdout.flush()\n"
-         "print('IMPORTED:' + ','.join(sorted(m for m in ('jax', 'jaxlib', 'numpy', 'pandas', 'lark') "
-         "if m in sys.modules)), file=sys.stderr)\n"
-         "sys.exit(code)\n")
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cache_real import PROBE, imported  # noqa: E402  (the probe that runs the CLI and names heavy imports)
 
 
 def report(root: Path, *argv: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "HLO_ANALYZER_NO_CACHE")}
     proc = subprocess.run([sys.executable, "-c", PROBE, "report", "plan.toml", *argv], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
-    imported = next(line for line in proc.stderr.splitlines() if line.startswith("IMPORTED:"))[9:]
-    return proc.returncode, proc.stdout, imported
+    return proc.returncode, proc.stdout, imported(proc.stderr)
 
 
 @pytest.fixture
