@@ -24,7 +24,7 @@ from analyzer.hlo.ir import Attribute, Computation, Instruction, Operand, Positi
 # 145,000 instructions and 400,000 attributes a large module)
 from analyzer.hlo.ir import AttributeBuilder, InstructionBuilder, OperandBuilder
 from analyzer.hlo.attributes import _VALID
-from analyzer.hlo.shapes import Shape, decode_shape
+from analyzer.hlo.shapes import ARRAY_PATTERN, Shape, decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
                                       finish_computation)
@@ -37,7 +37,7 @@ Token = None  # replaced below by FastToken (kept as a name so the builders read
 # (Character classes spelled out: `[a-zA-Z0-9_.\-]` is what `[\w.\-]` is under re.A, but one table look-up a
 # character where `\w` inside a class is a category test besides.)
 _NAME = r"%?[A-Za-z_][a-zA-Z0-9_.\-]*"
-_ARRAY = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:[0-9]+(?:,[0-9]+)*)?(?::[^{}\n]*)?\})?"  # the grammar's
+_ARRAY = ARRAY_PATTERN  # the grammar's
 # Possessive quantifiers throughout: a plain `(?:...)*` makes `re` keep a backtracking entry per repetition,
 # which on one 200,000-element tuple line cost ~100 bytes per character of the line.
 _TUPLE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"

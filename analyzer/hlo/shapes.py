@@ -13,7 +13,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["ELEMENT_BITS", "Layout", "Shape", "decode_array_shape", "decode_shape"]
+__all__ = ["ARRAY_PATTERN", "ELEMENT_BITS", "Layout", "Shape", "decode_array_shape", "decode_shape"]
+
+# One array shape as XLA prints it, its layout (after a space or not) included: `f32[2,3]{1,0:T(8,128)}` (the
+# grammar's form; the fast path's lines and the tuple references' definitions are read with it).
+ARRAY_PATTERN = r"[a-zA-Z][a-zA-Z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\}|[ \t]+\{(?:[0-9]+(?:,[0-9]+)*)?(?::[^{}\n]*)?\})?"
 
 _DIMS_SPLIT = re.compile(r"\s*,\s*")
 

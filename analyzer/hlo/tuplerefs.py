@@ -26,6 +26,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from analyzer.errors import HloSemanticError
+from analyzer.hlo.shapes import ARRAY_PATTERN
 
 __all__ = ["LineMap", "expand", "has_tuple_refs"]
 
@@ -38,6 +39,7 @@ _DEF = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?(" + _NAME + r")[ \t]*=[ \t]*")
 _HEADER = re.compile(r"[ \t]*(?:ENTRY[ \t]+)?%?" + _NAME + r"[^\n=]*\{[ \t]*$")
 _QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _COMMENT = re.compile(r"/\*(?:[^*]|\*(?!/))*\*/")
+_ARRAY = re.compile(ARRAY_PATTERN)
 
 
 def has_tuple_refs(text: str) -> bool:
@@ -87,7 +89,7 @@ def _shape_text(line: str, start: int) -> str | None:
                 if depth == 0:
                     return line[start:i + 1]
         return None
-    m = re.compile(r"[A-Za-z][A-Za-z0-9]*\[[^\]]*\](?:\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})?").match(line, start)
+    m = _ARRAY.match(line, start)
     return m.group() if m else None
 
 
