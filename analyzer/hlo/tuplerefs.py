@@ -16,7 +16,9 @@ the whole analysis) sees the `get-tuple-element` instructions that jax 0.10's XL
 A reference becomes the made instruction's name, of the same length where the module leaves that name free
 (`#` -> `_`, else `-`), so columns on the user's line stay where they were; each made line is inserted before
 the first line that uses it, and `LineMap` takes a line of the expanded text back to the line it came from (a
-made line to its first user's), for error messages and for the `hlo_line` of findings.
+made line to its first user's), for error messages. (Instruction positions, and so the `hlo_line` of collectives
+and findings, stay those of the expanded text: on a module with references they are later than written by the
+number of lines made above them; `HloModule.written_line` converts one.)
 """
 
 from __future__ import annotations
