@@ -329,9 +329,13 @@ def parse_hlo_sharding(text: str) -> HloSharding:
     if not isinstance(text, str):
         raise ShardingSyntaxError(f"expected sharding text, got {type(text).__name__}", str(text), 1)
     r = _Reader(text)
-    sharding = _read_sharding(r, build=True, top=True)
-    if r.peek() is not None:
-        raise r.error("unexpected text after the sharding")
+    try:
+        sharding = _read_sharding(r, build=True, top=True)
+        if r.peek() is not None:
+            raise r.error("unexpected text after the sharding")
+    except ShardingSyntaxError:
+        check_hlo_sharding(text)  # what XLA's parser rejects is reported as it says it (a verifier's rule, met
+        raise                     # while building, could stand before a syntax error further on); else the rule
     return sharding  # type: ignore[return-value]
 
 
