@@ -85,17 +85,11 @@ _NAN_RE = re.compile(r"-?nan(?:\(0x([0-9a-fA-F]+)\))?$")
 
 
 def _check_scalar(lit: tuple, etype: str, tok: Any) -> None:
+    """Check one scalar of element type `etype` (a complex value is a pair of them) as XLA's parser does."""
     text, kind, value = lit
     if etype in ("c64", "c128"):
-        part = "f32" if etype == "c64" else "f64"
-        if kind == "p" and len(value) == 2 and all(v[1] == "s" for v in value):
-            for v in value:
-                _check_scalar(v, part, tok)
-            return
-        if kind == "s":
-            _check_scalar(lit, part, tok)
-            return
-        raise _syntax(f"expected a complex value like `(1, 2)`, got `{text[:30]}`", tok, len(tok))
+        _check_complex(lit, etype, tok)
+        return
     if kind != "s":
         raise _syntax(f"expected a scalar {etype} value, got `{text[:30]}`", tok, len(tok))
     if etype == "pred":  # XLA takes true, false or an integer (non-zero is true)
@@ -105,26 +99,51 @@ def _check_scalar(lit: tuple, etype: str, tok: Any) -> None:
     if text in ("true", "false"):
         raise _syntax(f"expected a number for {etype}, got `{text}`", value)
     if etype in _INT_TYPES:
-        if not re.fullmatch(r"-?\d+", text):
-            raise _syntax(f"expected an integer for {etype}, got `{text}`", value)
-        bits = ELEMENT_BITS[etype]
-        v = int(text)
-        if etype[0] == "s":
-            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-        elif etype == "u64":  # XLA reads u64 through int64 and reinterprets: -1 is accepted
-            lo, hi = -(1 << 63), (1 << 64) - 1
-        else:
-            lo, hi = 0, (1 << bits) - 1
-        if not lo <= v <= hi:
-            raise _syntax(f"{text} is out of range for {etype} [{lo}, {hi}]", value)
+        _check_integer(text, etype, value)
+    else:
+        _check_float(text, etype, value)
+
+
+def _check_complex(lit: tuple, etype: str, tok: Any) -> None:
+    """A c64/c128 value: a pair `(re, im)` of f32/f64 scalars, or one real scalar."""
+    text, kind, value = lit
+    part = "f32" if etype == "c64" else "f64"
+    if kind == "p" and len(value) == 2 and all(v[1] == "s" for v in value):
+        for v in value:
+            _check_scalar(v, part, tok)
         return
+    if kind == "s":
+        _check_scalar(lit, part, tok)
+        return
+    raise _syntax(f"expected a complex value like `(1, 2)`, got `{text[:30]}`", tok, len(tok))
+
+
+def _check_integer(text: str, etype: str, tok: Any) -> None:
+    """An integer scalar: digits only, within the range of `etype` (u64 also takes int64's negatives)."""
+    if not re.fullmatch(r"-?\d+", text):
+        raise _syntax(f"expected an integer for {etype}, got `{text}`", tok)
+    bits = ELEMENT_BITS[etype]
+    v = int(text)
+    if etype[0] == "s":
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    elif etype == "u64":  # XLA reads u64 through int64 and reinterprets: -1 is accepted
+        lo, hi = -(1 << 63), (1 << 64) - 1
+    else:
+        lo, hi = 0, (1 << bits) - 1
+    if not lo <= v <= hi:
+        raise _syntax(f"{text} is out of range for {etype} [{lo}, {hi}]", tok)
+
+
+def _check_float(text: str, etype: str, tok: Any) -> None:
+    """A floating-point scalar: a NaN whose payload fits the mantissa, an infinity, or a finite value that does
+    not round to infinity in `etype`."""
     nan = _NAN_RE.match(text)
     if nan:
         if nan.group(1) is not None:
             payload = int(nan.group(1), 16)
             bits = _FLOAT_LIMITS.get(etype, (0, 0, None))[2]
             if etype in _NO_NAN_PAYLOAD or (bits is not None and payload >= (1 << bits)) or payload == 0:
-                raise _syntax(f"NaN payload 0x{nan.group(1)} does not fit {etype}", value)
+                raise _syntax(f"NaN payload 0x{nan.group(1)} does not fit {etype}", tok)
         return
     if text.lstrip("-") == "inf":
         return
@@ -133,4 +152,4 @@ def _check_scalar(lit: tuple, etype: str, tok: Any) -> None:
         top, step, _ = limits
         v = abs(float(text))
         if v == float("inf") or (step and v >= top + step / 2) or (not step and v > top):
-            raise _syntax(f"{text} is out of range for {etype} (largest finite value {top:g})", value)
+            raise _syntax(f"{text} is out of range for {etype} (largest finite value {top:g})", tok)
