@@ -37,25 +37,20 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.devices import device_count
 from analyzer.analysis.graph import BranchKey, CallGraph
+from analyzer.hlo.opcodes import (ASYNC_COLLECTIVE_DONES, ASYNC_COLLECTIVE_STARTS, COLLECTIVE_KINDS, COLLECTIVES,
+                                  DATA_MOVEMENT, DOTS, PASS_THROUGH)
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, HloModule, Instruction, Shape
 
-__all__ = ["COLLECTIVE_OPCODES", "KINDS", "Collective", "extract_collectives"]
+__all__ = ["Collective", "extract_collectives"]
 
-# Logical kinds, as the report names them.
-KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
-         "collective-broadcast", "ragged-all-to-all")
-COLLECTIVE_OPCODES = frozenset(KINDS)
-_ASYNC_STARTS = {f"{k}-start": k for k in KINDS}
-_COLLECTIVE_LIST = tuple(sorted(COLLECTIVE_OPCODES))
+_ASYNC_STARTS = {f"{k}-start": k for k in COLLECTIVE_KINDS}
+_COLLECTIVE_LIST = tuple(sorted(COLLECTIVES))
 # What `_Builder._fusion` looks for inside a fusion: collectives and async collective starts.
-_FUSED_COLLECTIVES = tuple(sorted(COLLECTIVE_OPCODES | set(_ASYNC_STARTS)))
-_ASYNC_DONES = frozenset(f"{k}-done" for k in KINDS) | {"async-done", "async-update"}
-_MOVE_OPS = frozenset({"bitcast", "copy", "reshape", "transpose", "convert", "get-tuple-element", "copy-start",
-                       "copy-done", "bitcast-convert", "optimization-barrier"})
-_DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
-_DOT_OP_LIST = tuple(sorted(_DOT_OPS))
+_FUSED_COLLECTIVES = tuple(sorted(COLLECTIVES | ASYNC_COLLECTIVE_STARTS))
+_ASYNC_DONES = ASYNC_COLLECTIVE_DONES | {"async-done", "async-update"}
+_DOT_OP_LIST = tuple(sorted(DOTS))
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,7 @@ class Collective:
     """One logical collective.
 
     HLO side:
-      kind: logical kind (one of `KINDS`).
+      kind: logical kind (one of `COLLECTIVE_KINDS`).
       computation: the computation that runs it (for fused forms: the computation holding the fusion).
       instruction: the HLO instruction of the collective op itself (inside a fusion for TPU forms).
       instructions: names of every instruction that makes it up (start, continuation, done, slice...).
@@ -238,7 +233,7 @@ def _fused_select(module: HloModule, inst: Instruction, opcodes: tuple[str, ...]
 
 def _has_dot(module: HloModule, inst: Instruction) -> Instruction | None:
     """The dot/convolution an instruction is or holds (fusions), else None."""
-    if inst.opcode in _DOT_OPS:
+    if inst.opcode in DOTS:
         return inst
     if inst.opcode == "fusion":
         for _, i in _fused_select(module, inst, _DOT_OP_LIST):
@@ -264,7 +259,7 @@ def _feeds_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Instructio
         d = _has_dot(g.module, u)
         if d is not None:
             return d
-        if u.opcode in _MOVE_OPS or u.opcode in _ASYNC_DONES or (u.opcode == "fusion" and _is_movement_fusion(g.module, u)):
+        if u.opcode in PASS_THROUGH or u.opcode in _ASYNC_DONES or (u.opcode == "fusion" and _is_movement_fusion(g.module, u)):
             found = _feeds_dot(g, comp, u.name, depth + 1)
             if found is not None:
                 return found
@@ -278,7 +273,7 @@ def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Ins
     d = _has_dot(g.module, inst)
     if d is not None:
         return d
-    if inst.opcode in _MOVE_OPS or inst.opcode in ("add", "fusion") or inst.opcode in _ASYNC_DONES:
+    if inst.opcode in PASS_THROUGH or inst.opcode in ("add", "fusion") or inst.opcode in _ASYNC_DONES:
         for op in g.operands(comp, inst):
             found = _from_dot(g, comp, op, depth + 1)
             if found is not None:
@@ -286,15 +281,13 @@ def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Ins
     return None
 
 
-_MOVEMENT_FUSION_OPS = _MOVE_OPS | {"parameter", "tuple", "slice", "dynamic-slice", "constant", "broadcast",
-                                    "concatenate", "pad", "fusion"}
 
 
 def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
-    if _written_within(module, inst, _MOVEMENT_FUSION_OPS):
+    if _written_within(module, inst, DATA_MOVEMENT):
         return True  # (what a lazily parsed module's bodies write as opcodes says so without a parse)
     ops = {i.opcode for _, i in _fused_instructions(module, inst)}
-    return bool(ops) and ops <= _MOVEMENT_FUSION_OPS
+    return bool(ops) and ops <= DATA_MOVEMENT
 
 
 def _written_within(module: HloModule, inst: Instruction, allowed: frozenset[str] | set[str],
@@ -607,7 +600,7 @@ class _Builder:
     def _scan(self, comp: Computation, count: float, branch: BranchKey) -> None:
         for inst in comp.instructions:
             op = inst.opcode
-            if op in COLLECTIVE_OPCODES:
+            if op in COLLECTIVES:
                 self.add_op(comp.name, inst, result_holder=inst, names=(inst.name,), sync=True, count=count,
                             branch=branch)
             elif op in _ASYNC_STARTS:
@@ -616,7 +609,7 @@ class _Builder:
                             branch=branch)
             elif op == "async-start":
                 for _, inner in _fused_select(self.module, inst, _COLLECTIVE_LIST):
-                    if inner.opcode in COLLECTIVE_OPCODES:
+                    if inner.opcode in COLLECTIVES:
                         done = [u.name for u in self.g.users(comp.name, inst.name) if u.opcode in _ASYNC_DONES]
                         self.add_op(comp.name, inner, result_holder=inst, names=(inst.name, *done), sync=False,
                                     count=count, branch=branch)
@@ -708,13 +701,13 @@ def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective
             if k in by_holder and by_holder[k] != i:
                 parent[find(i)] = find(by_holder[k])
                 continue
-            if node.opcode in _DOT_OPS or (node.opcode == "fusion" and _has_dot(g.module, node) is not None):
+            if node.opcode in DOTS or (node.opcode == "fusion" and _has_dot(g.module, node) is not None):
                 accumulates.add(i)
                 continue
             if node.opcode == "broadcast" and all(
                     (p := g.producer(r.computation, o.name)) is not None and p.opcode == "constant" for o in node.operands):
                 accumulates.add(i)
-            if node.opcode in _MOVE_OPS or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
+            if node.opcode in PASS_THROUGH or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
                 # a compute fusion in the chain: the travelling buffer is being accumulated into
                 if (node.opcode == "fusion" and not _is_movement_fusion(g.module, node)
                         and any((r.computation, o.name) in by_holder for o in node.operands)):

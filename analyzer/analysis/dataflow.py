@@ -10,15 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analyzer.analysis.dots import DOT_OPCODES, batch_dims, contracting_dims
+from analyzer.analysis.dots import batch_dims, contracting_dims
 from analyzer.hlo.ir import Computation, HloModule, Instruction
+from analyzer.hlo.opcodes import (ASYNC_COPIES, COLLECTIVE_KINDS, DEVICE_VARYING, DOTS, ELEMENTWISE, MOVING_COLLECTIVES,
+                                  RELABEL)
 
 if TYPE_CHECKING:
     from analyzer.analysis.graph import CallGraph
 
 __all__ = [
-    "TRANSPARENT",
-    "ELEMENTWISE",
     "DotUse",
     "users_map",
     "dot_uses",
@@ -34,16 +34,6 @@ __all__ = [
     "MOVING_PRIMITIVES",
 ]
 
-# Ops that move or relabel data without changing which elements a device holds.
-TRANSPARENT = frozenset({"bitcast", "reshape", "copy", "transpose", "convert", "bitcast-convert",
-                         "optimization-barrier"})
-# Element-wise ops: a slice of the output needs only the same slice of the inputs.
-ELEMENTWISE = frozenset({
-    "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "exponential", "log", "tanh",
-    "logistic", "sqrt", "rsqrt", "abs", "sign", "power", "select", "compare", "and", "or", "not", "xor",
-    "clamp", "convert", "exponential-minus-one", "log-plus-one", "floor", "ceil", "round-nearest-afz",
-    "round-nearest-even", "cosine", "sine", "erf", "cbrt", "is-finite", "remainder", "atan2", "tan",
-})
 
 
 @dataclass(frozen=True)
@@ -105,10 +95,10 @@ def cause_metadata(comp: Computation, inst: Instruction, dot: Instruction | None
                 if user.name in seen:
                     continue
                 seen.add(user.name)
-                if user.opcode in DOT_OPCODES:
+                if user.opcode in DOTS:
                     dot = user
                     break
-                if user.opcode in TRANSPARENT or user.opcode in ("all-gather", "dynamic-slice", "slice"):
+                if user.opcode in RELABEL or user.opcode in ("all-gather", "dynamic-slice", "slice"):
                     todo.append(user.name)
     return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else md
 
@@ -142,8 +132,8 @@ def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
     return None
 
 
-_COLLECTIVE_OPS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-_DOTS_OR_FUSION = tuple(sorted(DOT_OPCODES | {"fusion"}))
+_COLLECTIVE_OPS = COLLECTIVE_KINDS  # (a prefix of every collective opcode: `all-gather-start` starts with one too)
+_DOTS_OR_FUSION = tuple(sorted(DOTS | {"fusion"}))
 
 
 def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
@@ -189,10 +179,10 @@ def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
             continue
         seen.add(name)
         for user, k in users.get(name, ()):
-            if user.opcode in DOT_OPCODES and k < 2:
+            if user.opcode in DOTS and k < 2:
                 contracting = None if d is None else d in contracting_dims(user, k)
                 found.append(DotUse(user, k, d, contracting))
-            elif user.opcode in TRANSPARENT and k == 0:
+            elif user.opcode in RELABEL and k == 0:
                 stack.append((user.name, _follow_dim(user, d)))
             elif user.opcode in ELEMENTWISE and user.shape.is_array and user.shape.dims == _dims_of(comp, name):
                 stack.append((user.name, d))  # e.g. a norm's scale or an activation between gather and matmul
@@ -221,9 +211,9 @@ def upstream_dot(comp: Computation, dot: Instruction) -> Instruction | None:
         if cur is None or cur.name in seen or depth > 12:
             continue
         seen.add(cur.name)
-        if cur.opcode in DOT_OPCODES:
+        if cur.opcode in DOTS:
             return cur
-        if cur.opcode in TRANSPARENT or cur.opcode in ELEMENTWISE:
+        if cur.opcode in RELABEL or cur.opcode in ELEMENTWISE:
             stack.extend((comp.by_name.get(n), depth + 1) for n in cur.operand_names)
     return None
 
@@ -238,9 +228,9 @@ def dot_producer(comp: Computation, inst: Instruction) -> Instruction | None:
         prev = by_name.get(cur.operands[0].name)
         if prev is None:
             return None
-        if prev.opcode in DOT_OPCODES:
+        if prev.opcode in DOTS:
             return prev
-        if prev.opcode not in TRANSPARENT:
+        if prev.opcode not in RELABEL:
             return None
         cur = prev
     return None
@@ -293,7 +283,7 @@ def only_used_sliced(comp: Computation, inst: Instruction,
                     slices += 1
                     continue
                 return False
-            if user.opcode in TRANSPARENT:
+            if user.opcode in RELABEL:
                 stack.append(user.name)
                 continue
             if user.opcode in ELEMENTWISE and user.shape.is_array and user.shape.dims == _array_dims(comp, name):
@@ -364,8 +354,6 @@ def _same_within(values: list[object]) -> bool:
     return all(v is not None and v == values[0] for v in values)
 
 
-_NOT_UNIFORM_LEAVES = frozenset({"partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
-                                 "infeed", "recv", "recv-done", "custom-call"})
 _MAX_DEPTH = 6
 
 
@@ -392,7 +380,7 @@ def _varies_inside(module: HloModule, comp_name: str, depth: int = 0) -> bool:
     if comp is None or depth > _MAX_DEPTH:
         return True
     for i in comp.instructions:
-        if i.opcode in _NOT_UNIFORM_LEAVES or i.opcode.startswith(
+        if i.opcode in DEVICE_VARYING or i.opcode.startswith(
                 ("all-", "reduce-scatter", "collective-", "ragged-all-to-all")):
             return True
         if any(_varies_inside(module, c, depth + 1) for c in i.called_computations):
@@ -471,7 +459,7 @@ class _Uniformity:
             vals = per_device_scalar(comp, inst, n)
             if vals is not None:
                 return all(len({vals[d] for d in g if d < len(vals)}) <= 1 for g in self.groups)
-        if op in _NOT_UNIFORM_LEAVES:
+        if op in DEVICE_VARYING:
             return False
         if op in ("all-gather", "all-reduce") and inst.replica_groups is not None:
             if group_set <= {frozenset(g) for g in inst.replica_groups}:
@@ -653,7 +641,7 @@ def sliced_by_partition(comp: Computation, inst: Instruction) -> Instruction | N
             if any(o is not None and partition_dependent(comp, o) for o in offsets):
                 return by_name.get(cur.operand_names[0])
             return None
-        if cur.opcode not in TRANSPARENT or not cur.operands:
+        if cur.opcode not in RELABEL or not cur.operands:
             return None
         nxt = by_name.get(cur.operand_names[0])
         if nxt is None:
@@ -674,8 +662,8 @@ def mesh_axis_groups(axis_sizes: tuple[int, ...], device_ids: tuple[int, ...], a
 
 # Ops through which a value keeps its identity as "this argument" (a slice of a stacked layer's weight,
 # a gathered or moved copy of it).
-_SAME_ARRAY = TRANSPARENT | frozenset({"dynamic-slice", "slice", "all-gather", "all-gather-start", "all-gather-done",
-                                       "collective-permute", "all-to-all", "copy-start", "copy-done"})
+_SAME_ARRAY = RELABEL | MOVING_COLLECTIVES | ASYNC_COPIES | {"dynamic-slice", "slice", "all-gather-start",
+                                                             "all-gather-done"}
 
 
 def is_program_argument(module: HloModule | None, comp: Computation, inst: Instruction,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from analyzer.hlo.opcodes import ASYNC_COLLECTIVE_STARTS, COLLECTIVES
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule
 
 __all__ = ["DeviceCount", "device_count"]
 
-_GROUPED = ("all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
-            "collective-broadcast", "ragged-all-to-all", "collective-permute", "collective-permute-start")
+_GROUPED = tuple(sorted(COLLECTIVES | ASYNC_COLLECTIVE_STARTS))  # (their device groups say how many devices run)
 
 
 @dataclass(frozen=True)

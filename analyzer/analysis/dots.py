@@ -24,16 +24,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from analyzer.analysis.graph import CallGraph
+from analyzer.hlo.opcodes import DOTS
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule, Instruction
 
 __all__ = ["Dot", "ModelFlops", "dot_flops", "extract_dots", "contracting_dims", "batch_dims", "is_remat",
-           "model_flops", "executed_by_op", "op_key", "DOT_OPCODES"]
+           "model_flops", "executed_by_op", "op_key"]
 
-# The opcodes that multiply matrices: the TPU compiler spells many dots as convolutions.
-DOT_OPCODES = frozenset({"dot", "convolution", "ragged-dot"})
-_DOT_LIST = tuple(sorted(DOT_OPCODES))
+_DOT_LIST = tuple(sorted(DOTS))  # (the TPU compiler spells many dots as convolutions)
 
 
 @dataclass(frozen=True)

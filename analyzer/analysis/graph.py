@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
+from analyzer.hlo.opcodes import RELABEL, TO_APPLY_RUNS_CODE
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -50,11 +51,6 @@ _ROLE_OF_ATTR: Mapping[str, str] = {
     "called_computations": "call",
 }
 
-# Opcodes whose `to_apply=` is code that runs once per execution, not a scalar reducer.
-_CALL_OPCODES = frozenset({"call", "custom-call", "async-start"})
-
-# Ops through which a scalar loop counter flows unchanged.
-_TRANSPARENT = frozenset({"copy", "convert", "bitcast", "reshape", "bitcast-convert"})
 
 
 @dataclass(frozen=True)
@@ -316,7 +312,7 @@ def _call_sites(caller: str, inst: Instruction) -> list[CallSite]:
             if role == "branch":
                 index = i if key == "branch_computations" else (0 if key == "true_computation" else 1)
                 sites.append(CallSite(caller, inst.name, name, role, index))
-            elif role == "to_apply" and inst.opcode in _CALL_OPCODES:
+            elif role == "to_apply" and inst.opcode in TO_APPLY_RUNS_CODE:
                 sites.append(CallSite(caller, inst.name, name, "call"))  # `call` spells its callee to_apply=
             else:
                 sites.append(CallSite(caller, inst.name, name, role))
@@ -350,7 +346,7 @@ def _int_literal(inst: Instruction | None) -> int | None:
 def _through(comp: Computation, inst: Instruction | None) -> Instruction | None:
     """Follow copies, converts, reshapes and scalar broadcasts back to the value they pass on."""
     seen = 0
-    while inst is not None and (inst.opcode in _TRANSPARENT or (inst.opcode == "broadcast" and inst.shape.rank == 0)):
+    while inst is not None and (inst.opcode in RELABEL or (inst.opcode == "broadcast" and inst.shape.rank == 0)):
         if not inst.operands or seen > 16:
             return inst
         inst = comp.by_name.get(inst.operands[0].name)

@@ -24,12 +24,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from analyzer.hlo.opcodes import MOVING_COLLECTIVES, RELABEL
 
 __all__ = ["Arguments", "arguments", "argument_name", "dot_role", "ROLES"]
 
 ROLES = ("forward", "activation gradient", "weight gradient", "attention", "moe dispatch/combine", "embedding")
-_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "bitcast-convert", "all-gather",
-                      "dynamic-slice", "slice", "collective-permute", "all-to-all", "broadcast"})
+# (a value keeps its role through relabellings, the collectives that move it, slices and broadcasts)
+_THROUGH = RELABEL | MOVING_COLLECTIVES | {"dynamic-slice", "slice", "broadcast"}
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from analyzer.analysis.collectives import COLLECTIVE_OPCODES, KINDS
 from analyzer.analysis.dataflow import users_map
 from analyzer.analysis.graph import branch_sum
+from analyzer.hlo.opcodes import COLLECTIVES, DOTS, LINK, NOP, RELABEL, SLICING, UNFUSED, VIEWS
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
@@ -64,22 +64,11 @@ __all__ = ["COMPUTE_TRACK", "Span", "StepPrediction", "predict_step", "instructi
 COMPUTE_TRACK = "compute"
 _STREAM = "collectives"  # the one collective stream of an unscheduled module's overlap model
 
-# Ops that move no data of their own (views, bookkeeping, control).
-_FREE = frozenset({
-    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id",
-    "opt-barrier", "add-dependency", "domain", "token", "get-dimension-size", "set-dimension-size",
-})
+# Custom-calls that run no kernel: the SPMD partitioner's and layout markers, host-offload and buffer annotations.
 _CUSTOM_FREE = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "LayoutConstraint",
                 "MoveToHost", "MoveToDevice", "AllocateBuffer")
-# Ops an unfused module would fuse with their neighbours (elementwise and the like).
-_VIEW = frozenset({"reshape", "bitcast", "copy", "convert"})
-_HEAVY = frozenset({"dot", "convolution", "ragged-dot", "while", "call", "conditional", "fusion", "custom-call",
-                    "sort", "scatter", "async-start", "async-done", "async-update", "send", "recv", "send-done",
-                    "recv-done", "infeed", "outfeed", "rng-bit-generator", "cholesky", "triangular-solve", "fft"})
-_DOT_OPS = frozenset({"dot", "convolution", "ragged-dot"})
 # The instructions `_Walker.flops_in` adds up: dots (the opcodes `extract_dots` takes) and what calls code.
-_FLOPS_OPS = tuple(sorted(_DOT_OPS | {"fusion", "call"}))
-_SLICES = frozenset({"dynamic-slice", "slice", "gather"})
+_FLOPS_OPS = tuple(sorted(DOTS | {"fusion", "call"}))
 
 
 @dataclass(frozen=True)
@@ -180,7 +169,7 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None, *,
         f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
     """
     op = inst.opcode
-    if op in _SLICES:
+    if op in SLICING:
         return 2 * _bytes(inst.shape)
     if op == "dynamic-update-slice":
         upd = inst.operands[1].shape if len(inst.operands) > 1 else None
@@ -197,21 +186,19 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None, *,
     return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
 
 
-# Collectives inside a fusion (async collective fusions, collective matmuls): their data moves on the link and
+# Collectives inside a fusion (async collective fusions, collective matmuls) move their data on the link (`LINK`): it
 # is priced with the collective, not as HBM traffic of the fusion.
-_LINK_OPS = COLLECTIVE_OPCODES | frozenset(f"{k}-{part}" for k in KINDS for part in ("start", "done")) | frozenset(
-    {"send", "recv", "send-done", "recv-done"})
 
 
 def _is_link(inst: Instruction) -> bool:
     """A collective, or the AsyncCollectiveStart/Done custom-call of an async collective fusion."""
-    return inst.opcode in _LINK_OPS or (inst.opcode == "custom-call" and "AsyncCollective" in (
+    return inst.opcode in LINK or (inst.opcode == "custom-call" and "AsyncCollective" in (
         inst.attr("custom_call_target") or ""))
 
 
 # Ops a fusion reads through without touching memory of its own: what their users take of the value is what
 # is read of their operand (a convert reads the source elements at the source's width).
-_THROUGH = frozenset({"bitcast", "reshape", "copy", "convert", "transpose", "get-tuple-element"})
+_THROUGH = RELABEL | {"get-tuple-element"}
 
 
 def _elements(shape: Any) -> int:
@@ -244,7 +231,7 @@ def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict,
     for u, _ in users:
         op = u.opcode
         first = bool(u.operand_names) and u.operand_names[0] == name
-        if op in _SLICES and first and name not in u.operand_names[1:]:
+        if op in SLICING and first and name not in u.operand_names[1:]:
             total += _elements(u.shape)
         elif op == "dynamic-update-slice" and first and name not in u.operand_names[1:]:
             continue
@@ -304,8 +291,7 @@ def _element_bytes(shape: Any) -> float:
 # `_bytes_written` treat apart (slices, in-place updates, links, nested fusions; `AsyncCollective` custom-calls
 # are looked for in the text), and a tuple at the root. A root view (bitcast, reshape) writes what its operand
 # writes: nothing for a parameter passed through.
-_NOT_PLAIN = tuple(sorted(_SLICES | _LINK_OPS | {"dynamic-update-slice", "fusion"}))
-_VIEWS_WRITTEN = frozenset({"bitcast", "reshape"})
+_NOT_PLAIN = tuple(sorted(SLICING | LINK | {"dynamic-update-slice", "fusion"}))
 
 
 def _not_plain(module: HloModule) -> tuple[frozenset[str], frozenset[str]]:
@@ -327,10 +313,10 @@ def _plain_written(comp: Computation, module: HloModule,
         return None
     head = comp.line_head()  # type: ignore[attr-defined]
     for _ in range(8):
-        if head is None or head[0] not in _VIEWS_WRITTEN:
+        if head is None or head[0] not in VIEWS:
             break
         head = comp.line_head(head[2]) if head[2] is not None else None  # type: ignore[attr-defined]
-    if head is None or head[0] in _VIEWS_WRITTEN or head[0] == "tuple":
+    if head is None or head[0] in VIEWS or head[0] == "tuple":
         return None
     return 0 if head[0] == "parameter" else _bytes(head[1])
 
@@ -446,7 +432,7 @@ class _Walker:
                     self.coll.setdefault((c.computation, own), []).append((r, "sync"))
                 # the other instructions of a row (collectives a combiner would merge) are its, not compute
                 for n in names:
-                    if n != own and comp.by_name[n].opcode in _LINK_OPS:
+                    if n != own and comp.by_name[n].opcode in LINK:
                         self.coll.setdefault((c.computation, n), []).append((r, "marker"))
                 continue
             if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
@@ -508,7 +494,7 @@ class _Walker:
     def holds_dot(self, inst: Instruction) -> bool:
         """A dot, or a fusion/call whose computations hold one."""
         op = inst.opcode
-        if op in _DOT_OPS:
+        if op in DOTS:
             return True
         if op != "fusion" and op != "call":
             return False
@@ -547,11 +533,11 @@ class _Walker:
         """Seconds of one execution of a non-collective, non-control instruction, and whether FLOPs or bytes
         bound it ("matmul" / "memory"); (0, "") for free ops."""
         op = inst.opcode
-        if op in _FREE or (op == "custom-call" and any(t in (inst.attr("custom_call_target") or "")
+        if op in NOP or (op == "custom-call" and any(t in (inst.attr("custom_call_target") or "")
                                                         for t in _CUSTOM_FREE)):
             return 0.0, ""
         flops, dtype = 0.0, "bf16"
-        if op in _DOT_OPS:
+        if op in DOTS:
             flops, dtype = self.dot_flops.get((comp.name, inst.name), (0.0, "bf16"))
         elif op == "fusion":
             called = inst.called_computations
@@ -562,7 +548,7 @@ class _Walker:
             nbytes = instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain)
             padded, extra, fill = flops, 0.0, 0.0
             if self.dot_mxu:  # the MXU's padding, tile passes and fill (analyzer.theory.matmul)
-                if op in _DOT_OPS:
+                if op in DOTS:
                     pad, extra, fill = self.dot_mxu.get((comp.name, inst.name), (1.0, 0.0, 0.0))
                     padded = flops * pad
                 else:
@@ -572,10 +558,10 @@ class _Walker:
             t_flops = padded / self.hw.flops_per_second(dtype)
             t_mem = (nbytes + extra) / self.bw
             return (t_flops + fill, "matmul") if t_flops >= t_mem else (t_mem + fill, "memory")
-        if self.fused or cheap is None or op in _HEAVY:
+        if self.fused or cheap is None or op in UNFUSED:
             return instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain) / self.bw, "memory"
         # Unfused module: the op is one of a chain XLA would fuse; pay only at the chain's edges.
-        if op in _VIEW and op != "copy" and op != "convert":
+        if op in VIEWS:
             return 0.0, ""
         nbytes = 0
         for k, o in enumerate(inst.operands):
@@ -584,7 +570,7 @@ class _Walker:
             producer = comp.by_name[o.name]
             if producer.opcode == "constant":
                 continue
-            if k == 0 and op in _SLICES:
+            if k == 0 and op in SLICING:
                 nbytes += _bytes(inst.shape)
             elif k == 0 and op == "dynamic-update-slice":
                 continue
@@ -613,7 +599,7 @@ class _Walker:
         cheap: dict[str, bool] = {}
         for i in comp.instructions:
             op = i.opcode
-            cheap[i.name] = not (op in _FREE or op in _HEAVY or op in _DOT_OPS or (comp.name, i.name) in self.coll
+            cheap[i.name] = not (op in NOP or op in UNFUSED or op in DOTS or (comp.name, i.name) in self.coll
                                  or op.endswith(("-start", "-done")))
         return cheap, users
 
@@ -704,8 +690,8 @@ class _Walker:
             if seconds <= 0:
                 continue
             tl.compute += seconds
-            if op in _DOT_OPS or op == "fusion":
-                flops = (self.dot_flops.get((comp.name, name), (0.0, ""))[0] if op in _DOT_OPS
+            if op in DOTS or op == "fusion":
+                flops = (self.dot_flops.get((comp.name, name), (0.0, ""))[0] if op in DOTS
                          else sum(self.flops_in(c) for c in inst.called_computations))
                 if flops:
                     tl.has_dots = True
@@ -923,9 +909,9 @@ class _Walker:
                 idx = i.attr("index")
                 if idx is not None and idx.isdigit() and int(idx) in passthrough:
                     out.add(i.name)
-            elif op not in _DOT_OPS and op not in ("parameter", "while", "call", "custom-call", "rng",
+            elif op not in DOTS and op not in ("parameter", "while", "call", "custom-call", "rng",
                                                     "rng-bit-generator") and (
-                    (self.fused is False and (body.name, i.name) not in self.coll) or op in _SLICES) and \
+                    (self.fused is False and (body.name, i.name) not in self.coll) or op in SLICING) and \
                     i.operands and all(o in out for o in i.operand_names):
                 out.add(i.name)
         return out
@@ -1012,7 +998,7 @@ def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
 
 def _holds_collective(module: HloModule, inst: Instruction) -> bool:
     for c in inst.called_computations:
-        if c in module.holding(*COLLECTIVE_OPCODES):
+        if c in module.holding(*COLLECTIVES):
             return True
     return False
 

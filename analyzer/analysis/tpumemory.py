@@ -41,22 +41,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from analyzer.hlo.opcodes import CALLERS, FUSED_INTO_CONSUMER, IN_PLACE
 
-from analyzer.analysis.dataflow import ELEMENTWISE, TRANSPARENT
 
 __all__ = ["TpuMemory", "estimate_tpu_memory", "tpu_bytes"]
 
-# Instructions the TPU compiler fuses into their consumers: no buffer of their own (their operands' buffers
-# stay live until the consumer reads through them).
-_FUSED = ELEMENTWISE | TRANSPARENT | frozenset({
-    "broadcast", "iota", "constant", "slice", "pad", "concatenate", "reverse", "reduce-precision", "tuple",
-    "get-tuple-element", "after-all", "add-dependency", "domain", "partition-id", "replica-id", "opt-barrier",
-    "optimization-barrier", "dynamic-slice",
-})
-# Instructions whose callees run while they do (their peak adds to the caller's live buffers).
-_CALLERS = frozenset({"while", "call", "conditional", "async-start"})
-# Instructions that may write their result over an operand's buffer of the same size that dies there.
-_IN_PLACE = frozenset({"while", "dynamic-update-slice", "scatter", "all-reduce", "collective-permute", "select-and-scatter"})
+# (FUSED_INTO_CONSUMER: no buffer of their own; CALLERS: their callees' peak adds to the caller's live buffers;
+# IN_PLACE: may write their result over an operand's buffer that dies there. analyzer/hlo/opcodes.py.)
 _TILE_MINOR, _TILE_SECOND = 128, 8
 _BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "f8e4m3fn": 8, "f8e5m2": 8,
          "f8e4m3b11fnuz": 8, "f8e4m3fnuz": 8, "f8e5m2fnuz": 8, "f8e4m3": 8, "f8e3m4": 8, "f4e2m1fn": 4,
@@ -187,7 +178,7 @@ class _Peaks:
             if inst.opcode == "parameter":
                 sources[inst.name] = frozenset()
                 continue
-            if inst.opcode in _FUSED:
+            if inst.opcode in FUSED_INTO_CONSUMER:
                 src: frozenset[str] = frozenset()
                 for o in ops:
                     src |= sources.get(o, frozenset())
@@ -215,9 +206,9 @@ class _Peaks:
                 continue
             own = sizes[inst.name]
             freed = [s for s in dying.get(i, ()) if s != inst.name]
-            extra = self.callee_peak(inst) if inst.opcode in _CALLERS or inst.called_computations else 0
+            extra = self.callee_peak(inst) if inst.opcode in CALLERS or inst.called_computations else 0
             reuse = 0
-            if inst.opcode in _IN_PLACE:
+            if inst.opcode in IN_PLACE:
                 same = [sizes[s] for s in freed if sizes[s] == own]
                 reuse = same[0] if same else (sum(sizes[s] for s in freed) if inst.opcode == "while" else 0)
                 reuse = min(reuse, own)
@@ -272,14 +263,14 @@ def _root_sources(comp: Any) -> set[str]:
     # state) makes that buffer the output too, when the output is its only reader.
     readers: dict[str, set[str]] = {}
     for inst in comp.instructions:
-        if inst.opcode in _FUSED or inst.opcode == "parameter":
+        if inst.opcode in FUSED_INTO_CONSUMER or inst.opcode == "parameter":
             continue
         for src in _sources_of(comp, inst.operand_names):
             readers.setdefault(src, set()).add(inst.name)
     todo = list(out)
     while todo:
         inst = by[todo.pop()]
-        if inst.opcode not in _IN_PLACE:
+        if inst.opcode not in IN_PLACE:
             continue
         for src in _sources_of(comp, inst.operand_names):
             if src not in out and readers.get(src) == {inst.name} and \
@@ -301,7 +292,7 @@ def _reached(comp: Any, names: Any) -> set[str]:
             continue
         seen.add(n)
         inst = by[n]
-        if inst.opcode in _FUSED:
+        if inst.opcode in FUSED_INTO_CONSUMER:
             todo.extend(inst.operand_names)
         else:
             out.add(n)

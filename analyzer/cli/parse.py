@@ -12,13 +12,11 @@ import json
 import sys
 from collections import Counter
 from typing import Any
+from analyzer.hlo.opcodes import ASYNC_COLLECTIVE_STARTS, COLLECTIVES
 
-__all__ = ["register", "summarize", "COLLECTIVE_OPCODES"]
+__all__ = ["register", "summarize"]
 
-COLLECTIVE_OPCODES = frozenset({
-    "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
-    "collective-permute", "collective-permute-start", "collective-broadcast", "ragged-all-to-all",
-})
+_COLLECTIVE_OPCODES = COLLECTIVES | ASYNC_COLLECTIVE_STARTS
 
 
 def summarize(module) -> dict[str, Any]:
@@ -43,7 +41,7 @@ def summarize(module) -> dict[str, Any]:
         comps.append({"name": comp.name, "entry": comp.is_entry, "instructions": len(comp.instructions)})
         for inst in comp.instructions:
             opcodes[inst.opcode] += 1
-            if inst.opcode not in COLLECTIVE_OPCODES:
+            if inst.opcode not in _COLLECTIVE_OPCODES:
                 continue
             row: dict[str, Any] = {
                 "computation": comp.name,

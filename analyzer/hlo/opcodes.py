@@ -12,7 +12,11 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 __all__ = ["OPCODES", "REQUIRED_ATTRIBUTES", "ALLOWED_ATTRIBUTES", "COMMON_ATTRIBUTES", "is_known_opcode", "fixed_arity",
-           "base_opcode", "allowed_attributes"]
+           "base_opcode", "allowed_attributes", "COLLECTIVE_KINDS", "COLLECTIVES", "ASYNC_COLLECTIVE_STARTS",
+           "ASYNC_COLLECTIVE_DONES", "DOTS", "NOP", "RELABEL", "PASS_THROUGH", "ELEMENTWISE", "SLICING", "CALLERS",
+           "ASYNC_COPIES", "VIEWS", "TO_APPLY_RUNS_CODE", "REDUCING_COLLECTIVES", "MOVING_COLLECTIVES", "LINK", "UNFUSED",
+           "FUSED_INTO_CONSUMER", "IN_PLACE", "DEVICE_VARYING", "DATA_MOVEMENT", "NO_BUFFER",
+           "OPCODE_CLASSES"]
 
 OPCODES: Mapping[str, int | None] = {
     "abs": 1, "acos": 1, "acosh": 1, "add": 2, "add-dependency": 2, "after-all": None,
@@ -44,6 +48,93 @@ OPCODES: Mapping[str, int | None] = {
     "sinh": 1, "slice": 1, "sort": None, "sqrt": 1, "stochastic-convert": 2, "subtract": 2, "tan": 1,
     "tanh": 1, "topk": 1, "transpose": 1, "triangular-solve": 2, "tuple": None, "while": 1, "xor": 2,
 }
+
+# ---------------------------------------------------------------------- opcode classes
+# The classes of opcodes the analysis asks about, each defined here once (tests/hlo/test_opcodes.py checks that XLA's
+# parser knows every member, `is_known_opcode`, so a misspelling such as `optimization-barrier` for XLA's `opt-barrier` cannot land).
+
+# The logical collectives, as the report names them (XLA's collective opcodes; `-start`/`-done` are their async forms).
+COLLECTIVE_KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
+                    "collective-broadcast", "ragged-all-to-all")
+COLLECTIVES = frozenset(COLLECTIVE_KINDS)
+# Their async forms as XLA prints them: its own (`all-gather-start` ... `all-gather-done`) and its async sugar for the
+# others (`all-to-all-start` wraps an all-to-all in an async computation). The generic `async-start`/`-done` pair
+# wraps any op, collectives included.
+ASYNC_COLLECTIVE_STARTS = frozenset(f"{k}-start" for k in COLLECTIVE_KINDS)
+ASYNC_COLLECTIVE_DONES = frozenset(f"{k}-done" for k in COLLECTIVE_KINDS)
+ASYNC_COPIES = frozenset({"copy-start", "copy-done"})
+# Matrix multiplies: what the MXU / tensor cores run, and what `analyzer.analysis.dots` counts FLOPs of.
+DOTS = frozenset({"dot", "convolution", "ragged-dot"})
+# Instructions that move no data and run no kernel of their own, like XLA's `IsNopInstruction` (parameters, constants,
+# tuples and their elements, bitcasts) plus the bookkeeping ops XLA emits no code for (tokens, control dependencies,
+# the SPMD partitioner's ids, dynamic-dimension queries, domains and barriers).
+NOP = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
+                 "replica-id", "opt-barrier", "add-dependency", "domain", "get-dimension-size",
+                 "set-dimension-size"})
+# Ops that relabel an array without changing which elements it holds: views, layout changes and element casts.
+# A value keeps its identity through them (which argument it is, which dot it feeds, how it is sharded).
+RELABEL = frozenset({"bitcast", "reshape", "copy", "transpose", "convert", "bitcast-convert"})
+# What passes a value through unchanged to its user: a relabelling, a tuple element, a barrier or an async copy.
+PASS_THROUGH = RELABEL | frozenset({"get-tuple-element", "opt-barrier"}) | ASYNC_COPIES
+# Element-wise ops: a slice of the output needs only the same slice of the inputs.
+ELEMENTWISE = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "exponential", "log", "tanh",
+    "logistic", "sqrt", "rsqrt", "abs", "sign", "power", "select", "compare", "and", "or", "not", "xor",
+    "clamp", "convert", "exponential-minus-one", "log-plus-one", "floor", "ceil", "round-nearest-afz",
+    "round-nearest-even", "cosine", "sine", "erf", "cbrt", "is-finite", "remainder", "atan2", "tan",
+})
+# Ops that read part of their first operand: the slice's elements, not the whole array.
+SLICING = frozenset({"slice", "dynamic-slice", "gather"})
+# Pure views of a buffer: the same bytes under another shape (what a fusion's root writes is what their operand writes).
+VIEWS = frozenset({"bitcast", "reshape"})
+# Ops whose called computations run as code while the op runs (not fused, not a reducer).
+CALLERS = frozenset({"while", "call", "conditional", "async-start"})
+# Ops whose `to_apply=` computation is code run once per execution, not a scalar reducer.
+TO_APPLY_RUNS_CODE = frozenset({"call", "custom-call", "async-start"})
+# Collectives that reduce (sum) over the group, and those that only move or gather data.
+REDUCING_COLLECTIVES = frozenset({"all-reduce", "reduce-scatter"})
+MOVING_COLLECTIVES = frozenset({"all-gather", "all-to-all", "collective-permute"})
+# Ops whose data moves on the interconnect: collectives, their async forms, and point-to-point send/recv.
+LINK = COLLECTIVES | ASYNC_COLLECTIVE_STARTS | ASYNC_COLLECTIVE_DONES | frozenset(
+    {"send", "recv", "send-done", "recv-done"})
+# Ops XLA does not fuse with their neighbours: dots, control flow, calls, library calls, async and host transfers,
+# and the big non-elementwise kernels (an unfused module's other ops run as parts of fusions XLA would form).
+UNFUSED = DOTS | frozenset({
+    "while", "call", "conditional", "fusion", "custom-call", "sort", "scatter", "async-start", "async-done",
+    "async-update", "send", "recv", "send-done", "recv-done", "infeed", "outfeed", "rng-bit-generator", "cholesky",
+    "triangular-solve", "fft"})
+# Ops the TPU compiler fuses into their consumers: no buffer of their own (element-wise ops, relabellings, broadcasts,
+# slices and the like; their operands' buffers stay live until the consumer reads through them).
+FUSED_INTO_CONSUMER = ELEMENTWISE | RELABEL | frozenset({
+    "broadcast", "iota", "constant", "slice", "pad", "concatenate", "reverse", "reduce-precision", "tuple",
+    "get-tuple-element", "after-all", "add-dependency", "domain", "partition-id", "replica-id", "opt-barrier",
+    "dynamic-slice"})
+# Ops that may write their result over an operand's buffer of the same size that dies there.
+IN_PLACE = frozenset({"while", "dynamic-update-slice", "scatter", "all-reduce", "collective-permute",
+                      "select-and-scatter"})
+# Instructions that make no buffer of their own: inputs, views and aliases of other buffers, the loop and call
+# wrappers (their result is the loop state or the callee's root), what XLA always fuses into its consumers (a
+# broadcast or iota is never materialised on its own) and async copies and transfers (their buffers are the operand's).
+NO_BUFFER = NOP | VIEWS | ASYNC_COPIES | frozenset({"while", "call", "conditional", "broadcast", "iota", "send",
+                                                     "send-done", "recv", "recv-done"})
+# Ops whose result may differ from device to device on the same inputs (ids, random numbers, host and peer input,
+# library calls): a value computed from one is not known to be the same on every device.
+DEVICE_VARYING = frozenset({"partition-id", "replica-id", "rng", "rng-bit-generator", "rng-get-and-update-state",
+                            "infeed", "recv", "recv-done", "custom-call"})
+# Ops a fusion may hold and still only move data (no arithmetic): what a copy/transpose/concatenate fusion is made of.
+DATA_MOVEMENT = PASS_THROUGH | frozenset({"parameter", "tuple", "slice", "dynamic-slice", "constant", "broadcast",
+                                          "concatenate", "pad", "fusion"})
+
+OPCODE_CLASSES: Mapping[str, frozenset[str]] = {
+    "COLLECTIVES": COLLECTIVES, "ASYNC_COLLECTIVE_STARTS": ASYNC_COLLECTIVE_STARTS,
+    "ASYNC_COLLECTIVE_DONES": ASYNC_COLLECTIVE_DONES, "ASYNC_COPIES": ASYNC_COPIES, "DOTS": DOTS, "NOP": NOP,
+    "RELABEL": RELABEL, "PASS_THROUGH": PASS_THROUGH, "ELEMENTWISE": ELEMENTWISE, "SLICING": SLICING, "VIEWS": VIEWS,
+    "CALLERS": CALLERS, "TO_APPLY_RUNS_CODE": TO_APPLY_RUNS_CODE, "REDUCING_COLLECTIVES": REDUCING_COLLECTIVES,
+    "MOVING_COLLECTIVES": MOVING_COLLECTIVES, "LINK": LINK, "UNFUSED": UNFUSED,
+    "FUSED_INTO_CONSUMER": FUSED_INTO_CONSUMER, "IN_PLACE": IN_PLACE, "DEVICE_VARYING": DEVICE_VARYING,
+    "DATA_MOVEMENT": DATA_MOVEMENT, "NO_BUFFER": NO_BUFFER,
+}
+
 
 # Attributes XLA's parser requires per opcode (it reports "attribute X is expected but not seen"). Found by
 # deleting each attribute from the corpus modules and asking XLA's parser (see tests/hlo/make_corpus.py).

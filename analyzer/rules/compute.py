@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.messages import RedundantCompute
 from analyzer.rules.registry import Option, rule
+from analyzer.hlo.opcodes import RELABEL
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, Instruction
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["redundant_compute", "spec_text", "sharding_axes"]
 
-# Ops an activation passes through unchanged in the dims the rule names (casts, views, layout).
-_THROUGH = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "bitcast-convert"})
 _SDY = re.compile(r'xla\.sdy\.sharding="?#sdy\.sharding<@\w+, \[(.*)\]')
 _GROUP = re.compile(r"\{([^{}]*)\}")
 
@@ -75,7 +74,7 @@ def _argument(comp: Computation, inst: Instruction, depth: int = 0) -> Instructi
         return inst
     if depth > 8 or not inst.operands:
         return None
-    if inst.opcode in _THROUGH or (inst.opcode == "custom-call" and len(inst.operands) == 1):
+    if inst.opcode in RELABEL or (inst.opcode == "custom-call" and len(inst.operands) == 1):
         src = comp.by_name.get(inst.operands[0].name)
         return _argument(comp, src, depth + 1) if src is not None else None
     if inst.opcode == "gather" and len(inst.operands) > 1:  # an embedding lookup: the token ids are the batch

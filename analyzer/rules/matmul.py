@@ -10,7 +10,7 @@ from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.hlo.ir import Computation, Instruction
-from analyzer.analysis.dots import DOT_OPCODES, batch_dims, contracting_dims, dot_flops
+from analyzer.analysis.dots import batch_dims, contracting_dims, dot_flops
 from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
@@ -29,12 +29,12 @@ from analyzer.analysis.dataflow import (
 from analyzer.rules.registry import Option, rule
 from analyzer.analysis.roles import Arguments, argument_name, dot_role
 from analyzer.analysis.roles import _traced as _argument_of
+from analyzer.hlo.opcodes import DOTS, MOVING_COLLECTIVES, REDUCING_COLLECTIVES
 
 __all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix", "roofline_change",
            "RooflineFix", "collective_listing"]
 
-_FEEDING = ("all-gather", "all-to-all", "collective-permute")
-_REDUCING = ("all-reduce", "reduce-scatter")
+
 
 
 def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]:
@@ -54,26 +54,26 @@ def attached_collectives(ctx: RuleContext) -> dict[tuple[str, str], tuple[Instru
         if c.inst is None or c.comp is None:
             continue
         found = False
-        if c.kind in _FEEDING:
+        if c.kind in MOVING_COLLECTIVES:
             users = ctx.facts.users(c.comp)
             dims = c.inst.dimensions
             dim = dims[0] if dims else None
             for use in dot_uses(c.comp, c.inst, dim if c.kind == "all-gather" else None, users, ctx.facts.module):
                 add(c.comp.name, use.dot, c, use)
                 found = True
-        elif c.kind in _REDUCING:
+        elif c.kind in REDUCING_COLLECTIVES:
             dot = dot_producer(c.comp, c.inst)
             if dot is not None:
                 add(c.comp.name, dot, c, None)
                 found = True
         record_dot = getattr(c.record, "dot", None) if c.record is not None else None
-        if not found and record_dot is not None and getattr(record_dot, "opcode", "") in DOT_OPCODES:
+        if not found and record_dot is not None and getattr(record_dot, "opcode", "") in DOTS:
             add(f"{c.comp.name}>", record_dot, c, None)
     # A reduction after a chain of two matmuls with no collective between them (Megatron's W_in then W_out,
     # all-reduced once) is weighed against both, as the chapter's tensor-parallel roofline does.
     for (comp_name, _), (dot, pairs) in list(out.items()):
         for c, use in pairs:
-            if use is not None or c.kind not in _REDUCING or c.comp is None or c.comp.name != comp_name:
+            if use is not None or c.kind not in REDUCING_COLLECTIVES or c.comp is None or c.comp.name != comp_name:
                 continue
             first = upstream_dot(c.comp, dot)
             if first is not None and (comp_name, first.name) not in out:
@@ -236,17 +236,17 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
         roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of, args)
         # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
         # not the matmul before it in the chain); the HLO instruction is the collective that costs most.
-        reducer = dot_producer(main.comp, main.inst) if main.kind in _REDUCING and main.inst is not None else None
+        reducer = dot_producer(main.comp, main.inst) if main.kind in REDUCING_COLLECTIVES and main.inst is not None else None
         first = reducer if reducer is not None and any(reducer is d for d in dots) else \
             min(dots, key=lambda d: d.position.line if d.position else 0)
         loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location(), facts.dot_rows)
         loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
                       hlo_line=main.hlo_line)
         listing = collective_listing(colls)
-        quantity = _QUANTITY[(roof.strategy, main.kind in _FEEDING)]
+        quantity = _QUANTITY[(roof.strategy, main.kind in MOVING_COLLECTIVES)]
         all_reduced = 0.0
         features: float | None = None
-        if roof.strategy == "megatron" and main.kind in _REDUCING and reducer is not None:
+        if roof.strategy == "megatron" and main.kind in REDUCING_COLLECTIVES and reducer is not None:
             # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
             # (an AllReduce moves each element twice, so one matmul alone gives half its F/Y).
             contracted = math.prod(reducer.operands[0].shape.dims[d] for d in contracting_dims(reducer, 0)
@@ -424,7 +424,7 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
     if main.kind == "all-to-all":
         return _Roof("expert", role=role(local[0][0], True) if local else "moe dispatch/combine")
     for dot, use in local:
-        if main.kind in _FEEDING and use is not None:
+        if main.kind in MOVING_COLLECTIVES and use is not None:
             k = use.operand
             name = batch_arg(dot, k)
             if name:
@@ -436,7 +436,7 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
                     return _Roof("expert", role=role(dot))
                 return _Roof("megatron", args.per_chip_tokens or free_size(dot, k), role=role(dot))
             return _Roof("megatron", role=role(dot))
-        if main.kind in _REDUCING and use is None:
+        if main.kind in REDUCING_COLLECTIVES and use is None:
             r = role(dot)
             weights = [k for k in (0, 1) if arg(dot, k)]
             if weights and r != "weight gradient":
@@ -699,7 +699,7 @@ def gathered_larger_operand(ctx: RuleContext) -> Iterator[Diagnostic]:
                 alt = facts.price_like(c, "reduce-scatter", v_out, c.axes)
                 spec = _contracting_spec(comp, dot, 1 - use.operand, whole, c.axes)
                 yield from _emit(ctx, c, dot, comp, alt, min_saving, gathered=True, v_other=v_out, spec=spec)
-            elif c.kind in _REDUCING and use is None:
+            elif c.kind in REDUCING_COLLECTIVES and use is None:
                 for k in (0, 1):
                     src = _operand(comp, dot, k)
                     whole = sliced_by_partition(comp, src) if src is not None else None

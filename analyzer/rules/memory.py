@@ -14,18 +14,11 @@ from analyzer.rules.facts import _split_source
 from analyzer.rules.messages import OverHbm, ReplicatedParameter
 from analyzer.analysis.dataflow import cause_metadata, replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
+from analyzer.hlo.opcodes import NO_BUFFER
 
 __all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "memory_part", "largest_parts",
            "replicated_parameters", "largest_temporary"]
 
-# Instructions that make no buffer of their own: inputs, views and aliases of other buffers, the loop and
-# call wrappers (their result is the loop state or the callee's root), and what XLA always fuses into its
-# consumers (a broadcast or iota is never materialised on its own in the compiled program).
-_NO_BUFFER = frozenset({
-    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape", "while", "call", "conditional",
-    "after-all", "add-dependency", "opt-barrier", "optimization-barrier", "domain", "partition-id", "replica-id",
-    "broadcast", "iota", "copy-start", "copy-done", "send", "send-done", "recv", "recv-done",
-})
 
 
 # Each part of `Report.memory`: the report's own key, then `compiled.memory_analysis()`'s attribute name.
@@ -114,7 +107,7 @@ def largest_temporary(module: Any) -> tuple[Any, Any, float] | None:
         for inst in comp.instructions:
             if inst.opcode in ("while", "call", "conditional"):
                 todo.extend(module.by_name[n] for n in inst.called_computations if n in module.by_name)
-            if inst.opcode in _NO_BUFFER or not inst.shape.is_array or inst.shape.is_token:
+            if inst.opcode in NO_BUFFER or not inst.shape.is_array or inst.shape.is_token:
                 continue
             if comp is entry and inst.name in outputs:
                 continue

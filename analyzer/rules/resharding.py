@@ -11,10 +11,11 @@ from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import dot_uses, only_used_sliced
 from analyzer.rules.messages import FullRematerialization, ReshardingCollective
 from analyzer.rules.registry import Option, rule
+from analyzer.hlo.opcodes import MOVING_COLLECTIVES
 
 __all__ = ["resharding_traffic", "full_rematerialization"]
 
-_RESHARD_KINDS = ("all-to-all", "collective-permute", "all-gather")
+
 
 
 def _rematerialized(c, facts) -> bool:
@@ -60,7 +61,7 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     facts = ctx.facts
     min_saving = float(ctx.option("min_saving_seconds"))
     for c in facts.collectives:
-        if c.kind not in _RESHARD_KINDS or c.overlapped or is_explicit_collective(c.op_name):
+        if c.kind not in MOVING_COLLECTIVES or c.overlapped or is_explicit_collective(c.op_name):
             continue
         step = facts.step_saving([(c, 0.0)])
         if step.seconds < min_saving:

@@ -40,6 +40,7 @@ from analyzer.errors import AnalyzerError, HardwareError, valid_choices
 from analyzer.theory.hardware import HardwareSpec
 from analyzer.theory.topology import AxisLike, GroupGeometry, Ring, Topology, TreeLevel, _normalize_axes
 from analyzer.units import format_seconds
+from analyzer.hlo.opcodes import COLLECTIVE_KINDS
 
 __all__ = [
     "Cost",
@@ -60,10 +61,7 @@ __all__ = [
     "CostModelError",
 ]
 
-KINDS: tuple[str, ...] = (
-    "all-gather", "reduce-scatter", "all-reduce", "all-to-all",
-    "collective-permute", "collective-broadcast", "ragged-all-to-all",
-)
+KINDS: tuple[str, ...] = COLLECTIVE_KINDS  # the collectives priced (analyzer/hlo/opcodes.py)
 MODELS: tuple[str, ...] = ("topology", "ideal")
 
 _ALIASES = {
