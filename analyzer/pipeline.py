@@ -104,7 +104,7 @@ def analyze(
         The all-reduce moves Z[I_X, K]: 128 x 64 f32 = 32768 bytes per group of the Y axis.
     """
     from analyzer.compile.lower import lower
-    from analyzer.workflows.config import as_config
+    from analyzer.rules.config import as_config
 
     config = as_config(config)
     lowered = lower(fn, *args, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, target=target,
@@ -133,7 +133,7 @@ def analyze_lowered(
       args, in_shardings, out_shardings: the abstract arguments and shardings the program was lowered with (the
         arguments table and the rules that read them); empty when unknown.
     """
-    from analyzer.workflows.config import as_config
+    from analyzer.rules.config import as_config
 
     config = as_config(config)
     text = lowered.optimized_hlo if lowered.platform == "tpu" else lowered.spmd_hlo
@@ -233,7 +233,7 @@ def analyze_hlo(
     from analyzer.analysis.graph import CallGraph
     from analyzer.hlo.parser import check_read, parse_hlo
     from analyzer.analysis.mapping import mesh_from_any
-    from analyzer.workflows.config import as_config
+    from analyzer.rules.config import as_config
 
     config = as_config(config)
     notes: list[str] = []

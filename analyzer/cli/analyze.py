@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from analyzer.pipeline import analyze
     from analyzer.compile.lower import load_entry, parse_target, time_limit
-    from analyzer.workflows.config import check_plan_keys
+    from analyzer.rules.config import check_plan_keys
 
     check_trace(args)  # a trace path that cannot be written fails before the compile
     check_plan_keys(args.hardware, args.topology, None)  # before the compile, not after it

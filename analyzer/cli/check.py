@@ -94,7 +94,7 @@ def _codes(text: str | None) -> list[str] | None:
 
 def _config_path(args: argparse.Namespace) -> Path:
     """The config file: --config, else the nearest pyproject.toml with [tool.hlo-analyzer]."""
-    from analyzer.workflows.config import find_config
+    from analyzer.rules.config import find_config
 
     if args.config:
         path = Path(args.config)
@@ -113,7 +113,7 @@ def _config_path(args: argparse.Namespace) -> Path:
 
 def _load(args: argparse.Namespace, path: Path):
     """The config to use and the project root it lives in."""
-    from analyzer.workflows.config import load_config
+    from analyzer.rules.config import load_config
 
     config = load_config(path)
     overrides = {}
@@ -130,7 +130,7 @@ def _load(args: argparse.Namespace, path: Path):
     if args.timeout is not None:
         overrides["timeout"] = args.timeout
     if args.hardware or args.target:
-        from analyzer.workflows.config import check_plan_keys
+        from analyzer.rules.config import check_plan_keys
 
         check_plan_keys(args.hardware, None, args.target)
     config = config.override(select=_codes(args.select), ignore=_codes(args.ignore), where="command line",
@@ -179,7 +179,7 @@ def _baseline(args: argparse.Namespace, root: Path, configured_name):
 def _replay(args: argparse.Namespace, table: dict, root: Path, path: Path, cache, keys):
     """The check from the cache alone (no config validation, no jax): the result, or None to compute."""
     from analyzer.workflows.check import replay_check
-    from analyzer.workflows.config import DEFAULT_BASELINE_TOLERANCE
+    from analyzer.rules.config import DEFAULT_BASELINE_TOLERANCE
 
     configured = table.get("baseline")
     tolerance = args.baseline_tolerance if args.baseline_tolerance is not None else table.get(

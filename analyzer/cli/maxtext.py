@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_writable(args.output, what="report")
     check_trace(args)
-    from analyzer.workflows.config import check_plan_keys
+    from analyzer.rules.config import check_plan_keys
 
     check_plan_keys(args.hardware, args.topology, None)
     parsed = maxtext.parse_args(args.maxtext_args)

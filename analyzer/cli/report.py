@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             return replayed[1]
     from analyzer.compile.lower import time_limit
     from analyzer.render import render
-    from analyzer.workflows.config import check_plan_keys
+    from analyzer.rules.config import check_plan_keys
     from analyzer.workflows.reportconfig import load_report_config
     from analyzer.workflows.sweep import analyze_config
 

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
         format_for_path(args.output)
         check_writable(args.output, what="sweep report")
-    from analyzer.workflows.config import check_plan_keys
+    from analyzer.rules.config import check_plan_keys
 
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)

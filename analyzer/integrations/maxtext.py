@@ -476,7 +476,7 @@ def analyze_maxtext(
       `Report`, its collectives in MaxText's mesh axis names.
     """
     from analyzer.pipeline import analyze_lowered
-    from analyzer.workflows.config import as_config, check_plan_keys
+    from analyzer.rules.config import as_config, check_plan_keys
 
     target = _check_target(target)
     check_available()

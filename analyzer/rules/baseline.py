@@ -39,7 +39,7 @@ __all__ = ["Baseline", "read_baseline", "write_baseline", "update_baseline", "ch
            "BASELINE_VERSION"]
 
 BASELINE_VERSION = 1
-DEFAULT_TOLERANCE = 0.10  # as analyzer.workflows.config.DEFAULT_BASELINE_TOLERANCE (that module imports this one)
+DEFAULT_TOLERANCE = 0.10  # as analyzer.rules.config.DEFAULT_BASELINE_TOLERANCE (that module imports this one)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.messages import Message
 
 if TYPE_CHECKING:
-    from analyzer.workflows.config import Config
+    from analyzer.rules.config import Config
     from analyzer.analysis.report import Report
     from analyzer.rules.facts import Facts, StepSaving
     from analyzer.rules.registry import Rule

@@ -224,7 +224,7 @@ def saving_threshold(rule: Rule, config: Any, base_seconds: float) -> float | No
         else the step's predicted communication (`RuleResult.base`).
 
     Example:
-        >>> from analyzer.workflows.config import Config
+        >>> from analyzer.rules.config import Config
         >>> from analyzer.rules.registry import get_rule
         >>> round(saving_threshold(get_rule("HA301"), Config(), 63.6e-3), 9)   # 1% of a 63.6 ms step beats 10 us
         0.000636
@@ -299,7 +299,7 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
     Args:
       report: an `analyzer.analysis.report.Report`.
-      config: an `analyzer.workflows.config.Config`, or anything `as_config` takes (a dict of
+      config: an `analyzer.rules.config.Config`, or anything `as_config` takes (a dict of
         `[tool.hlo-analyzer]` keys; None: the defaults). Its `baseline` path, when set, is read.
 
     Returns:
@@ -310,7 +310,7 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
 
 def _check_rules(report: Any, config: Any) -> RuleResult:
-    from analyzer.workflows.config import as_config
+    from analyzer.rules.config import as_config
     from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
     from analyzer.rules.facts import Facts

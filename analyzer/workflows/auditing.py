@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import AnalyzerError, valid_choices
 
 if TYPE_CHECKING:
-    from analyzer.workflows.config import Config
+    from analyzer.rules.config import Config
     from analyzer.diagnostics import Diagnostic
     from analyzer.analysis.report import Report
 
@@ -89,7 +89,7 @@ class AuditOptions:
         if self.budgets:
             from dataclasses import fields
 
-            from analyzer.workflows.config import Budgets
+            from analyzer.rules.config import Budgets
 
             names = [f.name.replace("_", "-") for f in fields(Budgets)]
             for key in self.budgets:
@@ -338,7 +338,7 @@ def _message(fn: Callable, outcome: _Outcome) -> str:
 
 def _config(opts: AuditOptions) -> Config:
     """The rules config: the project's (or the one given) with the decorator's select/ignore/budgets on top."""
-    from analyzer.workflows.config import Config, as_config, find_config, load_config
+    from analyzer.rules.config import Config, as_config, find_config, load_config
 
     base = opts.config
     if base is None:

@@ -1,6 +1,6 @@
 """`hlo-analyzer check`: compile a project's entry points, run the rules, and decide the exit status.
 
-The project says what to check in `[tool.hlo-analyzer]` of its pyproject.toml (see analyzer/workflows/config.py):
+The project says what to check in `[tool.hlo-analyzer]` of its pyproject.toml (see analyzer/rules/config.py):
 
     [tool.hlo-analyzer]
     entry-points = ["model.train:train_step"]   # module:function returning (jitted fn, abstract args)
@@ -37,7 +37,7 @@ from analyzer.errors import AnalyzerError, ConfigError
 from analyzer.rules.baseline import Baseline
 
 if TYPE_CHECKING:
-    from analyzer.workflows.config import Config
+    from analyzer.rules.config import Config
     from analyzer.analysis.report import Report
     from analyzer.workflows.cache import KeyContext, ResultCache
 

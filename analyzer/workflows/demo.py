@@ -84,7 +84,7 @@ def run_demo(plan: DemoPlan = DEFAULT_PLAN, model: TransformerConfig | None = No
         True
     """
     from analyzer.pipeline import analyze
-    from analyzer.workflows.config import Config
+    from analyzer.rules.config import Config
     from analyzer.compile.models import build
     from analyzer.rules import apply_rules
 

@@ -543,7 +543,7 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
     data = load_toml(text, path=str(path))
     if "hlo-analyzer" in data.get("tool", {}):
         from analyzer.workflows.check import analyse_entry, resolve_entry, _on_path
-        from analyzer.workflows.config import load_config
+        from analyzer.rules.config import load_config
 
         config = load_config(path)
         if hardware:

@@ -75,7 +75,7 @@ from analyzer.errors import (AnalyzerError, ConfigError, find_key_line, find_tab
 from analyzer.theory.dtypes import numpy_name, spellings
 
 if TYPE_CHECKING:
-    from analyzer.workflows.config import Config
+    from analyzer.rules.config import Config
 
 __all__ = [
     "ReportConfig",
@@ -327,8 +327,8 @@ class ReportConfig:
         return report_inputs(self.path, self.entry, (self.hardware, *hardware))
 
     def rules_config(self) -> Config:
-        """The rule selection, options and budgets as an `analyzer.workflows.config.Config`."""
-        from analyzer.workflows.config import config_from_table
+        """The rule selection, options and budgets as an `analyzer.rules.config.Config`."""
+        from analyzer.rules.config import config_from_table
 
         table = dict(self.rules_table)
         try:
@@ -495,7 +495,7 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
         raise c.error("[sweep.maxtext] sweeps MaxText's keys: it needs entry = \"maxtext:KEY=VALUE ...\"", "maxtext",
                       "sweep")
     # Hardware and slice are checked now, with their line, not after the compile.
-    from analyzer.workflows.config import check_plan_keys
+    from analyzer.rules.config import check_plan_keys
 
     try:
         check_plan_keys(kwargs.get("hardware") or None, kwargs.get("topology"), None,
@@ -728,7 +728,7 @@ def _rules(rules: Mapping[str, Any], budgets: Mapping[str, Any], c: _Checker) ->
 
 def _check_rules(config: ReportConfig, c: _Checker) -> None:
     """Build the rules Config once so bad codes and budgets fail at load time, placed at their line."""
-    from analyzer.workflows.config import config_from_table
+    from analyzer.rules.config import config_from_table
 
     try:
         config_from_table(dict(config.rules_table), path=config.path)

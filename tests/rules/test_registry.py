@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analyzer.cli import main
-from analyzer.workflows.config import Budgets, Config, load_config
+from analyzer.rules.config import Budgets, Config, load_config
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.errors import ConfigError
 from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals

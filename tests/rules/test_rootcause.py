@@ -11,7 +11,7 @@ from analyzer.diagnostics import Diagnostic, Location
 from analyzer.render._common import headline, what_to_do
 from analyzer.rules.rootcause import group_findings, split_negligible_groups, top_cause
 from analyzer.rules.runner import split_negligible
-from analyzer.workflows.config import Config
+from analyzer.rules.config import Config
 
 
 def report_with(arrays: dict[str, str], diagnostics=(), comm=20e-3) -> Report:

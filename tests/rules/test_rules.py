@@ -14,7 +14,7 @@ import pytest
 from analyzer.diagnostics import Severity
 from analyzer.rules import check_rules, run_rules
 from analyzer.units import format_bytes
-from analyzer.workflows.config import Budgets, Config
+from analyzer.rules.config import Budgets, Config
 
 pytestmark = pytest.mark.slow
 REL = 0.10

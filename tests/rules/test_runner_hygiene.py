@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from analyzer.workflows.config import (
+from analyzer.rules.config import (
     DEFAULT_MIN_SAVING_FRACTION,
     DEFAULT_MIN_SAVING_SECONDS,
     Config,

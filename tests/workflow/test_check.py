@@ -16,7 +16,7 @@ import pytest
 
 from analyzer.workflows import check
 from analyzer.cli import main
-from analyzer.workflows.config import load_config
+from analyzer.rules.config import load_config
 from analyzer.diagnostics import Severity
 from analyzer.render import findings as render_findings
 from analyzer.render import github, sarif

@@ -616,7 +616,8 @@ def test_no_message_names_an_option_the_cli_does_not_have():
 
 def test_one_toml_key_finder_for_every_config():
     from analyzer.errors import find_key_line, find_table_line
-    from analyzer.workflows import config, reportconfig
+    from analyzer.rules import config
+    from analyzer.workflows import reportconfig
 
     assert reportconfig.find_key_line is find_key_line  # the report config's is the same function
     assert not hasattr(config, "_find_key_line")

@@ -97,7 +97,7 @@ def test_report_refuses_a_hardware_spec_and_a_trace_over_an_input(entry_config, 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e-320"])
 def test_rule_options_refuse_non_finite_and_denormal_numbers_at_their_line(tmp_path, value):
-    from analyzer.workflows.config import load_config
+    from analyzer.rules.config import load_config
 
     path = tmp_path / "pyproject.toml"
     path.write_text('[tool.hlo-analyzer]\nentry-points = ["m:f"]\n\n[tool.hlo-analyzer.rules.HA201]\n'
