@@ -25,8 +25,7 @@ from analyzer.errors import (
     MeshError,
     ShardingError,
 )
-
-__version__ = "0.1.0"
+from analyzer.version import __version__
 
 # Public name -> module that defines it. Loaded on first access (PEP 562).
 _LAZY: dict[str, str] = {

@@ -120,7 +120,7 @@ def to_dict(result: CheckResult) -> dict[str, Any]:
       "skipped": [...], "summary": {...}}`; each entry point has its status, findings, baselined findings,
       error and predicted totals.
     """
-    from analyzer import __version__
+    from analyzer.version import __version__
     from analyzer.render.json import to_jsonable
 
     entries = []

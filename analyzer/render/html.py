@@ -289,7 +289,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
     """
     from markupsafe import Markup
 
-    from analyzer import __version__
+    from analyzer.version import __version__
     from analyzer.render import plots
     from analyzer.analysis.schema import REPORT_SCHEMA_VERSION
 

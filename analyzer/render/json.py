@@ -153,7 +153,7 @@ def report_to_dict(report: Report, *, sweep: SweepResult | None = None,
       >>> data["schema_version"], data["collectives"][0]["notation"]
       ('1', 'AllReduce_XY: []{U_XY} -> []')
     """
-    from analyzer import __version__
+    from analyzer.version import __version__
 
     data: dict[str, Any] = {
         "schema_version": REPORT_SCHEMA_VERSION,

@@ -185,7 +185,7 @@ def to_sarif(
       errors: messages of inputs that could not be analysed (reported as tool execution notifications).
       baselined: findings a baseline tolerates: written as suppressed results, so they stay auditable.
       baseline_name: the baseline file, for the suppressions' justification.
-      version: the tool version (default: `analyzer.__version__`).
+      version: the tool version (default: `analyzer.version.__version__`).
 
     Returns:
       a dict with `version`, `$schema` and one run.
@@ -193,7 +193,7 @@ def to_sarif(
     if rules is None:
         rules = rule_infos()
     if version is None:
-        from analyzer import __version__ as version
+        from analyzer.version import __version__ as version
     infos = dict(rules)
     for d in (*diagnostics, *baselined):  # findings from rules the registry does not list still get a descriptor
         infos.setdefault(d.code, RuleInfo(d.code, d.name, d.name.replace("-", " "), severity=Severity(d.severity)))

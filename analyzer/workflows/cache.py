@@ -191,10 +191,8 @@ class KeyContext:
 def _hardware_files(values: Iterable[Any], root: Path, base: Path | None = None) -> dict[str, str]:
     """The packaged hardware specs and the spec files among `values`, by content; a relative path is read
     from `base` (the folder the analysis resolves it in; default the current folder)."""
-    from analyzer import __file__ as package_init
-
     out: dict[str, str] = {}
-    packaged = Path(package_init).parent / "_data" / "hardware"
+    packaged = Path(__file__).parent.parent / "_data" / "hardware"  # analyzer/_data/hardware
     with contextlib.suppress(OSError):
         for p in sorted(packaged.iterdir()):
             if p.is_file():
@@ -251,7 +249,7 @@ def key_context(root: Path, table: Mapping[str, Any], *, config_path: Path | Non
         exported.
       hardware_base: the folder relative hardware spec paths are read from (default the current folder).
     """
-    from analyzer import __version__
+    from analyzer.version import __version__
 
     root = root.resolve()
     relevant = {str(k): v for k, v in table.items() if str(k) not in VERDICT_KEYS}
