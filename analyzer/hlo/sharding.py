@@ -24,7 +24,7 @@ Source of the forms: XLA's `hlo_sharding.cc` (ToString) and `tile_assignment.h` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -482,6 +482,24 @@ def _read_named(r: _Reader, build: bool, found: list | None = None) -> HloShardi
     `[{...}, ...]` or one of replicated, manual, unreduced, then `replicated=`, `unreduced=`, `manual=` axes
     and `metadata=`."""
     start = r.pos
+    axes = _read_mesh(r)
+    devices = _read_device_ids(r, axes)
+    kind, dims = _read_named_dims(r)
+    groups, metadata = _read_named_items(r, dims is not None)
+    pieces = _check_named_axes(r, axes, [*(dims or ()), *groups.values()])
+    if found is not None:
+        found.append(tuple(tuple(ref[0] for ref in refs) for refs in dims or ()))
+    if not build:
+        return None
+    if kind == "unreduced":  # (as for `{unreduced}`: partial sums on every device, no kind of HloSharding)
+        raise r.error(f"'unreduced' sharding: {_VERIFIER}", start)
+    if kind is not None:
+        return HloSharding(kind=kind, metadata=metadata)
+    return _named_to_tiled(axes, pieces, dims, groups, metadata, devices)
+
+
+def _read_mesh(r: _Reader) -> dict[str, int]:
+    """`mesh['X'=4, ...],`: each axis's size, in order (major to minor); names once, sizes positive."""
     r.next()  # `mesh`
     r.expect("[")
     axes: dict[str, int] = {}
@@ -500,27 +518,41 @@ def _read_named(r: _Reader, build: bool, found: list | None = None) -> HloShardi
 
     _listed(r, mesh_axis, "]", "the mesh")
     r.expect(",", "',' then the dims' axes `[{...}, ...]`")
-    devices: tuple[int, ...] | None = None
-    if r.peek() == ("word", "device_ids"):
-        at = r.pos
-        r.next()
-        r.expect("=")
-        devices = r.int_list("(", ")", "a device id")
-        if sorted(devices) != list(range(_product(axes.values()))):
-            raise r.error(f"device_ids must list each of the mesh's {_product(axes.values())} devices once",
-                          at)
-        r.expect(",", "',' then the dims' axes `[{...}, ...]`")
-    dims: list[list[tuple[str, int, int | None, int | None]]] | None = []
-    kind: str | None = None
+    return axes
+
+
+def _read_device_ids(r: _Reader, axes: dict[str, int]) -> tuple[int, ...] | None:
+    """`device_ids=(...),` when the mesh's devices are not in order (each of them once), else None."""
+    if r.peek() != ("word", "device_ids"):
+        return None
+    at = r.pos
+    r.next()
+    r.expect("=")
+    devices = r.int_list("(", ")", "a device id")
+    if sorted(devices) != list(range(_product(axes.values()))):
+        raise r.error(f"device_ids must list each of the mesh's {_product(axes.values())} devices once", at)
+    r.expect(",", "',' then the dims' axes `[{...}, ...]`")
+    return devices
+
+
+def _read_named_dims(r: _Reader) -> tuple[str | None, list[list[tuple[str, int, int | None, int | None]]] | None]:
+    """The dims' axes `[{...}, ...]` as (None, each dim's axis refs), or one of replicated, manual, unreduced as
+    (that kind, None)."""
     tok = r.peek()
     if tok is not None and tok[0] == "word" and tok[1] in _NAMED_KINDS:
-        kind = tok[1]
         r.next()
-        dims = None
-    else:
-        r.expect("[", f"'[' to open the dims' axes, or one of {', '.join(_NAMED_KINDS)}")
-        _listed(r, lambda: dims.append(_axis_refs(r, f"dim {len(dims)}'s axes", open_dim=True)), "]",
-                "the dims' axes")
+        return tok[1], None
+    dims: list[list[tuple[str, int, int | None, int | None]]] = []
+    r.expect("[", f"'[' to open the dims' axes, or one of {', '.join(_NAMED_KINDS)}")
+    _listed(r, lambda: dims.append(_axis_refs(r, f"dim {len(dims)}'s axes", open_dim=True)), "]",
+            "the dims' axes")
+    return None, dims
+
+
+def _read_named_items(r: _Reader, has_dims: bool) -> tuple[dict[str, list[tuple[str, int, int | None, int | None]]],
+                                                           str]:
+    """`, replicated={...}`, `unreduced=`, `manual=` (each once, only after the dims' axes) and `metadata=`, up to
+    the closing brace: (the axis refs of each group given, the metadata's inside text or "")."""
     groups: dict[str, list[tuple[str, int, int | None, int | None]]] = {}
     metadata = ""
     while r.peek() == ("op", ","):
@@ -530,17 +562,22 @@ def _read_named(r: _Reader, build: bool, found: list | None = None) -> HloShardi
         if word == "metadata":
             r.expect("=")
             metadata = r.skip_balanced()
-        elif word in _NAMED_GROUPS and word not in groups and dims is not None:
+        elif word in _NAMED_GROUPS and word not in groups and has_dims:
             r.expect("=")
             groups[word] = _axis_refs(r, f"{word}=")
         else:
             raise r.error(f"unknown named-sharding item {word!r}; XLA takes replicated={{...}}, unreduced={{...}}, "
                           "manual={...}, metadata={...} after the dims' axes", at)
     r.expect("}", "'}' to close the sharding")
-    # Each (sub-)axis once, of the mesh, dividing it: XLA's parser checks the names, and aborts on an overlap.
+    return groups, metadata
+
+
+def _check_named_axes(r: _Reader, axes: dict[str, int], refs_lists: list) -> dict[str, set[int]]:
+    """Each (sub-)axis once, of the mesh, dividing it: XLA's parser checks the names, and aborts on an overlap.
+    Returns each axis's cut points (1, its size and every sub-axis's bounds), in the order the refs name them."""
     pieces: dict[str, set[int]] = {name: {1, size} for name, size in axes.items()}
     used: dict[str, list[tuple[int, int]]] = {}
-    for refs in [*(dims or ()), *groups.values()]:
+    for refs in refs_lists:
         for name, at, pre, size in refs:
             if name not in axes:
                 raise r.error(f"axis {name!r} is not an axis of the mesh [{', '.join(map(repr, axes))}]", at)
@@ -552,15 +589,7 @@ def _read_named(r: _Reader, build: bool, found: list | None = None) -> HloShardi
                 raise r.error(f"axis {name!r} is used twice (or its sub-axes overlap) in the sharding", at)
             used.setdefault(name, []).append((lo, hi))
             pieces[name] |= {lo, hi}
-    if found is not None:
-        found.append(tuple(tuple(ref[0] for ref in refs) for refs in dims or ()))
-    if not build:
-        return None
-    if kind == "unreduced":  # (as for `{unreduced}`: partial sums on every device, no kind of HloSharding)
-        raise r.error(f"'unreduced' sharding: {_VERIFIER}", start)
-    if kind is not None:
-        return HloSharding(kind=kind, metadata=metadata)
-    return _named_to_tiled(axes, pieces, dims, groups, metadata, devices)
+    return pieces
 
 
 def _named_to_tiled(axes, pieces, dims, groups, metadata: str, devices: tuple[int, ...] | None) -> HloSharding:
@@ -637,13 +666,7 @@ def _read_single(r: _Reader) -> tuple[list[tuple[str, int, object]], int]:
     `shard_as`/`shard_like`: the id; flags: None) and where its `}` is."""
     start = r.pos
     items: list[tuple[str, int, object]] = []
-    flags: set[str] = set()
-    devices = 0
-    dims: list[int] = []
-    reshape_rank = perm_rank = 0
-    reshape_total = 1
-    last_dims = 0
-    subgroups: list[str] = []
+    tally = _SingleTally()
     while True:
         at = r.pos
         tok = r.peek()
@@ -655,75 +678,113 @@ def _read_single(r: _Reader) -> tuple[list[tuple[str, int, object]], int]:
             break
         if tok[0] != "word":
             raise r.error(f"unexpected {tok[1]!r} in the sharding", at)
-        word = tok[1]
         r.next()
-        value: object = None
-        if word in _FLAGS or word == "last_tile_dim_replicate":
-            flags.add(word)
-        elif word == "device":
-            r.expect("=")
-            value = r.integer("a device id")
-            devices = 1
-        elif word == "devices":
-            r.expect("=")
-            value = read = _check_tile_assignment(r, reshape_rank)
-            dims += read.dims
-            reshape_total *= read.reshape_total
-            devices = devices + read.listed if read.listed else devices
-            reshape_rank, perm_rank = reshape_rank + read.reshape_rank, perm_rank + read.perm_rank
-        elif word == "metadata":
-            r.expect("=")
-            value = r.skip_balanced()
-        elif word == "last_tile_dims":
-            r.expect("=")
-            r.expect("{", "'{' after 'last_tile_dims='")
-            names: list[str] = []
-            while True:
-                s = r.pos
-                t = r.next()
-                if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
-                    raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
-                names.append(t[1])
-                if r.peek() != ("op", ","):
-                    break
-                r.next()
-            r.expect("}", "',' or '}'")
-            last_dims += len(names)
-            subgroups += names
-            value = tuple(names)
-            flags.add("last_tile_dims")
-        elif word in ("shard_as", "shard_like"):
-            value = r.integer("a shard group id")
-        else:
-            raise r.error(f"unknown sharding item {word!r}; XLA takes replicated, maximal, manual, unknown, "
-                          "unreduced, device=N, devices=[...], last_tile_dim_replicate, last_tile_dims={...}, "
-                          "metadata={...}, shard_as N, shard_like N", at)
-        items.append((word, at, value))
+        items.append((tok[1], at, _read_single_item(r, tok[1], at, tally)))
+    _check_single(r, tally, start)
+    return items, close
+
+
+@dataclass
+class _SingleTally:
+    """What XLA's parser's rules ask of a non-tuple sharding's items, summed as `_read_single` reads them: the
+    flags and kinds named, how many devices were given, the tile dims, the iota reshape's and transpose's ranks,
+    the reshape's device count, and the subgroup types of `last_tile_dims` (a repeated `devices=` or
+    `last_tile_dims=` adds to what the first gave, as in XLA)."""
+
+    flags: set[str] = field(default_factory=set)
+    devices: int = 0
+    dims: list[int] = field(default_factory=list)
+    reshape_rank: int = 0
+    perm_rank: int = 0
+    reshape_total: int = 1
+    subgroups: list[str] = field(default_factory=list)
+
+
+def _read_single_item(r: _Reader, word: str, at: int, tally: _SingleTally) -> object:
+    """The value of one item of a non-tuple sharding after its word (`_read_single` says which), added to
+    `tally`."""
+    if word in _FLAGS or word == "last_tile_dim_replicate":
+        tally.flags.add(word)
+        return None
+    if word == "device":
+        r.expect("=")
+        tally.devices = 1
+        return r.integer("a device id")
+    if word == "devices":
+        r.expect("=")
+        read = _check_tile_assignment(r, tally.reshape_rank)
+        tally.dims += read.dims
+        tally.reshape_total *= read.reshape_total
+        tally.devices = tally.devices + read.listed if read.listed else tally.devices
+        tally.reshape_rank += read.reshape_rank
+        tally.perm_rank += read.perm_rank
+        return read
+    if word == "metadata":
+        r.expect("=")
+        return r.skip_balanced()
+    if word == "last_tile_dims":
+        r.expect("=")
+        names = _read_subgroup_types(r)
+        tally.subgroups += names
+        tally.flags.add("last_tile_dims")
+        return names
+    if word in ("shard_as", "shard_like"):
+        return r.integer("a shard group id")
+    raise r.error(f"unknown sharding item {word!r}; XLA takes replicated, maximal, manual, unknown, "
+                  "unreduced, device=N, devices=[...], last_tile_dim_replicate, last_tile_dims={...}, "
+                  "metadata={...}, shard_as N, shard_like N", at)
+
+
+def _read_subgroup_types(r: _Reader) -> tuple[str, ...]:
+    """`{manual, replicated}` after `last_tile_dims=`: one or more of SUBGROUP_TYPES."""
+    r.expect("{", "'{' after 'last_tile_dims='")
+    names: list[str] = []
+    while True:
+        s = r.pos
+        t = r.next()
+        if t[0] != "word" or t[1] not in SUBGROUP_TYPES:
+            raise r.error(f"expected a subgroup type ({', '.join(SUBGROUP_TYPES)}), got {t[1]!r}", s)
+        names.append(t[1])
+        if r.peek() != ("op", ","):
+            break
+        r.next()
+    r.expect("}", "',' or '}'")
+    return tuple(names)
+
+
+def _check_single(r: _Reader, tally: _SingleTally, start: int) -> None:
+    """XLA's parser's rules over a whole non-tuple sharding (`start`: where its items start, where errors point):
+    a maximal sharding has one device, another kind none; without a kind, tile dims, a transpose as long as the
+    reshape, one of the two ways to give last tile dims and no more of them than tile dims, more than one device,
+    and replicated subgroup dims that an iota's device count divides or is divided by."""
+    flags, devices, dims = tally.flags, tally.devices, tally.dims
     kind = next((f for f in _FLAGS if f in flags), None)
     if kind == "maximal":
         if devices != 1:
             raise r.error("a maximal sharding needs exactly one device: `{maximal device=0}`", start)
-    elif kind is not None:
+        return
+    if kind is not None:
         if devices:
             raise r.error(f"a {kind} sharding has no devices", start)
-    else:
-        if not dims:
-            raise r.error("expected replicated, maximal, manual, unknown or devices=[...] in the sharding", start)
-        if perm_rank != reshape_rank:
-            raise r.error(f"the iota transpose has {perm_rank} entries for {reshape_rank} reshape dims", start)
-        if "last_tile_dim_replicate" in flags and "last_tile_dims" in flags:
-            raise r.error("last_tile_dim_replicate and last_tile_dims={...} together (XLA takes one)", start)
-        if last_dims > len(dims):
-            raise r.error(f"{last_dims} last tile dims but only {len(dims)} tile dims", start)
-        if not reshape_rank and devices <= 1:
-            raise r.error("a tiled sharding needs more than one device", start)
-        if reshape_rank:  # XLA aborts folding a replicated subgroup dim into an iota it does not divide
-            kinds = ["replicated"] if "last_tile_dim_replicate" in flags else subgroups
-            for size, kind in zip(dims[len(dims) - len(kinds):], kinds):
-                if kind == "replicated" and size > 1 and reshape_total > 0 and size % reshape_total and reshape_total % size:
-                    raise r.error(f"replicated subgroup dim {size} neither divides nor is a multiple of the "
-                                  f"{reshape_total} devices of the iota (XLA's parser aborts on it)", start)
-    return items, close
+        return
+    if not dims:
+        raise r.error("expected replicated, maximal, manual, unknown or devices=[...] in the sharding", start)
+    if tally.perm_rank != tally.reshape_rank:
+        raise r.error(f"the iota transpose has {tally.perm_rank} entries for {tally.reshape_rank} reshape dims",
+                      start)
+    if "last_tile_dim_replicate" in flags and "last_tile_dims" in flags:
+        raise r.error("last_tile_dim_replicate and last_tile_dims={...} together (XLA takes one)", start)
+    if len(tally.subgroups) > len(dims):
+        raise r.error(f"{len(tally.subgroups)} last tile dims but only {len(dims)} tile dims", start)
+    if not tally.reshape_rank and devices <= 1:
+        raise r.error("a tiled sharding needs more than one device", start)
+    if tally.reshape_rank:  # XLA aborts folding a replicated subgroup dim into an iota it does not divide
+        total = tally.reshape_total
+        kinds = ["replicated"] if "last_tile_dim_replicate" in flags else tally.subgroups
+        for size, kind in zip(dims[len(dims) - len(kinds):], kinds):
+            if kind == "replicated" and size > 1 and total > 0 and size % total and total % size:
+                raise r.error(f"replicated subgroup dim {size} neither divides nor is a multiple of the "
+                              f"{total} devices of the iota (XLA's parser aborts on it)", start)
 
 
 class _TileRead(NamedTuple):
