@@ -35,7 +35,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, MeshError, valid_choices
 from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals
 from analyzer.theory.mesh import MeshInfo
@@ -261,9 +260,8 @@ def analyze_hlo(
     # them), fusion bodies only as far as the analysis asks (docs/analysis.md, "What `analyze_hlo` parses of a
     # dump").
     module = parse_hlo(text, path=path, lenient=True, lazy=True)
-    with gc_paused():  # (what the call graph reads is IR for the rest of the analysis, as a parse's)
-        graph = CallGraph.build(module)
-        check_read(module, graph.calling)
+    graph = CallGraph.build(module)
+    check_read(module, graph.calling)
     info = mesh_from_any(mesh)
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
                "hlo_path": path}
@@ -425,7 +423,6 @@ def _hw_name(hw: Any) -> str:
     return hw if isinstance(hw, str) else getattr(hw, "name", str(hw))
 
 
-@gc_paused()
 def build_report(
     module: HloModule,
     *,
@@ -445,8 +442,7 @@ def build_report(
     warnings: Sequence[str] = (),
 ) -> Report:
     """Extract, map and price the collectives of a parsed module and assemble the `Report`; then run the
-    rules (`rules=False` leaves `diagnostics` empty). Python's cyclic collector is paused meanwhile
-    (`analyzer._gc.gc_paused`): its full passes over the IR cost more than the analysis here."""
+    rules (`rules=False` leaves `diagnostics` empty)."""
     from analyzer.analysis.collectives import extract_collectives
     from analyzer.analysis.context import AnalysisContext
     from analyzer.analysis.devices import device_count

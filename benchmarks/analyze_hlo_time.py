@@ -23,7 +23,7 @@ the cyclic collector off throughout (`no collector`: without the pass Python mak
 when the parse's pause ends, which also walks everything else the process holds), `parsed` computations parsed
 in full out of all.
 
-Then `path/xla` round by round: each round runs XLA's parser and then the path (collector paused), and the ratio
+Then `path/xla` round by round: each round runs XLA's parser and then the path (collector on), and the ratio
 of the two is taken within the round; the median and range of those ratios. On a shared machine whose speed
 drifts by a quarter over minutes, a ratio of two runs seconds apart moves less than the ratio of two minima
 taken in different rounds.
@@ -190,12 +190,11 @@ def _noop(*args) -> None:
 
 def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     """The figures of one text, measured in this process: XLA's parser, the full and the lazy parse and the path
-    (the replay of `events`), each the best of `repeat` interleaved rounds, collector paused and off; the path
+    (the replay of `events`), each the best of `repeat` interleaved rounds, collector on and off; the path
     against XLA's parser round by round; the replay's own loop; the path's memory (`_path_memory`); and with
     `by_kind`, the path split by kind."""
     from jax._src.lib import xla_client as xc
 
-    from analyzer._gc import gc_paused
     from analyzer.hlo.parser import parse_hlo
 
     from parse_speed import _best, _rounds
@@ -204,7 +203,7 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     # (taken in turn each round: XLA's parser beside ours, so a slow spell of the machine falls on both)
     rounds = _rounds(
         [lambda: xc.hlo.hlo_module_from_text(text), lambda: parse_hlo(text, lenient=True),
-         lambda: parse_hlo(text, lenient=True, lazy=True), gc_paused()(lambda: _replay(text, asks)),
+         lambda: parse_hlo(text, lenient=True, lazy=True), lambda: _replay(text, asks),
          _collector_off(lambda: parse_hlo(text, lenient=True)), _collector_off(lambda: _replay(text, asks))],
         repeat)
     out = dict(zip(("xla", "full", "lazy", "path", "full_nc", "path_nc"), (min(t) for t in zip(*rounds))))
@@ -237,15 +236,13 @@ def _path_memory(text: str, asks: list[tuple]) -> tuple[float, float]:
     stand-in walk of `parse_speed.analysis_path` asks less: no `line_head`, `users_of` or `parameter_name`)."""
     import tracemalloc
 
-    from analyzer._gc import gc_paused
     from analyzer.hlo.parser import parse_hlo
 
     gc.collect()
     tracemalloc.start()
     try:
-        with gc_paused():
-            module = parse_hlo(text, lenient=True, lazy=True)
-            _ask(module, asks)
+        module = parse_hlo(text, lenient=True, lazy=True)
+        _ask(module, asks)
         kept, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -139,16 +139,8 @@ def analysis_path(module) -> int:
 
     The entry, and everything it calls (while bodies and conditions, called computations, branches) in
     full; of a fusion's computation only its collectives and dots, with their operands' shapes
-    (`LazyComputation.select`). With Python's cyclic collector paused, as the analysis runs
-    (`pipeline.build_report` is `@gc_paused()`), so computations read meanwhile skip their own pause.
+    (`select`). Python's cyclic collector runs as the caller left it (the parser never pauses it).
     """
-    from analyzer._gc import gc_paused
-
-    with gc_paused():
-        return _analysis_path(module)
-
-
-def _analysis_path(module) -> int:
     seen: set[str] = set()
     todo = [module.entry.name]
     n = 0

@@ -17,7 +17,6 @@ line and a caret; no Lark exception escapes.
 
 from __future__ import annotations
 
-import gc
 import re
 import weakref
 from array import array
@@ -30,7 +29,6 @@ from sys import intern as _intern
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from analyzer._gc import gc_paused
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, forget_read, parse_head_fast,
@@ -308,29 +306,27 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     check_ints = None if lazy and split is not None else _has_long_int(text)
     header_end = split[1][0][0] if split is not None else len(text)
     try:
-        # The parse makes many small objects and no cycles: collection passes only cost time (analyzer._gc).
-        with gc_paused():
-            if single:
-                module = _parse_single(text, lenient, check_ints)
-            elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
+        if single:
+            module = _parse_single(text, lenient, check_ints)
+        elif split is None:  # not laid out as XLA prints it: one pass of the grammar over everything
+            module = _parse_grammar(text, lenient, check_ints)
+        else:
+            try:
+                module = _parse_split(text, split, path, lazy, lenient, check_ints)  # (empties split's spans)
+            except (HloSyntaxError, HloSemanticError) as e:
+                # A computation written inline in an attribute (its body may also have misled the line scanner):
+                # only the grammar's pass over the whole module adds it to the module.
+                if not isinstance(e, NeedsModuleParse) and not _INLINE_BODY.search(text):
+                    raise
                 module = _parse_grammar(text, lenient, check_ints)
-            else:
-                try:
-                    module = _parse_split(text, split, path, lazy, lenient, check_ints)  # (empties split's spans)
-                except (HloSyntaxError, HloSemanticError) as e:
-                    # A computation written inline in an attribute (its body may also have misled the line scanner):
-                    # only the grammar's pass over the whole module adds it to the module.
-                    if not isinstance(e, NeedsModuleParse) and not _INLINE_BODY.search(text):
-                        raise
-                    module = _parse_grammar(text, lenient, check_ints)
-            if module.attributes:
-                notes = verify_header(module, text[:header_end], lenient=lenient)
-                if notes:
-                    object.__setattr__(module, "header_notes", module.header_notes + notes)
-                if "input_output_alias" in module.attributes and module.entry.is_parsed:
-                    # (a lazy parse's entry is not read yet: `check_read` checks it once it is)
-                    check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
-                                        module.entry.root.shape)
+        if module.attributes:
+            notes = verify_header(module, text[:header_end], lenient=lenient)
+            if notes:
+                object.__setattr__(module, "header_notes", module.header_notes + notes)
+            if "input_output_alias" in module.attributes and module.entry.is_parsed:
+                # (a lazy parse's entry is not read yet: `check_read` checks it once it is)
+                check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
+                                    module.entry.root.shape)
     except (HloSyntaxError, HloSemanticError) as e:
         raise _hint_single(_written(_positioned(e, text, path), written, made), single) from None
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
@@ -1214,11 +1210,6 @@ class LazyComputation(Computation):
             attr_re, transformer = _attr_regex(), _transformer()
             new: list[Instruction] = []
             texts: list[str] = []
-            # (not `with gc_paused()`: a context manager per fusion cost 5% of the analysis; a row or two, most reads,
-            # make too few objects for a collection to start)
-            paused = len(missing) > 16 and gc.isenabled()
-            if paused:
-                gc.disable()
             try:
                 for k in missing:
                     if rows - k < k - line:  # (nearer the end: most rows read are the root, the last)
@@ -1249,9 +1240,6 @@ class LazyComputation(Computation):
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
-            finally:
-                if paused:
-                    gc.enable()
             memo.update(zip(missing, new))
         return tuple([memo[k] for k in ks])
 
@@ -1270,12 +1258,8 @@ class LazyComputation(Computation):
         table = reading.callees() if reading.callees is not None else None
         token = CALLEES.set(table.by_name if table is not None else DroppedModule())
         try:
-            if not gc.isenabled():  # inside parse_hlo's own pause: skip the context manager (21,000 calls)
-                return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
-                                    reading.check_ints)
-            with gc_paused():
-                return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
-                                    reading.check_ints)
+            return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
+                                reading.check_ints)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from analyzer._gc import gc_paused
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.registry import Rule, all_rules, expand_names, is_enabled
 
@@ -305,8 +304,7 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
     Returns:
       a `RuleResult`.
     """
-    with gc_paused():
-        return _check_rules(report, config)
+    return _check_rules(report, config)
 
 
 def _check_rules(report: Any, config: Any) -> RuleResult:
