@@ -311,9 +311,23 @@ def parse_mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
     if not m:
         raise ValueError("expected mesh replica groups like `mesh['x'=4,'y'=2] {'y'}` or "
                          f"`mesh['x'=4,'y'=2], device_ids=(...) {{'y'}}`, got {raw[:80]!r}")
+    names, sizes = _mesh_axes(m.group("axes"))
+    devices = _mesh_devices(m.group("ids"), sizes)
+    refs = _mesh_group_refs(m.group("group").strip(), names, sizes)
+    new_sizes, grouped = _grouped_dims(refs, names, sizes)
+    perm = [d for d in range(len(new_sizes)) if d not in grouped] + grouped
+    arr = devices.reshape(new_sizes).transpose(perm)
+    per_group = prod(new_sizes[d] for d in grouped)
+    flat = arr.reshape(-1, per_group)
+    return tuple(tuple(int(x) for x in row) for row in flat)
+
+
+def _mesh_axes(text: str) -> tuple[list[str], list[int]]:
+    """`'x'=4,'y'=2` (inside `mesh[...]`): the axes' names and sizes, major to minor; at least one, each named
+    once, sizes positive."""
     names: list[str] = []
     sizes: list[int] = []
-    for decl in split_top(m.group("axes")):
+    for decl in split_top(text):
         d = _AXIS_DECL.match(decl)
         if not d:
             raise ValueError(f"expected a mesh axis like `'x'=4`, got {decl!r}")
@@ -325,27 +339,37 @@ def parse_mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
             raise ValueError(f"mesh axis {d.group(1)!r} has size {sizes[-1]}; sizes must be positive")
     if not names:
         raise ValueError("a mesh needs at least one axis")
-    total = prod(sizes)
+    return names, sizes
+
+
+def _mesh_devices(ids: str | None, sizes: list[int]) -> Any:
+    """The device array of a mesh with these axis sizes (a numpy array of that shape): in iota order without
+    `device_ids=`, else the ids it lists (each device once) or its iota `[2,4]T(1,0)` (as many devices)."""
     import numpy as np
 
-    if m.group("ids") is not None:
-        ids_text = m.group("ids").strip()
-        iota = _DEVICE_IOTA.match(ids_text)
-        if iota:  # `device_ids=([2,4]T(1,0))`: iota reshaped to these dims, transposed, then to the mesh
-            reshape = _ints(iota.group(1))
-            perm = _ints(iota.group(2)) if iota.group(2) is not None else None
-            if prod(reshape) != total:
-                raise ValueError(f"device_ids ({ids_text}) hold {prod(reshape)} devices but the mesh has {total}")
-            devices = expand_iota(tuple(sizes), reshape, perm)
-        else:
-            ids = _ints(ids_text)
-            if sorted(ids) != list(range(total)):
-                raise ValueError(f"device_ids must be a permutation of 0..{total - 1}, got {len(ids)} ids")
-            devices = np.array(ids, dtype=np.int64).reshape(sizes)
-    else:
-        devices = np.arange(total, dtype=np.int64).reshape(sizes)
+    total = prod(sizes)
+    if ids is None:
+        return np.arange(total, dtype=np.int64).reshape(sizes)
+    ids_text = ids.strip()
+    iota = _DEVICE_IOTA.match(ids_text)
+    if iota:  # `device_ids=([2,4]T(1,0))`: iota reshaped to these dims, transposed, then to the mesh
+        reshape = _ints(iota.group(1))
+        perm = _ints(iota.group(2)) if iota.group(2) is not None else None
+        if prod(reshape) != total:
+            raise ValueError(f"device_ids ({ids_text}) hold {prod(reshape)} devices but the mesh has {total}")
+        return expand_iota(tuple(sizes), reshape, perm)
+    listed = _ints(ids_text)
+    if sorted(listed) != list(range(total)):
+        raise ValueError(f"device_ids must be a permutation of 0..{total - 1}, got {len(listed)} ids")
+    return np.array(listed, dtype=np.int64).reshape(sizes)
+
+
+def _mesh_group_refs(group_text: str, names: list[str],
+                     sizes: list[int]) -> list[tuple[int, tuple[int, int] | None]]:
+    """`'y', 'x':(2)2` (inside the group's braces): each reference as (mesh axis index, (pre-size, size) of a
+    sub-axis or None for the whole axis), in the order given; at least one, of the mesh's axes, sub-axes that
+    fit their axis."""
     refs: list[tuple[int, tuple[int, int] | None]] = []
-    group_text = m.group("group").strip()
     if not group_text:
         raise ValueError("the mesh form needs at least one axis in braces, e.g. {'y'}")
     for item in split_top(group_text):
@@ -363,41 +387,19 @@ def parse_mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
                 raise ValueError(f"sub-axis {item} does not fit axis {r.group(1)!r} of size {full}")
             sub = (pre, size)
         refs.append((ax, sub))
+    return refs
+
+
+def _grouped_dims(refs: list[tuple[int, tuple[int, int] | None]], names: list[str],
+                  sizes: list[int]) -> tuple[list[int], list[int]]:
+    """The device array's dims once every referenced (sub-)axis is a dim of its own, and the dims a group spans,
+    in reference order (each at most once)."""
     # Per mesh dim: the reshape of that axis and which of its new dims are grouped (in reference order).
     reshape: dict[int, list[int]] = {}
     aggregate: dict[int, list[int]] = {}
     for ax in sorted({a for a, _ in refs}):
-        axis_refs = [(i, s) for i, (a, s) in enumerate(refs) if a == ax]
-        full = sizes[ax]
-        if len(axis_refs) == 1:
-            s = axis_refs[0][1]
-            if s is None:
-                reshape[ax], aggregate[ax] = [full], [0]
-            else:
-                reshape[ax], aggregate[ax] = [s[0], s[1], full // (s[0] * s[1])], [1]
-            continue
-        if any(s is None for _, s in axis_refs):
-            raise ValueError(f"axis {names[ax]!r} is referenced twice")
-        order = sorted(range(len(axis_refs)), key=lambda k: axis_refs[k][1][0])
-        dims: list[int] = []
-        agg_sorted: list[int] = []
-        prefix = 1
-        for k in order:
-            pre, size = axis_refs[k][1]
-            if pre < prefix or pre % prefix:
-                raise ValueError(f"sub-axes of {names[ax]!r} overlap")
-            if pre != prefix:
-                dims.append(pre // prefix)
-                prefix = pre
-            agg_sorted.append(len(dims))
-            dims.append(size)
-            prefix *= size
-        if prefix != full:
-            dims.append(full // prefix)
-        agg = [0] * len(order)
-        for pos, k in enumerate(order):
-            agg[k] = agg_sorted[pos]
-        reshape[ax], aggregate[ax] = dims, agg
+        subs = [s for a, s in refs if a == ax]
+        reshape[ax], aggregate[ax] = _split_axis(names[ax], sizes[ax], subs)
     new_sizes: list[int] = []
     offsets: list[int] = []
     for ax, size in enumerate(sizes):
@@ -411,11 +413,40 @@ def parse_mesh_groups(raw: str) -> tuple[tuple[int, ...], ...]:
         grouped.append(aggregate[ax][k] + offsets[ax])
     if len(set(grouped)) != len(grouped):
         raise ValueError("an axis appears twice in the mesh group")
-    perm = [d for d in range(len(new_sizes)) if d not in grouped] + grouped
-    arr = devices.reshape(new_sizes).transpose(perm)
-    per_group = prod(new_sizes[d] for d in grouped)
-    flat = arr.reshape(-1, per_group)
-    return tuple(tuple(int(x) for x in row) for row in flat)
+    return new_sizes, grouped
+
+
+def _split_axis(name: str, full: int, subs: list[tuple[int, int] | None]) -> tuple[list[int], list[int]]:
+    """One mesh axis of size `full` cut at its referenced sub-axes (`subs`, in reference order; None: the whole
+    axis): the dims it becomes, major to minor as XLA reshapes it (`[pre, size, rest]`), and which of them each
+    reference is. Sub-axes of one axis may not overlap; a whole axis is referenced once."""
+    if len(subs) == 1:
+        s = subs[0]
+        if s is None:
+            return [full], [0]
+        return [s[0], s[1], full // (s[0] * s[1])], [1]
+    if any(s is None for s in subs):
+        raise ValueError(f"axis {name!r} is referenced twice")
+    order = sorted(range(len(subs)), key=lambda k: subs[k][0])  # type: ignore[index]
+    dims: list[int] = []
+    agg_sorted: list[int] = []
+    prefix = 1
+    for k in order:
+        pre, size = subs[k]  # type: ignore[misc]
+        if pre < prefix or pre % prefix:
+            raise ValueError(f"sub-axes of {name!r} overlap")
+        if pre != prefix:
+            dims.append(pre // prefix)
+            prefix = pre
+        agg_sorted.append(len(dims))
+        dims.append(size)
+        prefix *= size
+    if prefix != full:
+        dims.append(full // prefix)
+    agg = [0] * len(order)
+    for pos, k in enumerate(order):
+        agg[k] = agg_sorted[pos]
+    return dims, agg
 
 
 def parse_source_target_pairs(raw: str) -> tuple[tuple[int, int], ...]:
