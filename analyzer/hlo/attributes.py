@@ -33,8 +33,8 @@ from analyzer.hlo.iota import expand_iota
 from analyzer.hlo.literals import check_literal
 from analyzer.hlo.shapes import Shape, decode_shape
 
-if TYPE_CHECKING:  # pragma: no cover
-    from analyzer.hlo.ir import HloModule, Instruction
+if TYPE_CHECKING:  # pragma: no cover  (what a decoder reads: it imports no IR, which imports the decoders)
+    from analyzer.hlo.protocols import InstructionLike as Instruction, ModuleLike as HloModule
 
 __all__ = [
     "XLA_CHANGES",
