@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
+    from analyzer.analysis.costs import ProgramCosts
     from analyzer.analysis.dots import Dot, ModelFlops
     from analyzer.analysis.graph import CallGraph
     from analyzer.hlo.ir import HloModule
@@ -44,6 +45,8 @@ class AnalysisContext:
       argument_rows: the report's argument table rebuilt from JSON (`report_from_dict`), in place of `args`.
       model_flops: the model's FLOPs by op (`analyzer.analysis.dots.ModelFlops`), None when not counted.
       xla_flags: the user's XLA flags as `{name: value}` (`Lowered.xla_flags`), None when none were given.
+      costs: what each instruction of `module` costs on `hardware` (`analyzer.analysis.costs.ProgramCosts`): the
+        one place a dot's or any instruction's FLOPs, bytes and seconds are computed; None when read back from JSON.
     """
 
     module: HloModule | None = None
@@ -65,3 +68,4 @@ class AnalysisContext:
     # The user's XLA flags ({name: value}, `--xla-flags` / `xla-flags`, `analyzer.compile.xlaflags`), empty when none:
     # the step model reads what they ask of the TPU compiler (async collective fusion, collective matmul, ...).
     xla_flags: Mapping[str, Any] | None = None
+    costs: ProgramCosts | None = None

@@ -48,9 +48,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from analyzer.analysis.dataflow import users_map
+from analyzer.analysis.costs import ProgramCosts
 from analyzer.analysis.graph import branch_sum
-from analyzer.hlo.opcodes import COLLECTIVES, DOTS, LINK, NOP, RELABEL, SLICING, UNFUSED, VIEWS
+from analyzer.hlo.opcodes import COLLECTIVES, DOTS, LINK, NOP, SLICING, UNFUSED
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
@@ -59,16 +59,11 @@ if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, HloModule, Instruction
     from analyzer.theory.hardware import HardwareSpec
 
-__all__ = ["COMPUTE_TRACK", "Span", "StepPrediction", "predict_step", "instruction_hbm_bytes"]
+__all__ = ["COMPUTE_TRACK", "Span", "StepPrediction", "predict_step"]
 
 COMPUTE_TRACK = "compute"
 _STREAM = "collectives"  # the one collective stream of an unscheduled module's overlap model
 
-# Custom-calls that run no kernel: the SPMD partitioner's and layout markers, host-offload and buffer annotations.
-_CUSTOM_FREE = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "LayoutConstraint",
-                "MoveToHost", "MoveToDevice", "AllocateBuffer")
-# The instructions `_Walker.flops_in` adds up: dots (the opcodes `extract_dots` takes) and what calls code.
-_FLOPS_OPS = tuple(sorted(DOTS | {"fusion", "call"}))
 
 
 @dataclass(frozen=True)
@@ -101,7 +96,6 @@ class StepPrediction:
     Attributes:
       step_seconds: the compute stream's end, every wait for a link included.
       compute_seconds: all compute (dots, fusions, elementwise, copies), run back to back.
-      matmul_seconds: the dots' FLOPs / peak (the compute of the old totals).
       memory_bound_seconds: the part of `compute_seconds` spent in instructions bound by HBM bandwidth.
       exposed_comm_seconds: step - compute: the time the compute stream waits for communication.
       exposed_by_axis: exposed seconds by mesh axis set (the keys of `Totals.by_axis`).
@@ -126,7 +120,6 @@ class StepPrediction:
 
     step_seconds: float
     compute_seconds: float
-    matmul_seconds: float
     memory_bound_seconds: float
     exposed_comm_seconds: float
     exposed_by_axis: Mapping[str, float]
@@ -146,206 +139,6 @@ class StepPrediction:
     pipelines: tuple[tuple[str, int, int, float, float], ...] = ()
 
 
-# ---------------------------------------------------------------------- bytes
-def _bytes(shape: Any) -> int:
-    if shape is None:
-        return 0
-    try:
-        return int(shape.byte_size)
-    except ValueError:
-        return 0
-
-
-def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None, *,
-                          not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int:
-    """HBM bytes one execution of `inst` reads and writes, as one kernel: its operands and its result, except
-    that a slice reads only the slice, a dynamic-update-slice writes the update in place, an async slice or
-    copy (`slice-start`/`copy-start`) moves its data once (the `-done` moves nothing more), and a fusion reads
-    of a parameter only what its slicing ops take and writes of an output that updates a buffer in place only
-    the update (both followed through views and nested fusions, see `_fusion_bytes`). `not_plain`: what a
-    fusion's pricing asks of `module` (`_not_plain`), when the caller prices many and asked it once.
-
-    Example:
-        f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
-    """
-    op = inst.opcode
-    if op in SLICING:
-        return 2 * _bytes(inst.shape)
-    if op == "dynamic-update-slice":
-        upd = inst.operands[1].shape if len(inst.operands) > 1 else None
-        return 2 * _bytes(upd)
-    if op in ("slice-start", "copy-start"):
-        # ((operand), result, context) for slice-start; (result, operand, context) for copy-start
-        parts = inst.shape.tuple_shapes if inst.shape is not None and inst.shape.is_tuple else ()
-        moved = parts[1] if op == "slice-start" and len(parts) > 1 else (parts[0] if parts else inst.shape)
-        return 2 * _bytes(moved)
-    if op in ("slice-done", "copy-done"):
-        return 0
-    if op == "fusion" and module is not None:
-        return _fusion_bytes(inst, module, not_plain)
-    return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
-
-
-# Collectives inside a fusion (async collective fusions, collective matmuls) move their data on the link (`LINK`): it
-# is priced with the collective, not as HBM traffic of the fusion.
-
-
-def _is_link(inst: Instruction) -> bool:
-    """A collective, or the AsyncCollectiveStart/Done custom-call of an async collective fusion."""
-    return inst.opcode in LINK or (inst.opcode == "custom-call" and "AsyncCollective" in (
-        inst.attr("custom_call_target") or ""))
-
-
-# Ops a fusion reads through without touching memory of its own: what their users take of the value is what
-# is read of their operand (a convert reads the source elements at the source's width).
-_THROUGH = RELABEL | {"get-tuple-element"}
-
-
-def _elements(shape: Any) -> int:
-    if shape is None:
-        return 0
-    if shape.is_tuple or shape.is_buffer:
-        return sum(_elements(s) for s in shape.tuple_shapes)
-    return shape.num_elements
-
-
-def _users_in(comp: Computation, cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]]
-              ) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
-    """`analyzer.analysis.dataflow.users_map` of `comp`, built once per fusion walk."""
-    users = cache.get(comp.name)
-    if users is None:
-        users = cache[comp.name] = users_map(comp)
-    return users
-
-
-def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict, depth: int = 0) -> int | None:
-    """Elements of the value `name` inside fusion computation `comp` that its users read from memory, or None
-    when some user reads all of it. Slicing ops (dynamic-slice, slice, gather) read their result's elements;
-    a dynamic-update-slice's base is updated in place (nothing read); views and nested fusions are followed."""
-    if depth > 16:
-        return None
-    users = _users_in(comp, cache).get(name, ())
-    if not users:
-        return None
-    total = 0
-    for u, _ in users:
-        op = u.opcode
-        first = bool(u.operand_names) and u.operand_names[0] == name
-        if op in SLICING and first and name not in u.operand_names[1:]:
-            total += _elements(u.shape)
-        elif op == "dynamic-update-slice" and first and name not in u.operand_names[1:]:
-            continue
-        elif _is_link(u):
-            continue  # moved by the link, priced with the collective
-        elif op == "tuple" and u.is_root:
-            continue  # passed through to an output (aliased, not read)
-        elif op in _THROUGH:
-            sub = _elements_read(comp, u.name, module, cache, depth + 1)
-            if sub is None:
-                return None
-            total += sub
-        elif op == "fusion":
-            inner = module.by_name.get(u.called_computations[0]) if u.called_computations else None
-            if inner is None:
-                return None
-            params = {i.parameter_number: i for i in inner.instructions if i.opcode == "parameter"}
-            for k, o in enumerate(u.operand_names):
-                if o != name:
-                    continue
-                p = params.get(k)
-                sub = _elements_read(inner, p.name, module, cache, depth + 1) if p is not None else None
-                if sub is None:
-                    return None
-                total += sub
-        else:
-            return None
-    return total
-
-
-def _bytes_written(comp: Computation, inst: Instruction, module: HloModule, depth: int = 0) -> int:
-    """Bytes a fusion output produced by `inst` writes to memory: a dynamic-update-slice writes its update (the
-    buffer is updated in place), followed through views, tuples and nested fusions; anything else its result."""
-    op = inst.opcode
-    if op == "parameter" or _is_link(inst):
-        return 0  # a buffer passed through (aliased), or written by the link
-    if depth <= 16:
-        if op == "dynamic-update-slice" and len(inst.operands) > 1:
-            return int(_elements(inst.operands[1].shape) * _element_bytes(inst.shape))
-        if op == "tuple":
-            return sum(_bytes_written(comp, comp.by_name[o], module, depth + 1) if o in comp.by_name
-                       else _bytes(s.shape) for o, s in zip(inst.operand_names, inst.operands))
-        if op in ("bitcast", "reshape") and inst.operand_names and inst.operand_names[0] in comp.by_name:
-            return _bytes_written(comp, comp.by_name[inst.operand_names[0]], module, depth + 1)
-        if op == "fusion" and inst.called_computations and inst.called_computations[0] in module.by_name:
-            inner = module.by_name[inst.called_computations[0]]
-            return _bytes_written(inner, inner.root, module, depth + 1)
-    return _bytes(inst.shape)
-
-
-def _element_bytes(shape: Any) -> float:
-    n = _elements(shape)
-    return _bytes(shape) / n if n else 0.0
-
-
-# What can make a fusion's bytes differ from its operands' plus its output's: the opcodes `_elements_read` and
-# `_bytes_written` treat apart (slices, in-place updates, links, nested fusions; `AsyncCollective` custom-calls
-# are looked for in the text), and a tuple at the root. A root view (bitcast, reshape) writes what its operand
-# writes: nothing for a parameter passed through.
-_NOT_PLAIN = tuple(sorted(SLICING | LINK | {"dynamic-update-slice", "fusion"}))
-
-
-def _not_plain(module: HloModule) -> tuple[frozenset[str], frozenset[str]]:
-    """The computations that hold one of `_NOT_PLAIN` or a custom-call, and those that hold one of `_NOT_PLAIN`:
-    what `_plain_written` asks of the module (a caller that prices many fusions asks it once: `_Walker`)."""
-    return module.holding(*_NOT_PLAIN, "custom-call"), module.holding(*_NOT_PLAIN)
-
-
-def _plain_written(comp: Computation, module: HloModule,
-                   not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int | None:
-    """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
-    `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
-    of the root, the root and the views under it read from their lines); else None (then the body is read).
-    `not_plain`: `_not_plain(module)`, when the caller has it."""
-    if comp.is_parsed:
-        return None
-    with_custom, held = not_plain if not_plain is not None else _not_plain(module)
-    if comp.name in with_custom and (comp.name in held or "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
-        return None
-    head = comp.line_head()  # type: ignore[attr-defined]
-    for _ in range(8):
-        if head is None or head[0] not in VIEWS:
-            break
-        head = comp.line_head(head[2]) if head[2] is not None else None  # type: ignore[attr-defined]
-    if head is None or head[0] in VIEWS or head[0] == "tuple":
-        return None
-    return 0 if head[0] == "parameter" else _bytes(head[1])
-
-
-def _fusion_bytes(inst: Instruction, module: HloModule,
-                  not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int:
-    """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
-    an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
-    get-tuple-elements and nested fusions), capped at the operand's size; per output, the update of an
-    in-place dynamic-update-slice, nothing for a parameter passed through or a collective's result, else the
-    output. Operands only a collective reads are the link's, not HBM traffic of the fusion."""
-    called = [module.by_name[c] for c in inst.called_computations if c in module.by_name]
-    if not called:
-        return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
-    comp = called[0]
-    written = _plain_written(comp, module, not_plain)
-    if written is not None:  # every operand read whole: the body need not be parsed
-        return sum(_bytes(o.shape) for o in inst.operands) + written
-    cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
-    params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
-    total = 0
-    for k, operand in enumerate(inst.operands):
-        whole = _bytes(operand.shape)
-        p = params.get(k)
-        read = _elements_read(comp, p.name, module, cache) if p is not None else None
-        total += whole if read is None else min(whole, int(read * _element_bytes(operand.shape)))
-    return total + _bytes_written(comp, comp.root, module)
-
-
 # ---------------------------------------------------------------------- the walk
 @dataclass
 class _Timeline:
@@ -353,23 +146,25 @@ class _Timeline:
 
     duration: float = 0.0
     compute: float = 0.0
-    matmul: float = 0.0
     memory: float = 0.0
     busy: dict[str, float] = field(default_factory=dict)
     exposed: dict[int, float] = field(default_factory=dict)  # row -> seconds waited for it
     spans: list[tuple] = field(default_factory=list)  # (track, start, seconds, name, comp, kind, row, inst)
     windows: list[tuple[str, float, float]] = field(default_factory=list)
-    has_dots: bool = False
     bubble: float = 0.0  # seconds of pipeline loops' fill and drain iterations
     pipelines: list[tuple[str, int, int, float, float]] = field(default_factory=list)
+    has_dots: bool = False
+    # a loop body's collectives that only feed its outputs (finished under the next iteration, `_loop`): their ends
+    # and their (start, end, row) runs
+    trailing_end: dict[int, float] = field(default_factory=dict)
+    trailing_runs: list[tuple[float, float, int]] = field(default_factory=list)
 
     def add_child(self, other: _Timeline, offset: float, times: float = 1.0) -> None:
         self.compute += other.compute * times
         self.bubble += other.bubble * times
         self.pipelines.extend(other.pipelines)
-        self.matmul += other.matmul * times
-        self.memory += other.memory * times
         self.has_dots = self.has_dots or other.has_dots
+        self.memory += other.memory * times
         for k, v in other.busy.items():
             self.busy[k] = self.busy.get(k, 0.0) + v * times
         for k, v in other.exposed.items():
@@ -378,7 +173,8 @@ class _Timeline:
 
 class _Walker:
     def __init__(self, module: HloModule, graph: CallGraph, collectives: Sequence[Collective],
-                 dots: Sequence[Dot], hw: HardwareSpec, topology: Any, max_spans: int):
+                 dots: Sequence[Dot], hw: HardwareSpec, topology: Any, max_spans: int,
+                 costs: ProgramCosts | None = None):
         self.module = module
         self.graph = graph
         self.hw = hw
@@ -389,32 +185,9 @@ class _Walker:
         self.max_spans = max_spans
         self.memo: dict[str, _Timeline] = {}
         self.track_axes: dict[str, str] = {}
-        # dots by place
-        self.dot_flops: dict[tuple[str, str], tuple[float, str]] = {}
-        for d in dots:
-            self.dot_flops[(d.computation, d.instruction.name)] = (d.flops, d.dtype)
-        # The dtype of each computation's first dot (in `dot_flops` order), looked up once per fusion by
-        # `op_time`: a scan of `dot_flops` per lookup made the step model quadratic in the number of dots.
-        self.first_dot_dtype: dict[str, str] = {}
-        for (c, _), (_, dtype) in self.dot_flops.items():
-            self.first_dot_dtype.setdefault(c, dtype)
-        self.comp_flops: dict[str, float] = {}
-        # The MXU's terms per dot (analyzer.theory.matmul; hardware with an [mxu] table): (padding factor, HBM
-        # bytes its tile passes re-read beyond one read of each operand, fill-and-drain seconds), and their sums
-        # per computation (`mxu_in`).
-        self.dot_mxu: dict[tuple[str, str], tuple[float, float, float]] = {}
-        if hw.mxu is not None:
-            for d in dots:
-                terms = _mxu_terms(d, hw)
-                if terms is not None:
-                    self.dot_mxu[(d.computation, d.instruction.name)] = terms
-        self.comp_mxu: dict[str, tuple[float, float, float]] = {}
-        self.with_flops = module.holding(*_FLOPS_OPS)  # (the computations `flops_in` reads: those with a dot or call)
-        self.not_plain = _not_plain(module)  # (what pricing each fusion's bytes asks of the module: asked once)
-        # holds_dot per instruction, by id (the instruction kept alongside so the id stays its own): _first_use
-        # asks it of the same instructions once per collective it follows (100,000 times on the 22 MB synthetic
-        # module, each decoding the called computations again).
-        self._holds_dot: dict[int, tuple[Instruction, bool]] = {}
+        # what each instruction costs (FLOPs, bytes, bound, seconds): asked of the program's costs, never here
+        self.costs = costs if costs is not None else ProgramCosts(module, dots, hw)
+        self.holds_dot = self.costs.holds_dot
         # collectives by place: (comp, inst) -> [(row, role)]
         self.coll: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self.rows = list(collectives)
@@ -423,36 +196,31 @@ class _Walker:
         self.row_track = [self._track(c, topology) for c in collectives]
         for r, c in enumerate(collectives):
             comp = module.by_name.get(c.computation)
-            if comp is None:
-                continue
-            names = [n for n in c.instructions if n in comp.by_name]
-            if not self.scheduled:
-                own = c.instruction.name if c.instruction.name in comp.by_name else (names[0] if names else None)
-                if own is not None:
-                    self.coll.setdefault((c.computation, own), []).append((r, "sync"))
-                # the other instructions of a row (collectives a combiner would merge) are its, not compute
-                for n in names:
-                    if n != own and comp.by_name[n].opcode in LINK:
-                        self.coll.setdefault((c.computation, n), []).append((r, "marker"))
-                continue
-            if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
-                names.insert(0, c.site.name)
-            if not names:
-                continue
-            pos = {i.name: k for k, i in enumerate(comp.instructions)}
-            names = sorted(set(names), key=lambda n: pos[n])
-            if len(names) == 1 or (c.sync and not c.overlapped and not c.permute_steps):
-                for n in names[:1]:
-                    self.coll.setdefault((c.computation, n), []).append((r, "sync"))
-                for n in names[1:]:
-                    self.coll.setdefault((c.computation, n), []).append((r, "marker"))
-                continue
-            self.coll.setdefault((c.computation, names[0]), []).append((r, "issue"))
-            self.coll.setdefault((c.computation, names[-1]), []).append((r, "wait"))
-            for n in names[1:-1]:
-                inst = comp.by_name[n]
-                if inst.opcode != "fusion" or _holds_collective(module, inst):
-                    self.coll.setdefault((c.computation, n), []).append((r, "marker"))
+            if comp is not None:
+                for name, role in self._roles(c, comp):
+                    self.coll.setdefault((c.computation, name), []).append((r, role))
+
+    def _roles(self, c: Collective, comp: Computation) -> list[tuple[str, str]]:
+        """(instruction, role) of the instructions that make up collective `c` in `comp`: "sync" (runs and blocks
+        where it stands), "issue" and "wait" (an async one's first and last), "marker" (part of it, not compute).
+        Unscheduled modules run every collective as sync at its own instruction (the overlap model places it)."""
+        names = [n for n in c.instructions if n in comp.by_name]
+        if not self.scheduled:
+            own = c.instruction.name if c.instruction.name in comp.by_name else (names[0] if names else None)
+            # the other instructions of a row (collectives a combiner would merge) are its, not compute
+            return ([(own, "sync")] if own is not None else []) + [
+                (n, "marker") for n in names if n != own and comp.by_name[n].opcode in LINK]
+        if c.site is not None and c.site.name in comp.by_name and c.site.name not in names:
+            names.insert(0, c.site.name)
+        if not names:
+            return []
+        pos = {i.name: k for k, i in enumerate(comp.instructions)}
+        names = sorted(set(names), key=lambda n: pos[n])
+        if len(names) == 1 or (c.sync and not c.overlapped and not c.permute_steps):
+            return [(names[0], "sync")] + [(n, "marker") for n in names[1:]]
+        inner = [(n, "marker") for n in names[1:-1]
+                 if comp.by_name[n].opcode != "fusion" or _holds_collective(self.module, comp.by_name[n])]
+        return [(names[0], "issue"), (names[-1], "wait"), *inner]
 
     # -------------------------------------------------------------- tracks
     def queue(self, track: str) -> str:
@@ -477,113 +245,6 @@ class _Walker:
         return label
 
     # -------------------------------------------------------------- one instruction
-    def flops_in(self, comp_name: str) -> float:
-        if comp_name not in self.comp_flops:
-            self.comp_flops[comp_name] = 0.0  # guards recursion
-            total = 0.0
-            if comp_name in self.with_flops:  # (then only those lines of a lazy module's body)
-                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
-                    f = self.dot_flops.get((comp_name, i.name))
-                    if f is not None:
-                        total += f[0]
-                    elif i.opcode in ("fusion", "call"):
-                        total += sum(self.flops_in(c) for c in i.called_computations)
-            self.comp_flops[comp_name] = total
-        return self.comp_flops[comp_name]
-
-    def holds_dot(self, inst: Instruction) -> bool:
-        """A dot, or a fusion/call whose computations hold one."""
-        op = inst.opcode
-        if op in DOTS:
-            return True
-        if op != "fusion" and op != "call":
-            return False
-        known = self._holds_dot.get(id(inst))
-        if known is None:
-            known = (inst, any(self.flops_in(c) for c in inst.called_computations))
-            self._holds_dot[id(inst)] = known
-        return known[1]
-
-    def mxu_in(self, comp_name: str) -> tuple[float, float, float]:
-        """(padded FLOPs, re-read bytes, fill seconds) of the dots in a computation and what it calls (the
-        `dot_mxu` terms summed; padded FLOPs are the dot's FLOPs times its padding factor)."""
-        if comp_name not in self.comp_mxu:
-            self.comp_mxu[comp_name] = (0.0, 0.0, 0.0)  # guards recursion
-            pf = extra = fill = 0.0
-            if comp_name in self.with_flops:
-                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
-                    f = self.dot_flops.get((comp_name, i.name))
-                    if f is not None:
-                        pad, e, fl = self.dot_mxu.get((comp_name, i.name), (1.0, 0.0, 0.0))
-                        pf += f[0] * pad
-                        extra += e
-                        fill += fl
-                    elif i.opcode in ("fusion", "call"):
-                        for c in i.called_computations:
-                            a, b, c2 = self.mxu_in(c)
-                            pf, extra, fill = pf + a, extra + b, fill + c2
-            self.comp_mxu[comp_name] = (pf, extra, fill)
-        return self.comp_mxu[comp_name]
-
-    def _dot_dtype(self, comp_name: str) -> str:
-        return self.first_dot_dtype.get(comp_name, "bf16")
-
-    def op_time(self, comp: Computation, inst: Instruction, cheap: Mapping[str, bool] | None,
-                users: Mapping[str, tuple[str, ...]] | None) -> tuple[float, str]:
-        """Seconds of one execution of a non-collective, non-control instruction, and whether FLOPs or bytes
-        bound it ("matmul" / "memory"); (0, "") for free ops."""
-        op = inst.opcode
-        if op in NOP or (op == "custom-call" and any(t in (inst.attr("custom_call_target") or "")
-                                                        for t in _CUSTOM_FREE)):
-            return 0.0, ""
-        flops, dtype = 0.0, "bf16"
-        if op in DOTS:
-            flops, dtype = self.dot_flops.get((comp.name, inst.name), (0.0, "bf16"))
-        elif op == "fusion":
-            called = inst.called_computations
-            flops = sum(self.flops_in(c) for c in called)
-            if flops:
-                dtype = self._dot_dtype(called[0]) if called else "bf16"
-        if flops:
-            nbytes = instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain)
-            padded, extra, fill = flops, 0.0, 0.0
-            if self.dot_mxu:  # the MXU's padding, tile passes and fill (analyzer.theory.matmul)
-                if op in DOTS:
-                    pad, extra, fill = self.dot_mxu.get((comp.name, inst.name), (1.0, 0.0, 0.0))
-                    padded = flops * pad
-                else:
-                    terms = [self.mxu_in(c) for c in inst.called_computations]
-                    padded = max(flops, sum(a for a, _, _ in terms))
-                    extra, fill = sum(b for _, b, _ in terms), sum(f for _, _, f in terms)
-            t_flops = padded / self.hw.flops_per_second(dtype)
-            t_mem = (nbytes + extra) / self.bw
-            return (t_flops + fill, "matmul") if t_flops >= t_mem else (t_mem + fill, "memory")
-        if self.fused or cheap is None or op in UNFUSED:
-            return instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain) / self.bw, "memory"
-        # Unfused module: the op is one of a chain XLA would fuse; pay only at the chain's edges.
-        if op in VIEWS:
-            return 0.0, ""
-        nbytes = 0
-        for k, o in enumerate(inst.operands):
-            if cheap.get(o.name, False) or o.name not in comp.by_name:
-                continue
-            producer = comp.by_name[o.name]
-            if producer.opcode == "constant":
-                continue
-            if k == 0 and op in SLICING:
-                nbytes += _bytes(inst.shape)
-            elif k == 0 and op == "dynamic-update-slice":
-                continue
-            else:
-                nbytes += _bytes(o.shape)
-        outs = users.get(inst.name, ()) if users is not None else ()
-        if inst.is_root or any(not cheap.get(u, False) for u in outs):
-            if op == "dynamic-update-slice" and len(inst.operands) > 1:
-                nbytes += _bytes(inst.operands[1].shape)
-            else:
-                nbytes += _bytes(inst.shape)
-        return nbytes / self.bw, "memory"
-
     # -------------------------------------------------------------- one computation
     def timeline(self, comp_name: str) -> _Timeline:
         if comp_name in self.memo:
@@ -667,47 +328,46 @@ class _Walker:
                 # an async collective fusion or a collective's fused epilogue: its own compute runs on the
                 # compute stream (its collective's data is the link's, see _fusion_bytes)
             op = inst.opcode
-            if op == "while":
-                body, cond = _loop_parts(inst)
-                trip = self.graph.trip_count(comp.name, name).n
-                t = self._loop(tl, t, body, cond, trip, inst, comp)
-                continue
-            if op == "conditional":
-                branches = [self.timeline(c) for c in inst.called_computations if c in self.module.by_name]
-                if branches:
-                    best = max(branches, key=lambda b: b.duration)
-                    self._place(tl, best, t)
-                    t += best.duration
-                continue
-            if op == "call" or (op == "async-start" and not (comp.name, name) in self.coll):
-                for c in inst.called_computations:
-                    if c in self.module.by_name:
-                        sub = self.timeline(c)
-                        self._place(tl, sub, t)
-                        t += sub.duration
-                continue
-            seconds, kind = self.op_time(comp, inst, cheap, users)
-            if seconds <= 0:
-                continue
-            tl.compute += seconds
-            if op in DOTS or op == "fusion":
-                flops = (self.dot_flops.get((comp.name, name), (0.0, ""))[0] if op in DOTS
-                         else sum(self.flops_in(c) for c in inst.called_computations))
-                if flops:
-                    tl.has_dots = True
-                    tl.matmul += flops / self.hw.peak_flops
-            if kind == "memory":
-                tl.memory += seconds
-            if keep:
-                spans.append((COMPUTE_TRACK, t, seconds, name, comp.name, kind, None, inst))
-            t += seconds
+            if op in ("while", "conditional", "call") or (op == "async-start" and (comp.name, name) not in self.coll):
+                t = self._control(tl, t, comp, inst)
+            else:
+                t = self._compute(tl, t, comp, inst, cheap, users, keep)
         # the end: wait for what the computation's result needs (not the trailing collectives of a loop body)
         rest = [r for r in end_of if r not in trailing]
         wait(rest)
         tl.duration = t
-        tl.trailing_end = {r: end_of[r] for r in trailing if r in end_of}  # type: ignore[attr-defined]
-        tl.trailing_runs = [x for x in runs if x[2] in trailing]  # type: ignore[attr-defined]
+        tl.trailing_end = {r: end_of[r] for r in trailing if r in end_of}
+        tl.trailing_runs = [x for x in runs if x[2] in trailing]
         return tl
+
+    def _control(self, tl: _Timeline, t: float, comp: Computation, inst: Instruction) -> float:
+        """Place what a loop, conditional, call or async computation runs at `t`; the time it ends."""
+        if inst.opcode == "while":
+            body, cond = _loop_parts(inst)
+            trip = self.graph.trip_count(comp.name, inst.name).n
+            return self._loop(tl, t, body, cond, trip, inst, comp)
+        subs = [self.timeline(c) for c in inst.called_computations if c in self.module.by_name]
+        if inst.opcode == "conditional":  # (its costliest branch)
+            subs = [max(subs, key=lambda b: b.duration)] if subs else []
+        for sub in subs:
+            self._place(tl, sub, t)
+            t += sub.duration
+        return t
+
+    def _compute(self, tl: _Timeline, t: float, comp: Computation, inst: Instruction,
+                 cheap: Mapping[str, bool] | None, users: Mapping[str, tuple[str, ...]] | None, keep: bool) -> float:
+        """Run one instruction on the compute stream at `t` (its time asked of the program's costs); its end."""
+        seconds, kind = self.costs.op_time(comp, inst, cheap, users)
+        if seconds <= 0:
+            return t
+        tl.compute += seconds
+        if not tl.has_dots and (inst.opcode in DOTS or inst.opcode == "fusion") and self.costs.flops_of(comp, inst):
+            tl.has_dots = True
+        if kind == "memory":
+            tl.memory += seconds
+        if keep:
+            tl.spans.append((COMPUTE_TRACK, t, seconds, inst.name, comp.name, kind, None, inst))
+        return t + seconds
 
     def _place(self, tl: _Timeline, sub: _Timeline, offset: float) -> None:
         tl.add_child(sub, offset)
@@ -734,7 +394,7 @@ class _Walker:
             queues[self.queue(k)] = queues.get(self.queue(k), 0.0) + v
         busiest = max(queues.items(), key=lambda kv: kv[1], default=("", 0.0))
         iteration = max(own, busiest[1])
-        trailing_end = getattr(b, "trailing_end", {})
+        trailing_end = b.trailing_end
         drain = max((e - b.duration for e in trailing_end.values()), default=0.0)
         drain = max(0.0, drain)
         n = max(0, trip)
@@ -750,17 +410,10 @@ class _Walker:
                 tl.exposed[r] = tl.exposed.get(r, 0.0) + excess * n * self.row_seconds[r] / share
         if drain > 0 and n:
             last = max(trailing_end.items(), key=lambda kv: kv[1])[0]
-            _charge(tl, drain, b.duration, b.duration + drain, [last], getattr(b, "trailing_runs", []),
+            _charge(tl, drain, b.duration, b.duration + drain, [last], b.trailing_runs,
                     self.row_seconds)
         start = t
-        for k in range(n):
-            offset = start + k * iteration
-            if len(tl.spans) < self.max_spans:
-                tl.spans.extend((s[0], s[1] + offset, *s[2:]) for s in b.spans)
-                tl.spans.extend((s[0], s[1] + offset + b.duration, *s[2:]) for s in c.spans)
-                if excess > 0:
-                    tl.spans.append((COMPUTE_TRACK, offset + own, excess, f"wait for {busiest[0]} ({inst.name})",
-                                     comp.name, "wait", None, None))
+        self._unroll(tl, b, c, start, n, iteration, excess, f"wait for {busiest[0]} ({inst.name})", comp.name)
         if b.has_dots and n:
             label = _loop_label(self.module.by_name[body], self.holds_dot)
             tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
@@ -774,6 +427,20 @@ class _Walker:
             tl.spans.append((COMPUTE_TRACK, start + n * iteration, drain,
                              f"wait for the last iteration's collectives ({inst.name})", comp.name, "wait", None, None))
         return t + total
+
+    def _unroll(self, tl: _Timeline, body: _Timeline, cond: _Timeline, start: float, n: int, iteration: float,
+                excess: float, wait_label: str, comp_name: str) -> None:
+        """The spans of `n` iterations of a loop from `start` (while spans are kept), each body then condition, and
+        the wait for the busiest link (`excess` per iteration) at each iteration's end."""
+        own = body.duration + cond.duration
+        for k in range(n):
+            if len(tl.spans) >= self.max_spans:
+                return
+            offset = start + k * iteration
+            tl.spans.extend((s[0], s[1] + offset, *s[2:]) for s in body.spans)
+            tl.spans.extend((s[0], s[1] + offset + body.duration, *s[2:]) for s in cond.spans)
+            if excess > 0:
+                tl.spans.append((COMPUTE_TRACK, offset + own, excess, wait_label, comp_name, "wait", None, None))
 
     # -------------------------------------------------------------- the overlap model of unscheduled modules
     def _plan(self, comp: Computation, loop: bool, users: Mapping[str, tuple[str, ...]] | None):
@@ -884,22 +551,10 @@ class _Walker:
     def _invariant(self, body: Computation) -> set[str]:
         """Values of a loop body that do not change from one iteration's data to the next: the parameter's
         elements passed through unchanged, the counter, constants, and what is computed from these only."""
-        root = body.root
         param = next((i for i in body.instructions if i.opcode == "parameter"), None)
-        if param is None or root.opcode != "tuple":
+        if param is None or body.root.opcode != "tuple":
             return set()
-        passthrough: set[int] = set()
-        for idx, o in enumerate(root.operands):
-            src = body.by_name.get(o.name)
-            if src is None or src.opcode != "get-tuple-element" or src.operand_names[0] != param.name:
-                # the counter: index + constant
-                if src is not None and src.opcode == "add" and any(
-                        body.by_name.get(n) is not None and body.by_name[n].opcode == "constant"
-                        for n in src.operand_names):
-                    passthrough.add(idx)
-                continue
-            if src.attr("index") == str(idx):
-                passthrough.add(idx)
+        passthrough = _carried_unchanged(body, param)
         out: set[str] = set()
         for i in body.instructions:
             op = i.opcode
@@ -909,12 +564,36 @@ class _Walker:
                 idx = i.attr("index")
                 if idx is not None and idx.isdigit() and int(idx) in passthrough:
                     out.add(i.name)
-            elif op not in DOTS and op not in ("parameter", "while", "call", "custom-call", "rng",
-                                                    "rng-bit-generator") and (
-                    (self.fused is False and (body.name, i.name) not in self.coll) or op in SLICING) and \
-                    i.operands and all(o in out for o in i.operand_names):
+            elif self._computed_from(body, i, out):
                 out.add(i.name)
         return out
+
+    def _computed_from(self, body: Computation, i: Instruction, invariant: set[str]) -> bool:
+        """Whether `i` is computed from `invariant` values only, by an op that gives the same result each time:
+        no dot, call or random numbers, and in an unfused module no collective; slices always."""
+        op = i.opcode
+        if op in DOTS or op in ("parameter", "while", "call", "custom-call", "rng", "rng-bit-generator"):
+            return False
+        if not (op in SLICING or (self.fused is False and (body.name, i.name) not in self.coll)):
+            return False
+        return bool(i.operands) and all(o in invariant for o in i.operand_names)
+
+
+def _carried_unchanged(body: Computation, param: Instruction) -> set[int]:
+    """The indices of a loop body's result tuple that carry the parameter's element of the same index unchanged,
+    and the counter's (an index plus a constant)."""
+    out: set[int] = set()
+    for idx, o in enumerate(body.root.operands):
+        src = body.by_name.get(o.name)
+        if src is None or src.opcode != "get-tuple-element" or src.operand_names[0] != param.name:
+            if src is not None and src.opcode == "add" and any(
+                    body.by_name.get(n) is not None and body.by_name[n].opcode == "constant"
+                    for n in src.operand_names):
+                out.add(idx)  # the counter: index + constant
+            continue
+        if src.attr("index") == str(idx):
+            out.add(idx)
+    return out
 
 
 def _pipeline_stages(w: _Walker, body: str, trip: int) -> int:
@@ -955,45 +634,6 @@ def _charge(tl: _Timeline, stall: float, t0: float, t1: float, waited: Sequence[
         for r in waited:
             w = row_seconds[r] / share if share > 0 else 1.0 / len(waited)
             tl.exposed[r] = tl.exposed.get(r, 0.0) + rest * w
-
-
-def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
-    """(padding factor, re-read bytes, fill seconds) of one dot on the MXU (analyzer.theory.matmul), from its
-    operands' shapes and dimension numbers; a convolution too where it is the TPU compiler's spelling of a dot (its
-    FLOPs are a matmul's, 2 x batch x m x k x n), so the same dot costs the same on the cpu and TPU targets; None
-    for a real convolution or a dot whose shapes are not known."""
-    from analyzer.analysis.dots import batch_dims, contracting_dims
-    from analyzer.theory.matmul import matmul_time
-
-    inst = d.instruction
-    if inst.opcode not in ("dot", "convolution") or len(inst.operands) < 2 or any(
-            o.shape is None or o.shape.is_tuple for o in inst.operands[:2]):
-        return None
-    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
-    try:
-        lc, rc = set(contracting_dims(inst, 0)), set(contracting_dims(inst, 1))
-        lb, rb = set(batch_dims(inst, 0)), set(batch_dims(inst, 1))
-        ld, rd = list(lhs.dims), list(rhs.dims)
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-    def prod(xs) -> int:
-        out = 1
-        for x in xs:
-            out *= int(x)
-        return out
-
-    b = prod(ld[i] for i in lb if i < len(ld))
-    k = prod(ld[i] for i in lc if i < len(ld))
-    m = prod(x for i, x in enumerate(ld) if i not in lc and i not in lb)
-    n = prod(x for i, x in enumerate(rd) if i not in rc and i not in rb)
-    if min(b, k, m, n) <= 0 or abs(2.0 * b * m * k * n - d.flops) > 1e-6 * max(d.flops, 1.0):
-        return None  # (not a matmul's FLOPs: a real convolution, or dims read otherwise than the FLOPs were)
-    in_bytes = _element_bytes(lhs) or 2.0
-    out_bytes = _element_bytes(inst.shape) or in_bytes
-    t = matmul_time(hw, b=b, m=m, k=k, n=n, in_bytes=in_bytes, out_bytes=out_bytes)
-    once = b * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    return t.padded_flops / t.useful_flops, max(0.0, t.hbm_bytes - once), t.fill_seconds
 
 
 def _holds_collective(module: HloModule, inst: Instruction) -> bool:
@@ -1087,7 +727,8 @@ def _first_repeat(keys: Sequence[tuple], repeated: set, max_offset: int = 8) -> 
 # ---------------------------------------------------------------------- entry point
 def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Collective], dots: Sequence[Dot],
                  hardware: HardwareSpec, topology: Any, *, chips: int | None = None,
-                 max_spans: int = 200_000, model: ModelFlops | None = None) -> StepPrediction:
+                 max_spans: int = 200_000, model: ModelFlops | None = None,
+                 costs: ProgramCosts | None = None) -> StepPrediction:
     """The predicted step of `module` on `hardware` (see the module doc for the model).
 
     Args:
@@ -1100,6 +741,8 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
       model: the model's FLOPs counted on the program before partitioning (`analyzer.analysis.dots.model_flops`);
         without it the partitioned module's FLOPs (remat left out) times the chips stand in, which counts a
         plan's redundant compute as model work.
+      costs: the program's `ProgramCosts` on `hardware` (analyzer.analysis.costs), when the caller has them;
+        built here otherwise.
 
     Returns:
       `StepPrediction`.
@@ -1112,7 +755,7 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     """
     from analyzer.analysis.mapping import pass_of  # noqa: F401  (documented dependency of _loop_label)
 
-    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans)
+    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans, costs)
     tl = w.timeline(module.entry.name)
     n = chips if chips is not None else max(1, module.num_partitions * max(1, module.replica_count))
     peak = float(hardware.peak_flops)
@@ -1132,7 +775,7 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     windows = tuple(tl.windows) or tuple(_repeat_windows(tl.spans, w.holds_dot))
     denom = step * peak * n
     return StepPrediction(
-        step_seconds=step, compute_seconds=tl.compute, matmul_seconds=tl.matmul, memory_bound_seconds=tl.memory,
+        step_seconds=step, compute_seconds=tl.compute, memory_bound_seconds=tl.memory,
         exposed_comm_seconds=max(0.0, step - tl.compute), exposed_by_axis=by_axis, busy=busy,
         exposed_rows=exposed_rows, model_flops=model_total, executed_flops=executed,
         mfu=model_total / denom if denom > 0 else 0.0, hfu=executed / denom if denom > 0 else 0.0,

@@ -9,7 +9,7 @@ import pytest
 
 from analyzer.analysis.dataflow import users_map
 from analyzer.analysis.graph import CallGraph
-from analyzer.analysis.step import _fusion_bytes
+from analyzer.analysis.costs import _fusion_bytes
 from analyzer.errors import AnalyzerError, HloSemanticError
 from analyzer.hlo.parser import LazyComputation, check_read, parse_hlo
 

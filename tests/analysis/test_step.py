@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import analyzer
-from analyzer.analysis.step import instruction_hbm_bytes
+from analyzer.analysis.costs import instruction_hbm_bytes
 from analyzer.errors import AnalyzerError
 from analyzer.hlo.parser import parse_hlo
 from analyzer.render.trace import WAIT_TRACK, check_trace_path, trace_events, write_trace

@@ -1,0 +1,480 @@
+"""What each instruction of a program costs on one chip: its FLOPs, HBM bytes, bound and seconds, computed once per
+(module, hardware) and asked by everything that times or prices an instruction.
+
+XLA splits it the same way: `HloCostAnalysis` answers what an instruction does (FLOPs, bytes accessed) and a
+performance model (`GpuPerformanceModel`, the TPU compiler's cost model) asks it to turn that into time. Here
+`ProgramCosts` answers for one hardware spec; the step model (analyzer.analysis.step), the report's totals and dots
+table (analyzer.pipeline) and the rules (HA101's roofline, HA104's redundant compute) ask it, and none of them
+times a dot on its own.
+
+One execution of an instruction costs:
+  - a dot (convolution, ragged dot): the roofline of its FLOPs (the `Dot` record's, analyzer.analysis.dots) padded
+    to the MXU's tiles where the hardware has an [mxu] table (analyzer.theory.matmul) against its HBM bytes plus
+    what the tile passes re-read: max(padded FLOPs / peak(dtype), bytes / HBM bandwidth) + fill and drain;
+  - a fusion or call holding dots: the same over the FLOPs of the dots it holds, at its first dot's dtype;
+  - a NOP opcode or a marker custom-call (`_CUSTOM_FREE`): nothing;
+  - anything else: its HBM bytes / HBM bandwidth (`instruction_hbm_bytes`); in an unfused module (the cpu
+    target's after-SPMD HLO) an op XLA would fuse with its neighbours pays only at the edges of its chain.
+`DotCost.peak_seconds`, a dot's FLOPs / the peak of its dtype, is the dots table's `seconds` and what
+`Totals.matmul_seconds` adds up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from analyzer.analysis.dataflow import users_map
+from analyzer.hlo.opcodes import DOTS, LINK, NOP, RELABEL, SLICING, UNFUSED, VIEWS
+
+if TYPE_CHECKING:
+    from analyzer.analysis.dots import Dot
+    from analyzer.hlo.ir import Computation, HloModule, Instruction
+    from analyzer.theory.hardware import HardwareSpec
+
+__all__ = ["DotCost", "ProgramCosts", "instruction_hbm_bytes"]
+
+# Custom-calls that run no kernel: the SPMD partitioner's and layout markers, host-offload and buffer annotations.
+_CUSTOM_FREE = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "LayoutConstraint",
+                "MoveToHost", "MoveToDevice", "AllocateBuffer")
+# The instructions `ProgramCosts.flops_in` adds up: dots (the opcodes `extract_dots` takes) and what calls code.
+_FLOPS_OPS = tuple(sorted(DOTS | {"fusion", "call"}))
+
+
+@dataclass(frozen=True)
+class DotCost:
+    """One execution of one dot on one chip.
+
+    Attributes:
+      flops: its FLOPs (the `Dot` record's); dtype: the dtype its peak is read at.
+      peak_seconds: flops / the chip's peak for `dtype`.
+      padding: padded FLOPs / FLOPs on the MXU's tiles (1 without an [mxu] table, or for a real convolution).
+      reread_bytes: HBM bytes its tile passes read beyond one read of each operand and one write of the result.
+      fill_seconds: the MXU's fill and drain.
+    """
+
+    flops: float
+    dtype: str
+    peak_seconds: float
+    padding: float = 1.0
+    reread_bytes: float = 0.0
+    fill_seconds: float = 0.0
+
+
+def _bytes(shape: Any) -> int:
+    if shape is None:
+        return 0
+    try:
+        return int(shape.byte_size)
+    except ValueError:
+        return 0
+
+
+def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None, *,
+                          not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int:
+    """HBM bytes one execution of `inst` reads and writes, as one kernel: its operands and its result, except
+    that a slice reads only the slice, a dynamic-update-slice writes the update in place, an async slice or
+    copy (`slice-start`/`copy-start`) moves its data once (the `-done` moves nothing more), and a fusion reads
+    of a parameter only what its slicing ops take and writes of an output that updates a buffer in place only
+    the update (both followed through views and nested fusions, see `_fusion_bytes`). `not_plain`: what a
+    fusion's pricing asks of `module` (`_not_plain`), when the caller prices many and asked it once.
+
+    Example:
+        f32[8,128] add(f32[8,128], f32[8,128]) -> 3 x 4096 = 12288
+    """
+    op = inst.opcode
+    if op in SLICING:
+        return 2 * _bytes(inst.shape)
+    if op == "dynamic-update-slice":
+        upd = inst.operands[1].shape if len(inst.operands) > 1 else None
+        return 2 * _bytes(upd)
+    if op in ("slice-start", "copy-start"):
+        # ((operand), result, context) for slice-start; (result, operand, context) for copy-start
+        parts = inst.shape.tuple_shapes if inst.shape is not None and inst.shape.is_tuple else ()
+        moved = parts[1] if op == "slice-start" and len(parts) > 1 else (parts[0] if parts else inst.shape)
+        return 2 * _bytes(moved)
+    if op in ("slice-done", "copy-done"):
+        return 0
+    if op == "fusion" and module is not None:
+        return _fusion_bytes(inst, module, not_plain)
+    return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
+
+
+# Collectives inside a fusion (async collective fusions, collective matmuls) move their data on the link (`LINK`): it
+# is priced with the collective, not as HBM traffic of the fusion.
+
+
+def _is_link(inst: Instruction) -> bool:
+    """A collective, or the AsyncCollectiveStart/Done custom-call of an async collective fusion."""
+    return inst.opcode in LINK or (inst.opcode == "custom-call" and "AsyncCollective" in (
+        inst.attr("custom_call_target") or ""))
+
+
+# Ops a fusion reads through without touching memory of its own: what their users take of the value is what
+# is read of their operand (a convert reads the source elements at the source's width).
+_THROUGH = RELABEL | {"get-tuple-element"}
+
+
+def _elements(shape: Any) -> int:
+    if shape is None:
+        return 0
+    if shape.is_tuple or shape.is_buffer:
+        return sum(_elements(s) for s in shape.tuple_shapes)
+    return shape.num_elements
+
+
+def _users_in(comp: Computation, cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]]
+              ) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
+    """`analyzer.analysis.dataflow.users_map` of `comp`, built once per fusion walk."""
+    users = cache.get(comp.name)
+    if users is None:
+        users = cache[comp.name] = users_map(comp)
+    return users
+
+
+def _elements_read(comp: Computation, name: str, module: HloModule, cache: dict, depth: int = 0) -> int | None:
+    """Elements of the value `name` inside fusion computation `comp` that its users read from memory, or None
+    when some user reads all of it. Slicing ops (dynamic-slice, slice, gather) read their result's elements;
+    a dynamic-update-slice's base is updated in place (nothing read); views and nested fusions are followed."""
+    if depth > 16:
+        return None
+    users = _users_in(comp, cache).get(name, ())
+    if not users:
+        return None
+    total = 0
+    for u, _ in users:
+        op = u.opcode
+        first = bool(u.operand_names) and u.operand_names[0] == name
+        if op in SLICING and first and name not in u.operand_names[1:]:
+            total += _elements(u.shape)
+        elif op == "dynamic-update-slice" and first and name not in u.operand_names[1:]:
+            continue
+        elif _is_link(u):
+            continue  # moved by the link, priced with the collective
+        elif op == "tuple" and u.is_root:
+            continue  # passed through to an output (aliased, not read)
+        elif op in _THROUGH:
+            sub = _elements_read(comp, u.name, module, cache, depth + 1)
+            if sub is None:
+                return None
+            total += sub
+        elif op == "fusion":
+            inner = module.by_name.get(u.called_computations[0]) if u.called_computations else None
+            if inner is None:
+                return None
+            params = {i.parameter_number: i for i in inner.instructions if i.opcode == "parameter"}
+            for k, o in enumerate(u.operand_names):
+                if o != name:
+                    continue
+                p = params.get(k)
+                sub = _elements_read(inner, p.name, module, cache, depth + 1) if p is not None else None
+                if sub is None:
+                    return None
+                total += sub
+        else:
+            return None
+    return total
+
+
+def _bytes_written(comp: Computation, inst: Instruction, module: HloModule, depth: int = 0) -> int:
+    """Bytes a fusion output produced by `inst` writes to memory: a dynamic-update-slice writes its update (the
+    buffer is updated in place), followed through views, tuples and nested fusions; anything else its result."""
+    op = inst.opcode
+    if op == "parameter" or _is_link(inst):
+        return 0  # a buffer passed through (aliased), or written by the link
+    if depth <= 16:
+        if op == "dynamic-update-slice" and len(inst.operands) > 1:
+            return int(_elements(inst.operands[1].shape) * _element_bytes(inst.shape))
+        if op == "tuple":
+            return sum(_bytes_written(comp, comp.by_name[o], module, depth + 1) if o in comp.by_name
+                       else _bytes(s.shape) for o, s in zip(inst.operand_names, inst.operands))
+        if op in ("bitcast", "reshape") and inst.operand_names and inst.operand_names[0] in comp.by_name:
+            return _bytes_written(comp, comp.by_name[inst.operand_names[0]], module, depth + 1)
+        if op == "fusion" and inst.called_computations and inst.called_computations[0] in module.by_name:
+            inner = module.by_name[inst.called_computations[0]]
+            return _bytes_written(inner, inner.root, module, depth + 1)
+    return _bytes(inst.shape)
+
+
+def _element_bytes(shape: Any) -> float:
+    n = _elements(shape)
+    return _bytes(shape) / n if n else 0.0
+
+
+# What can make a fusion's bytes differ from its operands' plus its output's: the opcodes `_elements_read` and
+# `_bytes_written` treat apart (slices, in-place updates, links, nested fusions; `AsyncCollective` custom-calls
+# are looked for in the text), and a tuple at the root. A root view (bitcast, reshape) writes what its operand
+# writes: nothing for a parameter passed through.
+_NOT_PLAIN = tuple(sorted(SLICING | LINK | {"dynamic-update-slice", "fusion"}))
+
+
+def _not_plain(module: HloModule) -> tuple[frozenset[str], frozenset[str]]:
+    """The computations that hold one of `_NOT_PLAIN` or a custom-call, and those that hold one of `_NOT_PLAIN`:
+    what `_plain_written` asks of the module (a caller that prices many fusions asks it once: `_Walker`)."""
+    return module.holding(*_NOT_PLAIN, "custom-call"), module.holding(*_NOT_PLAIN)
+
+
+def _plain_written(comp: Computation, module: HloModule,
+                   not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int | None:
+    """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
+    `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
+    of the root, the root and the views under it read from their lines); else None (then the body is read).
+    `not_plain`: `_not_plain(module)`, when the caller has it."""
+    if comp.is_parsed:
+        return None
+    with_custom, held = not_plain if not_plain is not None else _not_plain(module)
+    if comp.name in with_custom and (comp.name in held or "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
+        return None
+    head = comp.line_head()  # type: ignore[attr-defined]
+    for _ in range(8):
+        if head is None or head[0] not in VIEWS:
+            break
+        head = comp.line_head(head[2]) if head[2] is not None else None  # type: ignore[attr-defined]
+    if head is None or head[0] in VIEWS or head[0] == "tuple":
+        return None
+    return 0 if head[0] == "parameter" else _bytes(head[1])
+
+
+def _fusion_bytes(inst: Instruction, module: HloModule,
+                  not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int:
+    """HBM bytes of one fusion: per operand, what its fused computation reads of it (slices only the slice,
+    an in-place updated buffer nothing; through bitcasts, reshapes, copies, converts, transposes,
+    get-tuple-elements and nested fusions), capped at the operand's size; per output, the update of an
+    in-place dynamic-update-slice, nothing for a parameter passed through or a collective's result, else the
+    output. Operands only a collective reads are the link's, not HBM traffic of the fusion."""
+    called = [module.by_name[c] for c in inst.called_computations if c in module.by_name]
+    if not called:
+        return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
+    comp = called[0]
+    written = _plain_written(comp, module, not_plain)
+    if written is not None:  # every operand read whole: the body need not be parsed
+        return sum(_bytes(o.shape) for o in inst.operands) + written
+    cache: dict[str, Mapping[str, tuple[tuple[Instruction, int], ...]]] = {}
+    params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
+    total = 0
+    for k, operand in enumerate(inst.operands):
+        whole = _bytes(operand.shape)
+        p = params.get(k)
+        read = _elements_read(comp, p.name, module, cache) if p is not None else None
+        total += whole if read is None else min(whole, int(read * _element_bytes(operand.shape)))
+    return total + _bytes_written(comp, comp.root, module)
+
+
+
+def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
+    """(padding factor, re-read bytes, fill seconds) of one dot on the MXU (analyzer.theory.matmul), from its
+    operands' shapes and dimension numbers; a convolution too where it is the TPU compiler's spelling of a dot (its
+    FLOPs are a matmul's, 2 x batch x m x k x n), so the same dot costs the same on the cpu and TPU targets; None
+    for a real convolution or a dot whose shapes are not known."""
+    from analyzer.analysis.dots import batch_dims, contracting_dims
+    from analyzer.theory.matmul import matmul_time
+
+    inst = d.instruction
+    if inst.opcode not in ("dot", "convolution") or len(inst.operands) < 2 or any(
+            o.shape is None or o.shape.is_tuple for o in inst.operands[:2]):
+        return None
+    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
+    try:
+        lc, rc = set(contracting_dims(inst, 0)), set(contracting_dims(inst, 1))
+        lb, rb = set(batch_dims(inst, 0)), set(batch_dims(inst, 1))
+        ld, rd = list(lhs.dims), list(rhs.dims)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+    def prod(xs) -> int:
+        out = 1
+        for x in xs:
+            out *= int(x)
+        return out
+
+    b = prod(ld[i] for i in lb if i < len(ld))
+    k = prod(ld[i] for i in lc if i < len(ld))
+    m = prod(x for i, x in enumerate(ld) if i not in lc and i not in lb)
+    n = prod(x for i, x in enumerate(rd) if i not in rc and i not in rb)
+    if min(b, k, m, n) <= 0 or abs(2.0 * b * m * k * n - d.flops) > 1e-6 * max(d.flops, 1.0):
+        return None  # (not a matmul's FLOPs: a real convolution, or dims read otherwise than the FLOPs were)
+    in_bytes = _element_bytes(lhs) or 2.0
+    out_bytes = _element_bytes(inst.shape) or in_bytes
+    t = matmul_time(hw, b=b, m=m, k=k, n=n, in_bytes=in_bytes, out_bytes=out_bytes)
+    once = b * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    return t.padded_flops / t.useful_flops, max(0.0, t.hbm_bytes - once), t.fill_seconds
+
+
+
+class ProgramCosts:
+    """The costs of one module's instructions on one hardware spec, each computed once, on first question.
+
+    Example:
+        costs = ProgramCosts(module, dots, hardware)
+        costs.dot_cost(dots[0]).peak_seconds, costs.op_time(comp, inst)
+    """
+
+    def __init__(self, module: HloModule, dots: Sequence[Dot], hw: HardwareSpec):
+        self.module = module
+        self.hw = hw
+        self.bw = float(hw.hbm_bandwidth)
+        self.dot_costs: dict[tuple[str, str], DotCost] = {}
+        for d in dots:
+            key = (d.computation, d.instruction.name)
+            if key in self.dot_costs:
+                continue
+            rate = hw.flops_per_second(d.dtype)
+            terms = _mxu_terms(d, hw) if hw.mxu is not None else None
+            pad, reread, fill = terms if terms is not None else (1.0, 0.0, 0.0)
+            self.dot_costs[key] = DotCost(flops=d.flops, dtype=d.dtype, peak_seconds=d.flops / rate if rate else math.nan,
+                                          padding=pad, reread_bytes=reread, fill_seconds=fill)
+        # The dtype of each computation's first dot, looked up once per fusion by `op_time` (a scan of the dots
+        # per lookup made the step model quadratic in the number of dots).
+        self.first_dot_dtype: dict[str, str] = {}
+        for (c, _), cost in self.dot_costs.items():
+            self.first_dot_dtype.setdefault(c, cost.dtype)
+        self.with_mxu = hw.mxu is not None
+        self.comp_flops: dict[str, float] = {}
+        self.comp_mxu: dict[str, tuple[float, float, float]] = {}
+        self.with_flops = module.holding(*_FLOPS_OPS)  # (the computations `flops_in` reads: those with a dot or call)
+        self.not_plain = _not_plain(module)  # (what pricing each fusion's bytes asks of the module: asked once)
+        # holds_dot per instruction, by id (the instruction kept alongside so the id stays its own): the overlap
+        # model asks it of the same instructions once per collective it follows (100,000 times on the 22 MB
+        # synthetic module, each decoding the called computations again).
+        self._holds_dot: dict[int, tuple[Instruction, bool]] = {}
+
+    def dot(self, comp_name: str, inst_name: str) -> DotCost | None:
+        """The cost of the dot `inst_name` of computation `comp_name`, None when it is not a dot of the records."""
+        return self.dot_costs.get((comp_name, inst_name))
+
+    def dot_cost(self, d: Dot) -> DotCost:
+        """The cost of one `Dot` record."""
+        return self.dot_costs[(d.computation, d.instruction.name)]
+
+    def flops_of(self, comp: Computation, inst: Instruction) -> float:
+        """FLOPs of one execution of `inst` in `comp`: a dot's (its record's), or those of the dots a fusion or call
+        holds; 0 for anything else."""
+        if inst.opcode in DOTS:
+            d = self.dot_costs.get((comp.name, inst.name))
+            return d.flops if d is not None else 0.0
+        if inst.opcode in ("fusion", "call"):
+            return sum(self.flops_in(c) for c in inst.called_computations)
+        return 0.0
+
+    def hbm_bytes(self, inst: Instruction) -> int:
+        """`instruction_hbm_bytes` of `inst` in this module."""
+        return instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain)
+
+    def flops_in(self, comp_name: str) -> float:
+        if comp_name not in self.comp_flops:
+            self.comp_flops[comp_name] = 0.0  # guards recursion
+            total = 0.0
+            if comp_name in self.with_flops:  # (then only those lines of a lazy module's body)
+                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
+                    d = self.dot_costs.get((comp_name, i.name))
+                    if d is not None:
+                        total += d.flops
+                    elif i.opcode in ("fusion", "call"):
+                        total += sum(self.flops_in(c) for c in i.called_computations)
+            self.comp_flops[comp_name] = total
+        return self.comp_flops[comp_name]
+
+    def holds_dot(self, inst: Instruction) -> bool:
+        """A dot, or a fusion/call whose computations hold one."""
+        op = inst.opcode
+        if op in DOTS:
+            return True
+        if op != "fusion" and op != "call":
+            return False
+        known = self._holds_dot.get(id(inst))
+        if known is None:
+            known = (inst, any(self.flops_in(c) for c in inst.called_computations))
+            self._holds_dot[id(inst)] = known
+        return known[1]
+
+    def mxu_in(self, comp_name: str) -> tuple[float, float, float]:
+        """(padded FLOPs, re-read bytes, fill seconds) of the dots in a computation and what it calls (the
+        `dot_mxu` terms summed; padded FLOPs are the dot's FLOPs times its padding factor)."""
+        if comp_name not in self.comp_mxu:
+            self.comp_mxu[comp_name] = (0.0, 0.0, 0.0)  # guards recursion
+            pf = extra = fill = 0.0
+            if comp_name in self.with_flops:
+                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
+                    d = self.dot_costs.get((comp_name, i.name))
+                    if d is not None:
+                        pf += d.flops * d.padding
+                        extra += d.reread_bytes
+                        fill += d.fill_seconds
+                    elif i.opcode in ("fusion", "call"):
+                        for c in i.called_computations:
+                            a, b, c2 = self.mxu_in(c)
+                            pf, extra, fill = pf + a, extra + b, fill + c2
+            self.comp_mxu[comp_name] = (pf, extra, fill)
+        return self.comp_mxu[comp_name]
+
+    def op_time(self, comp: Computation, inst: Instruction, cheap: Mapping[str, bool] | None = None,
+                users: Mapping[str, tuple[str, ...]] | None = None) -> tuple[float, str]:
+        """Seconds of one execution of a non-collective, non-control instruction, and whether FLOPs or bytes
+        bound it ("matmul" / "memory"); (0, "") for free ops. `cheap` and `users`: in an unfused module, which
+        instructions of `comp` XLA would fuse with their neighbours and who reads each value (then an op of a
+        chain pays only at its edges); None for a fused module."""
+        op = inst.opcode
+        if op in NOP or (op == "custom-call" and any(t in (inst.attr("custom_call_target") or "")
+                                                        for t in _CUSTOM_FREE)):
+            return 0.0, ""
+        if op in DOTS or op == "fusion":
+            timed = self._roofline(comp, inst)
+            if timed is not None:
+                return timed
+        if cheap is None or op in UNFUSED:  # (a fused module: no chains to follow)
+            return self.hbm_bytes(inst) / self.bw, "memory"
+        if op in VIEWS:  # (a view inside a chain XLA would fuse: nothing moves)
+            return 0.0, ""
+        return _chain_edge_bytes(comp, inst, cheap, users) / self.bw, "memory"
+
+    def _roofline(self, comp: Computation, inst: Instruction) -> tuple[float, str] | None:
+        """The roofline of a dot, or of a fusion holding dots, at the MXU's padding, tile passes and fill
+        (analyzer.theory.matmul, where the hardware has an [mxu] table); None when it does no FLOPs."""
+        dot = self.dot_costs.get((comp.name, inst.name)) if inst.opcode in DOTS else None
+        if dot is not None:
+            flops, dtype = dot.flops, dot.dtype
+            padded, extra, fill = ((flops * dot.padding, dot.reread_bytes, dot.fill_seconds) if self.with_mxu
+                                   else (flops, 0.0, 0.0))
+        elif inst.opcode == "fusion":
+            called = inst.called_computations
+            flops = sum(self.flops_in(c) for c in called)
+            dtype = self.first_dot_dtype.get(called[0], "bf16") if called else "bf16"
+            padded, extra, fill = flops, 0.0, 0.0
+            if self.with_mxu:
+                terms = [self.mxu_in(c) for c in called]
+                padded = max(flops, sum(a for a, _, _ in terms))
+                extra, fill = sum(b for _, b, _ in terms), sum(f for _, _, f in terms)
+        else:
+            return None
+        if not flops:
+            return None
+        t_flops = padded / self.hw.flops_per_second(dtype)
+        t_mem = (self.hbm_bytes(inst) + extra) / self.bw
+        return (t_flops + fill, "matmul") if t_flops >= t_mem else (t_mem + fill, "memory")
+
+
+def _chain_edge_bytes(comp: Computation, inst: Instruction, cheap: Mapping[str, bool],
+                      users: Mapping[str, tuple[str, ...]] | None) -> int:
+    """HBM bytes of an op of an unfused module that XLA would fuse with its neighbours (`cheap`): only what crosses
+    the chain's edges, the operands made outside it (a slice reads its slice; a dynamic-update-slice's buffer is
+    updated in place) and its result when a user outside the chain (or the computation's result) reads it."""
+    op = inst.opcode
+    nbytes = 0
+    for k, o in enumerate(inst.operands):
+        if cheap.get(o.name, False) or o.name not in comp.by_name:
+            continue
+        if comp.by_name[o.name].opcode == "constant":
+            continue
+        if k == 0 and op in SLICING:
+            nbytes += _bytes(inst.shape)
+        elif k != 0 or op != "dynamic-update-slice":
+            nbytes += _bytes(o.shape)
+    outs = users.get(inst.name, ()) if users is not None else ()
+    if inst.is_root or any(not cheap.get(u, False) for u in outs):
+        if op == "dynamic-update-slice" and len(inst.operands) > 1:
+            nbytes += _bytes(inst.operands[1].shape)
+        else:
+            nbytes += _bytes(inst.shape)
+    return nbytes
