@@ -49,7 +49,16 @@ def valid_choices(given: str, choices: Iterable[str], *, what: str = "value") ->
 
 
 class AnalyzerError(Exception):
-    """Base of every error caused by bad input to hlo-analyzer."""
+    """Base of every error caused by bad input to hlo-analyzer.
+
+    Attributes:
+      key: the configuration key the input came from (`hardware`, `mesh`, a rule's option...), where it came from
+        a configuration, so a reader of the config can point at that key's line; None otherwise.
+      table: the configuration table that key is in, where it is not the tool's own table.
+    """
+
+    key: str | None = None
+    table: str | None = None
 
 
 class _PositionedError(AnalyzerError):

@@ -171,7 +171,7 @@ class Config:
                 err = ConfigError(f"{name.replace('_', '-')!r} must be a finite number from 0"
                                   + (f" to {upper:g}" if upper is not None else " up") + f", got {v!r}",
                                   path=self.path)
-                err.key = name.replace("_", "-")  # type: ignore[attr-defined]
+                err.key = name.replace("_", "-")
                 raise err
             object.__setattr__(self, name, float(v))
         object.__setattr__(self, "select", tuple(self.select))
@@ -429,7 +429,7 @@ def check_plan_keys(hardware: str | None, topology: str | None, target: str | No
         try:
             result = check(value)
         except AnalyzerError as e:
-            e.key = key  # type: ignore[attr-defined]
+            e.key = key
             raise
         if key == "hardware":
             hw = result
@@ -437,12 +437,12 @@ def check_plan_keys(hardware: str | None, topology: str | None, target: str | No
         try:
             sl = parse_slice(topology, hw)
         except AnalyzerError as e:
-            e.key = "topology"  # type: ignore[attr-defined]
+            e.key = "topology"
             raise
         n = math.prod(mesh.values()) if mesh else None
         if n is not None and n != sl.size:
             err = MeshError(f"the mesh {', '.join(f'{k}={v}' for k, v in mesh.items())} has {n} devices but the "
                               f"topology {topology!r} has {sl.size} chips; give a mesh of {sl.size} devices or "
                               "another topology")
-            err.key = "mesh"  # type: ignore[attr-defined]
+            err.key = "mesh"
             raise err

@@ -209,7 +209,7 @@ def get_rule(code_or_name: str) -> Rule:
     err = ConfigError(f"unknown rule {code_or_name!r}; "
                       + (hint if not guess.startswith("HA") else hint.replace("valid names", "valid codes"))
                       + ("" if guess.startswith("HA") else f" (codes: {', '.join(codes)})"))
-    err.key = code_or_name  # type: ignore[attr-defined]
+    err.key = code_or_name
     raise err
 
 
@@ -250,7 +250,7 @@ def check_codes(entries: Iterable[str], *, key: str, path: str | None = None) ->
             + valid_choices(entry, codes, what="codes (or prefixes like 'HA1', or rule names)"),
             path=path,
         )
-        err.key = entry  # type: ignore[attr-defined]
+        err.key = entry
         raise err
 
 
@@ -304,6 +304,6 @@ def normalise_rule_options(
 
 def _option_error(message: str, key: str, table: str, path: str | None) -> ConfigError:
     err = ConfigError(message, path=path)
-    err.key = key  # type: ignore[attr-defined]
-    err.table = table  # type: ignore[attr-defined]
+    err.key = key
+    err.table = table
     return err
