@@ -1203,7 +1203,6 @@ def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) ->
     if not seconds or seconds <= 0:
         yield
         return
-    _quiet_swallowed_timeouts()
     message = (f"did not finish within {seconds:g} s (--timeout, or `timeout` in the config): an entry point "
                "that never returns, or a compile too large for the limit")
     done = threading.Event()
@@ -1218,30 +1217,35 @@ def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) ->
     if hard_exit:
         threading.Thread(target=watchdog, name="hlo-analyzer-timeout", daemon=True).start()
     try:
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-            with _alarm(seconds, entry, message):
-                yield
-        else:
-            with _async_alarm(seconds, entry, message):
-                yield
+        with _quiet_swallowed_timeouts():
+            if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+                with _alarm(seconds, entry, message):
+                    yield
+            else:
+                with _async_alarm(seconds, entry, message):
+                    yield
     finally:
         done.set()
 
 
-def _quiet_swallowed_timeouts() -> None:
-    """A time limit that fires inside a callback Python calls itself (jax's gc callback) is printed as
-    "Exception ignored in ..." with a traceback, and fires again 0.2 s later: keep those prints off stderr.
-    The hook drops only this module's timeouts and passes everything else to the hook it replaced."""
+@contextlib.contextmanager
+def _quiet_swallowed_timeouts() -> Iterator[None]:
+    """While a time limit runs: a limit that fires inside a callback Python calls itself (jax's gc callback) is
+    printed as "Exception ignored in ..." with a traceback, and fires again 0.2 s later; keep those prints off
+    stderr. The hook drops only this module's timeouts, passes everything else to the hook it replaced, and is
+    put back as it was when the block ends (the caller's `sys.unraisablehook` is theirs)."""
     previous = sys.unraisablehook
-    if getattr(previous, "_hlo_analyzer", False):
-        return
 
     def hook(unraisable: Any) -> None:
         if not isinstance(unraisable.exc_value, (_Expired, CompileTimeout)):
             previous(unraisable)
 
-    hook._hlo_analyzer = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        if sys.unraisablehook is hook:  # (not if the block installed a hook of its own)
+            sys.unraisablehook = previous
 
 
 @contextlib.contextmanager
