@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.common import fmt_s
 from analyzer.rules.context import RuleContext
-from analyzer.rules.messages import CommBudgetExceeded, CommComputeRatioExceeded
+from analyzer.rules.messages import Message
 from analyzer.rules.registry import rule
 
 __all__ = ["comm_budget_exceeded", "comm_compute_ratio_exceeded"]
@@ -17,6 +19,21 @@ def _top(ctx: RuleContext, n: int = 3) -> tuple[str, Location]:
     colls = sorted(ctx.facts.collectives, key=lambda c: -c.total_seconds)[:n]
     text = "; ".join(f"{c.notation or c.kind} {fmt_s(c.total_seconds)}" for c in colls)
     return text, colls[0].location() if colls else Location()
+
+
+@dataclass(frozen=True)
+class CommBudgetExceeded(Message):
+    """HA501."""
+
+    comm_seconds: float
+    budget: float
+    largest: str = ""
+
+    template: ClassVar[str] = "predicted communication {comm_seconds:time} per step is over the budget of {budget:time}{top}."
+
+    @property
+    def top(self) -> str:
+        return f"; largest: {self.largest}" if self.largest else ""
 
 
 @rule(code="HA501", name="comm-budget-exceeded", severity=Severity.ERROR,
@@ -58,6 +75,29 @@ def comm_budget_exceeded(ctx: RuleContext) -> Iterator[Diagnostic]:
         fix="apply the other findings' fixes, or raise budgets.comm-seconds-per-step",
         details={"budget": budget, "comm_seconds": totals.comm_seconds},
     )
+
+
+@dataclass(frozen=True)
+class CommComputeRatioExceeded(Message):
+    """HA502."""
+
+    comm_seconds: float
+    compute_seconds: float
+    budget: float
+    largest: str = ""
+
+    template: ClassVar[str] = (
+        "predicted communication is {ratio:.2f}x compute per step ({comm_seconds:time} against "
+        "{compute_seconds:time}), over the budget of {budget:g}x{top}."
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.comm_seconds / self.compute_seconds
+
+    @property
+    def top(self) -> str:
+        return f"; largest: {self.largest}" if self.largest else ""
 
 
 @rule(code="HA502", name="comm-compute-ratio-exceeded", severity=Severity.ERROR,

@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
-from analyzer.rules.messages import RedundantCompute
+from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 from analyzer.hlo.opcodes import RELABEL
 
@@ -86,6 +87,36 @@ def _argument(comp: Computation, inst: Instruction, depth: int = 0) -> Instructi
 def _name(param: Instruction) -> str:
     md = param.metadata
     return (md.op_name if md is not None and md.op_name else param.name).replace("\\'", "'")
+
+
+@dataclass(frozen=True)
+class RedundantCompute(Message):
+    """HA104: chips computing the same part of the model."""
+
+    ops: int
+    repeat: float
+    redundant_flops: float
+    model_flops: float
+    saved_seconds: float
+    change: str
+    axes: str
+
+    template: ClassVar[str] = (
+        "the chips repeat each other's work: the matmuls of {ops} source line(s) run up to {repeat:.1f}x their "
+        "model FLOPs, "
+        "{redundant_flops:.3g} FLOPs per step computed more than once ({share:.0%} of the model's "
+        "{model_flops:.3g}); the batch is not split over {where}. Change {change}: each chip then computes its "
+        "own part, {saved_seconds:time} less compute per chip per step (the matmuls alone; the change's "
+        "own collectives, such as the gradients' reduction over the batch axes, are not priced here)."
+    )
+
+    @property
+    def share(self) -> float:
+        return self.redundant_flops / self.model_flops if self.model_flops > 0 else 0.0
+
+    @property
+    def where(self) -> str:
+        return self.axes or "every mesh axis it could use"
 
 
 @rule(

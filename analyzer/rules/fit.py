@@ -37,11 +37,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from analyzer.diagnostics import Diagnostic
+from analyzer.rules.messages import Message
 from analyzer.rules.arguments import ArgumentArray, argument_arrays, batch_axes
 from analyzer.rules.memory import largest_parts, memory_part, per_device_bytes
+from analyzer.units import format_bytes
 
 __all__ = ["MemoryEstimate", "estimate_memory", "judge_fit"]
 
@@ -130,6 +132,42 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
                           code=code, hbm_bytes=hbm_bytes, batch_axes=axes)
 
 
+@dataclass(frozen=True)
+class FixOverHbm(Message):
+    """Any rule whose fix reshapes the plan (analyzer.rules.fit): the plan after the fix needs more than HBM,
+    so its saving is not counted. Appended to the finding's own message.
+
+    Example:
+        >>> FixOverHbm(after_bytes=40 * 2**30, now_bytes=12 * 2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e",
+        ...            parts=(("temporaries", 36 * 2**30), ("arguments", 4 * 2**30)), batch_axes="data",
+        ...            saving_seconds=0.1).render()
+        "Not counted as a saving (100 ms per step): the plan after this fix needs about 40.0 GiB per device (temporaries 36.0 GiB, arguments 4.00 GiB; temporaries scaled with the tokens per chip over 'data' and grown with every other mesh axis that shrinks), up from 12.0 GiB and more than the 16.0 GiB of HBM on tpu-v5e, so it would not run."
+    """
+
+    after_bytes: float
+    now_bytes: float
+    hbm_bytes: float
+    hardware: str
+    saving_seconds: float
+    parts: tuple[tuple[str, float], ...] = ()
+    batch_axes: str = ""  # the mesh axes the batch is sharded over, "" when unknown
+
+    template: ClassVar[str] = ("Not counted as a saving ({saving_seconds:time} per step): the plan after this fix "
+                               "needs about {after_bytes:bytes} per device ({breakdown}{scaled}), up from {now_bytes:bytes} "
+                               "and more than the {hbm_bytes:bytes} of HBM on {hardware}, so it would not run.")
+
+    @property
+    def breakdown(self) -> str:
+        return ", ".join(f"{name} {format_bytes(n)}" for name, n in self.parts)
+
+    @property
+    def scaled(self) -> str:
+        if not self.batch_axes:
+            return "; temporaries grown with every mesh axis that shrinks: the batch's mesh axes are unknown"
+        return (f"; temporaries scaled with the tokens per chip over '{self.batch_axes}' and grown with every other "
+                "mesh axis that shrinks")
+
+
 def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fraction: float = 1.0, *,
               arrays: Sequence[ArgumentArray] | None = None) -> list[Diagnostic]:
     """The findings with the memory of their fix's plan: `details["fix_memory_bytes"]` (per device) and
@@ -143,8 +181,6 @@ def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fra
       arrays: the report's array arguments, when already built (`Facts.argument_arrays`); None: built from
         the report when a finding needs them (`argument_arrays`).
     """
-    from analyzer.rules.messages import FixOverHbm
-
     mesh = getattr(report, "mesh", None)
     hbm = float(getattr(hardware, "hbm_bytes", 0.0) or 0.0) * float(fraction)
     if mesh is None or hbm <= 0 or not getattr(report, "memory", None):

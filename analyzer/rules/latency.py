@@ -4,12 +4,14 @@ inference.md appendix C)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, fmt_b
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.rules.messages import LatencyBoundGroup, LatencyBoundRepeated
+from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 from analyzer.theory.roofline import latency_threshold_bytes
 
@@ -33,6 +35,55 @@ def user_collective(op_name: str | None) -> bool:
 
     label = op_label(op_name)
     return any(label == p or label.startswith(p + "_") for p in _USER_COLLECTIVES)
+
+@dataclass(frozen=True)
+class LatencyBoundGroup(Message):
+    """HA301, several: latency-bound collectives of one kind over the same axes that could be one."""
+
+    members: int
+    kind: str
+    axes: str
+    threshold_bytes: float
+    hardware: str
+    seconds: float
+    total_bytes: float
+    alternative_seconds: float
+    count: float
+    before_combiners: bool
+    inserted: bool = False  # XLA inserted them (gradient reductions): information, no code of the user's to change
+
+    template: ClassVar[str] = (
+        "{members} latency-bound {kind}s over {axes} in one computation (chunks under {threshold_bytes:bytes} per "
+        "hop on {hardware}): {seconds:time} per call where one combined {kind} of {total_bytes:bytes} takes "
+        "{alternative_seconds:time} (x{count:g} per step){tail}"
+    )
+
+    @property
+    def tail(self) -> str:
+        who = " XLA inserted them (no psum of yours), for information." if self.inserted else ""
+        return (" (read before XLA's combiners, which may merge independent ones on TPU and GPU)." + who
+                if self.before_combiners else "." + who)
+
+
+@dataclass(frozen=True)
+class LatencyBoundRepeated(Message):
+    """HA301, one: a latency-bound collective run many times per step."""
+
+    kind: str
+    axes: str
+    count: float
+    chunk_bytes: float
+    threshold_bytes: float
+    hardware: str
+    seconds: float
+    bandwidth_seconds: float
+
+    template: ClassVar[str] = (
+        "latency-bound {kind} over {axes} run {count:g} times per step: {chunk_bytes:bytes} per device is under "
+        "the {threshold_bytes:bytes} per-hop threshold on {hardware}, so each call costs {seconds:time} where its "
+        "bytes alone take {bandwidth_seconds:time} at full bandwidth."
+    )
+
 
 @rule(
     code="HA301",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.hlo.ir import Computation, Instruction
@@ -14,7 +14,7 @@ from analyzer.analysis.dots import batch_dims, contracting_dims, dot_flops
 from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.rules.messages import CommBoundMatmul, GatherCouldBeLocal, ReductionCouldBeGather
+from analyzer.rules.messages import Message
 from analyzer.theory.notation import axis_size as _size_in, dtype_bytes
 from analyzer.analysis.dataflow import (
     callers,
@@ -88,6 +88,84 @@ _TRAFFIC = {"all-reduce": 2.0, "all-to-all": 0.25}
 def _elements(c: Coll) -> float:
     """Elements the collective effectively moves: V / bytes per element, x2 for an AllReduce (RS + AG)."""
     return _TRAFFIC.get(c.kind, 1.0) * c.bytes / dtype_bytes(c.dtype or "bf16")
+
+
+@dataclass(frozen=True)
+class CommBoundMatmul(Message):
+    """HA101. `quantity` is what the chapter's roofline compares with C/W (FLOPs / (2 x elements moved):
+    the per-chip batch of FSDP, F/Y of Megatron); `threshold` is its compute-bound value on this slice's
+    links, `ridge` the chip's C/W_ici."""
+
+    matmuls: int
+    roofline: str
+    quantity_name: str
+    quantity: float
+    per_element: str
+    axes: str
+    threshold: float
+    ridge: float
+    hardware: str
+    t_comm: float
+    t_math: float
+    listing: str
+    all_reduced_contraction: float = 0.0  # F/Y of the one matmul whose output an AllReduce reduces, else 0
+    batch_axes: str = ""  # set when the activations it moves are sharded over the batch's own mesh axes
+    role: str = ""  # the dot's role (analyzer.analysis.roles): "weight gradient", "moe dispatch/combine", ...
+    per_chip_tokens: float = 0.0  # the report's per-chip batch in tokens (one figure per report), 0 unknown
+    batch_argument: str = ""  # set when the collective moves the batch argument itself (split on a feature dim)
+
+    template: ClassVar[str] = (
+        "{what} communication-bound on the {roofline} roofline{role_text}: {quantity_name} = {quantity:,.0f} "
+        "{per_element} '{axes}'{contraction}, below {threshold_text}{tokens_text}. Its collectives take "
+        "{t_comm:time} per call against {t_math:time} of FLOPs ({ratio:.1f}x): {listing}.{layout}"
+    )
+
+    @property
+    def role_text(self) -> str:
+        return f" ({self.role})" if self.role else ""
+
+    @property
+    def tokens_text(self) -> str:
+        """The per-chip batch, where the quantity is not it (FSDP's quantity is the per-chip batch only when the
+        collective meets one matmul per token)."""
+        if not self.per_chip_tokens or (self.quantity_name.startswith("per-chip batch")
+                                        and abs(self.quantity - self.per_chip_tokens) <= 0.01 * self.per_chip_tokens):
+            return ""
+        return f" (the per-chip batch is {self.per_chip_tokens:,.0f} tokens)"
+
+    @property
+    def layout(self) -> str:
+        if self.batch_argument:
+            return (f" The collective moves the batch argument {self.batch_argument} itself, split over "
+                    f"'{self.batch_axes}' on a feature dimension: the batch's layout is the cause, not the split "
+                    "between the two strategies.")
+        if not self.batch_axes:
+            return ""
+        return (f" The activations it moves are sharded over '{self.batch_axes}' on a feature dimension, though "
+                f"'{self.batch_axes}' is the axis the batch is sharded over: the activations' layout is the cause, not "
+                "the split between the two strategies.")
+
+    @property
+    def what(self) -> str:
+        return "matmul is" if self.matmuls == 1 else f"{self.matmuls} matmuls sharing these collectives are"
+
+    @property
+    def ratio(self) -> float:
+        return self.t_comm / self.t_math
+
+    @property
+    def contraction(self) -> str:
+        if not self.all_reduced_contraction:
+            return ""
+        return (f" (F/Y = {self.all_reduced_contraction:,.0f} features contracted per chip; an AllReduce moves each "
+                "element twice)")
+
+    @property
+    def threshold_text(self) -> str:
+        if abs(self.threshold - self.ridge) <= 0.01 * self.ridge:
+            return f"C/W_ici = {self.ridge:,.0f} on {self.hardware}"
+        return (f"{self.threshold:,.0f}, its compute-bound value on this slice's links (C/W_ici = {self.ridge:,.0f} "
+                f"on {self.hardware} with every link in use)")
 
 
 @rule(
@@ -629,6 +707,60 @@ def _components(attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Co
     for nodes in sorted(nx.connected_components(g), key=lambda n: sorted(n)):
         out.append(([colls[n] for n in sorted(nodes) if n in colls], [dots[n] for n in sorted(nodes) if n in dots]))
     return out
+
+
+@dataclass(frozen=True)
+class GatherCouldBeLocal(Message):
+    """HA102, gather side: the contracting operand is all-gathered where a local matmul and a reduce-scatter
+    of the output would move fewer bytes."""
+
+    gathered_bytes: float
+    output_bytes: float
+    axes: str
+    seconds: float
+    alternative_seconds: float
+    dot: str
+
+    template: ClassVar[str] = (
+        "the plan all-gathers the contracting operand ({gathered_bytes:bytes}) before the matmul; multiplying the "
+        "local shards and reduce-scattering the output over {axes} moves {output_bytes:bytes} (ratio {ratio:.1f}, "
+        "the M/K of Problem 9): {seconds:time} -> {alternative_seconds:time} per call{for_dot}."
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.gathered_bytes / self.output_bytes
+
+    @property
+    def for_dot(self) -> str:
+        return f" for {self.dot}" if self.dot else ""
+
+
+@dataclass(frozen=True)
+class ReductionCouldBeGather(Message):
+    """HA102, reduction side: a sliced replicated operand multiplied and the output reduced, where gathering
+    the sharded operand moves fewer bytes."""
+
+    reduced_bytes: float
+    gathered_bytes: float
+    axes: str
+    seconds: float
+    alternative_seconds: float
+    dot: str
+
+    template: ClassVar[str] = (
+        "the plan multiplies a sliced replicated operand and reduces the output ({reduced_bytes:bytes}) over {axes}; "
+        "all-gathering the sharded operand ({gathered_bytes:bytes}) and multiplying moves {ratio:.1f}x fewer bytes: "
+        "{seconds:time} -> {alternative_seconds:time} per call{for_dot}."
+    )
+
+    @property
+    def ratio(self) -> float:
+        return self.reduced_bytes / self.gathered_bytes
+
+    @property
+    def for_dot(self) -> str:
+        return f" for {self.dot}" if self.dot else ""
 
 
 @rule(

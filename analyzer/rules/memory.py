@@ -4,17 +4,19 @@ memory pop quiz and Problem 1; training.md, memory of parameters and optimizer s
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.analysis.mapping import op_label
 from analyzer.rules.common import fmt_b
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import _split_source
-from analyzer.rules.messages import OverHbm, ReplicatedParameter
+from analyzer.rules.messages import Message
 from analyzer.analysis.dataflow import cause_metadata, replicated_parameters as replicated_parameters_of
 from analyzer.rules.registry import Option, rule
 from analyzer.hlo.opcodes import NO_BUFFER
+from analyzer.units import format_bytes
 
 __all__ = ["memory_over_hbm", "replicated_large_parameter", "per_device_bytes", "memory_part", "largest_parts",
            "replicated_parameters", "largest_temporary"]
@@ -143,6 +145,67 @@ def _param_name(inst: Any) -> str:
     return (md.op_name if md is not None and md.op_name else None) or inst.name
 
 
+@dataclass(frozen=True)
+class OverHbm(Message):
+    """HA401: the program needs more bytes per device than the chip's HBM."""
+
+    used_bytes: float
+    hbm_bytes: float
+    hardware: str
+    cpu_estimate: bool
+    parts: tuple[tuple[str, float], ...] = ()  # (temporaries | arguments | outputs, bytes), largest first
+    # When temporaries are the largest part: the largest array the program creates (its op, shape and bytes
+    # from the shape, per device), where the finding points; "" / 0 when not known.
+    temporary_op: str = ""      # the jax op that made it (from its op_name), "" when unknown
+    temporary_opcode: str = ""  # its HLO opcode
+    temporary_shape: str = ""
+    temporary_bytes: float = 0.0
+    fraction: float = 1.0  # the rule's `fraction`: the limit is this share of HBM
+
+    template: ClassVar[str] = ("needs {used_bytes:bytes} per device, more than {limit_text}{breakdown}{tail}{largest}")
+
+    @property
+    def limit_text(self) -> str:
+        """The limit the rule compared with: all of HBM, or the configured share of it.
+
+        Example:
+            >>> OverHbm(used_bytes=2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e", cpu_estimate=False,
+            ...         fraction=0.05).limit_text
+            '819 MiB, the configured fraction 0.05 of the 16.0 GiB of HBM on tpu-v5e'
+        """
+        whole = f"the {format_bytes(self.hbm_bytes)} of HBM on {self.hardware}"
+        if self.fraction == 1.0:
+            return whole
+        return f"{format_bytes(self.hbm_bytes * self.fraction)}, the configured fraction {self.fraction:g} of {whole}"
+
+    @property
+    def breakdown(self) -> str:
+        return f" ({', '.join(f'{name} {format_bytes(n)}' for name, n in self.parts)})" if self.parts else ""
+
+    @property
+    def tail(self) -> str:
+        return (" (XLA's memory analysis of the cpu compile: temporaries on the TPU compiler differ)."
+                if self.cpu_estimate else ".")
+
+    @property
+    def largest(self) -> str:
+        """The largest temporary, when known (XLA's buffer assignment is not in the HLO: its shape is the size).
+
+        Example:
+            >>> print(OverHbm(used_bytes=20 * 2**30, hbm_bytes=16 * 2**30, hardware="tpu-v5e", cpu_estimate=False,
+            ...         parts=(("temporaries", 18 * 2**30),), temporary_op="dot_general", temporary_opcode="dot",
+            ...         temporary_shape="f32[32768,32768]", temporary_bytes=4 * 2**30).largest)
+             The largest temporary the program creates is this line's dot_general (HLO dot), f32[32768,32768] (4.00 GiB per device by its shape; which temporaries are live together is XLA's buffer assignment, not in the HLO).
+        """
+        if not self.temporary_shape:
+            return ""
+        what = (f"{self.temporary_op} (HLO {self.temporary_opcode})" if self.temporary_op and self.temporary_opcode
+                else self.temporary_op or self.temporary_opcode)
+        return (f" The largest temporary the program creates is this line's {what}, "
+                f"{self.temporary_shape} ({format_bytes(self.temporary_bytes)} per device by its shape; which "
+                "temporaries are live together is XLA's buffer assignment, not in the HLO).")
+
+
 @rule(
     code="HA401",
     name="memory-over-hbm",
@@ -243,6 +306,28 @@ def memory_over_hbm(ctx: RuleContext) -> Iterator[Diagnostic]:
                  **({"largest_temporary": {"instruction": temporary[1].name, "shape": str(temporary[1].shape),
                                            "bytes": temporary[2]}} if temporary else {})},
     )
+
+
+@dataclass(frozen=True)
+class ReplicatedParameter(Message):
+    """HA402: a large parameter replicated on many devices."""
+
+    parameter: str
+    shape: str
+    replicas: int
+    nbytes: float
+    hbm_bytes: float
+    hardware: str
+    freed_bytes: float
+
+    template: ClassVar[str] = (
+        "parameter {parameter} ({shape}) is replicated on {replicas} devices: {nbytes:bytes} each, {share:.0%} of "
+        "the {hbm_bytes:bytes} HBM of {hardware}; sharding it frees {freed_bytes:bytes} per device."
+    )
+
+    @property
+    def share(self) -> float:
+        return self.nbytes / self.hbm_bytes
 
 
 @rule(

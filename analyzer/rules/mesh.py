@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from analyzer.analysis.dataflow import mesh_axis_groups, uniform_over
 from analyzer.diagnostics import Diagnostic, Severity
@@ -13,10 +14,30 @@ from analyzer.errors import AnalyzerError
 from analyzer.rules.common import axes_text, fmt_s
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll
-from analyzer.rules.messages import IdleAxisLinks, MissingWraparound, SlowLinkCollective, StraddlingAxis
+from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
+from analyzer.units import format_seconds
 
 __all__ = ["idle_mesh_axis", "missing_wraparound", "slow_link", "straddling_mesh_axis", "explicit_placements"]
+
+
+@dataclass(frozen=True)
+class IdleAxisLinks(Message):
+    """HA201: an all-gather of an array replicated over mesh axes whose links sit idle."""
+
+    axes: str
+    idle_axes: str
+    new_axes: str
+    seconds: float
+    alternative_seconds: float
+    axes_now: int
+    axes_then: int
+
+    template: ClassVar[str] = (
+        "all-gather over {axes} of an array replicated over {idle_axes}, whose links sit idle: shard it over "
+        "{idle_axes} too and gather over {new_axes} ({seconds:time} -> {alternative_seconds:time} per call, "
+        "{axes_then} axes of bandwidth instead of {axes_now})."
+    )
 
 
 @rule(
@@ -103,6 +124,55 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
                 f"(e.g. P(({', '.join(repr(a) for a in new_axes)}), ...)) so the gather runs over {axes_text(new_axes)}",
             details={"idle_axes": idle, "bytes": c.bytes, "count": c.count},
         )
+
+
+@dataclass(frozen=True)
+class MissingWraparound(Message):
+    """HA202: a mesh axis on a line without wraparound. `seconds` / `alternative_seconds` are per step, for
+    this axis's collectives only (the saving is their difference)."""
+
+    axis: str
+    chips: int
+    collectives: int
+    seconds: float
+    alternative_seconds: float
+    assumed_slice: str = ""
+    wraparound_possible: bool = True  # False: no slice of this many chips wraps, so the ring is no saving
+    layout: str = ""  # with no ring possible: the slice of the same chips offered instead (its step figures)
+
+    template: ClassVar[str] = (
+        "mesh axis '{axis}' ({chips} chips) lies on a line without wraparound, so its {collectives} collective(s) "
+        "send one way: {seconds:time} per step, {alternative_seconds:time} on a closed ring ({ratio:.2f}x, "
+        "{gain}){assumed}"
+    )
+
+    @property
+    def gain(self) -> str:
+        if self.wraparound_possible:
+            return f"{format_seconds(self.saving)} less on the links"
+        return "a ring no slice of this size can have, so not a saving"
+
+    @property
+    def in_step(self) -> str:
+        if self.wraparound_possible:
+            return self._in_step()
+        # the step figures are those of the other layout of the same chips, not of the ring
+        return self._in_step(where=f"Laid on {self.layout} instead (the fix): in the predicted step",
+                             what="the collectives it makes cheaper", plural=True)
+
+    @property
+    def ratio(self) -> float:
+        return self.seconds / self.alternative_seconds
+
+    @property
+    def saving(self) -> float:
+        return self.seconds - self.alternative_seconds
+
+    @property
+    def assumed(self) -> str:
+        if self.assumed_slice:
+            return f" (on the assumed slice {self.assumed_slice}: pass topology= to check the one you will use)."
+        return "."
 
 
 @rule(
@@ -283,6 +353,25 @@ def _same_chips_layout(ctx: RuleContext) -> tuple[str, str, float, float, tuple[
     return best
 
 
+@dataclass(frozen=True)
+class SlowLinkCollective(Message):
+    """HA203: a bulk collective over DCN or the GPU scale-out network."""
+
+    kind: str
+    nbytes: float
+    slow_axes: str
+    network: str
+    seconds: float
+    alternative_seconds: float
+    inside: str
+    count: float
+
+    template: ClassVar[str] = (
+        "{kind} of {nbytes:bytes} over {slow_axes} crosses {network}: {seconds:time} per call against "
+        "{alternative_seconds:time} {inside} (x{count:g} per step)."
+    )
+
+
 @rule(
     code="HA203",
     name="slow-link",
@@ -351,6 +440,40 @@ def slow_link(ctx: RuleContext) -> Iterator[Diagnostic]:
                 "carries data parallelism (e.g. jax.make_mesh((slices, chips), ('data', 'model')))",
             details={"slow_axes": slow, "bytes": c.bytes, "count": c.count},
         )
+
+
+@dataclass(frozen=True)
+class StraddlingAxis(Message):
+    """HA204: a mesh axis that jax.make_mesh laid across several physical axes, where an explicit placement
+    of the same mesh on the same slice makes the step's collectives cheaper. `seconds` and
+    `alternative_seconds` are every collective of the step (a placement moves every axis), per step."""
+
+    axis: str
+    size: int
+    physical: str
+    axis_collectives: int
+    axis_seconds: float
+    placement: str
+    seconds: float
+    alternative_seconds: float
+    assumed_slice: str = ""
+
+    template: ClassVar[str] = (
+        "mesh axis '{axis}' ({size} chips) straddles physical axes {physical}: jax.make_mesh laid its groups across "
+        "them, not on one ring, and its {axis_collectives} collective(s) take {axis_seconds:time} per step. Placed "
+        "as {placement}, the step's collectives (every axis) take {alternative_seconds:time} instead of "
+        "{seconds:time} ({ratio:.2f}x){assumed}"
+    )
+
+    @property
+    def assumed(self) -> str:
+        if self.assumed_slice:
+            return f" (on the assumed slice {self.assumed_slice}: pass topology= to check the one you will use)."
+        return "."
+
+    @property
+    def ratio(self) -> float:
+        return self.seconds / self.alternative_seconds if self.alternative_seconds > 0 else float("inf")
 
 
 @rule(

@@ -4,15 +4,32 @@ the ReduceScatter")."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text
 from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import only_used_sliced
-from analyzer.rules.messages import CollectiveCouldScatter
+from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 
 __all__ = ["all_reduce_not_reduce_scatter"]
+
+
+@dataclass(frozen=True)
+class CollectiveCouldScatter(Message):
+    """HA103: an all-reduce whose result each device only reads its shard of."""
+
+    axes: str
+    seconds: float
+    alternative_seconds: float
+    count: float
+
+    template: ClassVar[str] = (
+        "all-reduce over {axes} whose result each device only reads its shard of: a reduce-scatter moves half as "
+        "much ({seconds:time} -> {alternative_seconds:time} per call, x{count:g} per step)."
+    )
 
 
 @rule(

@@ -4,12 +4,14 @@ sharding (sharding.md, "Our final communication primitive: the AllToAll"; case 4
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.rules.common import axes_text, is_explicit_collective, partition_spec, sides
 from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import dot_uses, only_used_sliced
-from analyzer.rules.messages import FullRematerialization, ReshardingCollective
+from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 from analyzer.hlo.opcodes import MOVING_COLLECTIVES
 
@@ -21,6 +23,19 @@ __all__ = ["resharding_traffic", "full_rematerialization"]
 def _rematerialized(c, facts) -> bool:
     return (c.kind == "all-gather" and c.inst is not None and c.comp is not None
             and only_used_sliced(c.comp, c.inst, facts.users(c.comp)))
+
+
+@dataclass(frozen=True)
+class ReshardingCollective(Message):
+    """HA302: a collective that only changes the layout of an array."""
+
+    kind: str
+    change: str
+    nbytes: float
+    seconds: float
+    count: float
+
+    template: ClassVar[str] = "{kind} {change} ({nbytes:bytes}, {seconds:time} per call, x{count:g} per step)."
 
 
 @rule(
@@ -96,6 +111,23 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
                 "give producer and consumer the same PartitionSpec, with the mesh axes in the same order",
             details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
         )
+
+
+@dataclass(frozen=True)
+class FullRematerialization(Message):
+    """HA303: an all-gather whose result each device immediately slices."""
+
+    axes: str
+    nbytes: float
+    seconds: float
+    alternative_seconds: float
+    count: float
+
+    template: ClassVar[str] = (
+        "all-gather over {axes} of {nbytes:bytes} whose result each device immediately slices: full "
+        "rematerialization to reshard ({seconds:time} per call where an all-to-all takes "
+        "{alternative_seconds:time}, x{count:g} per step)."
+    )
 
 
 @rule(

@@ -7,25 +7,55 @@ produced it and the text that must come out now.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import re
 
 import pytest
 
 from analyzer.diagnostics import Diagnostic
-from analyzer.rules import messages
-from analyzer.rules.matmul import roofline_fix
-from analyzer.rules.messages import CommBoundMatmul, Message, MissingWraparound
+from analyzer.rules import all_rules, messages
+from analyzer.rules.matmul import CommBoundMatmul, roofline_fix
+from analyzer.rules.mesh import MissingWraparound
+from analyzer.rules.messages import Message
+from analyzer.rules.registry import RULE_MODULES
+from analyzer.rules.resharding import ReshardingCollective
 
 
 def _numbers(text: str) -> list[float]:
     return [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*\.?\d*", text)]
 
 
+def _message_kinds() -> list[type[Message]]:
+    """Every message kind, from the modules that define them: the rule modules and analyzer.rules.fit."""
+    modules = [importlib.import_module(m) for m in (*RULE_MODULES, "analyzer.rules.fit")]
+    return [c for m in modules for _, c in inspect.getmembers(m, inspect.isclass)
+            if issubclass(c, Message) and c is not Message and c.__module__ == m.__name__]
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [s for c in cls.__subclasses__() for s in (c, *_subclasses(c))]
+
+
+def test_each_message_lives_beside_the_rule_that_emits_it():
+    """A rule's message class is in the rule's own module (as ruff's violations are), not in a module of
+    messages: analyzer.rules.messages holds only the base class."""
+    all_rules()
+    kinds = _message_kinds()
+    assert len(kinds) == 18
+    assert {c for c in _subclasses(Message) if c.__module__.startswith("analyzer.")} == set(kinds)
+    assert [c for _, c in inspect.getmembers(messages, inspect.isclass) if issubclass(c, Message)] == [Message]
+    for kind in kinds:
+        code = kind.__doc__.split(":")[0].split(",")[0].split(".")[0].strip()  # "HA202: ...", "HA102, gather side"
+        if code.startswith("HA"):  # its rule is in the module the class is in
+            assert any(r.code == code and r.check.__module__ == kind.__module__ for r in all_rules()), (kind, code)
+        else:  # the note any rule's fix gets when its plan does not fit (analyzer.rules.fit)
+            assert kind.__module__ == "analyzer.rules.fit", kind
+
+
 def test_every_message_kind_is_a_frozen_class_with_a_template():
-    kinds = [c for _, c in inspect.getmembers(messages, inspect.isclass)
-             if issubclass(c, Message) and c is not Message]
-    assert len(kinds) == len(messages.__all__) - 1
+    kinds = _message_kinds()
+    assert kinds
     for kind in kinds:
         assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen, kind
         assert kind.template, kind
@@ -91,8 +121,8 @@ def test_missing_wraparound_without_a_ring_says_whose_step_figures_it_gives():
 def test_step_sentence_says_the_step_saving_it_carries(exposed, saving, says):
     """Savings are in step time (issue 10): the sentence is rendered from comm_saving, exposed_seconds and
     step_saving, and the only saving it states is step_saving."""
-    m = messages.ReshardingCollective(kind="all-to-all", change="x", nbytes=1e6, seconds=1e-3, count=1,
-                                      comm_saving=1e-3, exposed_seconds=exposed, step_saving=saving)
+    m = ReshardingCollective(kind="all-to-all", change="x", nbytes=1e6, seconds=1e-3, count=1,
+                             comm_saving=1e-3, exposed_seconds=exposed, step_saving=saving)
     assert m.render().endswith(says)
 
 
