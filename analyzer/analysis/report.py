@@ -2,17 +2,21 @@
 
 A `Report` is data. Analysis code builds it (analyzer.pipeline), rules add diagnostics to it
 (analyzer.rules), renderers turn it into text, JSON, Markdown, HTML and SARIF (analyzer.render). It never
-analyses anything itself.
+analyses anything itself. Its JSON form is its own (`report_to_dict`, `report_from_dict`: this layer, so that
+workflows exchange reports without the renderers); `to_markdown`, `to_html` and `to_text` render it through
+the one table of output formats, analyzer/formats.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.context import AnalysisContext
 from analyzer.analysis.schema import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
+from analyzer.analysis.serialize import dumps, to_jsonable
+from analyzer.formats import renderer
 from analyzer.theory.mesh import MeshInfo
 
 if TYPE_CHECKING:  # pandas and the IR are heavy or circular to import here
@@ -21,7 +25,7 @@ if TYPE_CHECKING:  # pandas and the IR are heavy or circular to import here
     from analyzer.diagnostics import Diagnostic
     from analyzer.hlo.ir import HloModule
 
-__all__ = ["report_from_dict", "COLLECTIVE_COLUMNS", "DOT_COLUMNS", "Totals", "Report", "REPORT_SCHEMA_VERSION"]
+__all__ = ["report_to_dict", "report_from_dict", "COLLECTIVE_COLUMNS", "DOT_COLUMNS", "Totals", "Report", "REPORT_SCHEMA_VERSION"]
 
 @dataclass(frozen=True)
 class Totals:
@@ -114,29 +118,119 @@ class Report:
     analysis: AnalysisContext = field(default_factory=AnalysisContext, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        from analyzer.render import json as render_json
-
-        return render_json.report_to_dict(self)
+        """The report as plain JSON data (`report_to_dict`)."""
+        return report_to_dict(self)
 
     def to_json(self, indent: int | None = 2) -> str:
-        from analyzer.render import json as render_json
-
-        return render_json.render(self, indent=indent)
+        """The report as JSON text (`report_to_dict`, strict JSON: no NaN)."""
+        return dumps(report_to_dict(self), indent=indent)
 
     def to_markdown(self) -> str:
-        from analyzer.render import markdown
-
-        return markdown.render(self)
+        """The report as Markdown (the `markdown` output format, analyzer/formats.py)."""
+        return renderer("markdown", "report")(self)
 
     def to_html(self) -> str:
-        from analyzer.render import html
-
-        return html.render(self)
+        """The report as one self-contained HTML document (the `html` output format)."""
+        return renderer("html", "report")(self)
 
     def to_text(self) -> str:
-        from analyzer.render import terminal
+        """The report as the terminal prints it, without colour (the `text` output format)."""
+        return renderer("text", "report")(self)
 
-        return terminal.render(self)
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as plain JSON data following `docs/report-schema.json` (what `Report.to_dict` returns).
+
+    Returns:
+      A dict with `schema_version`, `tool`, the run's identity (name, target, hardware, topology, mesh),
+      `totals`, `collectives`, `dots`, `diagnostics`, `notes`, `memory`; `arguments` (the argument shardings
+      in notation) when the report knows them; `warnings` when it has any. (The JSON output format adds a
+      sweep's ranking and a what-if table: analyzer/render/json.py.)
+
+    Example:
+      >>> data = report_to_dict(report)
+      >>> data["schema_version"], data["collectives"][0]["notation"]
+      ('1', 'AllReduce_XY: []{U_XY} -> []')
+    """
+    from analyzer.analysis.arguments import argument_rows
+    from analyzer.version import __version__
+
+    data: dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "hlo-analyzer", "version": __version__},
+        "name": report.name or "",
+        "target": report.target,
+        "hardware": report.hardware,
+        "topology": report.topology,
+        "mesh": _mesh_dict(report.mesh),
+        "totals": _totals_dict(report.totals),
+        "collectives": _rows(report.collectives, COLLECTIVE_COLUMNS),
+        "dots": _rows(report.dots, DOT_COLUMNS),
+        "diagnostics": [_diagnostic_dict(d) for d in report.diagnostics],
+        "notes": [str(n) for n in report.notes],
+        "memory": None if report.memory is None else {str(k): int(v) for k, v in report.memory.items()},
+    }
+    arguments = argument_rows(report.analysis, report.mesh)
+    if arguments:
+        data["arguments"] = to_jsonable(arguments)
+    if report.warnings:
+        data["warnings"] = [str(w) for w in report.warnings]
+    return data
+
+
+def _rows(frame: Any, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """DataFrame rows as dicts holding exactly `columns` (missing ones as None)."""
+    if frame is None or len(frame) == 0:
+        return []
+    present = [c for c in columns if c in frame.columns]
+    rows = []
+    for record in frame[present].to_dict(orient="records"):
+        rows.append({c: to_jsonable(record.get(c)) for c in columns})
+    return rows
+
+
+def _totals_dict(t: Totals) -> dict[str, Any]:
+    return {
+        "comm_seconds": to_jsonable(float(t.comm_seconds)),
+        "compute_seconds": to_jsonable(float(t.compute_seconds)),
+        "comm_compute_ratio": to_jsonable(float(t.comm_compute_ratio)),
+        "comm_bytes": int(t.comm_bytes),
+        "flops": to_jsonable(float(t.flops)),
+        "by_kind": {str(k): to_jsonable(float(v)) for k, v in t.by_kind.items()},
+        "by_axis": {str(k): to_jsonable(float(v)) for k, v in t.by_axis.items()},
+        "step_seconds": to_jsonable(float(t.step_seconds)),
+        "exposed_comm_seconds": to_jsonable(float(t.exposed_comm_seconds)),
+        "exposed_by_axis": {str(k): to_jsonable(float(v)) for k, v in t.exposed_by_axis.items()},
+        "matmul_seconds": to_jsonable(float(t.matmul_seconds)),
+        "memory_bound_seconds": to_jsonable(float(t.memory_bound_seconds)),
+        "model_flops": to_jsonable(float(t.model_flops)),
+        "mfu": to_jsonable(float(t.mfu)),
+        "hfu": to_jsonable(float(t.hfu)),
+        # a pipeline's fill and drain, part of step_seconds: only where the program has a pipeline loop
+        **({"bubble_seconds": to_jsonable(float(t.bubble_seconds))} if t.bubble_seconds > 0 else {}),
+        # the range the calibration runs' residuals give (analyzer.analysis.calibration): only with a step
+        **({"step_range": [to_jsonable(float(t.step_low)), to_jsonable(float(t.step_high))],
+            "mfu_range": [to_jsonable(float(t.mfu_low)), to_jsonable(float(t.mfu_high))],
+            "range_basis": t.range_basis} if t.step_high > 0 else {}),
+    }
+
+
+def _mesh_dict(m: MeshInfo | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "axis_names": list(m.axis_names),
+        "axis_sizes": [int(s) for s in m.axis_sizes],
+        "device_ids": [int(d) for d in m.device_ids],
+        "axis_types": list(m.axis_types),
+    }
+
+
+def _diagnostic_dict(d: Any) -> dict[str, Any]:
+    data = d.to_dict() if hasattr(d, "to_dict") else asdict(d)
+    data = to_jsonable(data)
+    data["location"] = {k: data.get("location", {}).get(k) for k in ("file", "line", "computation", "instruction", "hlo_line")}
+    return data
 
 
 def report_from_dict(data: Mapping[str, Any]) -> Report:

@@ -1,7 +1,7 @@
 """The report's table columns and schema version: what the renderers and the JSON form rely on.
 
-Kept apart from `analyzer.analysis.report` so that renderers can read the schema without importing the
-`Report` class (which imports the renderers for its `to_*` methods).
+Kept apart from `analyzer.analysis.report` so that code can read the schema without importing the `Report`
+class and pandas (a rebuilt report's rows are checked here, `check_collective_row`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from analyzer.analysis.report import Report
+from analyzer.formats import renderer
 
 __all__ = ["exit_status", "add_output_options", "add_pricing_options", "add_timeout_option", "add_trace_option", "check_trace",
            "emit", "emit_trace"]
@@ -83,12 +84,9 @@ def emit(report: Report, args: argparse.Namespace) -> int:
     (`exit_status`)."""
     emit_trace(report, args)
     if args.json:
-        sys.stdout.write(report.to_json() + "\n")
+        sys.stdout.write(renderer("json", "report")(report) + "\n")
     elif args.csv:
-        frame = report.collectives.copy()
-        frame["axes"] = frame["axes"].map(lambda a: ",".join(a))
-        frame["global_shape"] = frame["global_shape"].map(lambda s: "x".join(str(d) for d in s))
-        sys.stdout.write(frame.to_csv(index=False))
+        sys.stdout.write(renderer("csv", "table")(report))
     else:
         from analyzer.render.terminal import print_report
 

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 from analyzer.errors import ConfigError
+from analyzer.formats import choices_text, names, renderer
 from analyzer.numeric import finite_float, number_problem
 
-OUTPUT_FORMATS = ("text", "json", "github", "sarif")
+OUTPUT_FORMATS = names("check")  # analyzer/formats.py: every format that renders a check result
 DEFAULT_BASELINE = ".hlo-analyzer-baseline.json"
 
 DESCRIPTION = """\
@@ -55,8 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="*", metavar="PATHS", help="changed files or folders (default: check everything)")
     p.add_argument("--config", metavar="FILE", help="pyproject.toml to read (default: the nearest one with "
                    "[tool.hlo-analyzer], from the current folder up)")
-    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text", help="text (default), json, "
-                   "github (workflow annotations) or sarif (SARIF 2.1.0)")
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text",
+                   help=choices_text("check", default="text"))
     p.add_argument("-o", "--output-file", metavar="FILE", help="write the output there instead of stdout")
     p.add_argument("--baseline", metavar="FILE", help=f"findings listed in FILE do not fail (default: the config's "
                    f"`baseline`); with --write-baseline, where to write (default: {DEFAULT_BASELINE})")
@@ -250,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         cache=cache,
         keys=keys,
         jobs=args.jobs or os.cpu_count() or 1,
+        outputs=every_output,
     )
     if cache is not None and cache.note:
         print(f"hlo-analyzer: note: {cache.note}", file=sys.stderr)
@@ -339,14 +341,10 @@ def _emit(result, args: argparse.Namespace) -> int:
 
 
 def _render(result, fmt: str, *, show_baselined: bool) -> str:
-    from analyzer.render import findings, github, sarif
+    return renderer(fmt, "check")(result, show_baselined=show_baselined)
 
-    if fmt == "json":
-        return findings.render_json(result)
-    if fmt == "github":
-        return github.render(result.findings, root=result.root, errors=result.located_errors)
-    if fmt == "sarif":
-        name = result.baseline_path.name if result.baseline_path else "file"
-        return sarif.render(result.findings, root=result.root, errors=result.errors, baselined=result.baselined,
-                            baseline_name=name)
-    return findings.render_text(result, show_baselined=show_baselined)
+
+def every_output(result) -> list[str]:
+    """The result in every output format `check` can print (baselined findings shown): what a cached result
+    must replay exactly (`run_check`'s `outputs`)."""
+    return [_render(result, fmt, show_baselined=True) for fmt in OUTPUT_FORMATS]

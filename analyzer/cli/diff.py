@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analyzer.workflows.diff import diff_sides, load_side, parse_threshold, side_label
-    from analyzer.render import diff as render
+    from analyzer.formats import renderer
 
     threshold = parse_threshold(args.max_regression) if args.max_regression else None
     old = load_side(args.old, mesh=args.mesh, hardware=args.hardware, no_cache=args.no_cache)
@@ -58,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"hlo-analyzer: note: {note}", file=sys.stderr)
     # Both sides named relative to the repository root (the old one REV:path), as the rows' source lines are.
     result = diff_sides(old, new, old_label=side_label(args.old), new_label=side_label(args.new))
-    text = render.render_json(result, threshold=threshold) if args.json else render.render_text(result,
-                                                                                                threshold=threshold)
+    text = renderer("json" if args.json else "text", "diff")(result, threshold=threshold)
     sys.stdout.write(text)
     if threshold is not None and any(threshold.exceeded(p.old_seconds, p.new_seconds) for p in result.programs):
         return 1

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from analyzer.cli._analysis_output import add_timeout_option, add_trace_option, check_trace, emit_trace, exit_status
+from analyzer.formats import for_path, renderer
 
 DESCRIPTION = """\
 Build MaxText's own training step through MaxText's code, from the arguments of its ahead-of-time check
@@ -66,19 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _output_format(path: str) -> str:
-    if path.lower().endswith(".sarif"):
-        return "sarif"
-    from analyzer.render import format_for_path
-
-    return format_for_path(path)  # an AnalyzerError naming the valid extensions (and .sarif, in the help)
-
-
 def run(args: argparse.Namespace) -> int:
     from analyzer.integrations import maxtext
 
     maxtext.check_available()  # before anything else: the install command, no work
-    fmt = _output_format(args.output) if args.output else None  # a bad extension fails before the build
+    fmt = for_path(args.output) if args.output else None  # a bad extension fails before the build
     if args.output:
         from analyzer.fileio import check_writable
 
@@ -97,11 +90,13 @@ def run(args: argparse.Namespace) -> int:
                                          topology=args.topology, model=args.model)
     emit_trace(report, args)
     if args.json:
-        sys.stdout.write(report.to_json() + "\n")
+        sys.stdout.write(renderer("json", "report")(report) + "\n")
     elif args.output:
         from analyzer.units import format_seconds
 
-        path = _write(report, args.output, fmt)
+        from analyzer.render import write
+
+        path = write(report, args.output)
         n = len(report.diagnostics)
         print(f"wrote {path} ({fmt}): {len(report.collectives)} collectives, "
               f"{format_seconds(report.totals.comm_seconds)} communication / step, {n} finding{'s' if n != 1 else ''}")
@@ -111,13 +106,3 @@ def run(args: argparse.Namespace) -> int:
         print_report(report, limit=args.limit)
     return exit_status(report)
 
-
-def _write(report, path: str, fmt: str | None):
-    if fmt != "sarif":
-        from analyzer.render import write
-
-        return write(report, path)
-    from analyzer.fileio import write_atomic
-    from analyzer.render import sarif
-
-    return write_atomic(path, sarif.render(report.diagnostics), what="report")

@@ -120,9 +120,9 @@ def _refuse_raw_inputs(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analyzer.render import format_for_path
+    from analyzer.formats import for_path
 
-    fmt = format_for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
+    fmt = for_path(args.output) if args.output else "text"  # fail on a bad extension before compiling
     if args.output:
         from analyzer.fileio import check_writable
 

@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from analyzer.errors import AnalyzerError
-    from analyzer.render import format_for_path, write
+    from analyzer.formats import for_path
+    from analyzer.render import write
     from analyzer.render.terminal import sweep_table
     from analyzer.units import format_seconds
     from analyzer.workflows.reportconfig import load_report_config
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from analyzer.fileio import check_writable
 
-        format_for_path(args.output)
+        for_path(args.output)
         check_writable(args.output, what="sweep report")
     from analyzer.rules.config import check_plan_keys
 

@@ -1,42 +1,32 @@
-"""Renderers: one per output format, each a pure function of a `Report` (and optionally a sweep ranking).
+"""Renderers: one module per output format, each a pure function of a `Report` (and optionally a sweep ranking
+and a what-if table), of a check result or of a diff.
 
-    from analyzer.render import render, format_for_path
-    text = render(report, "html")            # or "text", "markdown", "json"
-    fmt = format_for_path("audit.md")        # -> "markdown"
+    from analyzer.render import render, write
+    text = render(report, "html")            # or "text", "markdown", "json", "sarif"
+    write(report, "audit.md")                # the format the file name asks for
 
-Modules: `terminal` (rich tables), `json` (versioned schema, docs/report-schema.json), `markdown`,
-`html` (one self-contained file: inline CSS and SVG plots), `plots` (matplotlib figures as SVG text),
-`units` (how numbers print). Renderers never analyse: what they show comes from the report.
+Which module renders which format is said once, in analyzer/formats.py (the table of output formats every
+command reads); `render` and `write` look the format up there. Modules: `terminal` (rich tables), `json`
+(versioned schema, docs/report-schema.json), `markdown`, `html` (one self-contained file: inline CSS and SVG
+plots), `plots` (matplotlib figures as SVG text), `csv` (the collectives table), `findings`, `github` and
+`sarif` (`check`'s output), `diff`, `trace` (the predicted step as a Chrome trace). Renderers never analyse:
+what they show comes from the report.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyzer.errors import AnalyzerError, valid_choices
+from analyzer.formats import for_path, renderer
 
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.sweep import SweepResult
     from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["FORMATS", "EXTENSIONS", "render", "format_for_path", "write"]
-
-# Format name -> renderer module.
-FORMATS: dict[str, str] = {
-    "text": "analyzer.render.terminal",
-    "json": "analyzer.render.json",
-    "markdown": "analyzer.render.markdown",
-    "html": "analyzer.render.html",
-}
-
-# File extension -> format name.
-EXTENSIONS: dict[str, str] = {
-    ".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown", ".json": "json", ".txt": "text",
-}
+__all__ = ["render", "write"]
 
 
 def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = None,
@@ -45,45 +35,29 @@ def render(report: Report, fmt: str = "text", *, sweep: SweepResult | None = Non
 
     Args:
       report: an analysed `Report`.
-      fmt: `text`, `json`, `markdown` or `html`.
+      fmt: a format that renders a report (`analyzer.formats.names("report")`): `text`, `json`, `markdown`,
+        `html` or `sarif`.
       sweep: a sweep ranking to include.
       whatif: the plan repriced on other hardware (`analyzer.workflows.whatif.compare`), to include.
 
     Returns:
       The rendered text.
 
+    Raises:
+      AnalyzerError: no such report format (naming the valid ones).
+
     Example:
       >>> text = render(report, "markdown")
       >>> text.splitlines()[0]
       '# hlo-analyzer report: jit_train_step_fsdp_tp'
     """
-    module = FORMATS.get(fmt)
-    if module is None:
-        raise AnalyzerError(f"unknown report format {fmt!r}; {valid_choices(fmt, FORMATS, what='formats')}")
-    return importlib.import_module(module).render(report, sweep=sweep, whatif=whatif)
-
-
-def format_for_path(path: str | Path) -> str:
-    """The format a file name asks for, from its extension.
-
-    Example:
-      >>> format_for_path("report.md")
-      'markdown'
-    """
-    suffix = Path(path).suffix.lower()
-    fmt = EXTENSIONS.get(suffix)
-    if fmt is None:
-        shown = suffix or "(no extension)"
-        raise AnalyzerError(
-            f"cannot tell the report format of {str(path)!r} from its extension {shown}; "
-            f"{valid_choices(suffix, EXTENSIONS, what='extensions')}"
-        )
-    return fmt
+    return renderer(fmt, "report")(report, sweep=sweep, whatif=whatif)
 
 
 def write(report: Report, path: str | Path, *, sweep: SweepResult | None = None,
           whatif: Sequence[WhatIf] | None = None) -> Path:
-    """Render the report in the format its file name asks for and write it (UTF-8), whole or not at all.
+    """Render the report in the format its file name asks for (`analyzer.formats.for_path`) and write it
+    (UTF-8), whole or not at all.
 
     Returns:
       The path written.
@@ -91,5 +65,5 @@ def write(report: Report, path: str | Path, *, sweep: SweepResult | None = None,
     from analyzer.fileio import write_atomic
 
     path = Path(path)
-    text = render(report, format_for_path(path), sweep=sweep, whatif=whatif)
+    text = render(report, for_path(path), sweep=sweep, whatif=whatif)
     return write_atomic(path, text, what="report")

@@ -6,14 +6,11 @@ comes from here, so the three formats never disagree.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import short_source  # re-exported for the renderers
-from analyzer.errors import ShardingError
-from analyzer.theory.dtypes import xla_dtype
 from analyzer.units import format_bytes, format_count, format_ratio, format_seconds
 
 if TYPE_CHECKING:
@@ -21,7 +18,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.report import Report
     from analyzer.workflows.whatif import WhatIf
 
-__all__ = ["StepPart", "step_breakdown", "step_rows", "what_to_do", "top_cause", "where", "argument_rows", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
+__all__ = ["StepPart", "step_breakdown", "step_rows", "what_to_do", "top_cause", "where", "whatif_rows", "short_source", "dot_label", "CollectiveRow", "collective_rows", "collective_groups", "named", "common_name", "headline", "sorted_diagnostics", "axes_label", "plan_lines",
            "total_saving", "memory_lines"]
 
 
@@ -423,87 +420,6 @@ def memory_lines(report: Report) -> list[tuple[str, str]]:
     if not report.memory:
         return []
     return [(k.replace("_", " "), format_bytes(v)) for k, v in report.memory.items()]
-
-
-def _path_name(path: Any) -> str:
-    """`arg0.w_in`, `arg1.mu.w_in`, `arg2[0]` from a jax key path whose first key is the argument index."""
-    parts = []
-    for i, key in enumerate(path):
-        idx = getattr(key, "idx", None)
-        name = getattr(key, "key", None)
-        attr = getattr(key, "name", None)
-        if i == 0 and idx is not None:
-            parts.append(f"arg{idx}")
-        elif idx is not None:
-            parts.append(f"[{idx}]")
-        elif isinstance(name, str) and name.isidentifier():
-            parts.append(f".{name}")
-        elif name is not None:
-            parts.append(f"[{name!r}]")
-        elif attr is not None:
-            parts.append(f".{attr}")
-        else:
-            parts.append(str(key))
-    return "".join(parts).lstrip(".") or "arg"
-
-
-def argument_rows(report: Report) -> list[dict[str, Any]]:
-    """The program's arguments and their shardings in the chapter's notation: the plan as the user wrote it.
-
-    Read from `report.analysis.args` (the abstract arguments `analyze` was given) or, for a report rebuilt
-    from JSON, `report.analysis.argument_rows`. Dimension letters are I, J, K, ... in order, or the logical axis
-    names a Flax parameter declares (`nn.with_logical_partitioning`: `[embed_data, mlp_model]`).
-
-    Returns:
-      One dict per array argument: `name`, `shape` (e.g. `bf16[16,2048,5632]`), `notation`
-      (e.g. `[I, J_data, K_model]`, "" when the sharding is unknown) and `bytes_per_device` (None when unknown).
-      Empty when the report carries no arguments (HLO dumps).
-    """
-    if report.analysis.argument_rows is not None:
-        return [dict(r) for r in report.analysis.argument_rows]
-    args = report.analysis.args
-    if not args or report.mesh is None:
-        return []
-    import jax
-
-    from analyzer.errors import AnalyzerError
-    from analyzer.theory.notation import Notation
-
-    from analyzer.analysis.mapping import logical_names
-
-    mesh = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
-    declared = logical_names(args)  # Flax's logical axis names, by the path inside each argument
-    rows = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
-        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-        if shape is None or dtype is None:
-            continue
-        short = _short_dtype(str(getattr(dtype, "name", dtype)))
-        row = {"name": _path_name(path), "shape": f"{short}[{','.join(str(d) for d in shape)}]", "notation": "",
-               "bytes_per_device": None}
-        spec = getattr(getattr(leaf, "sharding", None), "spec", None)
-        if spec is not None:
-            try:
-                n = Notation.from_partition_spec(tuple(shape), spec, mesh, dtype=dtype)
-                # One axis prints bare (J_data), as the collectives' notation does; several keep braces.
-                row["notation"] = re.sub(r"_\{([^{},]+)\}", r"_\1", str(n))
-                names = declared.get(jax.tree_util.keystr(tuple(path[1:])))
-                if names is not None and len(names) == len(shape):  # the program's names for the dims
-                    dims = row["notation"][1:-1].split(", ") if shape else []
-                    row["notation"] = "[" + ", ".join(name + d[1:] for name, d in zip(names, dims)) + "]"
-                row["bytes_per_device"] = int(n.bytes_per_device)
-            except AnalyzerError:
-                pass
-        rows.append(row)
-    return rows
-
-
-def _short_dtype(name: str) -> str:
-    """XLA's short dtype names, as the HLO and the notation print them."""
-    try:
-        return xla_dtype(name)
-    except ShardingError:
-        return name
 
 
 def mfu_text(mfu: float) -> str:

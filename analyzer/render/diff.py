@@ -81,7 +81,7 @@ def render_text(diff: Diff, *, threshold: Threshold | None = None) -> str:
 
 
 def _change(c: Change) -> dict[str, Any]:
-    from analyzer.render.json import to_jsonable
+    from analyzer.analysis.serialize import to_jsonable
 
     out = {"status": c.status, "old": to_jsonable(c.old), "new": to_jsonable(c.new),
            "delta_seconds": to_jsonable(c.delta_seconds)}
@@ -94,7 +94,7 @@ def to_dict(diff: Diff, *, threshold: Threshold | None = None) -> dict[str, Any]
     """The diff as JSON data following `docs/diff-output-schema.json`: `{"schema_version", "old", "new",
     "threshold", "programs": [...], "only_old", "only_new"}`; each program has its per-step seconds on both
     sides and its changes (old/new rows)."""
-    from analyzer.render.json import to_jsonable
+    from analyzer.analysis.serialize import to_jsonable
 
     programs = []
     for p in diff.programs:

@@ -105,7 +105,7 @@ def _under(path: Any, root: Any) -> bool:
 
 
 def _diagnostic(d: Diagnostic) -> dict[str, Any]:
-    from analyzer.render.json import to_jsonable
+    from analyzer.analysis.serialize import to_jsonable
 
     data = to_jsonable(d.to_dict())
     data["fingerprint"] = d.fingerprint()
@@ -121,7 +121,7 @@ def to_dict(result: CheckResult) -> dict[str, Any]:
       error and predicted totals.
     """
     from analyzer.version import __version__
-    from analyzer.render.json import to_jsonable
+    from analyzer.analysis.serialize import to_jsonable
 
     entries = []
     for o in result.outcomes:
@@ -172,6 +172,7 @@ def _rel(path: Any, root: Any) -> str | None:
     return path.relative_to(root).as_posix() if _under(path, root) else str(path)
 
 
-def render_json(result: CheckResult, indent: int | None = 2) -> str:
-    """`to_dict` as strict JSON text."""
+def render_json(result: CheckResult, indent: int | None = 2, *, show_baselined: bool = False) -> str:
+    """`to_dict` as strict JSON text. Baselined findings are always there (each entry point's `baselined`), so
+    `show_baselined`, which the check renderers share (analyzer/formats.py), changes nothing."""
     return json.dumps(to_dict(result), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"

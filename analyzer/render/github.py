@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analyzer.diagnostics import Diagnostic, Severity
 
-__all__ = ["render", "annotation", "escape_data", "escape_property"]
+if TYPE_CHECKING:
+    from analyzer.workflows.check import CheckResult
+
+__all__ = ["render", "render_check", "annotation", "escape_data", "escape_property"]
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -101,3 +105,9 @@ def render(
         props.append("title=hlo-analyzer")
         lines.append(f"::error {','.join(props)}::{escape_data(message)}")
     return "".join(line + "\n" for line in lines)
+
+
+def render_check(result: CheckResult, *, show_baselined: bool = False) -> str:
+    """`check`'s result as annotations: its findings, then the entry points that could not be checked, placed
+    on their `def` lines. Baselined findings are never annotated (`show_baselined` changes nothing)."""
+    return render(result.findings, root=result.root, errors=result.located_errors)

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from analyzer.analysis.arguments import argument_rows
 from analyzer.render._common import (
     mfu_text,
     whatif_rows,
-    argument_rows,
     collective_groups,
     dot_label,
     short_source,
@@ -192,7 +192,7 @@ def _arguments(report: Report) -> list[dict[str, str]]:
     """Argument shardings in notation, formatted (empty for dumps)."""
     return [{"name": r["name"], "shape": r["shape"], "notation": r["notation"] or "(sharding unknown)",
              "per_device": format_bytes(r["bytes_per_device"]) if r["bytes_per_device"] is not None else "—"}
-            for r in argument_rows(report)]
+            for r in argument_rows(report.analysis, report.mesh)]
 
 
 def _dots(report: Report, limit: int = 12) -> list[dict[str, str]]:

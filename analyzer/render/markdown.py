@@ -15,12 +15,12 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from analyzer.analysis.arguments import argument_rows
 from analyzer.render._common import (
     step_rows,
     mfu_text,
     step_sentence,
     whatif_rows,
-    argument_rows,
     collective_groups,
     headline,
     memory_lines,
@@ -177,7 +177,7 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         parts.append("### The step, part by part\n\n" + table(
             ["part", "per step", "share of the step"],
             [[f"**{a}**" if a == "predicted step" else text(a), b, c] for a, b, c in breakdown_rows], align="lrr"))
-    arguments = argument_rows(report)
+    arguments = argument_rows(report.analysis, report.mesh)
     if arguments:
         parts.append("## Arguments, as sharded\n\nDimension letters I, J, K, ... in order; `J_data` is split over "
                      "mesh axis `data`.\n\n" + table(

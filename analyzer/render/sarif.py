@@ -13,11 +13,17 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 
-__all__ = ["RuleInfo", "SARIF_SCHEMA_URI", "to_sarif", "render", "rule_infos"]
+if TYPE_CHECKING:
+    from analyzer.analysis.report import Report
+    from analyzer.workflows.check import CheckResult
+    from analyzer.workflows.sweep import SweepResult
+    from analyzer.workflows.whatif import WhatIf
+
+__all__ = ["RuleInfo", "SARIF_SCHEMA_URI", "to_sarif", "render", "render_check", "render_report", "rule_infos"]
 
 SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 _FINGERPRINT_KEY = "hloAnalyzerFingerprint/v1"
@@ -137,7 +143,7 @@ def _result(
         ]
     if location:
         result["locations"] = [location]
-    from analyzer.render.json import to_jsonable  # numpy scalars to numbers, NaN and infinities to null
+    from analyzer.analysis.serialize import to_jsonable  # numpy scalars to numbers, NaN and infinities to null
 
     properties = {
         key: to_jsonable(value)
@@ -241,3 +247,18 @@ def render(
     log = to_sarif(diagnostics, rules=rules, root=root, errors=errors, baselined=baselined,
                    baseline_name=baseline_name)
     return json.dumps(log, indent=2, allow_nan=False) + "\n"
+
+
+def render_check(result: CheckResult, *, show_baselined: bool = False) -> str:
+    """`check`'s result as a SARIF log: its findings, baselined ones as suppressed results (always, so
+    `show_baselined` changes nothing), entry points that could not be checked as tool notifications."""
+    name = result.baseline_path.name if result.baseline_path else "file"
+    return render(result.findings, root=result.root, errors=result.errors, baselined=result.baselined,
+                  baseline_name=name)
+
+
+def render_report(report: Report, *, sweep: SweepResult | None = None,
+                  whatif: Sequence[WhatIf] | None = None) -> str:
+    """A report's findings as a SARIF log (the `sarif` format of a report file: `maxtext -o x.sarif`). SARIF
+    holds findings only: a sweep's ranking and a what-if table are not part of it."""
+    return render(report.diagnostics)

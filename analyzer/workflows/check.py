@@ -598,23 +598,23 @@ def _replayed(record: Mapping[str, Any]) -> tuple[tuple[Diagnostic, ...], Replay
     return diags, report
 
 
-def _renderings(entry: EntryPoint, report: Any, diags: Sequence[Diagnostic], root: Path) -> list[str]:
-    """The result in every output format, its findings failing and baselined (to check a replay matches)."""
-    from analyzer.render import findings as render_findings
-    from analyzer.render import github, sarif
+Outputs = Callable[[CheckResult], Sequence[str]]
+"""The result in every output format the caller may print (the cli's `every_output`)."""
 
-    out = []
+
+def _renderings(entry: EntryPoint, report: Any, diags: Sequence[Diagnostic], root: Path,
+                outputs: Outputs) -> list[str]:
+    """The result in every output format, its findings failing and baselined (to check a replay matches)."""
+    out: list[str] = []
     for found, kept in ((tuple(diags), ()), ((), tuple(diags))):
-        result = CheckResult(root=root, config_path=None, outcomes=(EntryOutcome(entry, report, found, kept),))
-        out += [render_findings.render_text(result, show_baselined=True), render_findings.render_json(result),
-                github.render(result.findings, root=root, errors=()),
-                sarif.render(result.findings, root=root, errors=(), baselined=result.baselined)]
+        out += outputs(CheckResult(root=root, config_path=None, outcomes=(EntryOutcome(entry, report, found, kept),)))
     return out
 
 
 def _compute(entry: EntryPoint, config: Config, run: Callable[[EntryPoint, Config], Any], root: Path,
-             record: bool, memo: dict[str, Any]) -> _Computed:
-    """Analyse one entry point (in this process); with `record`, also make the cache's record of it."""
+             record: bool, memo: dict[str, Any], outputs: Outputs | None) -> _Computed:
+    """Analyse one entry point (in this process); with `record`, also make the cache's record of it, which the
+    cache may keep when its replay renders the same as the result in every one of `outputs`."""
     try:
         report = run(entry, config)
     except AnalyzerError as e:
@@ -643,19 +643,20 @@ def _compute(entry: EntryPoint, config: Config, run: Callable[[EntryPoint, Confi
 
         body = _json.loads(_json.dumps(body, allow_nan=False))
         done.record = body
-        if record:
+        if record and outputs is not None:
             replay_diags, replay = _replayed(body)
             # Kept only when the replay is the same output, in every format; else computed every time.
-            done.cacheable = _renderings(entry, replay, replay_diags, root) == _renderings(entry, report, found, root)
+            done.cacheable = (_renderings(entry, replay, replay_diags, root, outputs)
+                              == _renderings(entry, report, found, root, outputs))
     except (Unencodable, ValueError, TypeError, KeyError, AttributeError):
         done.record, done.cacheable = None, False
     return done
 
 
 def _compute_in_child(entry: EntryPoint, config: Config, run: Callable[[EntryPoint, Config], Any], root: Path,
-                      record: bool, conn: Any) -> None:
+                      record: bool, outputs: Outputs | None, conn: Any) -> None:
     """The body of a worker process: compute one entry point and send back what the parent needs."""
-    done = _compute(entry, config, run, root, record, {})
+    done = _compute(entry, config, run, root, record, {}, outputs)
     if done.report is not None and not isinstance(done.report, ReplayedReport):
         t = done.report.totals
         done.report = ReplayedReport(
@@ -671,7 +672,8 @@ def _compute_in_child(entry: EntryPoint, config: Config, run: Callable[[EntryPoi
 
 
 def _compute_parallel(items: Sequence[tuple[int, EntryPoint]], config: Config,
-                      run: Callable[[EntryPoint, Config], Any], root: Path, record: bool, jobs: int,
+                      run: Callable[[EntryPoint, Config], Any], root: Path, record: bool,
+                      outputs: Outputs | None, jobs: int,
                       progress: Callable[[str], None] | None) -> dict[int, _Computed]:
     """Compute entry points in up to `jobs` worker processes forked from this one (before it imported jax:
     each worker imports and compiles for itself). Results are keyed by position; a worker that dies (killed,
@@ -690,7 +692,7 @@ def _compute_parallel(items: Sequence[tuple[int, EntryPoint]], config: Config,
                 if progress is not None:
                     progress(entry.name)
                 receive, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_compute_in_child, args=(entry, config, run, root, record, send),
+                proc = ctx.Process(target=_compute_in_child, args=(entry, config, run, root, record, outputs, send),
                                    name=f"hlo-analyzer check {entry.name}", daemon=True)
                 proc.start()
                 send.close()
@@ -940,6 +942,7 @@ def run_check(
     cache: ResultCache | None = None,
     keys: KeyContext | None = None,
     jobs: int = 1,
+    outputs: Outputs | None = None,
 ) -> CheckResult:
     """Check every selected entry point of a config.
 
@@ -962,6 +965,10 @@ def run_check(
       keys: the key inputs of this run (`analyzer.workflows.cache.key_context`).
       jobs: how many entry points may compile at once (worker processes, when this process has not started
         jax); 1: one after another, in this process.
+      outputs: renders a result in every output format the caller may print (the cli's
+        `analyzer.cli.check.every_output`, through analyzer/formats.py). A computed entry point is stored in
+        the cache only when its replay from the record renders the same in each; None: nothing is stored
+        (what is already cached is still read).
 
     Returns:
       the `CheckResult`; its `exit_code` is what the command exits with.
@@ -998,13 +1005,13 @@ def run_check(
     with _on_path(root):
         parallel = jobs > 1 and len(todo) > 1 and "jax" not in sys.modules and hasattr(os, "fork")
         if parallel:
-            computed = _compute_parallel(todo, config, run, root, use_cache, jobs, progress)
+            computed = _compute_parallel(todo, config, run, root, use_cache, outputs, jobs, progress)
         else:
             memo: dict[str, Any] = {}
             for i, entry in todo:
                 if progress is not None:
                     progress(entry.name)
-                computed[i] = _compute(entry, config, run, root, use_cache, memo)
+                computed[i] = _compute(entry, config, run, root, use_cache, memo, outputs)
     for i, done in computed.items():
         entry, _, key, files = served[i]
         if done.record is not None:

@@ -350,7 +350,7 @@ def _rows_of_report_dict(data: Mapping[str, Any], where: str) -> list[dict[str, 
 
 
 def _rows_of_report(report: Any) -> list[dict[str, Any]]:
-    from analyzer.render.json import report_to_dict
+    from analyzer.analysis.report import report_to_dict
 
     return _rows_of_report_dict(report_to_dict(report), report.name or "report")
 
@@ -531,7 +531,7 @@ def analyse_config(path: Path, *, hardware: str | None = None) -> dict[str, Any]
     A pyproject.toml (or any TOML with `[tool.hlo-analyzer]` entry points) gives one program per entry point;
     any other TOML is a report config (`hlo-analyzer report`).
     """
-    from analyzer.render.json import report_to_dict
+    from analyzer.analysis.report import report_to_dict
 
     try:
         text = path.read_text(encoding="utf-8")

@@ -144,7 +144,7 @@ class SweepEntry:
         return f"{self.plan} @ {self.mesh}"
 
     def to_dict(self) -> dict[str, Any]:
-        from analyzer.render.json import to_jsonable
+        from analyzer.analysis.serialize import to_jsonable
 
         return to_jsonable({
             "rank": self.rank, "strategy": self.strategy, "mesh": self.mesh,
@@ -434,7 +434,7 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
 
 def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Report) -> SweepEntry:
     from analyzer.theory.hardware import load_hardware
-    from analyzer.render.json import report_to_dict
+    from analyzer.analysis.report import report_to_dict
 
     hbm = int((report.analysis.hardware or load_hardware(report.hardware)).hbm_bytes) if report.hardware else None
     diags = list(report.diagnostics)

@@ -54,7 +54,7 @@ class WhatIf:
         return self.comm_seconds + self.compute_seconds
 
     def to_dict(self) -> dict[str, Any]:
-        from analyzer.render.json import to_jsonable
+        from analyzer.analysis.serialize import to_jsonable
 
         return to_jsonable({
             "hardware": self.hardware, "topology": self.topology, "comm_seconds": self.comm_seconds,

@@ -331,7 +331,7 @@ def logical_report():
 def test_flax_logical_axis_names_are_the_notations_letters(logical_report, reports):
     """Issue 11 item 7: where the program names its dimensions (`nn.with_logical_partitioning(init,
     ('embed', 'mlp'))`), the collectives and the arguments table use those names instead of I, J, K."""
-    from analyzer.render._common import argument_rows
+    from analyzer.analysis.arguments import argument_rows
 
     c = logical_report.collectives
     row = c[(c["kind"] == "all-gather") & (c["array"] == "params['layers_0']['w_in']['kernel'].value")].iloc[0]
@@ -341,7 +341,7 @@ def test_flax_logical_axis_names_are_the_notations_letters(logical_report, repor
     assert out["notation"] == "AllGather_data: [mlp_model, embed_data] -> [mlp_model, embed]"
     # the same plan as "fsdp+tp" declared by name: the same collectives, the same predicted communication
     assert logical_report.totals.comm_seconds == pytest.approx(reports["fsdp+tp"].totals.comm_seconds, rel=1e-9)
-    rows = {r["name"]: r for r in argument_rows(logical_report)}
+    rows = {r["name"]: r for r in argument_rows(logical_report.analysis, logical_report.mesh)}
     (w_in,) = [r for name, r in rows.items() if "layers_0" in name and "w_in" in name and name.startswith("arg0")]
     assert w_in["notation"] == "[embed_data, mlp_model]"
     (mu,) = [r for name, r in rows.items() if "layers_0" in name and "w_in" in name and ".mu" in name]

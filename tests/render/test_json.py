@@ -6,8 +6,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from analyzer.render.json import render, report_to_dict, to_jsonable
-from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION
+from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, REPORT_SCHEMA_VERSION, report_to_dict
+from analyzer.analysis.serialize import to_jsonable
+from analyzer.render.json import render
 from analyzer.workflows.sweep import SweepEntry, SweepResult, rank_entries
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report-schema.json"

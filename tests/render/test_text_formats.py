@@ -1,6 +1,7 @@
 """Terminal and Markdown reports show the same content, in their own markup."""
 
-from analyzer.render import EXTENSIONS, format_for_path, render, write
+from analyzer.formats import for_path, suffixes
+from analyzer.render import render, write
 from analyzer.render import markdown, terminal
 from analyzer.errors import AnalyzerError
 
@@ -50,12 +51,12 @@ def test_markdown_report(report):
 
 
 def test_format_dispatch(report, tmp_path):
-    assert format_for_path("a/b/report.md") == "markdown"
-    assert format_for_path("R.HTML") == "html"
+    assert for_path("a/b/report.md") == "markdown"
+    assert for_path("R.HTML") == "html"
     with pytest.raises(AnalyzerError, match="valid extensions"):
-        format_for_path("report.pdf")
+        for_path("report.pdf")
     with pytest.raises(AnalyzerError, match="did you mean 'markdown'"):
         render(report, "markdwn")
-    for ext in EXTENSIONS:
+    for ext in suffixes("report"):
         path = write(report, tmp_path / f"r{ext}")
         assert path.read_text(encoding="utf-8")
