@@ -115,8 +115,9 @@ def check_constant(name: Any, shape: Shape, literal: tuple, opened: Any) -> None
 
 def verify_computation(comp: Computation, *, signed: bool) -> None:
     """Checks on one built computation: one ROOT, parameter numbers 0..N-1, control predecessors defined
-    before their user, conditional selectors, parameter replication, custom-call layout constraints and,
-    when a signature was written (`signed`), that its result fits the root.
+    before their user, the per-opcode rules of XLA's parser (`_SHAPE_RULES`; with attributes, `_ATTRIBUTE_RULES`:
+    conditional selectors, parameter replication, custom-call layout constraints, tuple indices) and, when a
+    signature was written (`signed`), that its result fits the root.
 
     Raises:
       HloSemanticError / HloSyntaxError: at the offending instruction or attribute.
@@ -140,16 +141,7 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             root = inst
         p = inst.parameter_number
         if p is not None:
-            if (seen[p] if 0 <= p < n else p in beyond):
-                raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(inst.position))
-            if p < 0:
-                raise HloSemanticError(f"parameter number {p} is negative", **_at(inst.position))
-            if p > _INT64_MAX:
-                raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(inst.position))
-            if p < n:
-                seen[p] = 1
-            else:
-                beyond.add(p)
+            _note_parameter(p, seen, beyond, name, inst)
             count += 1
         op = inst.opcode
         rule = _SHAPE_RULES.get(op)
@@ -157,21 +149,16 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
             if rule is _check_done_channel:  # needs the operand's own instruction
                 if len(inst.operands) == 1:
                     if index is None:
-                        index = {i.name: j for j, i in enumerate(instructions)}
+                        index = _places(instructions)
                     j = index.get(inst.operands[0].name, k)
                     _check_done_channel(inst, instructions[j if j < k else k])
             else:
                 rule(inst)
         if not inst.attributes:
             continue
-        if op == "get-tuple-element":
-            _check_index(inst)
-        elif op == "custom-call":
-            _check_layout_constraints(inst.name, inst.operands, inst.attributes)
-        elif op == "conditional" and inst.operands:
-            _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
-        elif op == "parameter":
-            _check_parameter_replication(inst.name, inst.shape, inst.attributes)
+        rule = _ATTRIBUTE_RULES.get(op)
+        if rule is not None:
+            rule(inst)
         # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
         a = None
         for x in inst.attributes:
@@ -179,28 +166,59 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
                 a = x
                 break
         if a is not None:
-            apos = a.position or inst.position
-            try:
-                preds = attributes.parse_name_list(a.raw)
-            except ValueError as e:
-                raise HloSyntaxError(f"bad control-predecessors on {inst.name!r}: {e}", **_at(apos)) from None
-            if index is None:  # (names are unique, so a name at or after `k` is one not defined before it)
-                index = {i.name: j for j, i in enumerate(instructions)}
-            for q in preds:
-                if index.get(q, k) >= k:
-                    raise HloSemanticError(f"control predecessor {q!r} of {inst.name!r} is not defined before it in "
-                                           f"computation {name!r}", **_at(apos))
+            if index is None:
+                index = _places(instructions)
+            _check_control_predecessors(inst, a, index, k, name)
     if count and (beyond or seen.find(0, 0, count) >= 0):  # (all distinct: 0..count-1 each seen, or one missing)
         missing = seen.find(0, 0, count)
         numbers = [i for i in range(n) if seen[i]] + sorted(beyond)
         raise HloSemanticError(f"computation {name!r} has parameters {numbers}, but parameter({missing}) is "
                                "missing: numbers must run 0..N-1", **_at(comp.position))
     if signed and comp.result_shape is not None:
-        # XLA reads the signature's parameters for their names only; it checks just the result shape.
-        root = root or comp.instructions[-1]
-        if not compatible(comp.result_shape, root.shape):
-            raise HloSemanticError(f"shape of computation {name!r}, {comp.result_shape}, is not compatible with that "
-                                   f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
+        _check_signature(comp, root or comp.instructions[-1])
+
+
+def _places(instructions: Sequence[Instruction]) -> dict[str, int]:
+    """Each instruction's place in its computation, by name."""
+    return {i.name: j for j, i in enumerate(instructions)}
+
+
+def _note_parameter(p: int, seen: bytearray, beyond: set[int], name: str, inst: Instruction) -> None:
+    """Record parameter number `p` of `inst` in computation `name` (`seen`: one byte per number below the
+    instruction count; `beyond`: the numbers past it), once it is new, non-negative and an int64."""
+    n = len(seen)
+    if (seen[p] if 0 <= p < n else p in beyond):
+        raise HloSemanticError(f"parameter number {p} is used twice in computation {name!r}", **_at(inst.position))
+    if p < 0:
+        raise HloSemanticError(f"parameter number {p} is negative", **_at(inst.position))
+    if p > _INT64_MAX:
+        raise HloSyntaxError(f"parameter number {p} is out of range for an int64", **_at(inst.position))
+    if p < n:
+        seen[p] = 1
+    else:
+        beyond.add(p)
+
+
+def _check_control_predecessors(inst: Instruction, a: Attribute, index: dict[str, int], k: int, name: str) -> None:
+    """`control-predecessors={...}` of `inst` (the `k`th instruction of computation `name`) names instructions
+    defined before it (`index`: each name's place; names are unique, so one at or after `k` is not before)."""
+    apos = a.position or inst.position
+    try:
+        preds = attributes.parse_name_list(a.raw)
+    except ValueError as e:
+        raise HloSyntaxError(f"bad control-predecessors on {inst.name!r}: {e}", **_at(apos)) from None
+    for q in preds:
+        if index.get(q, k) >= k:
+            raise HloSemanticError(f"control predecessor {q!r} of {inst.name!r} is not defined before it in "
+                                   f"computation {name!r}", **_at(apos))
+
+
+def _check_signature(comp: Computation, root: Instruction) -> None:
+    """The written result shape of `comp` fits its root (XLA reads the signature's parameters for their names
+    only; it checks just the result shape)."""
+    if not compatible(comp.result_shape, root.shape):
+        raise HloSemanticError(f"shape of computation {comp.name!r}, {comp.result_shape}, is not compatible with that "
+                               f"of its root instruction {root.name!r}, {root.shape}", **_at(root.position))
 
 
 def _check_scan(inst: Instruction) -> None:
@@ -395,41 +413,62 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             continue
         if known and not check_ints and _values_known(attrs):
             continue  # nothing left to check: every value known valid (most: values repeat)
+        if not known:
+            _check_unique_keys(inst)
         allowed = None if known else allowed_attributes(opcode)
-        if not known and len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
-            seen: set[str] = set()
-            for a in attrs:
-                if a.key in seen:
-                    raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
-                                         **_key_at(a, inst))
-                seen.add(a.key)
         for a in attrs:
-            key = a.key
-            if allowed is not None and key not in allowed:
-                msg = _unexpected_attribute(key, opcode, allowed)
-                if not lenient:
-                    raise HloSyntaxError(msg, **_key_at(a, inst))
-                where = _key_at(a, inst)
-                notes.append(f"{where['line']}:{where['column']}: {msg}; kept as written")
-                continue
-            if check_ints and key != "backend_config":
-                _check_int64(a, inst)
-            if "\\" in a.raw and not (key == "backend_config" and a.raw[:1] == "{"):  # (JSON has its own escapes)
-                _check_escapes(a, inst)
-            if key == "metadata" and not attributes.known_valid(key, a.raw) and not _METADATA_OK.fullmatch(a.raw):
-                note = _check_metadata(a, inst, lenient)
-                if note:
-                    notes.append(note)
-        try:
-            attributes.validate(inst)
-        except ValueError as e:
-            a = e.attribute  # type: ignore[attr-defined]
-            where = _at(a.position or inst.position)
-            offset = getattr(e, "offset", 0)  # (a decoder that knows where in the value: `attributes.OriginError`)
-            if offset and a.position is not None and "\n" not in a.raw[:offset]:
-                where["column"] = a.position.column + offset
-            raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **where) from None
+            note = _check_attribute(a, inst, allowed, lenient, check_ints)
+            if note:
+                notes.append(note)
+        _validate(inst)
     return tuple(notes)
+
+
+def _check_unique_keys(inst: Instruction) -> None:
+    """No attribute key twice on `inst` (XLA takes each once)."""
+    attrs = inst.attributes
+    if len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
+        seen: set[str] = set()
+        for a in attrs:
+            if a.key in seen:
+                raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
+                                     **_key_at(a, inst))
+            seen.add(a.key)
+
+
+def _check_attribute(a: Attribute, inst: Instruction, allowed: frozenset[str] | None, lenient: bool,
+                     check_ints: bool) -> str | None:
+    """One attribute of `inst`: a key the opcode allows (`allowed`; None: all), integers within int64 (with
+    `check_ints`), the escapes of its strings, the fields of a metadata. Returns the note of what `lenient`
+    kept (an attribute not allowed, an unknown metadata field), else None."""
+    key = a.key
+    if allowed is not None and key not in allowed:
+        msg = _unexpected_attribute(key, inst.opcode, allowed)
+        if not lenient:
+            raise HloSyntaxError(msg, **_key_at(a, inst))
+        where = _key_at(a, inst)
+        return f"{where['line']}:{where['column']}: {msg}; kept as written"
+    if check_ints and key != "backend_config":
+        _check_int64(a, inst)
+    if "\\" in a.raw and not (key == "backend_config" and a.raw[:1] == "{"):  # (JSON has its own escapes)
+        _check_escapes(a, inst)
+    if key == "metadata" and not attributes.known_valid(key, a.raw) and not _METADATA_OK.fullmatch(a.raw):
+        return _check_metadata(a, inst, lenient)
+    return None
+
+
+def _validate(inst: Instruction) -> None:
+    """Every known attribute value of `inst` decodes (`attributes.validate`); a failure is placed at the
+    attribute, or inside its value where the decoder says where."""
+    try:
+        attributes.validate(inst)
+    except ValueError as e:
+        a = e.attribute  # type: ignore[attr-defined]
+        where = _at(a.position or inst.position)
+        offset = getattr(e, "offset", 0)  # (a decoder that knows where in the value: `attributes.OriginError`)
+        if offset and a.position is not None and "\n" not in a.raw[:offset]:
+            where["column"] = a.position.column + offset
+        raise HloSyntaxError(f"bad {a.key}= on {inst.name!r}: {e}", **where) from None
 
 
 # The escapes XLA's lexer takes in a quoted string (C's, as `absl::CUnescape` reads them).
@@ -695,6 +734,19 @@ def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:
             raise HloSemanticError(f"operand_layout_constraints of {iname!r}: {want} is not compatible with operand "
                                    f"{k} ({op.name!r}, {op.shape})", **where)
 
+
+
+def _conditional_selector(inst: Instruction) -> None:
+    if inst.operands:
+        _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
+
+
+# Rules XLA's parser applies to the attributes of single opcodes (run on instructions that have attributes).
+_ATTRIBUTE_RULES: dict[str, Callable[[Instruction], None]] = {
+    "get-tuple-element": _check_index,
+    "custom-call": lambda inst: _check_layout_constraints(inst.name, inst.operands, inst.attributes),
+    "conditional": _conditional_selector,
+    "parameter": lambda inst: _check_parameter_replication(inst.name, inst.shape, inst.attributes)}
 
 def compatible(a: Shape, b: Shape) -> bool:
     """XLA's `ShapeUtil::Compatible`: same element types and dims (tuples element-wise), layouts ignored."""
@@ -1007,7 +1059,6 @@ def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computat
             return  # an opcode this XLA does not know (kept by a lenient parse)
         base = base_opcode(op)
         phase, wrapped = op[len(base) + 1:], base
-    where = _at(inst.position)
     thread_attr = inst.attr("async_execution_thread")
     thread = attributes.unquote(thread_attr) if thread_attr is not None else None
     calls = inst.attr("calls")
@@ -1016,27 +1067,50 @@ def _check_async(inst: Instruction, comp: Computation, comps: dict[str, Computat
         if (len(inst.operands) != 1 or inst.operands[0].name not in chains) and \
                 attributes.xla_does("async_chain_unchecked"):
             return  # (jaxlib >= 0.12: an update/done need not continue a chain)
-        if len(inst.operands) != 1 or not _async_shape(inst.operands[0].shape):
-            raise HloSemanticError(f"`{op}` {inst.name!r} needs a single operand shaped ((async-operands), "
-                                   "async-outputs, state): the async-start or async-update before it", **where)
+    _check_async_shapes(inst, phase)
+    if phase == "start":
+        _start_async_chain(inst, wrapped, calls, thread, comps, chains, async_calls)
+    else:
+        _continue_async_chain(inst, wrapped, calls, thread, chains)
+
+
+def _check_async_shapes(inst: Instruction, phase: str) -> None:
+    """An async op of `phase` (start, update, done) is shaped as XLA needs: update and done take a single operand
+    shaped `((operands), outputs, state)`; start and update have that shape; an update has its operand's."""
+    op, where = inst.opcode, _at(inst.position)
+    if phase in ("update", "done") and (len(inst.operands) != 1 or not _async_shape(inst.operands[0].shape)):
+        raise HloSemanticError(f"`{op}` {inst.name!r} needs a single operand shaped ((async-operands), "
+                               "async-outputs, state): the async-start or async-update before it", **where)
     if phase in ("start", "update") and not _async_shape(inst.shape):
         raise HloSemanticError(f"`{op}` {inst.name!r} must have a shape like ((async-operands), async-outputs, "
                                f"state), got {inst.shape}", **where)
     if phase == "update" and not _same_layout_shape(inst.shape, inst.operands[0].shape):
         raise HloSemanticError(f"`{op}` {inst.name!r} must have its operand's shape {inst.operands[0].shape}, got "
                                f"{inst.shape}", **where)
-    if phase == "start":
-        if wrapped is None:
-            callee = comps.get(calls) if calls is not None else None
-            wrapped = callee.root.opcode if callee is not None else "?"
-            if calls is not None:
-                first = async_calls.get(calls)
-                if first is not None and not attributes.xla_does("async_chain_unchecked"):
-                    raise HloSemanticError(f"computation {calls!r} is already wrapped by async-start {first.name!r}",
-                                           **where)
-                async_calls[calls] = inst
-        chains[inst.name] = (wrapped, calls, thread or "main")
-        return
+
+
+def _start_async_chain(inst: Instruction, wrapped: str | None, calls: str | None, thread: str | None,
+                       comps: dict[str, Computation], chains: dict[str, tuple[str, str | None, str]],
+                       async_calls: dict[str, Instruction]) -> None:
+    """An async-start (or `<op>-start`, `wrapped` its opcode) opens a chain: what it wraps (a generic start: the
+    root opcode of the computation it `calls`, which no other async-start may wrap) and its thread."""
+    if wrapped is None:
+        callee = comps.get(calls) if calls is not None else None
+        wrapped = callee.root.opcode if callee is not None else "?"
+        if calls is not None:
+            first = async_calls.get(calls)
+            if first is not None and not attributes.xla_does("async_chain_unchecked"):
+                raise HloSemanticError(f"computation {calls!r} is already wrapped by async-start {first.name!r}",
+                                       **_at(inst.position))
+            async_calls[calls] = inst
+    chains[inst.name] = (wrapped, calls, thread or "main")
+
+
+def _continue_async_chain(inst: Instruction, wrapped: str | None, calls: str | None, thread: str | None,
+                          chains: dict[str, tuple[str, str | None, str]]) -> None:
+    """An async-update or -done continues the chain of its operand, with the same wrapped opcode, computation and
+    thread where it names them."""
+    op, where = inst.opcode, _at(inst.position)
     prev = chains.get(inst.operands[0].name)
     if prev is None:
         raise HloSemanticError(f"the operand of `{op}` {inst.name!r} must be the previous async op of its chain "
