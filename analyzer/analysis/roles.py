@@ -21,12 +21,14 @@ expert parallelism's.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
 from analyzer.hlo.opcodes import MOVING_COLLECTIVES, RELABEL
 
-__all__ = ["Arguments", "arguments", "argument_name", "dot_role", "ROLES"]
+__all__ = ["Arguments", "arguments", "argument_name", "dot_role", "sharding_axes", "ROLES"]
 
 ROLES = ("forward", "activation gradient", "weight gradient", "attention", "moe dispatch/combine", "embedding")
 # (a value keeps its role through relabellings, the collectives that move it, slices and broadcasts)
@@ -62,6 +64,34 @@ def argument_name(param: Any) -> str:
     return (md.op_name if md is not None and md.op_name else param.name).replace("\\'", "'")
 
 
+_SDY = re.compile(r'xla\.sdy\.sharding="?#sdy\.sharding<@\w+, \[(.*)\]')
+_GROUP = re.compile(r"\{([^{}]*)\}")
+
+
+def sharding_axes(inst: Any) -> tuple[tuple[str, ...], ...] | None:
+    """The mesh axes each dim of an entry parameter is split over, from its Shardy sharding as jax 0.10 writes it
+    (`frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{"data"}, {}]>"}`) or as jax 0.11+'s XLA prints
+    it (`sharding={mesh['data'=4,'model'=2], [{'data'}, {}]}`); None when it carries neither.
+
+    Example:
+        `[{"data", "model"}, {}]` -> (("data", "model"), ())
+    """
+    text = inst.frontend_attributes.get("xla.sdy.sharding", "")
+    m = _SDY.search(f'xla.sdy.sharding="{text}') if text else None
+    if m is None:
+        from analyzer.hlo.sharding import named_axes
+
+        named = named_axes(inst.attr("sharding") or "")
+        if named is not None and not named and inst.shape.dims:  # `{mesh[...], replicated}`
+            return tuple(() for _ in inst.shape.dims)
+        return named
+    dims = []
+    for group in _GROUP.findall(m.group(1)):
+        names = re.findall(r'\\?"([^"\\]+)\\?"', group)
+        dims.append(tuple(names))
+    return tuple(dims)
+
+
 def _traced(comp: Any, inst: Any, depth: int = 0) -> Any:
     """The entry parameter `inst` reads through views, casts, gathers and slices (an embedding lookup's ids
     for a `gather`), or None."""
@@ -86,7 +116,6 @@ def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any 
         directly (jax 0.12 hands XLA no Shardy attribute to read the spec from).
     """
     from analyzer.analysis.mapping import pass_of
-    from analyzer.rules.compute import sharding_axes
 
     module = getattr(model_flops, "module", None)
     if module is None or module.entry is None:

@@ -13,48 +13,21 @@ over those axes), the redundant FLOPs and the compute the change removes from ea
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from analyzer.analysis.roles import argument_name, sharding_axes
 from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.hlo.opcodes import RELABEL
 from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
-from analyzer.hlo.opcodes import RELABEL
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, Instruction
     from analyzer.rules.context import RuleContext
 
-__all__ = ["redundant_compute", "spec_text", "sharding_axes"]
-
-_SDY = re.compile(r'xla\.sdy\.sharding="?#sdy\.sharding<@\w+, \[(.*)\]')
-_GROUP = re.compile(r"\{([^{}]*)\}")
-
-
-def sharding_axes(inst: Instruction) -> tuple[tuple[str, ...], ...] | None:
-    """The mesh axes each dim of an entry parameter is split over, from its Shardy sharding as jax 0.10 writes it
-    (`frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{"data"}, {}]>"}`) or as jax 0.11+'s XLA prints
-    it (`sharding={mesh['data'=4,'model'=2], [{'data'}, {}]}`); None when it carries neither.
-
-    Example:
-        `[{"data", "model"}, {}]` -> (("data", "model"), ())
-    """
-    text = inst.frontend_attributes.get("xla.sdy.sharding", "")
-    m = _SDY.search(f'xla.sdy.sharding="{text}') if text else None
-    if m is None:
-        from analyzer.hlo.sharding import named_axes
-
-        named = named_axes(inst.attr("sharding") or "")
-        if named is not None and not named and inst.shape.dims:  # `{mesh[...], replicated}`
-            return tuple(() for _ in inst.shape.dims)
-        return named
-    dims = []
-    for group in _GROUP.findall(m.group(1)):
-        names = re.findall(r'\\?"([^"\\]+)\\?"', group)
-        dims.append(tuple(names))
-    return tuple(dims)
+__all__ = ["redundant_compute", "spec_text"]
 
 
 def spec_text(dims: Sequence[Sequence[str]]) -> str:
@@ -82,11 +55,6 @@ def _argument(comp: Computation, inst: Instruction, depth: int = 0) -> Instructi
         src = comp.by_name.get(inst.operands[1].name)
         return _argument(comp, src, depth + 1) if src is not None else None
     return None
-
-
-def _name(param: Instruction) -> str:
-    md = param.metadata
-    return (md.op_name if md is not None and md.op_name else param.name).replace("\\'", "'")
 
 
 @dataclass(frozen=True)
@@ -212,7 +180,7 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
             new = [tuple(a for a in d if a not in data_axes) for d in dims]
             new[0] = tuple(data_axes) + new[0]
             if new != [tuple(d) for d in dims]:
-                name, now, proposed = _name(batch), spec_text(dims), spec_text(new)
+                name, now, proposed = argument_name(batch), spec_text(dims), spec_text(new)
     fix = (f"{name}: {now} -> {proposed}" if name else
            f"split the batch over {', '.join(repr(a) for a in data_axes) or 'the mesh axes no weight uses'}")
     yield ctx.diagnostic(

@@ -8,14 +8,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from analyzer.diagnostics import Diagnostic, Severity
-from analyzer.hlo.ir import Computation, Instruction
-from analyzer.analysis.dots import batch_dims, contracting_dims, dot_flops
-from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
-from analyzer.rules.context import RuleContext
-from analyzer.rules.facts import Coll
-from analyzer.rules.messages import Message
-from analyzer.theory.notation import axis_size as _size_in, dtype_bytes
 from analyzer.analysis.dataflow import (
     callers,
     dot_producer,
@@ -23,13 +15,22 @@ from analyzer.analysis.dataflow import (
     free_size,
     is_program_argument,
     sliced_by_partition,
-    upstream_dot,
     uniform_over,
+    upstream_dot,
 )
-from analyzer.rules.registry import Option, rule
+from analyzer.analysis.dots import batch_dims, contracting_dims, dot_flops
 from analyzer.analysis.roles import Arguments, argument_name, dot_role
 from analyzer.analysis.roles import _traced as _argument_of
+from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.hlo.ir import Computation, Instruction
 from analyzer.hlo.opcodes import DOTS, MOVING_COLLECTIVES, REDUCING_COLLECTIVES
+from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
+from analyzer.rules.context import RuleContext
+from analyzer.rules.facts import Coll
+from analyzer.rules.messages import Message
+from analyzer.rules.registry import Option, rule
+from analyzer.theory.notation import axis_size as _size_in
+from analyzer.theory.notation import dtype_bytes
 
 __all__ = ["comm_bound_matmul", "gathered_larger_operand", "attached_collectives", "roofline_fix", "roofline_change",
            "RooflineFix", "collective_listing"]
@@ -535,11 +536,6 @@ def _batch_spec_fix(spec: Sequence[Sequence[str]] | None, name: str, axes: Seque
     new = [tuple(x for x in d if x not in bases) for d in dims]
     new[0] = tuple(dict.fromkeys(list(dims[0]) + sorted(bases)))
     return "" if new == dims else f"{name}: {spec_text(dims)} -> {spec_text(new)}"
-
-
-def _largest_divisor_at_most(n: int, bound: float) -> int:
-    """The largest divisor of `n` that is at most `bound` (1 when none above 1 is)."""
-    return max((d for d in range(1, n + 1) if n % d == 0 and d <= bound), default=1)
 
 
 @dataclass(frozen=True)
