@@ -259,7 +259,7 @@ def _feeds_dot(g: CallGraph, comp: str, name: str, depth: int = 0) -> Instructio
         d = _has_dot(g.module, u)
         if d is not None:
             return d
-        if u.opcode in PASS_THROUGH or u.opcode in _ASYNC_DONES or (u.opcode == "fusion" and _is_movement_fusion(g.module, u)):
+        if u.opcode in PASS_THROUGH or u.opcode in _ASYNC_DONES or (u.opcode == "fusion" and is_movement_fusion(g.module, u)):
             found = _feeds_dot(g, comp, u.name, depth + 1)
             if found is not None:
                 return found
@@ -283,7 +283,8 @@ def _from_dot(g: CallGraph, comp: str, inst: Instruction, depth: int = 0) -> Ins
 
 
 
-def _is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
+def is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
+    """Whether a fusion only moves data (its body holds nothing but `DATA_MOVEMENT` ops)."""
     if _written_within(module, inst, DATA_MOVEMENT):
         return True  # (what a lazily parsed module's bodies write as opcodes says so without a parse)
     ops = {i.opcode for _, i in _fused_instructions(module, inst)}
@@ -709,7 +710,7 @@ def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective
                 accumulates.add(i)
             if node.opcode in PASS_THROUGH or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
                 # a compute fusion in the chain: the travelling buffer is being accumulated into
-                if (node.opcode == "fusion" and not _is_movement_fusion(g.module, node)
+                if (node.opcode == "fusion" and not is_movement_fusion(g.module, node)
                         and any((r.computation, o.name) in by_holder for o in node.operands)):
                     accumulates.add(i)
                 stack.extend(g.producer(r.computation, o.name) for o in node.operands)

@@ -6,7 +6,8 @@ themselves (FLOPs and dimension numbers of dots: `analyzer.analysis.dots`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ __all__ = [
         "is_program_argument",
     "free_size",
     "cause_metadata",
+    "consuming_dot",
     "MOVING_PRIMITIVES",
 ]
 
@@ -71,8 +73,8 @@ MOVING_PRIMITIVES = frozenset({"squeeze", "reshape", "broadcast_in_dim", "dynami
 def cause_metadata(comp: Computation, inst: Instruction, dot: Instruction | None = None, md: Any = None) -> Any:
     """The metadata that names the user's line that made `inst`: its own (or `md`, what stands for it: an async
     collective's site), except for an all-gather that only carries the metadata of the value it gathers, which
-    takes that of the dot it gathers for (`dot`, else the first dot that reads it through ops that move data; its
-    own when there is none).
+    takes that of the dot it gathers for (`dot`, else `consuming_dot`: the nearest that reads it through ops that
+    move data; its own when there is none).
 
     From jax 0.11 on, the partitioner gives an all-gather it inserts (marked `frontend_attributes=
     {is_spmd_generated="true"}`) the metadata of its operand (a scanned weight's `dynamic_index_in_dim` squeeze,
@@ -88,19 +90,31 @@ def cause_metadata(comp: Computation, inst: Instruction, dot: Instruction | None
             return md
     if dot is None:
         users = users_map(comp)
-        todo, seen = [inst.name], set()
-        while todo and dot is None:
-            name = todo.pop(0)
-            for user, _ in users.get(name, ()):
-                if user.name in seen:
-                    continue
-                seen.add(user.name)
-                if user.opcode in DOTS:
-                    dot = user
-                    break
-                if user.opcode in RELABEL or user.opcode in ("all-gather", "dynamic-slice", "slice"):
-                    todo.append(user.name)
+        dot = consuming_dot(lambda name: (user for user, _ in users.get(name, ())), inst.name)
     return dot.metadata if dot is not None and dot.metadata is not None and dot.metadata.op_name else md
+
+
+# What a value passes through on its way to the dot that consumes it: ops that relabel it (the same data in another
+# shape or type), slice it, or gather it again (a weight gathered over the data axis, then over the model axis).
+_TOWARDS_A_DOT = RELABEL | {"all-gather", "dynamic-slice", "slice"}
+
+
+def consuming_dot(users: Callable[[str], Iterable[Instruction]], name: str) -> Instruction | None:
+    """The dot that consumes the value `name`: the nearest (breadth first, each value's users in program order)
+    dot or convolution that reads it through ops that relabel, slice or gather it again; None when none does.
+    `users(name)`: the instructions of its computation that read `name` (`CallGraph.users`, `users_map`).
+    The dot an all-gather gathers for: its line (`cause_metadata`), its einsum's letters (`analyzer.analysis.origins`)."""
+    todo, seen = deque([name]), {name}
+    while todo:
+        for user in users(todo.popleft()):
+            if user.name in seen:
+                continue
+            seen.add(user.name)
+            if user.opcode in DOTS:
+                return user
+            if user.opcode in _TOWARDS_A_DOT:
+                todo.append(user.name)
+    return None
 
 
 def _follow_dim(inst: Instruction, dim: int | None) -> int | None:
