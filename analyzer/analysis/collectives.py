@@ -293,15 +293,15 @@ def is_movement_fusion(module: HloModule, inst: Instruction) -> bool:
 
 def _written_within(module: HloModule, inst: Instruction, allowed: frozenset[str] | set[str],
                     depth: int = 0) -> bool:
-    """Whether every computation `inst` calls (nested fusions too) is an unparsed one of a lazy module whose
-    instructions (one at least) have no opcode outside `allowed` (`LazyComputation.written`, read from its lines
-    without a parse when they are in XLA's form). False when that cannot be told so."""
+    """Whether every computation `inst` calls (nested fusions too) has instructions (one at least) with no opcode
+    outside `allowed` (`Computation.written`: a lazily parsed module's body reads them from its lines, no
+    parse)."""
     names = inst.called_computations
     if not names or depth > 8:
         return False
     for name in names:
         comp = module.by_name.get(name)
-        written = getattr(comp, "written", None) if comp is not None and not comp.is_parsed else None
+        written = comp.written if comp is not None else None
         if not written or not written <= allowed:
             return False
         if "fusion" in written and not all(_written_within(module, i, allowed, depth + 1)
@@ -790,8 +790,8 @@ def _reducer(g: CallGraph, inst: Instruction) -> str:
     comp = g.module.by_name.get(name.lstrip("%")) if name else None
     if comp is None:
         return ""
-    head = None if comp.is_parsed else comp.line_head()  # type: ignore[attr-defined]  (a lazy module's: no parse)
-    return head[0] if head is not None else comp.root.opcode
+    head = comp.line_head()  # (a lazily parsed module's reducer: from its ROOT line, no parse)
+    return head.opcode if head is not None else ""
 
 
 def _value_name(g: CallGraph, r: Collective) -> str | None:

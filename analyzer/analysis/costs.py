@@ -218,23 +218,21 @@ def _not_plain(module: HloModule) -> tuple[frozenset[str], frozenset[str]]:
 
 def _plain_written(comp: Computation, module: HloModule,
                    not_plain: tuple[frozenset[str], frozenset[str]] | None = None) -> int | None:
-    """For a fusion body not parsed yet (a lazily parsed module) that holds none of the ops that make
-    `_fusion_bytes` read less than its operands (`_NOT_PLAIN`): the bytes its output writes (`_bytes_written`
-    of the root, the root and the views under it read from their lines); else None (then the body is read).
-    `not_plain`: `_not_plain(module)`, when the caller has it."""
-    if comp.is_parsed:
-        return None
+    """For a fusion body that holds none of the ops that make `_fusion_bytes` read less than its operands
+    (`_NOT_PLAIN`, a link's custom-call): the bytes its output writes (`_bytes_written` of the root, the root and
+    the views under it read by `line_head`: a lazily parsed module's body from those lines, no parse); else None
+    (then the body is read). `not_plain`: `_not_plain(module)`, when the caller has it."""
     with_custom, held = not_plain if not_plain is not None else _not_plain(module)
-    if comp.name in with_custom and (comp.name in held or "AsyncCollective" in comp.text):  # type: ignore[attr-defined]
+    if comp.name in with_custom and (comp.name in held or any(_is_link(i) for i in comp.select("custom-call"))):
         return None
-    head = comp.line_head()  # type: ignore[attr-defined]
+    head = comp.line_head()
     for _ in range(8):
-        if head is None or head[0] not in VIEWS:
+        if head is None or head.opcode not in VIEWS:
             break
-        head = comp.line_head(head[2]) if head[2] is not None else None  # type: ignore[attr-defined]
-    if head is None or head[0] in VIEWS or head[0] == "tuple":
+        head = comp.line_head(head.operand) if head.operand is not None else None
+    if head is None or head.opcode in VIEWS or head.opcode == "tuple":
         return None
-    return 0 if head[0] == "parameter" else _bytes(head[1])
+    return 0 if head.opcode == "parameter" else _bytes(head.shape)
 
 
 def _fusion_bytes(inst: Instruction, module: HloModule,

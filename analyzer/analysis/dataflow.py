@@ -157,11 +157,8 @@ def _is_async_wrapper(user: Instruction, module: HloModule | None) -> bool:
     if module is None or user.opcode not in ("fusion", "async-start", "async-update", "async-done"):
         return False
     for name in user.called_computations:
-        called = module.by_name.get(name)
-        if called is None or not (called.is_parsed or any(op.startswith(_COLLECTIVE_OPS)
-                                                          for op in called.written)):  # type: ignore[attr-defined]
-            continue  # (an unparsed body of a lazy module that writes no collective's opcode)
-        if any(i.opcode.startswith(_COLLECTIVE_OPS) for i in called.instructions):
+        called = module.by_name.get(name)  # (`written`: a lazily parsed module's body from its lines, no parse)
+        if called is not None and any(op.startswith(_COLLECTIVE_OPS) for op in called.written):
             return True
     return False
 
@@ -181,8 +178,8 @@ def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
       users: `users_map(comp)`, when the caller has it.
       module: the module, to look inside fusions.
     """
-    if users is None:  # (a fusion body of a lazily parsed module: its users read line by line, no parse)
-        users = users_map(comp) if comp.is_parsed else _LazyUsers(comp)
+    # (`users_of`: a fusion body of a lazily parsed module reads only the lines that may name the value, no parse)
+    users_of = comp.users_of if users is None else (lambda name: users.get(name, ()))
     found: list[DotUse] = []
     stack: list[tuple[str, int | None]] = [(inst if isinstance(inst, str) else inst.name, dim)]
     seen: set[str] = set()
@@ -192,7 +189,7 @@ def dot_uses(comp: Computation, inst: Instruction | str, dim: int | None = None,
         if name in seen:
             continue
         seen.add(name)
-        for user, k in users.get(name, ()):
+        for user, k in users_of(name):
             if user.opcode in DOTS and k < 2:
                 contracting = None if d is None else d in contracting_dims(user, k)
                 found.append(DotUse(user, k, d, contracting))
@@ -311,27 +308,8 @@ def only_used_sliced(comp: Computation, inst: Instruction,
 
 
 def _dims_of(comp: Computation, name: str) -> tuple[int, ...] | None:
-    if not comp.is_parsed:  # a lazily parsed module's body: the shape from the defining line
-        head = comp.line_head(name)  # type: ignore[attr-defined]
-        if head is not None:
-            return head[1].dims if head[1].is_array else None
-    inst = comp.by_name.get(name)
-    return inst.shape.dims if inst is not None and inst.shape.is_array else None
-
-
-class _LazyUsers:
-    """`users_map(comp)` of an unparsed computation, each name's users read when asked
-    (`LazyComputation.users_of`)."""
-
-    def __init__(self, comp: Computation) -> None:
-        self.comp = comp
-        self.memo: dict[str, tuple[tuple[Instruction, int], ...]] = {}
-
-    def get(self, name: str, default: Any = ()) -> tuple[tuple[Instruction, int], ...]:
-        found = self.memo.get(name)
-        if found is None:
-            found = self.memo[name] = self.comp.users_of(name)  # type: ignore[attr-defined]
-        return found or default
+    head = comp.line_head(name)  # (a lazily parsed module's body: from the defining line, no parse)
+    return head.shape.dims if head is not None and head.shape.is_array else None
 
 
 def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:
@@ -375,13 +353,13 @@ def callers(module: HloModule, graph: CallGraph | None = None) -> Mapping[str, t
     """Computation name -> the (computation, instruction) pairs that call it (while, call, fusion...).
 
     Read from `graph`'s calling instructions when given, else from each computation (of a lazily parsed module,
-    an unparsed computation gives only its call lines: `LazyComputation.call_instructions`)."""
+    an unparsed computation reads only its call lines: `Computation.call_instructions`)."""
     out: dict[str, list[tuple[Computation, Instruction]]] = {}
     for comp in module.computations:
         if graph is not None:
             insts = graph.calling[comp.name]
         else:
-            insts = comp.instructions if comp.is_parsed else comp.call_instructions()  # type: ignore[attr-defined]
+            insts = comp.call_instructions()
         for inst in insts:
             for name in inst.called_computations:
                 out.setdefault(name, []).append((comp, inst))

@@ -263,21 +263,20 @@ def _calling_and_sites(module: HloModule
     A lazily parsed module (`parse_hlo(lazy=True)`) is read without parsing what the analysis does not read in
     full: computations the entry runs as code (loop bodies and conditions, branches, `call`s, async-wrapped and
     custom-call computations) are parsed, as the analysis reads them anyway; fusion bodies, reducers and
-    unreached computations give only their call lines (`LazyComputation.call_instructions`). Callers come
+    unreached computations read only their call lines (`Computation.call_instructions`). Callers come
     after their callees in HLO text, so one walk from the last computation sees every caller first.
     """
     from analyzer.hlo.attributes import names_callee
-    from analyzer.hlo.parser import LazyComputation
 
     entry = module.entry if module.computations else None
     code = {entry.name} if entry is not None else set()
     out: dict[str, tuple[Instruction, ...]] = {}
     sites_of: dict[str, list[list[CallSite]]] = {}
     for comp in reversed(module.computations):
-        if isinstance(comp, LazyComputation) and comp.name not in code:
-            insts = comp.call_instructions()
-        else:
+        if comp.name in code:  # (read whole: the analysis reads all of it)
             insts = tuple(i for i in comp.instructions if names_callee(i))
+        else:
+            insts = comp.call_instructions()
         out[comp.name] = insts
         per = sites_of[comp.name] = []
         for inst in insts:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from analyzer.hlo import attributes
 from analyzer.hlo.attributes import Metadata
@@ -32,6 +32,7 @@ __all__ = [
     "Metadata",
     "Frame",
     "Instruction",
+    "LineHead",
     "Computation",
     "HloModule",
     "ELEMENT_BITS",
@@ -230,9 +231,25 @@ class Instruction:
             return raw
 
 
+class LineHead(NamedTuple):
+    """What an instruction's line says before its attributes: `name = shape opcode(operand, ...`.
+
+    `Computation.line_head` gives it (a lazily parsed computation reads it from the line, without a parse).
+    """
+
+    opcode: str
+    shape: Shape
+    operand: str | None  # the first operand's name; None without operands (or for a constant's literal)
+
+
 @dataclass(frozen=True)
 class Computation:
-    """A named computation: its parameters, instructions in printed order, and its root."""
+    """A named computation: its parameters, instructions in printed order, and its root.
+
+    The questions the analysis asks of a computation are methods here (`select`, `mentions`/`written`,
+    `users_of`, `call_instructions`, `line_head`, `parameter_name`): a computation a lazy parse has not read yet
+    (`analyzer.hlo.parser`) answers the same from its lines, reading only what each question needs.
+    """
 
     name: str
     instructions: tuple[Instruction, ...]
@@ -279,6 +296,33 @@ class Computation:
         its index without reading the line.)"""
         return next((i.name for i in self.instructions if i.opcode == "parameter" and i.parameter_number == number),
                     None)
+
+    def call_instructions(self) -> tuple[Instruction, ...]:
+        """The instructions that name a called computation (an attribute of `attributes.CALL_KEYS`: `calls=`,
+        `to_apply=`, `body=`, `condition=`, branches...), in order. (A lazily parsed computation reads only the
+        lines that hold such an attribute.)"""
+        return tuple(i for i in self.instructions if attributes.names_callee(i))
+
+    def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
+        """The instructions that read the value `name`, each with the operand index it reads it at, in order.
+        (A lazily parsed computation reads only the lines whose operands may name it.)"""
+        return self._users.get(name, ())
+
+    @cached_property
+    def _users(self) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
+        users: dict[str, list[tuple[Instruction, int]]] = {}
+        for inst in self.instructions:
+            for k, operand in enumerate(inst.operands):
+                users.setdefault(operand.name, []).append((inst, k))
+        return {name: tuple(found) for name, found in users.items()}
+
+    def line_head(self, name: str | None = None) -> LineHead | None:
+        """The opcode, shape and first operand of the instruction `name` (None: the root); None when no
+        instruction is so named. (A lazily parsed computation reads them from that line alone.)"""
+        inst = self.root if name is None else self.by_name.get(name)
+        if inst is None:
+            return None
+        return LineHead(inst.opcode, inst.shape, inst.operands[0].name if inst.operands else None)
 
     @property
     def is_parsed(self) -> bool:

@@ -26,14 +26,14 @@ from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from sys import intern as _intern
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, forget_read, parse_head_fast,
                                    parse_tables_fast, parse_tables_lenient)
-from analyzer.hlo.ir import Computation, HloModule, Instruction, Position, new_instruction, new_operand, packed
+from analyzer.hlo.ir import (Computation, HloModule, Instruction, LineHead, Position, new_instruction, new_operand,
+                             packed)
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import transformer as _transformer_module
 from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, NeedsModuleParse, build_computation,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lark import Lark
 
 __all__ = ["parse_hlo", "parse_hlo_file", "parse_instruction", "parse_shape", "LazyComputation",
-           "attribute_value_pattern", "check_read"]
+           "attribute_value_pattern"]
 
 # Deepest bracket nesting inside one attribute value (backend_config JSON is the deepest XLA prints).
 _MAX_NESTING = 24
@@ -323,8 +323,8 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
             notes = verify_header(module, text[:header_end], lenient=lenient)
             if notes:
                 object.__setattr__(module, "header_notes", module.header_notes + notes)
-            if "input_output_alias" in module.attributes and module.entry.is_parsed:
-                # (a lazy parse's entry is not read yet: `check_read` checks it once it is)
+            if "input_output_alias" in module.attributes and not isinstance(module.entry, LazyComputation):
+                # (a lazy parse's: `_check_read`, from the entry's ROOT line)
                 check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
                                     module.entry.root.shape)
     except (HloSyntaxError, HloSemanticError) as e:
@@ -551,45 +551,37 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = Fals
     return parse_hlo(text, path=str(p), lazy=lazy, lenient=lenient)
 
 
-def check_read(module: HloModule, calls: Mapping[str, tuple[Instruction, ...]]) -> None:
+def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
     """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
-    computation defined before its caller, the async-op structure) on what a lazily parsed module has read:
-    parsed computations whole, each unparsed one by its call instructions (`calls`, by name, as
-    `LazyComputation.call_instructions` gives them; one with an async op among them is parsed). And the
-    header's `input_output_alias` output indexes against the entry's root shape (`verifier.check_alias_outputs`):
-    the parsed entry's, else its ROOT row's (`line_head`, no parse); an unparsed entry without one ROOT row
-    is not checked.
+    computation defined before its caller, the async-op structure) on a lazily parsed module, by what they need
+    of each computation: its call instructions (`call_instructions`: an unparsed one reads those lines only; one
+    with an async op among them, and what that op wraps, is parsed: async chains are checked on them whole). And the
+    header's `input_output_alias` output indexes against the entry's root shape (`verifier.check_alias_outputs`),
+    from the entry's ROOT line (`line_head`). `parse_hlo(lazy=True)` runs them before it returns: what a full parse
+    would reject, a lazy one rejects too, and no caller has to remember to ask.
 
     Raises:
       HloSemanticError: with path, line, column and the source line, as `parse_hlo` would.
     """
-    comps = module.computations
-    lazy = [c for c in comps if isinstance(c, LazyComputation)]
-    if not lazy:
-        return
-    source, path = lazy[0]._source, lazy[0]._path
+    reading = records[0]._reading
     try:
         aliasing = module.attributes.get("input_output_alias")
-        if aliasing is not None:  # the entry's root shape, from the entry if read, else from its ROOT row (no parse)
-            entry = module.entry
-            head = None if entry.is_parsed else entry.line_head()
-            root = entry.root.shape if entry.is_parsed else head[1] if head is not None else None
-            if root is not None:
-                check_alias_outputs(source[:lazy[0]._span[1]], aliasing, root)
-        views = []
-        for c in comps:
-            if c.is_parsed:
-                views.append(c)
-                continue
-            insts = calls.get(c.name, ())
-            if any(i.opcode not in _verifier.OPCODES or i.opcode in _verifier._ASYNC_GENERIC for i in insts):
-                c.instructions  # noqa: B018 - async chains are checked on the whole computation
-                views.append(c)
-            else:
-                views.append(Computation(c.name, insts, is_entry=c.is_entry, position=c.position))
-        check_computations(views)
+        if aliasing is not None:
+            head = module.entry.line_head()
+            if head is not None:
+                check_alias_outputs(reading.source[:records[0]._span[1]], aliasing, head.shape)
+        calls = [c.call_instructions() for c in module.computations]
+        whole = set()  # (an async op's computation and what it wraps: the async chains are checked on them whole)
+        for c, insts in zip(module.computations, calls):
+            for i in insts:
+                if i.opcode not in _verifier.OPCODES or i.opcode in _verifier._ASYNC_GENERIC:
+                    whole.add(c.name)
+                    whole.update(i.called_computations)
+        check_computations([c._parsed if c.name in whole or "_parsed" in c.__dict__
+                            else Computation(c.name, insts, is_entry=c.is_entry, position=c.position)
+                            for c, insts in zip(module.computations, calls)])
     except (HloSyntaxError, HloSemanticError) as e:
-        raise _positioned(e, source, path) from None
+        raise _positioned(e, reading.source, reading.path) from None
 
 
 # ---------------------------------------------------------------------------------------------- lazy
@@ -758,6 +750,7 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     module = HloModule(name, tuple(comps), header.attributes, header.frames, path)
     if lazy:
         object.__setattr__(module, "_callee_table", table)
+        _check_read(module, comps)
     if header.header_notes:
         object.__setattr__(module, "header_notes", header.header_notes)
     return module
@@ -1114,28 +1107,29 @@ class LazyComputation(Computation):
         has them.
 
         On an unparsed computation only the rows the index found a call attribute on are read, so the call
-        graph of a module need not parse its fusion bodies; a parsed one answers from its instructions.
+        graph of a module need not parse its fusion bodies; a parsed one answers from its instructions, and so
+        does one where at least half the rows call and they are `_CALLS_PARSED` or more (an entry or a loop body
+        of fusions: the analysis reads those whole, and a parse reads a line for less than a row read alone).
         """
         index = None if "_parsed" in self.__dict__ else self._index
         if index is not None and index.calls is not None:
             if not index.calls:
                 return ()
+            if len(index.calls) >= _CALLS_PARSED and 2 * len(index.calls) >= len(index.cells) // 5:
+                return super().call_instructions()
             found = self._read(index.calls)
             if found is not None:
                 return tuple(i for i in found if names_callee(i))
-        return tuple(i for i in self.instructions if names_callee(i))
+        return super().call_instructions()
 
-    def line_head(self, name: str | None = None) -> tuple[str, Shape, str | None] | None:
-        """Opcode, shape and first operand's name (None without operands) of the instruction `name` (None: the
-        root). Unparsed: from the index's row, no parse; None when no row or two define it (or mark ROOT), or
-        the row does not read as `name = shape opcode(operand`. Parsed: from the instruction.
+    def line_head(self, name: str | None = None) -> LineHead | None:
+        """`Computation.line_head`. Unparsed: from the index's row, no parse (None when no row defines `name`);
+        a computation whose rows cannot tell (two rows define the name or mark ROOT, a shape the row does not
+        decode) is parsed and answers as a parsed one.
         """
         index = None if "_parsed" in self.__dict__ else self._index
         if index is None:
-            inst = self.root if name is None else self.by_name.get(name)
-            if inst is None:
-                return None
-            return inst.opcode, inst.shape, inst.operand_names[0] if inst.operands else None
+            return super().line_head(name)
         # (answers kept: the step model asks a body's root once per call site; the root's in a slot, not a dict per
         # body: most bodies are asked only that, and 20,000 one-entry dicts were a fifth of the text kept)
         if name is None:
@@ -1149,15 +1143,13 @@ class LazyComputation(Computation):
                 heads = index.heads = {}
             elif name in heads:
                 return heads[name]
-            k = index.by_name.get(name, -1)
-        head = None
-        if k >= 0:
-            shape_text, opcode, operands = index.cells[5 * k + 2:5 * k + 5]
-            first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
-            try:
-                head = opcode, decode_shape(shape_text), first.group(1) if first is not None else None
-            except ValueError:
-                pass
+            k = index.by_name.get(name)
+            if k is None:
+                heads[name] = None
+                return None
+        head = index.head(k)
+        if head is None:  # (the rows cannot tell: the parse says, or reports what is wrong)
+            return super().line_head(name)
         if name is None:
             index.root_head = head
         else:
@@ -1183,10 +1175,10 @@ class LazyComputation(Computation):
         `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: only the rows whose operand text
         may name it (`_Index.readers`) are read; the rest stays text.
         """
-        index = None if self.is_parsed else self._index
+        index = None if "_parsed" in self.__dict__ else self._index
         found = self._read(index.readers(name)) if index is not None else None
         if found is None:
-            found = self.instructions
+            return super().users_of(name)
         return tuple((i, k) for i in found for k, o in enumerate(i.operand_names) if o == name)
 
     def _read(self, ks: list[int] | tuple[int, ...]) -> tuple[Instruction, ...] | None:
@@ -1359,9 +1351,12 @@ class _Index:
         written = frozenset(cells[3::5])
         index.written = _WRITTEN_SETS.setdefault(written, written)  # (one set per distinct opcode set)
         marks = cells[0::5]
-        index.root = -1
-        if len(marks) - marks.count("") == 1:
+        index.root = -1  # (two rows marked ROOT: the parse reports it)
+        marked = len(marks) - marks.count("")
+        if marked == 1:
             index.root = len(rows) - 1 if marks[-1] else next(k for k, mark in enumerate(marks) if mark)
+        elif not marked and rows:  # none marked: the last instruction is the root, as XLA reads it
+            index.root = len(rows) - 1
         if commented is None:
             commented = src.find("/*", start, end) >= 0
         call_at = _CALL_AT_SPACED if commented else _CALL_AT
@@ -1380,6 +1375,17 @@ class _Index:
                 calls.append(line - 1)
         index.calls = tuple(calls) if calls is not None else None
         return index
+
+    def head(self, k: int) -> LineHead | None:
+        """Row `k`'s `LineHead`; None when `k` is -1 (no one row) or its shape does not decode."""
+        if k < 0:
+            return None
+        shape_text, opcode, operands = self.cells[5 * k + 2:5 * k + 5]
+        first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
+        try:
+            return LineHead(opcode, decode_shape(shape_text), first.group(1) if first is not None else None)
+        except ValueError:
+            return None
 
     def field(self, k: int, f: int) -> str:
         """Row `k`'s `f`th group of `_ROW` (0 ROOT mark, 1 name, 2 shape, 3 opcode, 4 operand text)."""
@@ -1406,6 +1412,9 @@ class _Index:
             self._by_name = by_name
         return self._by_name
 
+
+# Call rows from which `call_instructions` parses a computation where they are half its rows or more.
+_CALLS_PARSED = 32
 
 _UNASKED = object()  # `_Index.root_head` before `line_head` is asked for the root
 

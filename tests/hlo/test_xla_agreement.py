@@ -231,24 +231,16 @@ def test_origin_error_column():
 
 
 def test_alias_output_index_in_a_lazy_parse():
-    """A lazy parse checks the output indexes once the entry's root shape is known without a parse of it for this
-    (`check_read`: the parsed entry's root, else its ROOT row), at the same place as the full parse."""
-    from analyzer.hlo.parser import check_read
-
+    """A lazy parse checks the output indexes itself, against the entry's root shape read from its ROOT line
+    without a parse of the entry (`parser._check_read`), at the same place as the full parse."""
     text = _ALIASED % ("input_output_alias={ {2}: (0, {0}) }", _ALIASED_ROOT)
     with pytest.raises(HloSemanticError) as full:
         parse_hlo(text)
     assert (full.value.line, full.value.column) == (1, 35) and "{2}" in full.value.message
-    for read_entry in (False, True):
-        m = parse_hlo(text, lazy=True)
-        if read_entry:
-            m.entry.instructions  # noqa: B018
-        with pytest.raises(HloSemanticError) as lazy:
-            check_read(m, {})
-        assert (lazy.value.line, lazy.value.column, lazy.value.message) == (1, 35, full.value.message)
-        assert m.entry.is_parsed is read_entry
+    with pytest.raises(HloSemanticError) as lazy:
+        parse_hlo(text, lazy=True)
+    assert (lazy.value.line, lazy.value.column, lazy.value.message) == (1, 35, full.value.message)
     m = parse_hlo(_ALIASED % ("input_output_alias={ {1}: (0, {0}) }", _ALIASED_ROOT), lazy=True)
-    check_read(m, {})
     assert not m.entry.is_parsed
 
 
