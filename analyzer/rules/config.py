@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -344,70 +344,112 @@ def config_from_table(table: Mapping[str, Any], *, path: str | None = None, text
         raise ConfigError(f"{where} must be a table", path=path)
     kwargs: dict[str, Any] = {"path": path}
     for raw_key, value in table.items():
-        key = _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(str(raw_key).replace("_", "-"))
+        key = _top_key(raw_key)
         if key is None:
             raise fail(f"unknown key {raw_key!r} in {where}; " + valid_choices(str(raw_key), _TOP_KEYS, what="keys"),
                        raw_key)
-        if key in ("select", "ignore", "entry_points", "cache_inputs"):
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise fail(f"{raw_key!r} must be a list of strings, got {value!r}", raw_key)
-            kwargs[key] = tuple(value)
-        elif key in ("min_saving_seconds", "min_saving_fraction", "baseline_tolerance"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise fail(f"{raw_key!r} must be a number, got {value!r}", raw_key)
-            kwargs[key] = value
-        elif key == "cache":
-            if not isinstance(value, bool):
-                raise fail(f"'cache' must be true or false, got {value!r}", raw_key)
-            kwargs["cache"] = value
-        elif key in ("hardware", "topology", "target", "baseline", "cache_dir"):
-            if not isinstance(value, str):
-                raise fail(f"{raw_key!r} must be a string, got {value!r}", raw_key)
-            kwargs[key] = value
-        elif key == "timeout":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 7 * 86400:
-                raise fail(f"'timeout' must be a number of seconds above 0 (at most a week), got {value!r}", raw_key)
-            kwargs["timeout"] = float(value)
-        elif key == "mesh":
-            if not isinstance(value, Mapping) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values()
-            ):
-                raise fail(f"'mesh' must be a table of axis name = positive size, got {value!r}", raw_key)
-            kwargs["mesh"] = MappingProxyType(dict(value))
-        elif key == "budgets":
-            if not isinstance(value, Mapping):
-                raise fail("'budgets' must be a table", raw_key)
-            b: dict[str, Any] = {}
-            for bk, bv in value.items():
-                name = _BUDGET_KEYS.get(bk) or _BUDGET_KEYS.get(bk.replace("_", "-"))
-                if name is None:
-                    raise fail(f"unknown budget {bk!r}; " + valid_choices(bk, _BUDGET_KEYS, what="budgets"),
-                               bk, f"{TABLE}.budgets")
-                try:
-                    Budgets(**{name: bv})
-                except ConfigError as e:
-                    raise fail(e.message, bk, f"{TABLE}.budgets") from None
-                b[name] = bv
-            kwargs["budgets"] = Budgets(**b)
-        elif key == "rules":
-            if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
-                raise fail("'rules' must hold one table per rule: [tool.hlo-analyzer.rules.HA301]", raw_key)
-            kwargs["rules"] = {k: dict(v) for k, v in value.items()}
+        try:
+            kwargs[key] = _READERS[key](raw_key, value)
+        except _BadValue as e:
+            raise fail(e.message, e.key or raw_key, e.table) from None
     # What to compile and price on is checked now, with its line, not after a compile.
     try:
         check_plan_keys(kwargs.get("hardware"), kwargs.get("topology"), kwargs.get("target"), mesh=kwargs.get("mesh"))
     except AnalyzerError as e:
-        key = getattr(e, "key", "hardware")
-        raise fail(str(e), next(k for k in table if (_TOP_KEYS.get(k) or _TOP_KEYS.get(k.replace("_", "-"))) == key))\
-            from None
+        key = e.key or "hardware"
+        raise fail(str(e), next(k for k in table if _top_key(k) == key)) from None
     try:
         return Config(**kwargs)
     except ConfigError as e:
-        if e.line is None and text is not None and getattr(e, "key", None):
-            raise fail(e.message, e.key, getattr(e, "table", TABLE)) from None
+        if e.line is None and text is not None and e.key:
+            raise fail(e.message, e.key, e.table or TABLE) from None
         raise
+
+
+def _top_key(raw_key: Any) -> str | None:
+    """The `Config` field a key of the table sets (kebab- or snake-case), or None for an unknown key."""
+    return _TOP_KEYS.get(raw_key) or _TOP_KEYS.get(str(raw_key).replace("_", "-"))
+
+
+class _BadValue(Exception):
+    """A table value of the wrong type or range: the message, and the key and table to place it at (default:
+    the top-level key being read)."""
+
+    def __init__(self, message: str, key: str | None = None, table: str = TABLE) -> None:
+        super().__init__(message)
+        self.message, self.key, self.table = message, key, table
+
+
+def _strings(raw_key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _BadValue(f"{raw_key!r} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _number(raw_key: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _BadValue(f"{raw_key!r} must be a number, got {value!r}")
+    return value
+
+
+def _switch(raw_key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _BadValue(f"{raw_key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _string(raw_key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _BadValue(f"{raw_key!r} must be a string, got {value!r}")
+    return value
+
+
+def _timeout(raw_key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 7 * 86400:
+        raise _BadValue(f"'timeout' must be a number of seconds above 0 (at most a week), got {value!r}")
+    return float(value)
+
+
+def _mesh(raw_key: str, value: Any) -> Mapping[str, int]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values()
+    ):
+        raise _BadValue(f"'mesh' must be a table of axis name = positive size, got {value!r}")
+    return MappingProxyType(dict(value))
+
+
+def _budgets(raw_key: str, value: Any) -> Budgets:
+    if not isinstance(value, Mapping):
+        raise _BadValue("'budgets' must be a table")
+    b: dict[str, Any] = {}
+    for bk, bv in value.items():
+        name = _BUDGET_KEYS.get(bk) or _BUDGET_KEYS.get(bk.replace("_", "-"))
+        if name is None:
+            raise _BadValue(f"unknown budget {bk!r}; " + valid_choices(bk, _BUDGET_KEYS, what="budgets"),
+                            bk, f"{TABLE}.budgets")
+        try:
+            Budgets(**{name: bv})
+        except ConfigError as e:
+            raise _BadValue(e.message, bk, f"{TABLE}.budgets") from None
+        b[name] = bv
+    return Budgets(**b)
+
+
+def _rule_tables(raw_key: str, value: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise _BadValue("'rules' must hold one table per rule: [tool.hlo-analyzer.rules.HA301]")
+    return {k: dict(v) for k, v in value.items()}
+
+
+# `Config` field -> the reader of its value in the table (checks the type and range, converts).
+_READERS: Mapping[str, Callable[[str, Any], Any]] = MappingProxyType({
+    "select": _strings, "ignore": _strings, "entry_points": _strings, "cache_inputs": _strings,
+    "min_saving_seconds": _number, "min_saving_fraction": _number, "baseline_tolerance": _number,
+    "cache": _switch, "hardware": _string, "topology": _string, "target": _string, "baseline": _string,
+    "cache_dir": _string, "timeout": _timeout, "mesh": _mesh, "budgets": _budgets, "rules": _rule_tables,
+})
 
 
 def check_plan_keys(hardware: str | None, topology: str | None, target: str | None,
