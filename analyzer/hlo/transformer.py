@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -643,7 +643,8 @@ def _flatten_nested(pending: list) -> list:
 
 
 def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape:
-    """The shape XLA infers for an instruction written without one (the cases its parser's tests use)."""
+    """The shape XLA infers for an instruction written without one (the cases its parser's tests use): the rule of
+    its opcode in `_INFERENCE`, as XLA's ShapeInference picks one by opcode."""
     def fail(why: str = "") -> HloSyntaxError:
         return HloSyntaxError(f"cannot infer the shape of `{opcode}` {iname!r}{why}; write it, e.g. "
                               f"`%{iname} = f32[2] {opcode}(...)`", line=tok.line, column=tok.column)
@@ -651,46 +652,74 @@ def _infer_shape(iname: str, tok, opcode: str, ops: list, attrs: tuple) -> Shape
     shapes = [o.shape for o in ops]
     if any(s is None for s in shapes):
         raise fail()
-    if opcode in _SAME_SHAPE_OPS and shapes:
-        if any(s.dims != shapes[0].dims or s.is_tuple != shapes[0].is_tuple for s in shapes[1:]):
-            raise fail(": its operands' shapes differ")
-        return shapes[0]
-    if opcode in ("compare", "is-finite") and shapes:
-        return Shape("pred", shapes[0].dims, shapes[0].dynamic)
-    if opcode in ("select", "clamp") and len(shapes) == 3:
-        return shapes[1]
-    if opcode in ("real", "imag") and shapes and shapes[0].element_type in ("c64", "c128"):
+    rule = _INFERENCE.get(opcode)
+    shape = rule(opcode, shapes, attrs, fail) if rule is not None else None
+    if shape is None:
+        raise fail()
+    return shape
+
+
+# Each rule of `_INFERENCE`: (opcode, the operands' shapes, the attributes, `fail`) -> the shape, or None when the
+# operands do not fit it (then "cannot infer"); `fail(why)` makes the error that says why.
+
+def _same_as_operands(opcode: str, shapes: list, attrs: tuple, fail) -> Shape | None:
+    """Elementwise ops: the operands' common shape."""
+    if not shapes:
+        return None
+    if any(s.dims != shapes[0].dims or s.is_tuple != shapes[0].is_tuple for s in shapes[1:]):
+        raise fail(": its operands' shapes differ")
+    return shapes[0]
+
+
+def _pred_like_operand(opcode: str, shapes: list, attrs: tuple, fail) -> Shape | None:
+    """compare, is-finite: pred of the first operand's dims."""
+    return Shape("pred", shapes[0].dims, shapes[0].dynamic) if shapes else None
+
+
+def _like_second_operand(opcode: str, shapes: list, attrs: tuple, fail) -> Shape | None:
+    """select, clamp (three operands): the second's shape."""
+    return shapes[1] if len(shapes) == 3 else None
+
+
+def _real_part(opcode: str, shapes: list, attrs: tuple, fail) -> Shape | None:
+    """real, imag of a complex array: the float type of its parts."""
+    if shapes and shapes[0].element_type in ("c64", "c128"):
         return Shape("f32" if shapes[0].element_type == "c64" else "f64", shapes[0].dims, shapes[0].dynamic)
-    if opcode == "after-all":
-        return Shape("token")
-    if opcode == "tuple":
-        return Shape("tuple", tuple_shapes=tuple(shapes))
-    if opcode == "get-tuple-element" and shapes and shapes[0].is_tuple:
-        a = next((x for x in attrs if x.key == "index"), None)
-        if a is not None and a.raw.isdigit() and int(a.raw) < len(shapes[0].tuple_shapes):
-            return shapes[0].tuple_shapes[int(a.raw)]
-        raise fail(": its index is missing or out of range")
-    if opcode in ("conditional", "call", "while"):
-        return _infer_from_callees(iname, opcode, shapes, attrs, fail)
-    if opcode == "dot" and len(shapes) >= 2:
-        def dims(key: str) -> tuple[int, ...]:
-            a = next((x for x in attrs if x.key == key), None)
-            return attributes.parse_int_list(a.raw) if a is not None else ()
-        lhs, rhs = shapes[0], shapes[1]
-        lb, lc, rb, rc = dims("lhs_batch_dims"), dims("lhs_contracting_dims"), dims("rhs_batch_dims"), \
-            dims("rhs_contracting_dims")
-        if (len(lb) != len(rb) or len(lc) != len(rc) or any(not 0 <= d < lhs.rank for d in lb + lc)
-                or any(not 0 <= d < rhs.rank for d in rb + rc)
-                or any(lhs.dims[x] != rhs.dims[y] for x, y in zip(lb + lc, rb + rc))):
-            raise fail(": its dimension numbers do not fit the operands")
-        try:
-            out = [lhs.dims[d] for d in lb]
-            out += [n for d, n in enumerate(lhs.dims) if d not in lb and d not in lc]
-            out += [n for d, n in enumerate(rhs.dims) if d not in rb and d not in rc]
-        except IndexError:
-            raise fail(": its dimension numbers do not fit the operands") from None
-        return Shape(lhs.element_type, tuple(out))
-    raise fail()
+    return None
+
+
+def _tuple_element(opcode: str, shapes: list, attrs: tuple, fail) -> Shape | None:
+    """get-tuple-element: the element at `index` of its tuple operand."""
+    if not shapes or not shapes[0].is_tuple:
+        return None
+    a = next((x for x in attrs if x.key == "index"), None)
+    if a is not None and a.raw.isdigit() and int(a.raw) < len(shapes[0].tuple_shapes):
+        return shapes[0].tuple_shapes[int(a.raw)]
+    raise fail(": its index is missing or out of range")
+
+
+def _dot_result(opcode: str, shapes: list, attrs: tuple, fail) -> Shape | None:
+    """dot: the batch dims, then the lhs's and the rhs's free dims, in the lhs's element type."""
+    if len(shapes) < 2:
+        return None
+
+    def dims(key: str) -> tuple[int, ...]:
+        a = next((x for x in attrs if x.key == key), None)
+        return attributes.parse_int_list(a.raw) if a is not None else ()
+    lhs, rhs = shapes[0], shapes[1]
+    lb, lc, rb, rc = dims("lhs_batch_dims"), dims("lhs_contracting_dims"), dims("rhs_batch_dims"), \
+        dims("rhs_contracting_dims")
+    if (len(lb) != len(rb) or len(lc) != len(rc) or any(not 0 <= d < lhs.rank for d in lb + lc)
+            or any(not 0 <= d < rhs.rank for d in rb + rc)
+            or any(lhs.dims[x] != rhs.dims[y] for x, y in zip(lb + lc, rb + rc))):
+        raise fail(": its dimension numbers do not fit the operands")
+    try:
+        out = [lhs.dims[d] for d in lb]
+        out += [n for d, n in enumerate(lhs.dims) if d not in lb and d not in lc]
+        out += [n for d, n in enumerate(rhs.dims) if d not in rb and d not in rc]
+    except IndexError:
+        raise fail(": its dimension numbers do not fit the operands") from None
+    return Shape(lhs.element_type, tuple(out))
 
 
 def build_single(pending: tuple) -> Computation:
@@ -732,7 +761,7 @@ def build_single(pending: tuple) -> Computation:
     return build_computation(Token("NAME", "_", line=1, column=1), True, None, params + out)
 
 
-def _infer_from_callees(iname: str, opcode: str, shapes: list, attrs: tuple, fail) -> Shape:
+def _infer_from_callees(opcode: str, shapes: list, attrs: tuple, fail) -> Shape:
     """XLA's ShapeInference for the ops whose shape is their callees': conditional (every branch takes its
     operand and all return one shape), call (to_apply's result) and while (the init's shape, kept by body)."""
     table = CALLEES.get()
@@ -802,6 +831,19 @@ def _infer_from_callees(iname: str, opcode: str, shapes: list, attrs: tuple, fai
         raise fail()
     return result
 
+
+# The shape inference rule of each opcode an instruction may be written without a shape for.
+_INFERENCE: dict[str, Callable[[str, list, tuple, Callable[..., HloSyntaxError]], Shape | None]] = {
+    **dict.fromkeys(_SAME_SHAPE_OPS, _same_as_operands),
+    "compare": _pred_like_operand, "is-finite": _pred_like_operand,
+    "select": _like_second_operand, "clamp": _like_second_operand,
+    "real": _real_part, "imag": _real_part,
+    "after-all": lambda opcode, shapes, attrs, fail: Shape("token"),
+    "tuple": lambda opcode, shapes, attrs, fail: Shape("tuple", tuple_shapes=tuple(shapes)),
+    "get-tuple-element": _tuple_element,
+    "conditional": _infer_from_callees, "call": _infer_from_callees, "while": _infer_from_callees,
+    "dot": _dot_result,
+}
 
 def build_module(children: list) -> HloModule:
     """Assemble the module: header attributes, frames from the tables, computations; module-level checks.
