@@ -217,69 +217,102 @@ def classify_matmul(lhs: Notation, rhs: Notation, contracting: Sequence[str] | N
             raise ShardingError(f"contracting dim {c!r} is not in both {lhs} and {rhs}")
     if not contracting:
         raise ShardingError(f"{lhs} . {rhs}: no shared dim to contract")
-    batch = [n for n in shared if n not in contracting]
-
-    def axes_of(n: Notation, names: Sequence[str]) -> tuple[str, ...]:
-        return tuple(a for d in n.dims if d.name in names for a in d.axes)
-
-    lc, rc = axes_of(lhs, contracting), axes_of(rhs, contracting)
-    lfree = [d for d in lhs.dims if d.name not in contracting]
-    rfree = [d for d in rhs.dims if d.name not in contracting and d.name not in batch]
-    out_base = replace(lhs, dims=(), unreduced=(), manual=(), array="C", shape=None)
-
-    def out_of(l_: Notation, r_: Notation, unreduced: tuple[str, ...] = ()) -> Notation:
-        lf = [d for d in l_.dims if d.name not in contracting]
-        rf = [d for d in r_.dims if d.name not in contracting and d.name not in batch]
-        return replace(out_base, dims=tuple(lf) + tuple(rf), unreduced=unreduced)
-
+    m = _Matmul(lhs, rhs, tuple(contracting), tuple(n for n in shared if n not in contracting))
+    lc, rc = m.contracting_axes(lhs), m.contracting_axes(rhs)
     # Case 4 first: a free dim of each operand over the same axis (the product would be diagonal).
-    lfree_axes = {a for d in lfree for a in d.axes}
-    rfree_axes = {a for d in rfree for a in d.axes}
+    lfree_axes = {a for d in m.lhs_free(lhs) for a in d.axes}
+    rfree_axes = {a for d in m.rhs_free(rhs) for a in d.axes}
     clash = sorted(lfree_axes & rfree_axes)
     if clash:
-        r_dims = [d.name for d in rfree if set(d.axes) & set(clash)]
-        l_dims = [d.name for d in lfree if set(d.axes) & set(clash)]
-        rhs_g = rhs
-        for d in r_dims:
-            rhs_g = _drop_axes(rhs_g, d, clash)
-        lhs_g = lhs
-        for d in l_dims:
-            lhs_g = _drop_axes(lhs_g, d, clash)
-        main = (_ag(rhs, rhs_g, tuple(clash)),)
-        alt = (_ag(lhs, lhs_g, tuple(clash)),)
-        o = out_of(lhs, rhs_g)
-        return MatmulPlan(4, "both operands have a non-contracting dim sharded over the same axis: AllGather one",
-                          main, lhs, rhs_g, o, o, (alt,))
+        return _case_4(m, tuple(clash))
     if not lc and not rc:
-        o = out_of(lhs, rhs)
+        o = m.out_of(lhs, rhs)
         return MatmulPlan(1, "neither operand is sharded along the contracting dim: no communication",
                           (), lhs, rhs, o, o)
     if lc and rc and lc == rc:
-        o = out_of(lhs, rhs, unreduced=lc)
-        res = replace(o, unreduced=())
-        ar = Collective("all-reduce", lc, o, res)
-        alts = []
-        for d in res.dims:
-            used = {a for x in res.dims for a in x.axes}
-            if not used & set(lc):
-                scat = replace(res, dims=tuple(Dim(x.name, x.axes + lc) if x.name == d.name else x for x in res.dims))
-                alts.append((Collective("reduce-scatter", lc, o, scat, d.name),))
-        return MatmulPlan(3, "both operands are sharded along the contracting dim over the same axes: "
-                             "multiply locally, then AllReduce (or ReduceScatter)", (ar,), lhs, rhs, o, res, tuple(alts))
-    # Case 2: gather the operand whose contracting dim is sharded (the lhs when both are, over different axes).
+        return _case_3(m, lc)
+    return _case_2(m, lc, rc)
+
+
+@dataclass(frozen=True)
+class _Matmul:
+    """`lhs . rhs` with its dims sorted out: those contracted, and the batch dims (shared, not contracted)."""
+
+    lhs: Notation
+    rhs: Notation
+    contracting: tuple[str, ...]
+    batch: tuple[str, ...]
+
+    def contracting_axes(self, n: Notation) -> tuple[str, ...]:
+        """The mesh axes `n`'s contracting dims are sharded over."""
+        return tuple(a for d in n.dims if d.name in self.contracting for a in d.axes)
+
+    def lhs_free(self, n: Notation) -> list[Dim]:
+        """The dims of `n` (the lhs, or it gathered) the output keeps."""
+        return [d for d in n.dims if d.name not in self.contracting]
+
+    def rhs_free(self, n: Notation) -> list[Dim]:
+        """The dims of `n` (the rhs, or it gathered) the output adds after the lhs's."""
+        return [d for d in n.dims if d.name not in self.contracting and d.name not in self.batch]
+
+    def out_of(self, l_: Notation, r_: Notation, unreduced: tuple[str, ...] = ()) -> Notation:
+        """The local product `C` of `l_ . r_`: lhs's free dims, then rhs's, partial sums over `unreduced`."""
+        out_base = replace(self.lhs, dims=(), unreduced=(), manual=(), array="C", shape=None)
+        return replace(out_base, dims=tuple(self.lhs_free(l_)) + tuple(self.rhs_free(r_)), unreduced=unreduced)
+
+
+def _case_4(m: _Matmul, clash: tuple[str, ...]) -> MatmulPlan:
+    """A free dim of each operand over the same axes `clash`: AllGather the rhs's (or, the alternative, lhs's)."""
+    lhs, rhs = m.lhs, m.rhs
+    r_dims = [d.name for d in m.rhs_free(rhs) if set(d.axes) & set(clash)]
+    l_dims = [d.name for d in m.lhs_free(lhs) if set(d.axes) & set(clash)]
+    rhs_g = rhs
+    for d in r_dims:
+        rhs_g = _drop_axes(rhs_g, d, clash)
+    lhs_g = lhs
+    for d in l_dims:
+        lhs_g = _drop_axes(lhs_g, d, clash)
+    main = (_ag(rhs, rhs_g, clash),)
+    alt = (_ag(lhs, lhs_g, clash),)
+    o = m.out_of(lhs, rhs_g)
+    return MatmulPlan(4, "both operands have a non-contracting dim sharded over the same axis: AllGather one",
+                      main, lhs, rhs_g, o, o, (alt,))
+
+
+def _case_3(m: _Matmul, axes: tuple[str, ...]) -> MatmulPlan:
+    """Both contracting dims sharded over the same `axes`: multiply into partial sums, then AllReduce them, or
+    ReduceScatter them over an output dim sharded over none of `axes` (the alternatives)."""
+    o = m.out_of(m.lhs, m.rhs, unreduced=axes)
+    res = replace(o, unreduced=())
+    ar = Collective("all-reduce", axes, o, res)
+    alts = []
+    for d in res.dims:
+        used = {a for x in res.dims for a in x.axes}
+        if not used & set(axes):
+            scat = replace(res, dims=tuple(Dim(x.name, x.axes + axes) if x.name == d.name else x for x in res.dims))
+            alts.append((Collective("reduce-scatter", axes, o, scat, d.name),))
+    return MatmulPlan(3, "both operands are sharded along the contracting dim over the same axes: "
+                         "multiply locally, then AllReduce (or ReduceScatter)", (ar,), m.lhs, m.rhs, o, res,
+                      tuple(alts))
+
+
+def _case_2(m: _Matmul, lc: tuple[str, ...], rc: tuple[str, ...]) -> MatmulPlan:
+    """Case 2: gather the operand whose contracting dim is sharded (the lhs when both are, over different axes:
+    then both)."""
+    lhs, rhs, contracting = m.lhs, m.rhs, m.contracting
     if lc:
         lhs_g, axes = _gather_all(lhs, contracting)
         if rc:
             rhs_g, raxes = _gather_all(rhs, contracting)
             main = (_ag(lhs, lhs_g, axes), _ag(rhs, rhs_g, raxes))
-            o = out_of(lhs_g, rhs_g)
+            o = m.out_of(lhs_g, rhs_g)
             return MatmulPlan(2, "both operands are sharded along the contracting dim over different axes: "
                                  "AllGather them", main, lhs_g, rhs_g, o, o)
-        o = out_of(lhs_g, rhs)
+        o = m.out_of(lhs_g, rhs)
         return MatmulPlan(2, "one operand is sharded along the contracting dim: AllGather it",
                           (_ag(lhs, lhs_g, axes),), lhs_g, rhs, o, o)
     rhs_g, axes = _gather_all(rhs, contracting)
-    o = out_of(lhs, rhs_g)
+    o = m.out_of(lhs, rhs_g)
     return MatmulPlan(2, "one operand is sharded along the contracting dim: AllGather it",
                       (_ag(rhs, rhs_g, axes),), lhs, rhs_g, o, o)
 
