@@ -199,7 +199,6 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from analyzer.fileio import check_writable
-    from analyzer.workflows.cache import cache_settings, key_context, open_cache
 
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:  # a typo must not check nothing and pass
@@ -211,25 +210,12 @@ def run(args: argparse.Namespace) -> int:
     root = path.resolve().parent
     table = _raw_table(path)
     _refuse_inputs(args, path, root, table)  # -o or the baseline written must not replace what the run reads
-    cache = keys = None
-    if table is not None:
-        settings = cache_settings(root, table, no_cache=args.no_cache, config_path=path)
-        if args.clear_cache and settings.folder is not None:
-            from analyzer.workflows.cache import ResultCache
-
-            if ResultCache(settings.folder).clear():
-                print(f"hlo-analyzer: cleared the result cache {settings.folder}", file=sys.stderr)
-        cache = open_cache(settings)
-        if cache is not None:
-            # Read before anything changes the environment (the fake device count below).
-            keys = key_context(root, table, config_path=path.resolve(), overrides=_analysis_options(args),
-                               cache_folder=cache.folder)
-            if not args.write_baseline:
-                result = _replay(args, table, root, path, cache, keys)
-                if result is not None:
-                    return _emit(result, args)
+    cache, keys = _open_cache(args, table, root, path)
+    if cache is not None and keys is not None and not args.write_baseline:
+        result = _replay(args, table, root, path, cache, keys)
+        if result is not None:
+            return _emit(result, args)
     from analyzer.workflows.check import mesh_size, prepare_cpu_devices, run_check
-    from analyzer.rules.baseline import update_baseline
 
     config, root = _load(args, path)
     prepare_cpu_devices(mesh_size(config.mesh))  # compile every entry point in this process
@@ -256,19 +242,46 @@ def run(args: argparse.Namespace) -> int:
     if cache is not None and cache.note:
         print(f"hlo-analyzer: note: {cache.note}", file=sys.stderr)
     if args.write_baseline:
-        target = baseline_path or root / DEFAULT_BASELINE
-        # Only the entry points that were analysed replace their entries; the others' entries stay.
-        ran = {o.entry.name: [*o.findings, *o.baselined] for o in result.outcomes if o.error is None}
-        complete = not result.skipped and not result.errors
-        _, kept = update_baseline(target, ran, configured=config.entry_points, complete=complete)
-        n = sum(len(v) for v in ran.values())
-        also = f"; kept {kept} entr{'y' if kept == 1 else 'ies'} of entry points that did not run" if kept else ""
-        print(f"hlo-analyzer: wrote {n} finding(s) of {len(ran)} entry point(s) to {target}{also}", file=sys.stderr)
-        _say_baseline_line(target, configured, path, root)
-        for error in result.errors:
-            print(f"hlo-analyzer: error: {error}", file=sys.stderr)
-        return 2 if result.errors else 0
+        return _write_baseline(result, baseline_path or root / DEFAULT_BASELINE, config, configured, path, root)
     return _emit(result, args)
+
+
+def _open_cache(args: argparse.Namespace, table: dict | None, root: Path, path: Path):
+    """(the result cache, this run's key inputs), or (None, None) when the config turns the cache off or does not
+    parse; --clear-cache empties it first. The key inputs are read before anything changes the environment (the
+    fake device count)."""
+    from analyzer.workflows.cache import cache_settings, key_context, open_cache
+
+    if table is None:
+        return None, None
+    settings = cache_settings(root, table, no_cache=args.no_cache, config_path=path)
+    if args.clear_cache and settings.folder is not None:
+        from analyzer.workflows.cache import ResultCache
+
+        if ResultCache(settings.folder).clear():
+            print(f"hlo-analyzer: cleared the result cache {settings.folder}", file=sys.stderr)
+    cache = open_cache(settings)
+    if cache is None:
+        return None, None
+    return cache, key_context(root, table, config_path=path.resolve(), overrides=_analysis_options(args),
+                              cache_folder=cache.folder)
+
+
+def _write_baseline(result, target: Path, config, configured: Path | None, path: Path, root: Path) -> int:
+    """--write-baseline: record the findings of the entry points that ran (the others' entries stay), say so, and
+    return the exit status (2 when an entry point could not be analysed)."""
+    from analyzer.rules.baseline import update_baseline
+
+    ran = {o.entry.name: [*o.findings, *o.baselined] for o in result.outcomes if o.error is None}
+    complete = not result.skipped and not result.errors
+    _, kept = update_baseline(target, ran, configured=config.entry_points, complete=complete)
+    n = sum(len(v) for v in ran.values())
+    also = f"; kept {kept} entr{'y' if kept == 1 else 'ies'} of entry points that did not run" if kept else ""
+    print(f"hlo-analyzer: wrote {n} finding(s) of {len(ran)} entry point(s) to {target}{also}", file=sys.stderr)
+    _say_baseline_line(target, configured, path, root)
+    for error in result.errors:
+        print(f"hlo-analyzer: error: {error}", file=sys.stderr)
+    return 2 if result.errors else 0
 
 
 def _refuse_inputs(args: argparse.Namespace, path: Path, root: Path, table: dict | None) -> None:

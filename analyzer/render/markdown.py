@@ -160,6 +160,21 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
       >>> text.splitlines()[0]
       '# hlo-analyzer report: jit_train_step_fsdp_tp'
     """
+    parts = _head(report)
+    parts += [s for s in (_arguments_section(report), _collectives_section(report), _by_kind_section(report),
+                          _memory_section(report)) if s]
+    parts.append(findings_section(report))
+    if sweep is not None:
+        parts.append(sweep_section(sweep))
+    if whatif:
+        parts.append(whatif_section(whatif))
+    if report.notes:
+        parts.append("## Notes and assumptions\n\n" + "\n".join(f"- {text(n)}" for n in report.notes))
+    return "\n\n".join(parts) + "\n"
+
+
+def _head(report: Report) -> list[str]:
+    """The title, warnings, what to do, the plan, the summary and the step part by part."""
     title = f"# hlo-analyzer report: {text(report.name)}" if report.name else "# hlo-analyzer report"
     parts = [title]
     parts.extend(f"> **Warning:** {text(w)}" for w in report.warnings)
@@ -177,46 +192,52 @@ def render(report: Report, *, sweep: SweepResult | None = None, whatif: Sequence
         parts.append("### The step, part by part\n\n" + table(
             ["part", "per step", "share of the step"],
             [[f"**{a}**" if a == "predicted step" else text(a), b, c] for a, b, c in breakdown_rows], align="lrr"))
+    return parts
+
+
+def _arguments_section(report: Report) -> str | None:
     arguments = argument_rows(report.analysis, report.mesh)
-    if arguments:
-        parts.append("## Arguments, as sharded\n\nDimension letters I, J, K, ... in order; `J_data` is split over "
-                     "mesh axis `data`.\n\n" + table(
-                         ["argument", "shape", "sharding", "per device"],
-                         [[_code(a["name"]), _code(a["shape"]), _code(a["notation"]),
-                           format_bytes(a["bytes_per_device"]) if a["bytes_per_device"] is not None else "—"]
-                          for a in arguments], align="lllr"))
+    if not arguments:
+        return None
+    return ("## Arguments, as sharded\n\nDimension letters I, J, K, ... in order; `J_data` is split over "
+            "mesh axis `data`.\n\n" + table(
+                ["argument", "shape", "sharding", "per device"],
+                [[_code(a["name"]), _code(a["shape"]), _code(a["notation"]),
+                  format_bytes(a["bytes_per_device"]) if a["bytes_per_device"] is not None else "—"]
+                 for a in arguments], align="lllr"))
+
+
+def _collectives_section(report: Report) -> str:
     rows = collective_groups(report)
-    if rows:
-        coll = table(
-            ["collective", "axes", "bytes", "count", "each", "per step", "share", "regime", "source"],
-            [[_code(r.label or r.notation or r.kind) + (" (overlapped)" if r.overlapped else "")
-              + (f" ({r.sites} sites)" if r.sites > 1 else ""), text(r.axes), text(r.bytes), text(r.count),
-              text(r.seconds), text(r.total_seconds), text(r.share), text(r.regime), _code(r.source or r.op_name)]
-             for r in rows],
-            align="llrrrrrll",
-        )
-        sites = sum(r.sites for r in rows)
-        grouped = (f" The {sites} collectives are grouped by notation and source line ({len(rows)} rows): "
-                   "`count` and `per step` add up a group's sites; `≤` marks the largest where they differ."
-                   if sites > len(rows) else "")
-        parts.append("## Collectives\n\nCostliest per step first. `each` is one execution; `count` the executions "
-                     "per step." + grouped + "\n\n" + coll)
-    else:
-        parts.append("## Collectives\n\nXLA inserted no communication into this program.")
+    if not rows:
+        return "## Collectives\n\nXLA inserted no communication into this program."
+    coll = table(
+        ["collective", "axes", "bytes", "count", "each", "per step", "share", "regime", "source"],
+        [[_code(r.label or r.notation or r.kind) + (" (overlapped)" if r.overlapped else "")
+          + (f" ({r.sites} sites)" if r.sites > 1 else ""), text(r.axes), text(r.bytes), text(r.count),
+          text(r.seconds), text(r.total_seconds), text(r.share), text(r.regime), _code(r.source or r.op_name)]
+         for r in rows],
+        align="llrrrrrll",
+    )
+    sites = sum(r.sites for r in rows)
+    grouped = (f" The {sites} collectives are grouped by notation and source line ({len(rows)} rows): "
+               "`count` and `per step` add up a group's sites; `≤` marks the largest where they differ."
+               if sites > len(rows) else "")
+    return ("## Collectives\n\nCostliest per step first. `each` is one execution; `count` the executions "
+            "per step." + grouped + "\n\n" + coll)
+
+
+def _by_kind_section(report: Report) -> str | None:
     t = report.totals
-    if t.by_kind or t.by_axis:
-        breakdown = [[text(k), format_seconds(v)] for k, v in sorted(t.by_kind.items(), key=lambda kv: -kv[1])]
-        breakdown += [[f"over {_code(k or '—')}", format_seconds(v)] for k, v in sorted(t.by_axis.items(), key=lambda kv: -kv[1])]
-        parts.append("### Communication per step by kind and mesh axis\n\n" + table(["", "seconds"], breakdown, align="lr"))
+    if not (t.by_kind or t.by_axis):
+        return None
+    breakdown = [[text(k), format_seconds(v)] for k, v in sorted(t.by_kind.items(), key=lambda kv: -kv[1])]
+    breakdown += [[f"over {_code(k or '—')}", format_seconds(v)] for k, v in sorted(t.by_axis.items(), key=lambda kv: -kv[1])]
+    return "### Communication per step by kind and mesh axis\n\n" + table(["", "seconds"], breakdown, align="lr")
+
+
+def _memory_section(report: Report) -> str | None:
     memory = memory_lines(report)
-    if memory:
-        parts.append("### Memory per device\n\n" + table(["", "bytes"], [[text(k), v] for k, v in memory],
-                                                           align="lr"))
-    parts.append(findings_section(report))
-    if sweep is not None:
-        parts.append(sweep_section(sweep))
-    if whatif:
-        parts.append(whatif_section(whatif))
-    if report.notes:
-        parts.append("## Notes and assumptions\n\n" + "\n".join(f"- {text(n)}" for n in report.notes))
-    return "\n\n".join(parts) + "\n"
+    if not memory:
+        return None
+    return "### Memory per device\n\n" + table(["", "bytes"], [[text(k), v] for k, v in memory], align="lr")

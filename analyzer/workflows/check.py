@@ -813,25 +813,40 @@ def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | Non
     sources: Mapping[str, str] = record.get("sources") or {}
     fingerprints = [decode_diagnostic(d).fingerprint() for d in record["diagnostics"]]
     if previous is None:
-        files = sorted(sources)
-        if paths:
-            given = {Path(p).resolve() for p in paths}
-            files = [f for f in files if (root / f).resolve() in given or any(g in (root / f).resolve().parents
-                                                                             for g in given)] or files
-        changed = _git_changed_lines(root, files)
-        lines = [f"{rel}:{n}: `{t.strip()[:120]}`" for rel, ls in changed.items() for n, t in ls
-                 if _BUILDS_PLAN.search(t)]
-        if not lines:
-            return {}
-        more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
-        text = "Changed in the working tree (git diff HEAD): " + "; ".join(lines[:3]) + more + "."
-        return {fp: text for fp in fingerprints}
+        text = _working_tree_changes(sorted(sources), root, paths)
+        return {fp: text for fp in fingerprints} if text else {}
     # New: a finding the previous result did not have, or had saying something else (its collectives, its cost).
     before = {(decode_diagnostic(d).fingerprint(), d.get("message")) for d in previous.get("diagnostics") or ()}
     new = [fp for fp, d in zip(fingerprints, record["diagnostics"]) if (fp, d.get("message")) not in before]
     if not new:
         return {}
-    old_sources: Mapping[str, str] = previous.get("sources") or {}
+    old_texts, new_texts = _changed_sources(sources, previous.get("sources") or {}, root, source)
+    said = plan_changes(previous.get("plan") or {}, record.get("plan") or {}, changed_files(old_texts, new_texts))
+    if not said:
+        return {}
+    return {fp: "Changed since the last check: " + relevant_changes(said, d.get("notation")) + "."
+            for fp, d in zip(fingerprints, record["diagnostics"]) if fp in new}
+
+
+def _working_tree_changes(files: list[str], root: Path, paths: Sequence[str | Path] | None) -> str | None:
+    """The working tree's changed lines (git diff HEAD) of the entry point's files (those among or under
+    `paths` when some are) that build a spec or the mesh, as one sentence; None when there are none."""
+    if paths:
+        given = {Path(p).resolve() for p in paths}
+        files = [f for f in files if (root / f).resolve() in given or any(g in (root / f).resolve().parents
+                                                                         for g in given)] or files
+    changed = _git_changed_lines(root, files)
+    lines = [f"{rel}:{n}: `{t.strip()[:120]}`" for rel, ls in changed.items() for n, t in ls if _BUILDS_PLAN.search(t)]
+    if not lines:
+        return None
+    more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
+    return "Changed in the working tree (git diff HEAD): " + "; ".join(lines[:3]) + more + "."
+
+
+def _changed_sources(sources: Mapping[str, str], old_sources: Mapping[str, str], root: Path,
+                     source: Callable[[str], str | None]) -> tuple[dict[str, str | None], dict[str, str]]:
+    """(old texts, new texts) of the project files whose digest changed since the previous check: the new from
+    the working tree, the old from the cache's copy (`source`; "" for a file the previous check did not read)."""
     old_texts: dict[str, str | None] = {}
     new_texts: dict[str, str] = {}
     for rel, digest in sources.items():
@@ -841,14 +856,7 @@ def explain_changes(record: Mapping[str, Any], previous: Mapping[str, Any] | Non
             except (OSError, UnicodeDecodeError):
                 continue
             old_texts[rel] = source(old_sources[rel]) if rel in old_sources else ""
-    said = plan_changes(previous.get("plan") or {}, record.get("plan") or {}, changed_files(old_texts, new_texts))
-    if not said:
-        return {}
-    out = {}
-    for fp, d in zip(fingerprints, record["diagnostics"]):
-        if fp in new:
-            out[fp] = "Changed since the last check: " + relevant_changes(said, d.get("notation")) + "."
-    return out
+    return old_texts, new_texts
 
 
 def changed_files(old: Mapping[str, str | None], new: Mapping[str, str]) -> dict[str, list[tuple[int, str]]]:

@@ -444,49 +444,77 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
     """
     data = load_toml(text, path=path)
     c = _Checker(text, path)
+    _check_top_types(data, c)
     kwargs: dict[str, Any] = {"path": path}
-    tables = {"mesh", "model", "rules", "budgets", "sweep"}
+    for raw, value in data.items():
+        kwargs.update(_read_top(_norm(raw), raw, value, data, c))
+    maxtext = isinstance(kwargs.get("entry"), str) and kwargs["entry"].startswith(MAXTEXT_PREFIX)
+    _check_plan(kwargs, data, c, maxtext=maxtext)
+    kwargs["rules_table"] = MappingProxyType(_rules(data.get("rules", {}), data.get("budgets", {}), c))
+    _check_what_to_analyse(kwargs, "model" in data, c, maxtext=maxtext)
+    config = ReportConfig(**kwargs)
+    _check_roles(config, c)
+    if "model" in data:
+        _check_model(config, c)
+    _check_rules(config, c)
+    return config
+
+
+_TABLES = ("mesh", "model", "rules", "budgets", "sweep")
+_STRING_KEYS = ("name", "entry", "target", "hardware", "topology", "model_axis")
+
+
+def _check_top_types(data: Mapping[str, Any], c: _Checker) -> None:
+    """Every top-level key known, and tables and strings where they must be, before any value is read."""
     for raw, value in data.items():
         key = _norm(raw)
         if key not in TOP_KEYS:
             raise c.unknown(raw, "", list(TOP_KEYS))
-        if key in tables and not isinstance(value, dict):
+        if key in _TABLES and not isinstance(value, dict):
             raise c.error(f"{raw!r} must be a table ([{raw}] or {raw} = {{ ... }}), got {value!r}", raw)
-        if key in ("name", "entry", "target", "hardware", "topology", "model_axis") and not isinstance(value, str):
+        if key in _STRING_KEYS and not isinstance(value, str):
             raise c.error(f"{raw!r} must be a string, got {value!r}", raw)
-    for raw, value in data.items():
-        key = _norm(raw)
-        if key in ("name", "entry", "hardware", "topology", "model_axis"):
-            kwargs[key] = value
-        elif key == "target":
-            from analyzer.compile.lower import parse_target
 
-            try:
-                if not str(data.get("entry", "")).startswith(MAXTEXT_PREFIX):  # MaxText's: cpu|tpu, checked below
-                    parse_target(value)
-            except AnalyzerError as e:
-                raise c.error(str(e), raw) from None
-            kwargs["target"] = value
-        elif key == "strategy":
-            kwargs["strategy"] = _check_strategy(value, path, c)
-        elif key == "data_axes":
-            if isinstance(value, str):
-                value = [value]
-            if not _strings(value):
-                raise c.error(f"'data_axes' must be a list of mesh axis names, got {value!r}", raw)
-            kwargs["data_axes"] = tuple(value)
-        elif key == "mesh":
-            for axis, size in value.items():
-                if not _positive_int(size):
-                    raise c.error(f"mesh axis {axis!r} must have a positive integer size, got {size!r}", axis, "mesh")
-            if not value:
-                raise c.error("[mesh] is empty; give at least one axis, e.g. data = 8", raw)
-            kwargs["mesh"] = MappingProxyType(dict(value))
-        elif key == "model":
-            kwargs["model"] = MappingProxyType(_model(value, c))
-        elif key == "sweep":
-            kwargs.update(_sweep(value, c))
-    maxtext = isinstance(kwargs.get("entry"), str) and kwargs["entry"].startswith(MAXTEXT_PREFIX)
+
+def _read_top(key: str, raw: str, value: Any, data: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
+    """One top-level key of a report config as `ReportConfig` keyword arguments ({} for the tables read later:
+    rules, budgets)."""
+    if key in ("name", "entry", "hardware", "topology", "model_axis"):
+        return {key: value}
+    if key == "target":
+        from analyzer.compile.lower import parse_target
+
+        try:
+            if not str(data.get("entry", "")).startswith(MAXTEXT_PREFIX):  # MaxText's: cpu|tpu, checked later
+                parse_target(value)
+        except AnalyzerError as e:
+            raise c.error(str(e), raw) from None
+        return {"target": value}
+    if key == "strategy":
+        return {"strategy": _check_strategy(value, c.path, c)}
+    if key == "data_axes":
+        if isinstance(value, str):
+            value = [value]
+        if not _strings(value):
+            raise c.error(f"'data_axes' must be a list of mesh axis names, got {value!r}", raw)
+        return {"data_axes": tuple(value)}
+    if key == "mesh":
+        for axis, size in value.items():
+            if not _positive_int(size):
+                raise c.error(f"mesh axis {axis!r} must have a positive integer size, got {size!r}", axis, "mesh")
+        if not value:
+            raise c.error("[mesh] is empty; give at least one axis, e.g. data = 8", raw)
+        return {"mesh": MappingProxyType(dict(value))}
+    if key == "model":
+        return {"model": MappingProxyType(_model(value, c))}
+    if key == "sweep":
+        return _sweep(value, c)
+    return {}
+
+
+def _check_plan(kwargs: dict[str, Any], data: Mapping[str, Any], c: _Checker, *, maxtext: bool) -> None:
+    """A MaxText entry's own rules, a mesh given, and the hardware and slice checked now, with their line, not
+    after the compile."""
     if maxtext:
         _check_maxtext(kwargs, data, c)
     if "mesh" not in kwargs:
@@ -494,20 +522,22 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
     if kwargs.get("sweep_maxtext") and not maxtext:
         raise c.error("[sweep.maxtext] sweeps MaxText's keys: it needs entry = \"maxtext:KEY=VALUE ...\"", "maxtext",
                       "sweep")
-    # Hardware and slice are checked now, with their line, not after the compile.
     from analyzer.rules.config import check_plan_keys
 
     try:
         check_plan_keys(kwargs.get("hardware") or None, kwargs.get("topology"), None,
                         mesh=kwargs["mesh"] if not maxtext else None)
     except AnalyzerError as e:
-        key = getattr(e, "key", "hardware")
+        key = e.key or "hardware"
         if key == "mesh":
             raise c.error(str(e), None, "mesh") from None
         raise c.error(str(e), next((r for r in data if _norm(r) == key), key)) from None
-    rules_table = _rules(data.get("rules", {}), data.get("budgets", {}), c)
-    kwargs["rules_table"] = MappingProxyType(rules_table)
-    has_model, entry = "model" in data, kwargs.get("entry")
+
+
+def _check_what_to_analyse(kwargs: Mapping[str, Any], has_model: bool, c: _Checker, *, maxtext: bool) -> None:
+    """Either an entry point (written module:function, or a maxtext: entry) or the [model] template with a
+    strategy; a strategy only for the template."""
+    entry = kwargs.get("entry")
     if entry is not None and has_model:
         raise c.error("give either 'entry' (your own program) or [model] (the built-in template), not both", "entry")
     if entry is None and not has_model:
@@ -525,12 +555,6 @@ def parse_report_config(text: str, *, path: str | None = None) -> ReportConfig:
             raise c.error(f"entry {entry!r}: write it as 'module:function' or 'path/to/file.py:function'", "entry")
     elif "strategy" not in kwargs:
         raise c.error("[model] needs a 'strategy': " + ", ".join(STRATEGIES), "model")
-    config = ReportConfig(**kwargs)
-    _check_roles(config, c)
-    if has_model:
-        _check_model(config, c)
-    _check_rules(config, c)
-    return config
 
 
 def _sweep_maxtext(table: Any, raw: str, c: _Checker) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -633,73 +657,95 @@ def _check_roles(config: ReportConfig, c: _Checker) -> None:
 
 def _sweep(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
     """The [sweep] table as `ReportConfig` keyword arguments (`sweep_*`)."""
-    from analyzer.compile.models import REMAT_POLICIES
-    from analyzer.workflows.executors import parse_executor, parse_memory
-
     out: dict[str, Any] = {}
     executor, address = None, None
     for raw, value in table.items():
         key = _norm(raw)
         if key not in _SWEEP_KEYS:
             raise c.unknown(raw, "sweep", _SWEEP_KEYS)
-        if key == "maxtext":
-            out["sweep_maxtext"] = _sweep_maxtext(value, raw, c)
-            continue
-        if key in ("mesh_shapes", "strategies", "remat") and not _strings(value):
-            raise c.error(f"[sweep] {raw!r} must be a list of strings, got {value!r}", raw, "sweep")
-        if key in ("batch_sizes", "microbatches") and not (isinstance(value, list) and value
-                                                           and all(_positive_int(v) for v in value)):
-            raise c.error(f"[sweep] {raw!r} must be a list of positive integers, e.g. [16, 32], got {value!r}",
-                          raw, "sweep")
         if key in ("executor", "ray_address") and not (isinstance(value, str) and value.strip()):
             raise c.error(f"[sweep] {raw!r} must be a string, got {value!r}", raw, "sweep")
-        if key == "mesh_shapes":
-            try:
-                out["sweep_mesh_shapes"] = tuple(parse_mesh_shape(v) for v in value)
-            except ConfigError as e:
-                raise c.error(f"[sweep] {e.message}", raw, "sweep") from None
-        elif key == "strategies":
-            for s in value:
-                if s not in STRATEGIES:
-                    raise c.error(f"[sweep] unknown strategy {s!r}; " + valid_choices(s, STRATEGIES,
-                                                                                      what="strategies"), raw, "sweep")
-            out["sweep_strategies"] = tuple(value)
-        elif key == "remat":
-            for s in value:
-                if s not in REMAT_POLICIES:
-                    raise c.error(f"[sweep] unknown remat policy {s!r}; " + valid_choices(s, REMAT_POLICIES,
-                                                                                          what="remat policies"),
-                                  raw, "sweep")
-            out["sweep_remat"] = tuple(value)
-        elif key in ("batch_sizes", "microbatches"):
-            out[f"sweep_{key}"] = tuple(value)
-        elif key == "executor":
+        if key == "executor":
             executor = value
         elif key == "ray_address":
             address = value.strip()
-        elif key == "ray_cpus":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise c.error(f"[sweep] {raw!r} must be a positive number of CPUs per compile, got {value!r}",
-                              raw, "sweep")
-            out["sweep_ray_cpus"] = float(value)
-        else:  # ray_memory
-            try:
-                out["sweep_ray_memory"] = parse_memory(value, where=f"[sweep] {raw}")
-            except ConfigError as e:
-                raise c.error(f"[sweep] {raw} {e.message}", raw, "sweep") from None
+        else:
+            out.update(_SWEEP_READERS[key](key, raw, value, c))
     if executor is not None or address is not None:
-        where = next((r for r in table if _norm(r) == "executor"), None)
-        try:
-            spec = parse_executor(executor or "ray", where="[sweep] executor")
-        except ConfigError as e:
-            raise c.error(f"[sweep] executor {e.message}", where, "sweep") from None
-        if address is not None:
-            if spec.kind != "ray" or spec.address is not None:
-                raise c.error(f"[sweep] ray-address {address!r} needs executor = \"ray\" (without an address of its "
-                              f"own), got executor = {executor!r}", "ray_address", "sweep")
-            spec = replace(spec, address=address)
-        out["sweep_executor"] = spec.kind + (f":{spec.address}" if spec.address else "")
+        out["sweep_executor"] = _sweep_executor(table, executor, address, c)
     return out
+
+
+def _sweep_names(key: str, raw: str, value: Any, c: _Checker) -> dict[str, Any]:
+    """mesh-shapes, strategies, remat: lists of strings, each a mesh shape, a strategy or a remat policy."""
+    from analyzer.compile.models import REMAT_POLICIES
+
+    if not _strings(value):
+        raise c.error(f"[sweep] {raw!r} must be a list of strings, got {value!r}", raw, "sweep")
+    if key == "mesh_shapes":
+        try:
+            return {"sweep_mesh_shapes": tuple(parse_mesh_shape(v) for v in value)}
+        except ConfigError as e:
+            raise c.error(f"[sweep] {e.message}", raw, "sweep") from None
+    valid, what = (STRATEGIES, "strategy") if key == "strategies" else (REMAT_POLICIES, "remat policy")
+    for s in value:
+        if s not in valid:
+            plural = "strategies" if key == "strategies" else "remat policies"
+            raise c.error(f"[sweep] unknown {what} {s!r}; " + valid_choices(s, valid, what=plural), raw, "sweep")
+    return {f"sweep_{key}": tuple(value)}
+
+
+def _sweep_counts(key: str, raw: str, value: Any, c: _Checker) -> dict[str, Any]:
+    """batch-sizes, microbatches: non-empty lists of positive integers."""
+    if not (isinstance(value, list) and value and all(_positive_int(v) for v in value)):
+        raise c.error(f"[sweep] {raw!r} must be a list of positive integers, e.g. [16, 32], got {value!r}",
+                      raw, "sweep")
+    return {f"sweep_{key}": tuple(value)}
+
+
+def _sweep_ray(key: str, raw: str, value: Any, c: _Checker) -> dict[str, Any]:
+    """ray-cpus (a positive number) and ray-memory (bytes, or a size such as "8GiB") per compile."""
+    if key == "ray_cpus":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise c.error(f"[sweep] {raw!r} must be a positive number of CPUs per compile, got {value!r}",
+                          raw, "sweep")
+        return {"sweep_ray_cpus": float(value)}
+    from analyzer.workflows.executors import parse_memory
+
+    try:
+        return {"sweep_ray_memory": parse_memory(value, where=f"[sweep] {raw}")}
+    except ConfigError as e:
+        raise c.error(f"[sweep] {raw} {e.message}", raw, "sweep") from None
+
+
+def _sweep_maxtext_key(key: str, raw: str, value: Any, c: _Checker) -> dict[str, Any]:
+    return {"sweep_maxtext": _sweep_maxtext(value, raw, c)}
+
+
+# [sweep] key -> its reader (checks the value, returns `ReportConfig` keyword arguments); executor and
+# ray-address are read together by `_sweep_executor`.
+_SWEEP_READERS: Mapping[str, Callable[[str, str, Any, _Checker], dict[str, Any]]] = MappingProxyType({
+    "mesh_shapes": _sweep_names, "strategies": _sweep_names, "remat": _sweep_names,
+    "batch_sizes": _sweep_counts, "microbatches": _sweep_counts, "ray_cpus": _sweep_ray, "ray_memory": _sweep_ray,
+    "maxtext": _sweep_maxtext_key,
+})
+
+
+def _sweep_executor(table: Mapping[str, Any], executor: str | None, address: str | None, c: _Checker) -> str:
+    """`executor` and `ray-address` of [sweep] as one executor spec ("ray", "ray:ADDRESS", "local", ...)."""
+    from analyzer.workflows.executors import parse_executor
+
+    where = next((r for r in table if _norm(r) == "executor"), None)
+    try:
+        spec = parse_executor(executor or "ray", where="[sweep] executor")
+    except ConfigError as e:
+        raise c.error(f"[sweep] executor {e.message}", where, "sweep") from None
+    if address is not None:
+        if spec.kind != "ray" or spec.address is not None:
+            raise c.error(f"[sweep] ray-address {address!r} needs executor = \"ray\" (without an address of its "
+                          f"own), got executor = {executor!r}", "ray_address", "sweep")
+        spec = replace(spec, address=address)
+    return spec.kind + (f":{spec.address}" if spec.address else "")
 
 
 def _rules(rules: Mapping[str, Any], budgets: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
