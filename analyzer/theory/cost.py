@@ -199,45 +199,20 @@ def _rings_text(rings: Sequence[Ring], labels: Sequence[str]) -> str:
 
 def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[str],
                 pairs_loads: tuple | None, top_k: int | None) -> Cost:
+    """The topology model's cost of one collective on a TPU torus: over the group's rings (`geo`), named by
+    `labels`; a permute by its routed loads (`pairs_loads`, `_torus_permute_loads`)."""
     rings = geo.rings
-    lat_per_hop = next((r.hop_latency for r in rings if r.hop_latency is not None), None)
-    hops = sum(r.hops for r in rings)
-    where = _rings_text(rings, labels)
     if kind == "collective-permute":
         assert pairs_loads is not None
-        ici_load, dcn_load, max_hops, w_one, w_dcn, t_min = pairs_loads
-        t_ici = ici_load * nbytes / w_one
-        t_dcn = dcn_load * nbytes / w_dcn if dcn_load else 0.0
-        text = f"messages on the busiest link x V / W_one = {ici_load} x {nbytes:.4g} B / {w_one:.3g} B/s"
-        if dcn_load:
-            text = f"max({text}, DCN {dcn_load} x V / W_dcn at {w_dcn:.3g} B/s)"
-        return _finish(kind, "topology", nbytes, max(t_ici, t_dcn), t_min * max_hops, max_hops, text)
+        return _torus_permute_cost(kind, nbytes, pairs_loads)
     if not rings:
         return Cost(0.0, "bandwidth", float(nbytes), 0, "single-device group: no communication", kind, "topology")
+    lat_per_hop = next((r.hop_latency for r in rings if r.hop_latency is not None), None) or 0.0
+    where = _rings_text(rings, labels)
     if kind in ("all-gather", "reduce-scatter", "all-reduce"):
-        ici = [r for r in rings if r.network == "ici"]
-        dcn = [r for r in rings if r.network == "dcn"]
-        times = [ring_all_gather_seconds(nbytes, r) for r in ici]
-        t_ici = 1.0 / sum(1.0 / t for t in times if t > 0) if any(t > 0 for t in times) else 0.0
-        formula = (f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / t_ici:.4g} B/s" if t_ici
-                   else "0 (between the cores of one chip)")
-        # Over DCN every chip of the group's ICI part carries its share: (s-1)/s * (V / n_ici) / W_dcn
-        # (training.md: 8DF / (M W_dcn) across pods); the two networks work at once.
-        n_ici = int(np.prod([r.size for r in ici])) if ici else 1
-        t_dcn = max((ring_all_gather_seconds(nbytes / n_ici, r) for r in dcn), default=0.0)
-        if dcn:
-            d = dcn[0]
-            dcn_text = (f"DCN (s-1)/s x V / (n_ici W_dcn) = {d.size - 1}/{d.size} x {nbytes:.4g} B / "
-                        f"({n_ici} x {d.link_bandwidth_one_way:.3g} B/s)")
-            formula = f"max({formula}, {dcn_text})" if t_ici else dcn_text
-        bw = max(t_ici, t_dcn)
-        lat = (lat_per_hop or 0.0) * sum(r.hops for r in ici)
-        hops = sum(r.hops for r in rings)
-        if kind == "all-reduce":
-            bw, lat, hops = 2 * bw, 2 * lat, 2 * hops
-            formula = f"2 x ({formula}) (ReduceScatter + AllGather)"
-        c = _finish(kind, "topology", nbytes, bw, lat, hops, formula)
+        c = _torus_ring_cost(kind, nbytes, rings, lat_per_hop)
         return replace(c, formula=c.formula + f" [{where}]")
+    hops = sum(r.hops for r in rings)
     if kind in ("all-to-all", "ragged-all-to-all"):
         bw = max(ring_all_to_all_seconds(nbytes, r, geo.group_size) for r in rings)
         formula = f"V * max_i(s_i c_i) / (4 N W_bidi) = {nbytes:.4g} B over N={geo.group_size}"
@@ -245,16 +220,54 @@ def _torus_cost(kind: str, nbytes: float, geo: GroupGeometry, labels: Sequence[s
             f = ragged_fraction(top_k, geo.group_size)
             bw *= f
             formula += f" x ragged fraction {f:.3g}" + ("" if top_k else " (top-k unknown: dense bound)")
-        lat = (lat_per_hop or 0.0) * hops
-        c = _finish(kind, "topology", nbytes, bw, lat, hops, formula)
+        c = _finish(kind, "topology", nbytes, bw, lat_per_hop * hops, hops, formula)
         return replace(c, formula=c.formula + f" [{where}; c_i = 2 without wraparound]")
     if kind == "collective-broadcast":
         w = min(r.link_bandwidth_one_way / r.share for r in rings)
         bw = nbytes / w
-        lat = (lat_per_hop or 0.0) * hops
-        c = _finish(kind, "topology", nbytes, bw, lat, hops, f"V / W_one = {nbytes:.4g} B / {w:.3g} B/s (pipelined)")
+        c = _finish(kind, "topology", nbytes, bw, lat_per_hop * hops, hops,
+                    f"V / W_one = {nbytes:.4g} B / {w:.3g} B/s (pipelined)")
         return replace(c, formula=c.formula + f" [{where}]")
     raise CostModelError(f"unknown collective {kind!r}")
+
+
+def _torus_permute_cost(kind: str, nbytes: float, pairs_loads: tuple) -> Cost:
+    """A permute on a torus: the busiest ICI link's messages x V / W_one (and the busiest DCN egress's), at least
+    T_min per hop of the longest route."""
+    ici_load, dcn_load, max_hops, w_one, w_dcn, t_min = pairs_loads
+    t_ici = ici_load * nbytes / w_one
+    t_dcn = dcn_load * nbytes / w_dcn if dcn_load else 0.0
+    text = f"messages on the busiest link x V / W_one = {ici_load} x {nbytes:.4g} B / {w_one:.3g} B/s"
+    if dcn_load:
+        text = f"max({text}, DCN {dcn_load} x V / W_dcn at {w_dcn:.3g} B/s)"
+    return _finish(kind, "topology", nbytes, max(t_ici, t_dcn), t_min * max_hops, max_hops, text)
+
+
+def _torus_ring_cost(kind: str, nbytes: float, rings: Sequence[Ring], lat_per_hop: float) -> Cost:
+    """AllGather / ReduceScatter over the group's rings, all at once (AllReduce: both, twice the time): the ICI
+    rings' bandwidths add up, the DCN part runs beside them."""
+    ici = [r for r in rings if r.network == "ici"]
+    dcn = [r for r in rings if r.network == "dcn"]
+    times = [ring_all_gather_seconds(nbytes, r) for r in ici]
+    t_ici = 1.0 / sum(1.0 / t for t in times if t > 0) if any(t > 0 for t in times) else 0.0
+    formula = (f"V / sum_axes W_eff = {nbytes:.4g} B / {nbytes / t_ici:.4g} B/s" if t_ici
+               else "0 (between the cores of one chip)")
+    # Over DCN every chip of the group's ICI part carries its share: (s-1)/s * (V / n_ici) / W_dcn
+    # (training.md: 8DF / (M W_dcn) across pods); the two networks work at once.
+    n_ici = int(np.prod([r.size for r in ici])) if ici else 1
+    t_dcn = max((ring_all_gather_seconds(nbytes / n_ici, r) for r in dcn), default=0.0)
+    if dcn:
+        d = dcn[0]
+        dcn_text = (f"DCN (s-1)/s x V / (n_ici W_dcn) = {d.size - 1}/{d.size} x {nbytes:.4g} B / "
+                    f"({n_ici} x {d.link_bandwidth_one_way:.3g} B/s)")
+        formula = f"max({formula}, {dcn_text})" if t_ici else dcn_text
+    bw = max(t_ici, t_dcn)
+    lat = lat_per_hop * sum(r.hops for r in ici)
+    hops = sum(r.hops for r in rings)
+    if kind == "all-reduce":
+        bw, lat, hops = 2 * bw, 2 * lat, 2 * hops
+        formula = f"2 x ({formula}) (ReduceScatter + AllGather)"
+    return _finish(kind, "topology", nbytes, bw, lat, hops, formula)
 
 
 # ------------------------------------------------------------------------------------ GPU tree formulas
@@ -442,47 +455,63 @@ def _tree_permute_seconds_per_byte(topology: Topology, pairs: Sequence[tuple[int
 # --------------------------------------------------------------------------------------------- ideal
 def _ideal_cost(kind: str, nbytes: float, topology: Topology, axes_geo: Sequence[GroupGeometry],
                 sizes: Sequence[int], sharp: bool, top_k: int | None, hops_hint: int) -> Cost:
+    """The ideal model's cost of one collective over a group of mesh axes (`sizes`, their geometry `axes_geo`):
+    the chapter's closed forms for a TPU (`_ideal_tpu_cost`) or a GPU (`_ideal_gpu_cost`)."""
     hw = topology.hardware
     n = int(np.prod(sizes)) if sizes else 1
     if n <= 1:
         return Cost(0.0, "bandwidth", float(nbytes), 0, "single-device group: no communication", kind, "ideal")
     if hw.kind == "tpu":
-        assert hw.ici is not None
-        ws = []
-        for g in axes_geo:
-            if any(r.network == "dcn" for r in g.rings):
-                ws.append(float(hw.dcn_bandwidth_per_chip or 0))
-            elif g.rings and all(r.network == "chip" for r in g.rings):
-                ws.append(float("inf"))  # between the cores of one chip: counted free
-            else:
-                ws.append(hw.ici.link_bandwidth_bidi)
-        if all(w == float("inf") for w in ws):
-            return Cost(0.0, "bandwidth", float(nbytes), 0, "0 (between the cores of one chip)", kind, "ideal")
-        t_min = hw.ici.hop_latency
-        lat = t_min * sum(sizes) / 2
-        hops = int(sum(s // 2 for s in sizes))
-        w_sum = sum(ws)
-        if kind in ("all-gather", "reduce-scatter", "all-reduce"):
-            bw = nbytes / w_sum
-            f = f"V / (W_ici x N_axes) = {nbytes:.4g} B / ({w_sum / len(ws):.3g} B/s x {len(ws)})"
-            if kind == "all-reduce":
-                bw, lat, hops = 2 * bw, 2 * lat, 2 * hops
-                f = "2 x " + f
-            return _finish(kind, "ideal", nbytes, bw, lat, hops, f)
-        if kind in ("all-to-all", "ragged-all-to-all"):
-            w = min(ws)
-            bw = nbytes * max(sizes) / (4 * n * w)
-            f = f"V max(X_i) / (4 N W_ici) = {nbytes:.4g} B x {max(sizes)} / (4 x {n} x {w:.3g} B/s)"
-            if kind == "ragged-all-to-all":
-                frac = ragged_fraction(top_k, n)
-                bw *= frac
-                f += f" x ragged fraction {frac:.3g}"
-            return _finish(kind, "ideal", nbytes, bw, t_min * max(sizes) / 2, max(sizes) // 2, f)
-        w_one = hw.ici.link_bandwidth_one_way
-        h = max(1, hops_hint)
-        return _finish(kind, "ideal", nbytes, nbytes / w_one, t_min * h, h,
-                       f"V / W_one = {nbytes:.4g} B / {w_one:.3g} B/s")
-    # GPU: the simple form, max(V / W_gpu, V / W_node)
+        return _ideal_tpu_cost(kind, nbytes, hw, axes_geo, sizes, n, top_k, hops_hint)
+    return _ideal_gpu_cost(kind, nbytes, hw, axes_geo, n, sharp, top_k)
+
+
+def _ideal_tpu_cost(kind: str, nbytes: float, hw: HardwareSpec, axes_geo: Sequence[GroupGeometry],
+                    sizes: Sequence[int], n: int, top_k: int | None, hops_hint: int) -> Cost:
+    """TPU: each axis at full ICI bandwidth (DCN's per chip over slices; free between the cores of one chip):
+    V / (W_ici x N_axes) for the gathers and reductions, V max(X_i) / (4 N W_ici) for AllToAll, V / W_one for a
+    permute or broadcast of `hops_hint` hops."""
+    assert hw.ici is not None
+    ws = []
+    for g in axes_geo:
+        if any(r.network == "dcn" for r in g.rings):
+            ws.append(float(hw.dcn_bandwidth_per_chip or 0))
+        elif g.rings and all(r.network == "chip" for r in g.rings):
+            ws.append(float("inf"))  # between the cores of one chip: counted free
+        else:
+            ws.append(hw.ici.link_bandwidth_bidi)
+    if all(w == float("inf") for w in ws):
+        return Cost(0.0, "bandwidth", float(nbytes), 0, "0 (between the cores of one chip)", kind, "ideal")
+    t_min = hw.ici.hop_latency
+    lat = t_min * sum(sizes) / 2
+    hops = int(sum(s // 2 for s in sizes))
+    w_sum = sum(ws)
+    if kind in ("all-gather", "reduce-scatter", "all-reduce"):
+        bw = nbytes / w_sum
+        f = f"V / (W_ici x N_axes) = {nbytes:.4g} B / ({w_sum / len(ws):.3g} B/s x {len(ws)})"
+        if kind == "all-reduce":
+            bw, lat, hops = 2 * bw, 2 * lat, 2 * hops
+            f = "2 x " + f
+        return _finish(kind, "ideal", nbytes, bw, lat, hops, f)
+    if kind in ("all-to-all", "ragged-all-to-all"):
+        w = min(ws)
+        bw = nbytes * max(sizes) / (4 * n * w)
+        f = f"V max(X_i) / (4 N W_ici) = {nbytes:.4g} B x {max(sizes)} / (4 x {n} x {w:.3g} B/s)"
+        if kind == "ragged-all-to-all":
+            frac = ragged_fraction(top_k, n)
+            bw *= frac
+            f += f" x ragged fraction {frac:.3g}"
+        return _finish(kind, "ideal", nbytes, bw, t_min * max(sizes) / 2, max(sizes) // 2, f)
+    w_one = hw.ici.link_bandwidth_one_way
+    h = max(1, hops_hint)
+    return _finish(kind, "ideal", nbytes, nbytes / w_one, t_min * h, h,
+                   f"V / W_one = {nbytes:.4g} B / {w_one:.3g} B/s")
+
+
+def _ideal_gpu_cost(kind: str, nbytes: float, hw: HardwareSpec, axes_geo: Sequence[GroupGeometry], n: int,
+                    sharp: bool, top_k: int | None) -> Cost:
+    """GPU: the simple form, V / min(W_gpu, W_node when the group leaves a node) (twice for AllReduce without
+    SHARP); AllToAll B / (N W_gpu) in a node, B / (M W_node) over M nodes."""
     assert hw.nvlink is not None
     cross = any(lv.network == "scale-out" and lv.degree > 1 for g in axes_geo for lv in g.levels)
     w = hw.nvlink.gpu_egress
