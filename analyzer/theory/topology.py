@@ -600,46 +600,15 @@ class Topology:
         """
         hw = load_hardware(hardware)
         names, sizes = tuple(axis_names), tuple(int(s) for s in axis_sizes)
-        if len(names) != len(sizes):
-            raise MeshError(f"mesh has {len(names)} axis names but {len(sizes)} sizes")
-        if len(set(names)) != len(names):
-            raise MeshError(f"mesh axis names repeat: {names}")
-        if any(s <= 0 for s in sizes):
-            raise MeshError(f"mesh axis sizes must be positive, got {sizes}")
+        _check_mesh(names, sizes)
         n = int(np.prod(sizes)) if sizes else 1
         declared = topology is not None if declared is None else declared
         if coords_origin not in ("device coords", "jax.make_mesh"):
             raise ValueError(f"coords_origin must be 'device coords' or 'jax.make_mesh', got {coords_origin!r}")
         if isinstance(topology, str):
-            topology, spec = split_placement(topology)
-            if isinstance(spec, dict):
-                if mapping is not None:
-                    raise MeshError(f"the topology {topology!r} carries a mapping and a mapping was passed too; "
-                                    "give one")
-                mapping = spec
+            topology, mapping = _placement_of(topology, mapping)
         if device_coords is not None:
-            coords = tuple(tuple(int(c) for c in xyz) for xyz in device_coords)
-            if len(coords) != n:
-                raise MeshError(f"{len(coords)} device coords for a mesh of {n} devices")
-            if not coords or len({len(c) for c in coords}) != 1:
-                raise MeshError("device coords must all have the same number of coordinates")
-            if hw.ici is not None:
-                # jax reports (x, y, z) even on 2D tori: drop trailing coordinates that never change (down to
-                # the given slice's rank, which counts a leading DCN slice index)
-                rank = hw.ici.rank
-                if topology is not None:
-                    rank = len((topology if isinstance(topology, PhysicalSlice) else parse_slice(topology, hw)).dims)
-                while len(coords[0]) > rank and len({c[-1] for c in coords}) == 1:
-                    coords = tuple(c[:-1] for c in coords)
-            if topology is None:
-                low = [min(c[k] for c in coords) for k in range(len(coords[0]))]
-                coords = tuple(tuple(v - lo for v, lo in zip(c, low)) for c in coords)
-                dims = tuple(max(c[k] for c in coords) + 1 for k in range(len(coords[0])))
-                topology = f"{hw.topology_prefix}:{'x'.join(map(str, dims))}"
-            sl = topology if isinstance(topology, PhysicalSlice) else parse_slice(topology, hw)
-            if any(len(c) != len(sl.dims) or any(not 0 <= v < d for v, d in zip(c, sl.dims)) for c in coords):
-                raise MeshError(f"device coords do not fit the slice {sl.name} (dims {sl.dims})")
-            coords, sl = _add_core_axis(coords, sl)
+            coords, sl = _placed_by_coords(hw, device_coords, topology, n)
             return cls(sl, names, sizes, coords, origin=coords_origin, declared=declared)
         if topology is None:
             sl = smallest_slice(hw, sizes)
@@ -869,6 +838,56 @@ class Topology:
 
     def __str__(self) -> str:
         return self.describe()
+
+
+def _check_mesh(names: tuple[str, ...], sizes: tuple[int, ...]) -> None:
+    """A mesh has a size per axis name, names once, sizes positive."""
+    if len(names) != len(sizes):
+        raise MeshError(f"mesh has {len(names)} axis names but {len(sizes)} sizes")
+    if len(set(names)) != len(names):
+        raise MeshError(f"mesh axis names repeat: {names}")
+    if any(s <= 0 for s in sizes):
+        raise MeshError(f"mesh axis sizes must be positive, got {sizes}")
+
+
+def _placement_of(topology: str, mapping: Mapping | None) -> tuple[str, Mapping | None]:
+    """A topology string without its '@' placement (`split_placement`), and the mapping it carries (or the
+    one passed; not both)."""
+    topology, spec = split_placement(topology)
+    if isinstance(spec, dict):
+        if mapping is not None:
+            raise MeshError(f"the topology {topology!r} carries a mapping and a mapping was passed too; "
+                            "give one")
+        mapping = spec
+    return topology, mapping
+
+
+def _placed_by_coords(hw: HardwareSpec, device_coords: Sequence[Sequence[int]], topology: str | PhysicalSlice | None,
+                      n: int) -> tuple[tuple[tuple[int, ...], ...], PhysicalSlice]:
+    """The coords of `n` devices given by `device_coords` and the slice they lie on (`topology`, or the
+    bounding box of the coords, moved to the origin), with a core axis where the chip has several."""
+    coords = tuple(tuple(int(c) for c in xyz) for xyz in device_coords)
+    if len(coords) != n:
+        raise MeshError(f"{len(coords)} device coords for a mesh of {n} devices")
+    if not coords or len({len(c) for c in coords}) != 1:
+        raise MeshError("device coords must all have the same number of coordinates")
+    if hw.ici is not None:
+        # jax reports (x, y, z) even on 2D tori: drop trailing coordinates that never change (down to
+        # the given slice's rank, which counts a leading DCN slice index)
+        rank = hw.ici.rank
+        if topology is not None:
+            rank = len((topology if isinstance(topology, PhysicalSlice) else parse_slice(topology, hw)).dims)
+        while len(coords[0]) > rank and len({c[-1] for c in coords}) == 1:
+            coords = tuple(c[:-1] for c in coords)
+    if topology is None:
+        low = [min(c[k] for c in coords) for k in range(len(coords[0]))]
+        coords = tuple(tuple(v - lo for v, lo in zip(c, low)) for c in coords)
+        dims = tuple(max(c[k] for c in coords) + 1 for k in range(len(coords[0])))
+        topology = f"{hw.topology_prefix}:{'x'.join(map(str, dims))}"
+    sl = topology if isinstance(topology, PhysicalSlice) else parse_slice(topology, hw)
+    if any(len(c) != len(sl.dims) or any(not 0 <= v < d for v, d in zip(c, sl.dims)) for c in coords):
+        raise MeshError(f"device coords do not fit the slice {sl.name} (dims {sl.dims})")
+    return _add_core_axis(coords, sl)
 
 
 def _add_core_axis(coords: tuple[tuple[int, ...], ...], sl: PhysicalSlice
