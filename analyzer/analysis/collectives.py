@@ -664,99 +664,117 @@ class _Builder:
 
 def _collective_matmuls(g: CallGraph, rows: list[Collective]) -> list[Collective]:
     """Merge rings of dot_general collective-permutes into the logical AllGather / ReduceScatter."""
+    candidates = _ring_candidates(rows)
+    if not candidates:
+        return rows
+    rings = _Rings(g, rows, candidates)
+    merged: set[int] = set()
+    logical: dict[int, Collective] = {}  # (each ring's row takes the place of its first permute's)
+    for members in rings.groups():
+        members.sort()
+        logical[members[0]] = _ring_collective(rows, members, any(m in rings.accumulates for m in members))
+        merged.update(members)
+    return [logical.get(i, r) for i, r in enumerate(rows) if i in logical or i not in merged]
+
+
+def _ring_candidates(rows: list[Collective]) -> list[int]:
+    """The rows that may be a step of a collective matmul: single collective-permutes around a ring, of a dot."""
     from analyzer.analysis.mapping import op_label
 
-    candidates = [i for i, r in enumerate(rows) if r.kind == "collective-permute" and r.permute_steps == 0
-                  and op_label(r.op_name) in ("dot_general", "dot", "einsum", "conv_general_dilated")
-                  and _is_ring(r.pairs or ())]
-    if len(candidates) < 1:
-        return rows
-    # Union-find over permutes linked by data flow (one's result reaches another's operand) or a shared source.
-    parent = {i: i for i in candidates}
+    return [i for i, r in enumerate(rows) if r.kind == "collective-permute" and r.permute_steps == 0
+            and op_label(r.op_name) in ("dot_general", "dot", "einsum", "conv_general_dilated")
+            and _is_ring(r.pairs or ())]
 
-    def find(i: int) -> int:
+
+class _Rings:
+    """The candidate permutes (`_ring_candidates`) grouped into rings: union-find over permutes linked by data flow
+    (one's result reaches another's operand) or a shared source; and those whose travelling buffer is accumulated
+    into (a dot's partial result, zeros, a compute fusion in the chain), which make a ReduceScatter."""
+
+    def __init__(self, g: CallGraph, rows: list[Collective], candidates: list[int]) -> None:
+        self.g, self.rows, self.candidates = g, rows, candidates
+        self.parent = {i: i for i in candidates}
+        self.by_holder = {(rows[i].computation, name): i for i in candidates for name in rows[i].instructions}
+        self.sources: dict[tuple[str, str], int] = {}
+        self.accumulates: set[int] = set()
+        for i in candidates:
+            self._walk(i)
+
+    def find(self, i: int) -> int:
+        parent = self.parent
         while parent[i] != i:
             parent[i] = parent[parent[i]]
             i = parent[i]
         return i
 
-    by_holder: dict[tuple[str, str], int] = {}
-    for i in candidates:
-        for name in rows[i].instructions:
-            by_holder[(rows[i].computation, name)] = i
-    sources: dict[tuple[str, str], int] = {}
-    accumulates: set[int] = set()
-    for i in candidates:
-        r = rows[i]
-        start = g.producer(r.computation, r.instructions[0])
+    def _join(self, i: int, j: int) -> None:
+        self.parent[self.find(i)] = self.find(j)
+
+    def groups(self) -> list[list[int]]:
+        out: dict[int, list[int]] = {}
+        for i in self.candidates:
+            out.setdefault(self.find(i), []).append(i)
+        return list(out.values())
+
+    def _walk(self, i: int) -> None:
+        """Up from permute `i`'s operand through what passes its buffer on, to another permute, a dot or a source."""
+        r = self.rows[i]
+        start = self.g.producer(r.computation, r.instructions[0])
         if start is None or not start.operands:
-            continue
-        stack = [g.producer(r.computation, start.operands[0].name)]
+            return
+        stack = [self.g.producer(r.computation, start.operands[0].name)]
         depth = 0
         while stack and depth < 64:
             depth += 1
             node = stack.pop()
-            if node is None:
-                continue
-            k = (r.computation, node.name)
-            if k in by_holder and by_holder[k] != i:
-                parent[find(i)] = find(by_holder[k])
-                continue
-            if node.opcode in DOTS or (node.opcode == "fusion" and _has_dot(g.module, node) is not None):
-                accumulates.add(i)
-                continue
-            if node.opcode == "broadcast" and all(
-                    (p := g.producer(r.computation, o.name)) is not None and p.opcode == "constant" for o in node.operands):
-                accumulates.add(i)
-            if node.opcode in PASS_THROUGH or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
-                # a compute fusion in the chain: the travelling buffer is being accumulated into
-                if (node.opcode == "fusion" and not is_movement_fusion(g.module, node)
-                        and any((r.computation, o.name) in by_holder for o in node.operands)):
-                    accumulates.add(i)
-                stack.extend(g.producer(r.computation, o.name) for o in node.operands)
-                continue
-            sk = (r.computation, node.name)
-            if sk in sources:
-                parent[find(i)] = find(sources[sk])
-            else:
-                sources[sk] = i
-    comps: dict[int, list[int]] = {}
-    for i in candidates:
-        comps.setdefault(find(i), []).append(i)
-    merged: set[int] = set()
-    out_extra: list[tuple[int, Collective]] = []
-    for members in comps.values():
-        members.sort()
-        first = rows[members[0]]
-        ring = max(len(c) for c in first.groups)
-        is_rs = any(m in accumulates for m in members)
-        names = tuple(n for m in members for n in rows[m].instructions)
-        dot = first.dot or next((rows[m].dot for m in members if rows[m].dot is not None), None)
-        if is_rs:
-            kind, relation = "reduce-scatter", "from"
-            operand = _scaled(first.operand_shape, ring)
-            result = first.operand_shape
+            if node is not None:
+                stack.extend(self._visit(i, r.computation, node))
+
+    def _visit(self, i: int, comp: str, node: Instruction) -> list[Instruction | None]:
+        """What `_walk` learns at `node` (links, accumulation) and the operands it goes on to."""
+        g, key = self.g, (comp, node.name)
+        if key in self.by_holder and self.by_holder[key] != i:
+            self._join(i, self.by_holder[key])
+            return []
+        if node.opcode in DOTS or (node.opcode == "fusion" and _has_dot(g.module, node) is not None):
+            self.accumulates.add(i)
+            return []
+        if node.opcode == "broadcast" and all(
+                (p := g.producer(comp, o.name)) is not None and p.opcode == "constant" for o in node.operands):
+            self.accumulates.add(i)
+        if node.opcode in PASS_THROUGH or node.opcode in _ASYNC_DONES or node.opcode in ("fusion", "add"):
+            # a compute fusion in the chain: the travelling buffer is being accumulated into
+            if (node.opcode == "fusion" and not is_movement_fusion(g.module, node)
+                    and any((comp, o.name) in self.by_holder for o in node.operands)):
+                self.accumulates.add(i)
+            return [g.producer(comp, o.name) for o in node.operands]
+        if key in self.sources:
+            self._join(i, self.sources[key])
         else:
-            kind, relation = "all-gather", "feeds"
-            operand = first.operand_shape
-            result = _scaled(first.operand_shape, ring)
-        groups = tuple(tuple(sorted(c)) for c in first.groups)
-        logical = replace(first, kind=kind, instructions=names, operand_shape=operand, result_shape=result,
-                          groups=groups, dimension=None, overlapped=True, permute_steps=len(members), sync=False,
-                          original_ops=f"{len(members)} collective-permutes around partial dots (collective matmul)",
-                          dot=dot, dot_relation=relation if dot is not None else "")
-        if is_rs:
-            logical = replace(logical, operand_shape=operand)
-        merged.update(members)
-        out_extra.append((members[0], logical))
-    out = []
-    extra = dict(out_extra)
-    for i, r in enumerate(rows):
-        if i in extra:
-            out.append(extra[i])
-        elif i not in merged:
-            out.append(r)
-    return out
+            self.sources[key] = i
+        return []
+
+
+def _ring_collective(rows: list[Collective], members: list[int], reduces: bool) -> Collective:
+    """The logical AllGather (or, when the ring `reduces`, ReduceScatter) that the ring of permutes `members`
+    (row indices, sorted) carries out."""
+    first = rows[members[0]]
+    ring = max(len(c) for c in first.groups)
+    names = tuple(n for m in members for n in rows[m].instructions)
+    dot = first.dot or next((rows[m].dot for m in members if rows[m].dot is not None), None)
+    if reduces:
+        kind, relation = "reduce-scatter", "from"
+        operand = _scaled(first.operand_shape, ring)
+        result = first.operand_shape
+    else:
+        kind, relation = "all-gather", "feeds"
+        operand = first.operand_shape
+        result = _scaled(first.operand_shape, ring)
+    groups = tuple(tuple(sorted(c)) for c in first.groups)
+    return replace(first, kind=kind, instructions=names, operand_shape=operand, result_shape=result,
+                   groups=groups, dimension=None, overlapped=True, permute_steps=len(members), sync=False,
+                   original_ops=f"{len(members)} collective-permutes around partial dots (collective matmul)",
+                   dot=dot, dot_relation=relation if dot is not None else "")
 
 
 def _scaled(shape: Shape, factor: int) -> Shape:
