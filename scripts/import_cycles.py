@@ -153,24 +153,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'layer':<13} {'modules':>7} {'lines':>7} {'imports of layers below':>24}")
         for layer, n, lines, down in layer_table(graph):
             print(f"{layer:<13} {n:>7} {lines:>7} {down:>24}")
-    bad = False
-    for comp in cycle_groups(graph):
-        print(f"cycle group of {len(comp)} modules: {', '.join(comp)}")
-        bad = True
-    for a, b, la, lb in upward_imports(graph):
-        print(f"upward import: {a} ({la}) -> {b} ({lb})")
-        bad = True
-    for m in unplaced(graph):
-        print(f"not in the layer table: {m}")
-        bad = True
-    if not bad:
-        print(f"no cycles, no upward imports: {graph.number_of_nodes()} modules, {graph.number_of_edges()} imports, "
-              f"{len(LAYERS)} layers")
+    groups, upward = cycle_groups(graph), upward_imports(graph)
+    problems = ([f"cycle group of {len(c)} modules: {', '.join(c)}" for c in groups]
+                + [f"upward import: {a} ({la}) -> {b} ({lb})" for a, b, la, lb in upward]
+                + [f"not in the layer table: {m}" for m in unplaced(graph)])
+    counts = f"{graph.number_of_nodes()} modules, {graph.number_of_edges()} imports, {len(LAYERS)} layers"
+    if not problems:
+        print(f"no cycles, no upward imports: {counts}")
         return 0
-    print(f"{len(cycle_groups(graph))} cycle group(s), {len(upward_imports(graph))} upward import(s), "
-          f"{graph.number_of_nodes()} modules, {graph.number_of_edges()} imports")
+    print("\n".join(problems))
+    print(f"{len(groups)} cycle group(s), {len(upward)} upward import(s): {counts}")
     return 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
