@@ -28,6 +28,7 @@ from analyzer.errors import AnalyzerError
 from analyzer.hlo.ir import Computation, HloModule, Instruction
 
 if TYPE_CHECKING:
+    from analyzer.analysis.dots import Dot
     from analyzer.rules.arguments import ArgumentArray
     from analyzer.theory.hardware import HardwareSpec
     from analyzer.theory.topology import AxisInfo, Topology
@@ -210,6 +211,19 @@ class Facts:
     # which `arguments` reads the batch, the weights and the per-chip batch (analyzer.analysis.roles).
     model_flops: Any = field(default=None, repr=False, compare=False)
     axis_sizes: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # the analysis's `Dot` records (`AnalysisContext.dots`): a dot's FLOPs are its record's, never counted again.
+    dots: tuple[Dot, ...] = field(default=(), repr=False, compare=False)
+
+    @cached_property
+    def _dot_records(self) -> dict[int, Dot]:
+        # by the instruction's identity (the record holds it, so the id stays its own): a dot inside a fusion body
+        # is reached from the collective's computation, whose name is not the record's
+        return {id(d.instruction): d for d in self.dots}
+
+    def dot_record(self, dot: Instruction) -> Dot | None:
+        """The analysis's `Dot` record of the instruction `dot` (its FLOPs per execution, its dtype), or None
+        for a dot the analysis did not count (one in a computation that never runs)."""
+        return self._dot_records.get(id(dot))
 
     @cached_property
     def entry(self) -> Computation | None:
@@ -355,51 +369,71 @@ class Facts:
         topology = ctx.topology if ctx.topology is not None else _rebuilt_topology(report, hardware)
         mesh_axes = tuple(mesh.axis_names) if mesh is not None else ()
         axes = {a: topology.axis_info(a) for a in mesh_axes} if topology is not None else {}
-        records = ctx.collectives
         frame = report.collectives
-        colls: list[Coll] = []
-        if frame is not None and len(frame):
-            # Plain records, not `iterrows`: a Series per row and a pandas lookup per field cost 0.4 s on a
-            # report of 5,800 collectives; a mixed frame's rows hold the same Python values either way.
-            for i, row in enumerate(frame.to_dict("records")):
-                names = str(row.get("instruction", "") or "")
-                first = names.split(",")[0].strip()
-                comp_name = str(row.get("computation", "") or "")
-                axes_v = row.get("axes", ())
-                if isinstance(axes_v, str):
-                    axes_v = tuple(a for a in axes_v.replace("(", "").replace(")", "").replace("'", "")
-                                   .split(",") if a.strip())
-                comp, inst = _find_instruction(module, comp_name, first) if first else (None, None)
-                colls.append(Coll(
-                    row=int(i),
-                    kind=str(row.get("kind", "")),
-                    axes=tuple(str(a).strip() for a in (axes_v or ())),
-                    notation=str(row.get("notation", "") or ""),
-                    dtype=str(row.get("dtype", "") or ""),
-                    bytes=_num(row.get("bytes")),
-                    count=_num(row.get("count"), 1.0) or 1.0,
-                    seconds=_num(row.get("seconds")),
-                    regime=str(row.get("regime", "") or ""),
-                    op_name=str(row.get("op_name", "") or ""),
-                    source=str(row.get("source", "") or ""),
-                    per_device_bytes=_num(row.get("per_device_bytes")),
-                    group_size=int(_num(row.get("group_size"), 1)),
-                    computation=comp_name,
-                    instruction=first,
-                    hlo_line=int(_num(row.get("hlo_line"))) or None,
-                    overlapped=bool(row.get("overlapped", False) is True),
-                    exposed_seconds=_num(row.get("exposed_seconds")),
-                    inst=inst,
-                    comp=comp,
-                    record=records[i] if i < len(records) else None,
-                ))
+        colls = _collectives(frame, ctx.collectives, module)
         totals = report.totals
         step_known = (float(getattr(totals, "step_seconds", 0.0) or 0.0) > 0 and frame is not None
                       and "exposed_seconds" in frame)
         return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
                      topology=topology, cost_model=ctx.cost_model, step_known=step_known, args=ctx.args,
-                     model_flops=getattr(getattr(report, "analysis", None), "model_flops", None),
+                     model_flops=getattr(getattr(report, "analysis", None), "model_flops", None), dots=tuple(ctx.dots),
                      axis_sizes=dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)) if report.mesh else {})
+
+
+def _collectives(frame: Any, records: Sequence[Any], module: HloModule | None) -> tuple[Coll, ...]:
+    """One `Coll` per row of the report's collectives table, joined to its HLO instruction and its record."""
+    if frame is None or not len(frame):
+        return ()
+    # Plain records, not `iterrows`: a Series per row and a pandas lookup per field cost 0.4 s on a report of
+    # 5,800 collectives; a mixed frame's rows hold the same Python values either way.
+    return tuple(_coll(i, row, records[i] if i < len(records) else None, module)
+                 for i, row in enumerate(frame.to_dict("records")))
+
+
+def _coll(i: int, row: Mapping[str, Any], record: Any, module: HloModule | None) -> Coll:
+    names = str(row.get("instruction", "") or "")
+    first = names.split(",")[0].strip()
+    comp_name = str(row.get("computation", "") or "")
+    comp, inst = _find_instruction(module, comp_name, first) if first else (None, None)
+    return Coll(
+        row=int(i),
+        kind=str(row.get("kind", "")),
+        axes=_axes(i, row, record),
+        notation=str(row.get("notation", "") or ""),
+        dtype=str(row.get("dtype", "") or ""),
+        bytes=_num(row.get("bytes")),
+        count=_num(row.get("count"), 1.0) or 1.0,
+        seconds=_num(row.get("seconds")),
+        regime=str(row.get("regime", "") or ""),
+        op_name=str(row.get("op_name", "") or ""),
+        source=str(row.get("source", "") or ""),
+        per_device_bytes=_num(row.get("per_device_bytes")),
+        group_size=int(_num(row.get("group_size"), 1)),
+        computation=comp_name,
+        instruction=first,
+        hlo_line=int(_num(row.get("hlo_line"))) or None,
+        overlapped=bool(row.get("overlapped", False) is True),
+        exposed_seconds=_num(row.get("exposed_seconds")),
+        inst=inst,
+        comp=comp,
+        record=record,
+    )
+
+
+def _axes(i: int, row: Mapping[str, Any], record: Any) -> tuple[str, ...]:
+    """A row's mesh axes as the typed tuple its `Collective` record carries (the frame's own tuple for a report
+    rebuilt from JSON, whose rows `report_from_dict` reads as tuples; none for a row without axes).
+
+    Raises:
+      AnalyzerError: the row's axes are not a sequence of axis names (text is never parsed for them).
+    """
+    axes = getattr(record, "axes", None) if record is not None else row.get("axes")
+    if axes is None or isinstance(axes, float) and math.isnan(axes):  # (a frame's missing value)
+        return ()
+    if isinstance(axes, str) or not isinstance(axes, Sequence) or not all(isinstance(a, str) for a in axes):
+        raise AnalyzerError(f"collective row {i}: 'axes' must be a sequence of mesh axis names such as "
+                            f"('data', 'model'), got {axes!r}")
+    return tuple(axes)
 
 
 def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:

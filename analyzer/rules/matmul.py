@@ -18,7 +18,7 @@ from analyzer.analysis.dataflow import (
     uniform_over,
     upstream_dot,
 )
-from analyzer.analysis.dots import batch_dims, contracting_dims, dot_flops
+from analyzer.analysis.dots import batch_dims, contracting_dims
 from analyzer.analysis.roles import Arguments, argument_name, dot_role
 from analyzer.analysis.roles import _traced as _argument_of
 from analyzer.diagnostics import Diagnostic, Severity
@@ -26,7 +26,7 @@ from analyzer.hlo.ir import Computation, Instruction
 from analyzer.hlo.opcodes import DOTS, MOVING_COLLECTIVES, REDUCING_COLLECTIVES
 from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
 from analyzer.rules.context import RuleContext
-from analyzer.rules.facts import Coll
+from analyzer.rules.facts import Coll, StepSaving
 from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 from analyzer.theory.notation import axis_size as _size_in
@@ -258,143 +258,217 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     "How to Scale Your Model", sharding chapter, Problem 4 (`B < C / W_ici = 2550`); training chapter,
     FSDP and tensor-parallel rooflines.
     """
-    facts = ctx.facts
-    ridge = facts.ridge
-    hw_name = facts.hardware.name
-    margin = float(ctx.option("margin"))
-    min_saving = float(ctx.option("min_saving_seconds"))
-    attached = attached_collectives(ctx)
-    uses: dict[int, list[tuple[Instruction, Any]]] = {}
-    for dot, pairs in attached.values():
-        for c, use in pairs:
-            uses.setdefault(c.row, []).append((dot, use))
-    graph = getattr(getattr(ctx.report, "analysis", None), "graph", None)
-    callers_of = callers(facts.module, graph if graph is not None and graph.module is facts.module else None) \
-        if facts.module is not None else {}
-    from analyzer.rules.arguments import batch_axes as batch_axes_of
+    scope = _Scope.of(ctx)
+    for colls, dots in _components(scope.attached):
+        finding = _weigh(ctx, scope, colls, dots)
+        if finding is not None:
+            yield finding
 
-    batch_axes = batch_axes_of(facts.argument_arrays)  # the mesh axes the tokens are sharded over
-    args = facts.arguments  # the batch and the weights, the per-chip batch in tokens (one per report)
-    tokens = args.per_chip_tokens
-    # the model's widest dimension: a width the fix names (F) is one the model has, else it is not named
-    widest = max((d for a in facts.argument_arrays for d in a.shape), default=0)
-    for colls, dots in _components(attached):
-        colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
-        if not colls:
-            continue
-        comp = colls[0].comp
-        assert comp is not None
-        flops = 0.0
-        t_math = 0.0
-        for dot in dots:
-            f = dot_flops(dot)[0]
-            dtype = dot.operands[0].shape.element_type if dot.operands and dot.operands[0].shape else "bf16"
-            flops += f
-            t_math += f / facts.flops_per_second(dtype)
-        if t_math <= 0:
-            continue
-        t_comm = sum(c.seconds for c in colls)
-        count = max(c.count for c in colls)
-        if t_comm <= t_math * (1 + margin):
-            continue
-        # The roofline says comm-bound; the step says whether it costs anything: the fix takes the collectives
-        # down to the FLOPs' time, which removes from the step at most the time the compute waits for them.
-        to_math = t_math / t_comm
-        step = facts.step_saving([(c, c.seconds * to_math) for c in colls])
-        if step.seconds < min_saving:
-            continue  # hidden behind other compute (or under the threshold): nothing exposed to win back
-        main = max(colls, key=lambda c: c.seconds)
-        # The roofline quantity of the collective that costs most: FLOPs per element it moves / 2 (the
-        # per-chip batch of FSDP, F/Y of Megatron), and its threshold on this slice's links. The others
-        # (e.g. FSDP's weight gathers next to Megatron's activation gather) are listed with their times.
-        batch = flops / (2 * _elements(main)) if _elements(main) else 0.0
-        # The threshold is where all these collectives together take the FLOPs' time (they move the same
-        # elements per FLOP whatever the batch), so it is above `batch` whenever the rule fires: measuring it
-        # from the costliest collective alone printed "2,048 ... below 1,313" when several shared the dot.
-        needed = batch * t_comm / t_math
-        roof = _roofline(facts.module, main, uses.get(main.row, []), callers_of, args)
-        # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
-        # not the matmul before it in the chain); the HLO instruction is the collective that costs most.
-        reducer = dot_producer(main.comp, main.inst) if main.kind in REDUCING_COLLECTIVES and main.inst is not None else None
-        first = reducer if reducer is not None and any(reducer is d for d in dots) else \
-            min(dots, key=lambda d: d.position.line if d.position else 0)
-        loc, dot_notation = dot_location(ctx.report, facts.module, comp, first, main.location(), facts.dot_rows)
-        loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
-                      hlo_line=main.hlo_line)
-        listing = collective_listing(colls)
-        quantity = _QUANTITY[(roof.strategy, main.kind in MOVING_COLLECTIVES)]
-        all_reduced = 0.0
-        features: float | None = None
-        if roof.strategy == "megatron" and main.kind in REDUCING_COLLECTIVES and reducer is not None:
-            # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
-            # (an AllReduce moves each element twice, so one matmul alone gives half its F/Y).
-            contracted = math.prod(reducer.operands[0].shape.dims[d] for d in contracting_dims(reducer, 0)
-                                   if reducer.operands[0].shape is not None)
-            if abs(contracted - batch) > 0.01 * contracted:
-                halved = main.kind == "all-reduce" and abs(contracted / 2 - batch) <= 0.01 * contracted
-                quantity = ("F/Y / 2", "per output element all-reduced over") if halved else _QUANTITY[("", False)]
-                all_reduced = contracted if halved else 0.0
-            features = contracted if abs(contracted - batch) <= 0.01 * contracted or all_reduced else None
-        mesh = ctx.report.mesh
-        # Sizes from the mesh, sub-axes (`X:(1)2`, a collective over part of an axis) included.
-        size = math.prod(_size_in(mesh.axis_names, mesh.axis_sizes, a) for a in main.axes) if mesh else \
-            math.prod(facts.axes[a].size for a in main.axes if a in facts.axes)
-        bases = {a.split(":(")[0] for a in main.axes}
-        others = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in bases] if mesh else []
-        # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
-        # twice the per-element quantity (the same roofline, so the same plan passes).
-        scale = 2.0 if all_reduced else 1.0
-        if roof.strategy == "megatron":
-            # F itself: the reducing matmul's contraction times the ways, else F/Y x ways where the model has it
-            width = features * size if features else batch * scale * size
-            features = width if width <= widest or features else None
-        change = roofline_change(roof.strategy, batch * scale, needed * scale, main.axes,
-                                 size, others, roof.other, ridge, features=features)
-        fix = change.text
-        # Megatron traffic (activations gathered, partial sums reduced) over the axes that shard the batch: the
-        # activations carry the batch's axis on a feature dim. Fixing that layout removes the collective; a
-        # mesh change would not (issue 11: the embedding's d_model on `data`).
-        layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(batch_axes)
-                  and not _moved_array(main))
-        if roof.strategy == "layout":
-            fix = _batch_spec_fix(args.specs.get(roof.argument), roof.argument, main.axes) or (
-                f"keep {roof.argument} split over '{axes_text(main.axes)}' on its batch dimension only")
-            change = RooflineFix(fix)
-        elif layout:
-            fix = (f"keep the activations sharded over '{axes_text(main.axes)}' on their batch dimension only, as the "
-                   f"tokens are: find the argument or with_sharding_constraint that puts '{axes_text(main.axes)}' on a "
-                   "feature dimension (the activations' layout findings point at it); the collective then goes away")
-            change = RooflineFix(fix)
-        yield ctx.diagnostic(
-            CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
-                            quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
-                            ridge=ridge, hardware=hw_name, t_comm=t_comm, t_math=t_math, listing=listing,
-                            all_reduced_contraction=all_reduced,
-                            batch_axes=axes_text(main.axes) if layout or roof.argument else "", role=roof.role,
-                            per_chip_tokens=tokens or 0.0, batch_argument=roof.argument),
-            location=loc,
-            notation=main.notation or None,
-            seconds=t_comm * count,
-            alternative=(f"{dot_notation or 'this matmul'} on batch-sharded activations: no collective over "
-                         f"'{axes_text(main.axes)}'" if layout else
-                         f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}"),
-            alternative_seconds=t_math * count,
-            step=step,
-            fix=fix,
-            # per_chip_batch: the report's one per-chip batch in tokens; quantity_value: the roofline's quantity
-            details={"per_chip_batch": tokens, "quantity_value": batch, "role": roof.role,
-                     "threshold": ridge, "threshold_topology": needed,
-                     "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
-                     "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
-                     "dot_notation": dot_notation,
-                     "collectives": [c.instruction for c in colls],
-                     # the plan the fix leads to, for analyzer.rules.fit's memory estimate
-                     "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor,
-                     # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
-                     **({"layout_axis": main.axes[0]} if layout else {}),
-                     # the batch argument the collective moves: its spec is the root cause (with HA104's)
-                     **({"argument": roof.argument} if roof.argument else {})},
-        )
+
+@dataclass(frozen=True)
+class _Scope:
+    """What HA101 reads once per report, for every group of dots and collectives it weighs.
+
+    Attributes:
+      attached: `attached_collectives` of the report.
+      uses: each collective row's (dot, use) pairs (how each dot reads what it moves).
+      callers_of: the module's callers map (`dataflow.callers`), for telling program arguments in loop bodies.
+      batch_axes: the mesh axes the tokens are sharded over (`analyzer.rules.arguments.batch_axes`).
+      args: the batch and weight arguments and the per-chip batch in tokens (one per report).
+      widest: the model's widest dimension: a width the fix names (F) is one the model has, else it is unnamed.
+    """
+
+    attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]
+    margin: float
+    min_saving: float
+    uses: Mapping[int, list[tuple[Instruction, Any]]]
+    callers_of: Any
+    batch_axes: tuple[str, ...]
+    args: Arguments
+    widest: int
+
+    @staticmethod
+    def of(ctx: RuleContext) -> _Scope:
+        from analyzer.rules.arguments import batch_axes
+
+        facts = ctx.facts
+        attached = attached_collectives(ctx)
+        uses: dict[int, list[tuple[Instruction, Any]]] = {}
+        for dot, pairs in attached.values():
+            for c, use in pairs:
+                uses.setdefault(c.row, []).append((dot, use))
+        graph = getattr(getattr(ctx.report, "analysis", None), "graph", None)
+        callers_of = callers(facts.module, graph if graph is not None and graph.module is facts.module else None) \
+            if facts.module is not None else {}
+        return _Scope(attached=attached, margin=float(ctx.option("margin")),
+                      min_saving=float(ctx.option("min_saving_seconds")), uses=uses, callers_of=callers_of,
+                      batch_axes=batch_axes(facts.argument_arrays), args=facts.arguments,
+                      widest=max((d for a in facts.argument_arrays for d in a.shape), default=0))
+
+
+def _math(facts: Any, dots: Sequence[Instruction]) -> tuple[float, float]:
+    """(FLOPs, seconds) of one execution of `dots` at the peak of each one's dtype, from the analysis's `Dot`
+    records (a dot with no record never runs: it adds nothing)."""
+    flops = t_math = 0.0
+    for dot in dots:
+        record = facts.dot_record(dot)
+        if record is not None:
+            flops += record.flops
+            t_math += record.flops / facts.flops_per_second(record.dtype)
+    return flops, t_math
+
+
+def _weigh(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Instruction]) -> Diagnostic | None:
+    """HA101's finding for one group of dots and the collectives they share, or None when they are not
+    comm-bound, or the fix would win back less than `min_saving_seconds` of the step."""
+    facts = ctx.facts
+    colls = [c for c in colls if c.regime != "latency"]  # latency-bound ones are HA301's
+    if not colls:
+        return None
+    flops, t_math = _math(facts, dots)
+    if t_math <= 0:
+        return None
+    t_comm = sum(c.seconds for c in colls)
+    if t_comm <= t_math * (1 + scope.margin):
+        return None
+    # The roofline says comm-bound; the step says whether it costs anything: the fix takes the collectives
+    # down to the FLOPs' time, which removes from the step at most the time the compute waits for them.
+    to_math = t_math / t_comm
+    step = facts.step_saving([(c, c.seconds * to_math) for c in colls])
+    if step.seconds < scope.min_saving:
+        return None  # hidden behind other compute (or under the threshold): nothing exposed to win back
+    return _finding(ctx, scope, colls, dots, flops=flops, t_math=t_math, t_comm=t_comm, step=step)
+
+
+def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Instruction], *, flops: float,
+             t_math: float, t_comm: float, step: StepSaving) -> Diagnostic:
+    """HA101's finding for a comm-bound group: its roofline and quantity, the fix, where it points."""
+    facts = ctx.facts
+    main = max(colls, key=lambda c: c.seconds)
+    # The roofline quantity of the collective that costs most: FLOPs per element it moves / 2 (the
+    # per-chip batch of FSDP, F/Y of Megatron), and its threshold on this slice's links. The others
+    # (e.g. FSDP's weight gathers next to Megatron's activation gather) are listed with their times.
+    batch = flops / (2 * _elements(main)) if _elements(main) else 0.0
+    # The threshold is where all these collectives together take the FLOPs' time (they move the same
+    # elements per FLOP whatever the batch), so it is above `batch` whenever the rule fires: measuring it
+    # from the costliest collective alone printed "2,048 ... below 1,313" when several shared the dot.
+    needed = batch * t_comm / t_math
+    roof = _roofline(facts.module, main, scope.uses.get(main.row, []), scope.callers_of, scope.args)
+    reducer = _reducer(main)
+    quantity, all_reduced, features = _quantity(roof, main, reducer, batch)
+    size, others = _axis_sizes(ctx, main)
+    # The fix speaks of F/Y itself: with an AllReduce of one matmul's output, F/Y and its threshold are both
+    # twice the per-element quantity (the same roofline, so the same plan passes).
+    scale = 2.0 if all_reduced else 1.0
+    if roof.strategy == "megatron":
+        features = _named_width(features, batch * scale, size, scope.widest)
+    change = roofline_change(roof.strategy, batch * scale, needed * scale, main.axes,
+                             size, others, roof.other, facts.ridge, features=features)
+    # Megatron traffic (activations gathered, partial sums reduced) over the axes that shard the batch: the
+    # activations carry the batch's axis on a feature dim. Fixing that layout removes the collective; a
+    # mesh change would not (issue 11: the embedding's d_model on `data`).
+    layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(scope.batch_axes)
+              and not _moved_array(main))
+    change = _layout_fix(roof, main, scope.args, layout) or change
+    # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
+    # not the matmul before it in the chain); the HLO instruction is the collective that costs most.
+    first = reducer if reducer is not None and any(reducer is d for d in dots) else \
+        min(dots, key=lambda d: d.position.line if d.position else 0)
+    loc, dot_notation = dot_location(ctx.report, facts.module, colls[0].comp, first, main.location(), facts.dot_rows)
+    loc = replace(loc, computation=main.computation or loc.computation, instruction=main.instruction,
+                  hlo_line=main.hlo_line)
+    count = max(c.count for c in colls)
+    tokens = scope.args.per_chip_tokens
+    return ctx.diagnostic(
+        CommBoundMatmul(matmuls=len(dots), roofline=_STRATEGY[roof.strategy], quantity_name=quantity[0],
+                        quantity=batch, per_element=quantity[1], axes=axes_text(main.axes), threshold=needed,
+                        ridge=facts.ridge, hardware=facts.hardware.name, t_comm=t_comm, t_math=t_math,
+                        listing=collective_listing(colls), all_reduced_contraction=all_reduced,
+                        batch_axes=axes_text(main.axes) if layout or roof.argument else "", role=roof.role,
+                        per_chip_tokens=tokens or 0.0, batch_argument=roof.argument),
+        location=loc,
+        notation=main.notation or None,
+        seconds=t_comm * count,
+        alternative=(f"{dot_notation or 'this matmul'} on batch-sharded activations: no collective over "
+                     f"'{axes_text(main.axes)}'" if layout else
+                     f"a compute-bound plan for {dot_notation or 'this matmul'}: {quantity[0]} >= {needed:,.0f}"),
+        alternative_seconds=t_math * count,
+        step=step,
+        fix=change.text,
+        # per_chip_batch: the report's one per-chip batch in tokens; quantity_value: the roofline's quantity
+        details={"per_chip_batch": tokens, "quantity_value": batch, "role": roof.role,
+                 "threshold": facts.ridge, "threshold_topology": needed,
+                 "roofline": roof.strategy, "quantity": quantity[0], "other_quantity": roof.other,
+                 "t_math": t_math, "t_comm": t_comm, "count": count, "dots": [d.name for d in dots],
+                 "dot_notation": dot_notation,
+                 "collectives": [c.instruction for c in colls],
+                 # the plan the fix leads to, for analyzer.rules.fit's memory estimate
+                 "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor,
+                 # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
+                 **({"layout_axis": main.axes[0]} if layout else {}),
+                 # the batch argument the collective moves: its spec is the root cause (with HA104's)
+                 **({"argument": roof.argument} if roof.argument else {})},
+    )
+
+
+def _reducer(main: Coll) -> Instruction | None:
+    """The matmul whose partial sums the costliest collective reduces, None for a gather."""
+    if main.kind not in REDUCING_COLLECTIVES or main.inst is None:
+        return None
+    return dot_producer(main.comp, main.inst)
+
+
+def _quantity(roof: _Roof, main: Coll, reducer: Instruction | None, batch: float
+              ) -> tuple[tuple[str, str], float, float | None]:
+    """(the quantity's name and what it counts per element moved, F of the one matmul whose output an AllReduce
+    reduces (else 0), Megatron's F/Y when it is the reducing matmul's own contraction (else None))."""
+    quantity = _QUANTITY[(roof.strategy, main.kind in MOVING_COLLECTIVES)]
+    if roof.strategy != "megatron" or main.kind not in REDUCING_COLLECTIVES or reducer is None:
+        return quantity, 0.0, None
+    # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
+    # (an AllReduce moves each element twice, so one matmul alone gives half its F/Y).
+    all_reduced = 0.0
+    contracted = math.prod(reducer.operands[0].shape.dims[d] for d in contracting_dims(reducer, 0)
+                           if reducer.operands[0].shape is not None)
+    if abs(contracted - batch) > 0.01 * contracted:
+        halved = main.kind == "all-reduce" and abs(contracted / 2 - batch) <= 0.01 * contracted
+        quantity = ("F/Y / 2", "per output element all-reduced over") if halved else _QUANTITY[("", False)]
+        all_reduced = contracted if halved else 0.0
+    features = contracted if abs(contracted - batch) <= 0.01 * contracted or all_reduced else None
+    return quantity, all_reduced, features
+
+
+def _named_width(features: float | None, per_chip: float, size: int, widest: int) -> float | None:
+    """Megatron's F, when it is a dimension the model has: the reducing matmul's contraction times the ways
+    (`features` per chip), else F/Y x ways (`per_chip` x `size`) where the model has a dimension that wide."""
+    width = features * size if features else per_chip * size
+    return width if width <= widest or features else None
+
+
+def _axis_sizes(ctx: RuleContext, main: Coll) -> tuple[int, list[tuple[str, int]]]:
+    """(the product of the sizes of the costliest collective's mesh axes, the mesh's other axes (name, size)).
+    Sizes from the mesh, sub-axes (`X:(1)2`, a collective over part of an axis) included."""
+    mesh = ctx.report.mesh
+    if mesh is None:
+        return math.prod(ctx.facts.axes[a].size for a in main.axes if a in ctx.facts.axes), []
+    bases = {a.split(":(")[0] for a in main.axes}
+    return (math.prod(_size_in(mesh.axis_names, mesh.axis_sizes, a) for a in main.axes),
+            [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n not in bases])
+
+
+def _layout_fix(roof: _Roof, main: Coll, args: Arguments, layout: bool) -> RooflineFix | None:
+    """The fix when the cause is a layout, not the split between strategies: the batch argument's spec (the
+    batch moved on a feature dim), or the activations' (Megatron traffic over the batch's own axes); else None."""
+    quoted = axes_text(main.axes)
+    if roof.strategy == "layout":
+        return RooflineFix(_batch_spec_fix(args.specs.get(roof.argument), roof.argument, main.axes) or (
+            f"keep {roof.argument} split over '{quoted}' on its batch dimension only"))
+    if layout:
+        return RooflineFix(
+            f"keep the activations sharded over '{quoted}' on their batch dimension only, as the tokens are: find "
+            f"the argument or with_sharding_constraint that puts '{quoted}' on a feature dimension (the activations' "
+            "layout findings point at it); the collective then goes away")
+    return None
 
 
 def collective_listing(colls: Sequence[Coll], shown: int = 4) -> str:
@@ -592,94 +666,150 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
         >>> dict(change.mesh), change.batch_factor
         ({'data': 128, 'model': 2}, 1.0)
     """
-    quoted = "'" + axes_text(axes) + "'"
-    ratio = needed / q if q else float("inf")
-    target = others[0][0] if others else ("model" if strategy == "fsdp" else "data")
-    this_name, other_name = (("per-chip batch", "F/Y") if strategy == "fsdp" else ("F/Y", "per-chip batch"))
+    r = _Resize(strategy, q, needed, tuple(axes), size, list(others), other, ridge)
+    if strategy == "expert":
+        return _expert_fix(r)
+    if strategy in ("fsdp", "megatron"):
+        both = _split_fix(r)
+        if both is not None:
+            return both
+    if strategy == "fsdp":
+        return _fsdp_fix(r)
+    if strategy == "megatron":
+        return _megatron_fix(r, features)
+    own = [d for d in r.divisors if d > 1 and q * size / d >= needed]
+    if own:
+        return RooflineFix(f"shrink {r.quoted} from {size} to {own[0]} ways (FLOPs per element moved / 2 = "
+                           f"{q * size / own[0]:,.0f} >= {needed:,.0f}) and give the factor {size // own[0]} to "
+                           f"{r.moved_to(own[0])}", r.mesh_for(own[0]))
+    # a bigger batch is one of the two ways named; the memory estimate takes it (wider layers grow it too)
+    return RooflineFix(f"raise the FLOPs per element moved {r.ratio:.1f}x (a bigger batch per chip, or wider layers): "
+                       f"at {q:,.0f} no size of {r.quoted} above 1 is compute-bound", {}, r.ratio)
 
-    def load(d: int) -> float:
+
+@dataclass(frozen=True)
+class _Resize:
+    """`roofline_change`'s question: the comm-bound roofline's quantity `q` today and its threshold `needed`, on the
+    mesh axes `axes` of `size` devices, with the mesh's `others` and the other strategy's quantity `other`."""
+
+    strategy: str
+    q: float
+    needed: float
+    axes: tuple[str, ...]
+    size: int
+    others: list[tuple[str, int]]
+    other: float | None
+    ridge: float
+
+    @property
+    def quoted(self) -> str:
+        return "'" + axes_text(self.axes) + "'"
+
+    @property
+    def ratio(self) -> float:
+        """How many times the quantity must grow to be compute-bound."""
+        return self.needed / self.q if self.q else float("inf")
+
+    @property
+    def target(self) -> str:
+        """The mesh axis the freed devices go to: the mesh's other axis, else a new one for the other strategy."""
+        return self.others[0][0] if self.others else ("model" if self.strategy == "fsdp" else "data")
+
+    @property
+    def divisors(self) -> list[int]:
+        """The sizes this axis can shrink to, largest first."""
+        return [d for d in range(self.size - 1, 0, -1) if self.size % d == 0] or [1]
+
+    def load(self, d: int) -> float:
         """needed / q_this + ridge / q_other on d ways of this axis (the rest moved to the other)."""
-        mine = needed / (q * size / d) if d > 1 else 0.0
-        if other is None or d == size and not others:
+        mine = self.needed / (self.q * self.size / d) if d > 1 else 0.0
+        if self.other is None or d == self.size and not self.others:
             return mine
-        theirs = ridge / (other * d / size) if other and (size // d > 1 or others) else 0.0
+        moved = self.size // d > 1 or self.others
+        theirs = self.ridge / (self.other * d / self.size) if self.other and moved else 0.0
         return mine + theirs
 
-    def moved_to(d: int) -> str:
-        freed = size // d
-        return (f"'{target}' ({others[0][1]} -> {others[0][1] * freed})" if others
-                else f"a new '{target}' axis of {freed}")
+    def moved_to(self, d: int) -> str:
+        freed = self.size // d
+        return (f"'{self.target}' ({self.others[0][1]} -> {self.others[0][1] * freed})" if self.others
+                else f"a new '{self.target}' axis of {freed}")
 
-    def mesh_for(d: int) -> dict[str, int]:
+    def mesh_for(self, d: int) -> dict[str, int]:
         """The mesh after giving the factor size/d of this axis to the target (empty: the axes are not one
         plain mesh axis, so the resize cannot be written as mesh sizes)."""
-        if len(axes) != 1 or ":" in axes[0] or "{" in axes[0]:
+        if len(self.axes) != 1 or ":" in self.axes[0] or "{" in self.axes[0]:
             return {}
-        return {axes[0]: d, target: (others[0][1] if others else 1) * (size // d)}
+        return {self.axes[0]: d, self.target: (self.others[0][1] if self.others else 1) * (self.size // d)}
 
-    divisors = [d for d in range(size - 1, 0, -1) if size % d == 0] or [1]
-    if strategy == "expert":
+
+def _expert_fix(r: _Resize) -> RooflineFix:
+    """A MoE's token all-to-all: expert parallelism's advice, never a move of devices between data and model."""
+    return RooflineFix(
+        f"this is expert parallelism's cost, not a split between data and model: each token's activations cross "
+        f"{r.quoted} to its expert's chips and back, the same bytes per token whatever the other axes, so no mesh "
+        f"change between them removes it. It is compute-bound when the experts do {r.needed:,.0f} FLOPs / 2 per "
+        f"element sent (today {r.q:,.0f}): give each expert {r.ratio:.1f}x the work per token (wider experts, or "
+        f"fewer, larger ones), keep {r.quoted} within the fastest links (a wrapped ICI axis), or overlap the "
+        "dispatch with compute that does not wait for it (the shared layers, the next micro-batch)", {}, 1.0)
+
+
+def _split_fix(r: _Resize) -> RooflineFix | None:
+    """The largest size of this axis whose split with the other strategy is compute-bound together, or None.
+    Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known."""
+    this_name, other_name = ("per-chip batch", "F/Y") if r.strategy == "fsdp" else ("F/Y", "per-chip batch")
+    fits = [d for d in r.divisors if r.load(d) <= 1.0 and (d > 1 or r.other is not None)]
+    if not fits:
+        return None
+    d = fits[0]
+    parts = [f"{this_name} = {r.q * r.size / d:,.0f}"] if d > 1 else []
+    if r.other is not None:
+        parts.append(f"{other_name} = {r.other * d / r.size:,.0f}")
+    change = (f"shrink {r.quoted} from {r.size} to {d} ways and give the factor {r.size // d} to {r.moved_to(d)}"
+              if d > 1 else f"fold {r.quoted} ({r.size} ways) into {r.moved_to(d)}")
+    return RooflineFix(f"{change}: {', '.join(parts)}, compute-bound together (C/W over each quantity, "
+                       f"summed = {r.load(d):.2f} <= 1)", r.mesh_for(d))
+
+
+def _fsdp_fix(r: _Resize) -> RooflineFix:
+    """FSDP with no compute-bound split: a bigger batch per chip (or, with the other quantity unknown, fewer FSDP
+    ways given to tensor parallelism)."""
+    bigger = f"raise the batch per chip {r.ratio:.1f}x (per-chip batch >= {r.needed:,.0f})"
+    if r.other is None:
+        own = [d for d in r.divisors if d > 1 and r.q * r.size / d >= r.needed]
+        if not own:
+            return RooflineFix(bigger, {}, r.ratio)
         return RooflineFix(
-            f"this is expert parallelism's cost, not a split between data and model: each token's activations cross "
-            f"{quoted} to its expert's chips and back, the same bytes per token whatever the other axes, so no mesh "
-            f"change between them removes it. It is compute-bound when the experts do {needed:,.0f} FLOPs / 2 per "
-            f"element sent (today {q:,.0f}): give each expert {ratio:.1f}x the work per token (wider experts, or "
-            f"fewer, larger ones), keep {quoted} within the fastest links (a wrapped ICI axis), or overlap the "
-            "dispatch with compute that does not wait for it (the shared layers, the next micro-batch)", {}, 1.0)
-    if strategy in ("fsdp", "megatron"):
-        # Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known.
-        fits = [d for d in divisors if load(d) <= 1.0 and (d > 1 or other is not None)]
-        if fits:
-            d = fits[0]
-            parts = [f"{this_name} = {q * size / d:,.0f}"] if d > 1 else []
-            if other is not None:
-                parts.append(f"{other_name} = {other * d / size:,.0f}")
-            change = (f"shrink {quoted} from {size} to {d} ways and give the factor {size // d} to {moved_to(d)}"
-                      if d > 1 else f"fold {quoted} ({size} ways) into {moved_to(d)}")
-            return RooflineFix(f"{change}: {', '.join(parts)}, compute-bound together (C/W over each quantity, "
-                               f"summed = {load(d):.2f} <= 1)", mesh_for(d))
-    if strategy == "fsdp":
-        bigger = f"raise the batch per chip {ratio:.1f}x (per-chip batch >= {needed:,.0f})"
-        if other is None:
-            own = [d for d in divisors if d > 1 and q * size / d >= needed]
-            return RooflineFix(
-                f"shrink {quoted} from {size} to {own[0]} ways (per-chip batch {q * size / own[0]:,.0f}) and give "
-                f"the factor {size // own[0]} to tensor parallelism, {moved_to(own[0])}; or {bigger}",
-                mesh_for(own[0])) if own else RooflineFix(bigger, {}, ratio)
-        return RooflineFix(f"{bigger}: no split of the {size} devices of {quoted} between FSDP and tensor parallelism "
-                           f"is compute-bound here (the weight has F/Y = {other:,.0f} columns per chip today)",
-                           {}, ratio)
-    if strategy == "megatron":
-        own = [d for d in divisors if d == 1 or q * size / d >= needed]
-        d = own[0]
-        width = features if features else None
-        features = q * size
-        if d > 1:
-            head = (f"shrink {quoted} from {size} to {d} ways (F/Y = {features / d:,.0f}; the chapter's bound is at "
-                    f"most {int(features // needed)} ways, F/Y >= {needed:,.0f}) and give the factor {size // d} to "
-                    f"{moved_to(d)}")
-        else:
-            named = f" (F = {width:,.0f} over {size} ways)" if width else ""
-            head = (f"F/Y = {q:,.0f}{named} is below {needed:,.0f}: no sharding of this dimension over {quoted} is "
-                    f"compute-bound (2 ways need F/Y >= {needed:,.0f}"
-                    + (f", F >= {2 * needed:,.0f}" if width else "") + f"): give the {size} devices of {quoted} to "
-                    f"{moved_to(d)} (FSDP) for this layer")
-        if other is None:
-            return RooflineFix(head, mesh_for(d))
-        spare = 1.0 - (needed / (features / d) if d > 1 else 0.0)
-        want = ridge / spare if spare > 0 else float("inf")
-        have = other * d / size
-        return RooflineFix(f"{head}, and raise the batch per chip {want / have:.1f}x so FSDP there stays compute-bound "
-                           f"(per-chip batch {other:,.0f} today, {have:,.0f} after the move -> {want:,.0f})",
-                           mesh_for(d), want / have)
-    own = [d for d in divisors if d > 1 and q * size / d >= needed]
-    if own:
-        return RooflineFix(f"shrink {quoted} from {size} to {own[0]} ways (FLOPs per element moved / 2 = "
-                           f"{q * size / own[0]:,.0f} >= {needed:,.0f}) and give the factor {size // own[0]} to "
-                           f"{moved_to(own[0])}", mesh_for(own[0]))
-    # a bigger batch is one of the two ways named; the memory estimate takes it (wider layers grow it too)
-    return RooflineFix(f"raise the FLOPs per element moved {ratio:.1f}x (a bigger batch per chip, or wider layers): at "
-                       f"{q:,.0f} no size of {quoted} above 1 is compute-bound", {}, ratio)
+            f"shrink {r.quoted} from {r.size} to {own[0]} ways (per-chip batch {r.q * r.size / own[0]:,.0f}) and give "
+            f"the factor {r.size // own[0]} to tensor parallelism, {r.moved_to(own[0])}; or {bigger}",
+            r.mesh_for(own[0]))
+    return RooflineFix(f"{bigger}: no split of the {r.size} devices of {r.quoted} between FSDP and tensor parallelism "
+                       f"is compute-bound here (the weight has F/Y = {r.other:,.0f} columns per chip today)",
+                       {}, r.ratio)
+
+
+def _megatron_fix(r: _Resize, width: float | None) -> RooflineFix:
+    """Megatron with no compute-bound split: the fewest ways the chapter's bound allows (or none), the devices
+    given to FSDP, and the batch per chip FSDP then needs. `width`: F, when it is a dimension of the model."""
+    d = [d for d in r.divisors if d == 1 or r.q * r.size / d >= r.needed][0]
+    features = r.q * r.size
+    if d > 1:
+        head = (f"shrink {r.quoted} from {r.size} to {d} ways (F/Y = {features / d:,.0f}; the chapter's bound is at "
+                f"most {int(features // r.needed)} ways, F/Y >= {r.needed:,.0f}) and give the factor {r.size // d} to "
+                f"{r.moved_to(d)}")
+    else:
+        named = f" (F = {width:,.0f} over {r.size} ways)" if width else ""
+        head = (f"F/Y = {r.q:,.0f}{named} is below {r.needed:,.0f}: no sharding of this dimension over {r.quoted} is "
+                f"compute-bound (2 ways need F/Y >= {r.needed:,.0f}"
+                + (f", F >= {2 * r.needed:,.0f}" if width else "") + f"): give the {r.size} devices of {r.quoted} to "
+                f"{r.moved_to(d)} (FSDP) for this layer")
+    if r.other is None:
+        return RooflineFix(head, r.mesh_for(d))
+    spare = 1.0 - (r.needed / (features / d) if d > 1 else 0.0)
+    want = r.ridge / spare if spare > 0 else float("inf")
+    have = r.other * d / r.size
+    return RooflineFix(f"{head}, and raise the batch per chip {want / have:.1f}x so FSDP there stays compute-bound "
+                       f"(per-chip batch {r.other:,.0f} today, {have:,.0f} after the move -> {want:,.0f})",
+                       r.mesh_for(d), want / have)
 
 
 def _components(attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]
