@@ -131,68 +131,86 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     step = getattr(analysis, "step", None)
     if mf is None or mf.module is None or step is None or report.mesh is None or report.mesh.size <= 1:
         return
-    from analyzer.analysis.dots import is_remat, op_key
-
-    module = analysis.module
-    chips = step.chips
-    hw = ctx.facts.hardware
+    executed, seconds, where = _work_by_op(analysis, step.chips, ctx.facts.hardware)
     threshold = float(ctx.option("min_redundancy"))
-    executed: dict[str, float] = {}
-    seconds: dict[str, float] = {}
-    where: dict[str, Any] = {}
-    for d in analysis.dots:
-        if is_remat(d):
-            continue
-        key = op_key(d, module)
-        executed[key] = executed.get(key, 0.0) + d.flops * d.count * chips
-        rate = hw.flops_per_second(d.dtype)
-        seconds[key] = seconds.get(key, 0.0) + (d.flops * d.count / rate if rate else 0.0)
-        where.setdefault(key, d)
-    ops = []
-    for key, done in executed.items():
-        model = mf.by_op.get(key, 0.0)
-        if model > 0 and done >= threshold * model:
-            ops.append((key, done, model))
+    ops = [(key, done, mf.by_op.get(key, 0.0)) for key, done in executed.items()]
+    ops = [(key, done, model) for key, done, model in ops if model > 0 and done >= threshold * model]
     if not ops:
         return
     redundant = sum(done - model for _, done, model in ops)
     saved = sum(seconds[key] * (1 - model / done) for key, done, model in ops)
     repeat = max(done / model for _, done, model in ops)
     batch, weights = _arguments(mf, [key for key, _, _ in ops])
-    sizes = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
-    weight_axes = {a for w in weights for dims in (sharding_axes(w) or ()) for a in dims}
-    data_axes = tuple(a for a in report.mesh.axis_names if a not in weight_axes and sizes[a] > 1)
+    data_axes = _data_axes(report.mesh, weights)
     first = where[max(ops, key=lambda o: o[1] - o[2])[0]]
-    md = first.instruction.metadata
-    from analyzer.analysis.mapping import source_frames
-
-    frames = source_frames(module, md.stack_frame_id if md else None, md.source_file if md else None,
-                           md.source_line if md else None)
-    file, _, line = frames.user.rpartition(":")
-    loc = Location(file=file or None, line=int(line) if line.isdigit() else None, context=frames.context or None,
-                   computation=first.computation, instruction=first.instruction.name,
-                   hlo_line=first.instruction.position.line if first.instruction.position else None)
-    name, now, proposed = "", "", ""
-    if batch is not None and data_axes:
-        dims = list(sharding_axes(batch) or [() for _ in batch.shape.dims])
-        ways = math.prod(sizes[a] for a in data_axes)
-        if batch.shape.dims and batch.shape.dims[0] % ways == 0:
-            new = [tuple(a for a in d if a not in data_axes) for d in dims]
-            new[0] = tuple(data_axes) + new[0]
-            if new != [tuple(d) for d in dims]:
-                name, now, proposed = argument_name(batch), spec_text(dims), spec_text(new)
+    name, now, proposed = _batch_spec(batch, data_axes, dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)))
     fix = (f"{name}: {now} -> {proposed}" if name else
            f"split the batch over {', '.join(repr(a) for a in data_axes) or 'the mesh axes no weight uses'}")
     yield ctx.diagnostic(
         RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=mf.total,
                          saved_seconds=saved, change=fix, axes=", ".join(repr(a) for a in data_axes)),
-        location=loc, seconds=sum(seconds[key] for key, _, _ in ops),
+        location=_op_location(analysis.module, first), seconds=sum(seconds[key] for key, _, _ in ops),
         alternative=f"each chip computes its own {1 / repeat:.0%} of these matmuls" if repeat > 0 else None,
         alternative_seconds=sum(seconds[key] for key, _, _ in ops) - saved, saving_seconds=saved, fix=fix,
         details={"redundant_flops": redundant, "repeat": repeat, "argument": name, "partition_spec": now,
                  "proposed_partition_spec": proposed, "data_axes": list(data_axes),
                  "ops": [key for key, _, _ in ops]},
     )
+
+
+def _work_by_op(analysis: Any, chips: int, hw: Any) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+    """Per op (`analyzer.analysis.dots.op_key`), remat recompute aside: the FLOPs all chips execute per step,
+    the seconds its dots take per chip at the peak of their dtype, and its first `Dot` record."""
+    from analyzer.analysis.dots import is_remat, op_key
+
+    executed: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    where: dict[str, Any] = {}
+    for d in analysis.dots:
+        if is_remat(d):
+            continue
+        key = op_key(d, analysis.module)
+        executed[key] = executed.get(key, 0.0) + d.flops * d.count * chips
+        rate = hw.flops_per_second(d.dtype)
+        seconds[key] = seconds.get(key, 0.0) + (d.flops * d.count / rate if rate else 0.0)
+        where.setdefault(key, d)
+    return executed, seconds, where
+
+
+def _data_axes(mesh: Any, weights: Sequence[Instruction]) -> tuple[str, ...]:
+    """The mesh axes (of more than one device) no weight is sharded over: the batch's."""
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    weight_axes = {a for w in weights for dims in (sharding_axes(w) or ()) for a in dims}
+    return tuple(a for a in mesh.axis_names if a not in weight_axes and sizes[a] > 1)
+
+
+def _op_location(module: Any, first: Any) -> Location:
+    """Where a finding about the op of `Dot` record `first` points: the user's line its metadata leads to."""
+    from analyzer.analysis.mapping import source_frames
+
+    md = first.instruction.metadata
+    frames = source_frames(module, md.stack_frame_id if md else None, md.source_file if md else None,
+                           md.source_line if md else None)
+    file, _, line = frames.user.rpartition(":")
+    return Location(file=file or None, line=int(line) if line.isdigit() else None, context=frames.context or None,
+                    computation=first.computation, instruction=first.instruction.name,
+                    hlo_line=first.instruction.position.line if first.instruction.position else None)
+
+
+def _batch_spec(batch: Instruction | None, data_axes: tuple[str, ...], sizes: dict[str, int]) -> tuple[str, str, str]:
+    """(the batch argument's name, its PartitionSpec now, the one with its leading dim over `data_axes`), or
+    three "" when there is no batch argument, no data axis, its leading dim does not divide, or it is so already."""
+    if batch is None or not data_axes:
+        return "", "", ""
+    dims = list(sharding_axes(batch) or [() for _ in batch.shape.dims])
+    ways = math.prod(sizes[a] for a in data_axes)
+    if not batch.shape.dims or batch.shape.dims[0] % ways != 0:
+        return "", "", ""
+    new = [tuple(a for a in d if a not in data_axes) for d in dims]
+    new[0] = tuple(data_axes) + new[0]
+    if new == [tuple(d) for d in dims]:
+        return "", "", ""
+    return argument_name(batch), spec_text(dims), spec_text(new)
 
 
 def _arguments(mf: Any, keys: Sequence[str]) -> tuple[Instruction | None, list[Instruction]]:
