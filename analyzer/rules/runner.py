@@ -309,10 +309,11 @@ def check_rules(report: Any, config: Any = None) -> RuleResult:
 
 def _check_rules(report: Any, config: Any) -> RuleResult:
     from analyzer.rules.config import as_config
-    from analyzer.rules.baseline import read_baseline
     from analyzer.rules.context import RuleContext
     from analyzer.rules.facts import Facts
-    from analyzer.rules.meta import rule_failed, unused_suppression
+    from analyzer.rules.fit import judge_fit
+    from analyzer.rules.meta import unused_suppression
+    from analyzer.rules.rootcause import annotate
 
     config = as_config(config)
     select = expand_names(config.select)
@@ -320,83 +321,15 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     facts = Facts.from_report(report)
     base = RuleContext(report=report, config=config, facts=facts)
 
-    # Every rule that is selected runs; config-ignored ones run too, to tell used ignores from unused.
-    raw: list[Diagnostic] = []
-    for r in all_rules():
-        if r.code in (rule_failed.code, unused_suppression.code) or not is_enabled(r.code, select, ()):
-            continue
-        try:
-            raw.extend(r(replace(base, rule=r)))
-        except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
-            if RAISE_RULE_ERRORS:
-                raise
-            raw.append(_failed(r, e))
-    raw = merge_duplicates(with_context(raw, report))
+    raw = merge_duplicates(with_context(_run_selected(base, select), report))
     # A fix whose plan no longer fits in HBM is no saving (analyzer.rules.fit), before anything weighs savings
-    from analyzer.rules.fit import judge_fit
-
     raw = judge_fit(raw, report, facts.hardware, float(config.option("HA401", "fraction", 1.0)),
                     arrays=facts.argument_arrays)
-
-    suppressed: list[tuple[Diagnostic, Suppression]] = []
-    used: set[tuple[str, str]] = set()
-    kept: list[Diagnostic] = []
-    for d in raw:
-        if d.code != rule_failed.code and not is_enabled(d.code, select, ignore):
-            entry = max((s for s in ignore if d.code.startswith(s)), key=len)
-            suppressed.append((d, Suppression("config", entry, config.where(entry))))
-            used.add(("config", entry))
-        else:
-            kept.append(d)
-
-    cache: dict[str, list[str] | None] = {}
-    inline_seen: dict[tuple[str, int, str], Suppression] = {}
-    after_inline: list[Diagnostic] = []
-    for d in kept:
-        codes = inline_codes(d.location.file, d.location.line, cache)
-        for c in codes or ():
-            key = (d.location.file or "", d.location.line or 0, c)
-            inline_seen.setdefault(key, Suppression("inline", c, f"{d.location.file}:{d.location.line}",
-                                                    Location(file=d.location.file, line=d.location.line)))
-        hit = next((c for c in codes or () if d.code.startswith(c)), None)
-        if hit is not None:
-            key = (d.location.file or "", d.location.line or 0, hit)
-            suppressed.append((d, inline_seen[key]))
-            used.add(("inline", f"{key[0]}:{key[1]}:{hit}"))
-        else:
-            after_inline.append(d)
-
-    # Inline comments on lines this program's ops come from, whether or not a finding points there, so a
-    # comment that no longer hides anything is found too.
-    for file, line in _program_lines(facts.module):
-        for c in inline_codes(file, line, cache) or ():
-            inline_seen.setdefault((file, line, c), Suppression("inline", c, f"{file}:{line}",
-                                                                Location(file=file, line=line)))
-
-    unused_baseline: list[Suppression] = []
-    final = after_inline
-    if config.baseline:
-        path = Path(config.baseline)
-        if not path.is_absolute() and config.path:
-            path = Path(config.path).parent / path
-        if path.exists():
-            baseline = read_baseline(path, tolerance=config.baseline_tolerance)
-            final, accepted, stale = baseline.split(after_inline)
-            for d in accepted:
-                suppressed.append((d, Suppression("baseline", d.fingerprint(), str(path))))
-            unused_baseline = [Suppression("baseline", fp, f"{path}: {baseline.descriptions.get(fp, fp)}")
-                               for fp in stale]
-
-    unused: list[Suppression] = []
-    for entry in ignore:
-        if entry in (unused_suppression.code,) or unused_suppression.code.startswith(entry) and len(entry) < len(unused_suppression.code):
-            continue  # ignoring the meta rule itself, or a whole family containing it, is never "unused"
-        if ("config", entry) not in used and is_enabled_any(entry, select):
-            unused.append(Suppression("config", entry, config.where(entry)))
-    for (file, line, code), s in inline_seen.items():
-        if ("inline", f"{file}:{line}:{code}") not in used:
-            unused.append(s)
-    unused.extend(unused_baseline)
+    ledger = _Ledger()
+    kept = ledger.config_ignores(raw, select, ignore, config)
+    kept = ledger.inline_comments(kept, facts.module)
+    final = ledger.baseline(kept, config)
+    unused = ledger.unused(ignore, select, config)
 
     totals = getattr(report, "totals", None)
     comm = float(getattr(totals, "comm_seconds", 0.0) or 0.0)
@@ -409,14 +342,117 @@ def _check_rules(report: Any, config: Any) -> RuleResult:
     if is_enabled(unused_suppression.code, select, ignore):
         ctx = replace(base, rule=unused_suppression)
         final.extend(unused_suppression.check(ctx, unused))  # type: ignore[call-arg]
-    from analyzer.rules.rootcause import annotate
-
     final = annotate(final, report)
     final.sort(key=_order)
-    return RuleResult(diagnostics=tuple(final), suppressed=tuple(suppressed), unused=tuple(unused),
+    return RuleResult(diagnostics=tuple(final), suppressed=tuple(ledger.suppressed), unused=tuple(unused),
                       negligible=tuple(negligible), threshold=max(config.min_saving_seconds,
                                                                    config.min_saving_fraction * base_seconds),
                       comm_seconds=comm, step_seconds=step)
+
+
+def _run_selected(base: Any, select: Sequence[str]) -> list[Diagnostic]:
+    """The findings of every selected rule (config-ignored ones run too, to tell used ignores from unused); a
+    rule that raises gives its HA900 finding instead of hiding the others' findings."""
+    from analyzer.rules.meta import rule_failed, unused_suppression
+
+    raw: list[Diagnostic] = []
+    for r in all_rules():
+        if r.code in (rule_failed.code, unused_suppression.code) or not is_enabled(r.code, select, ()):
+            continue
+        try:
+            raw.extend(r(replace(base, rule=r)))
+        except Exception as e:  # noqa: BLE001 - one broken rule must not hide the others' findings
+            if RAISE_RULE_ERRORS:
+                raise
+            raw.append(_failed(r, e))
+    return raw
+
+
+@dataclass
+class _Ledger:
+    """The suppressions of one run, applied in turn (config ignores, inline comments, the baseline): what each
+    hid (`suppressed`), which entries hid something (`used`), and the ones in place (`inline_seen`, the baseline's
+    stale entries) from which the unused ones are told."""
+
+    suppressed: list[tuple[Diagnostic, Suppression]] = field(default_factory=list)
+    used: set[tuple[str, str]] = field(default_factory=set)
+    inline_seen: dict[tuple[str, int, str], Suppression] = field(default_factory=dict)
+    stale_baseline: list[Suppression] = field(default_factory=list)
+    _comments: dict[str, list[str] | None] = field(default_factory=dict)
+
+    def config_ignores(self, raw: list[Diagnostic], select: Sequence[str], ignore: Sequence[str],
+                       config: Any) -> list[Diagnostic]:
+        """The findings the config's `ignore` (or `select`) keeps; the rest suppressed by the longest entry."""
+        from analyzer.rules.meta import rule_failed
+
+        kept: list[Diagnostic] = []
+        for d in raw:
+            if d.code != rule_failed.code and not is_enabled(d.code, select, ignore):
+                entry = max((s for s in ignore if d.code.startswith(s)), key=len)
+                self.suppressed.append((d, Suppression("config", entry, config.where(entry))))
+                self.used.add(("config", entry))
+            else:
+                kept.append(d)
+        return kept
+
+    def inline_comments(self, kept: list[Diagnostic], module: Any) -> list[Diagnostic]:
+        """The findings no `# hlo-analyzer: ignore[...]` comment on their line hides. Comments on every line this
+        program's ops come from are noted too, whether or not a finding points there, so a comment that no
+        longer hides anything is found."""
+        out: list[Diagnostic] = []
+        for d in kept:
+            file, line = d.location.file or "", d.location.line or 0
+            codes = inline_codes(d.location.file, d.location.line, self._comments) or ()
+            for c in codes:
+                self.inline_seen.setdefault((file, line, c), Suppression(
+                    "inline", c, f"{d.location.file}:{d.location.line}",
+                    Location(file=d.location.file, line=d.location.line)))
+            hit = next((c for c in codes if d.code.startswith(c)), None)
+            if hit is None:
+                out.append(d)
+                continue
+            self.suppressed.append((d, self.inline_seen[(file, line, hit)]))
+            self.used.add(("inline", f"{file}:{line}:{hit}"))
+        for file, line in _program_lines(module):
+            for c in inline_codes(file, line, self._comments) or ():
+                self.inline_seen.setdefault((file, line, c), Suppression("inline", c, f"{file}:{line}",
+                                                                         Location(file=file, line=line)))
+        return out
+
+    def baseline(self, kept: list[Diagnostic], config: Any) -> list[Diagnostic]:
+        """The findings the config's baseline file (when it exists) does not accept."""
+        from analyzer.rules.baseline import read_baseline
+
+        if not config.baseline:
+            return kept
+        path = Path(config.baseline)
+        if not path.is_absolute() and config.path:
+            path = Path(config.path).parent / path
+        if not path.exists():
+            return kept
+        baseline = read_baseline(path, tolerance=config.baseline_tolerance)
+        final, accepted, stale = baseline.split(kept)
+        for d in accepted:
+            self.suppressed.append((d, Suppression("baseline", d.fingerprint(), str(path))))
+        self.stale_baseline = [Suppression("baseline", fp, f"{path}: {baseline.descriptions.get(fp, fp)}")
+                               for fp in stale]
+        return final
+
+    def unused(self, ignore: Sequence[str], select: Sequence[str], config: Any) -> list[Suppression]:
+        """The suppressions that hid nothing: config entries, inline comments, stale baseline entries."""
+        from analyzer.rules.meta import unused_suppression
+
+        meta = unused_suppression.code
+        unused: list[Suppression] = []
+        for entry in ignore:
+            if entry in (meta,) or meta.startswith(entry) and len(entry) < len(meta):
+                continue  # ignoring the meta rule itself, or a whole family containing it, is never "unused"
+            if ("config", entry) not in self.used and is_enabled_any(entry, select):
+                unused.append(Suppression("config", entry, config.where(entry)))
+        for (file, line, code), s in self.inline_seen.items():
+            if ("inline", f"{file}:{line}:{code}") not in self.used:
+                unused.append(s)
+        return unused + self.stale_baseline
 
 
 def _program_lines(module: Any) -> set[tuple[str, int]]:
