@@ -115,16 +115,29 @@ def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any 
       partitioned: the partitioned module: its entry parameters' per-device shapes give the per-chip batch
         directly (jax 0.12 hands XLA no Shardy attribute to read the spec from).
     """
-    from analyzer.analysis.mapping import pass_of
-
     module = getattr(model_flops, "module", None)
     if module is None or module.entry is None:
         return Arguments()
     entry = module.entry
-    lhs: dict[str, int] = {}
-    rhs: set[str] = set()
+    params, tables, lhs = _entry_arguments(entry)
+    rhs = _forward_operands(model_flops, entry, lhs)
+    integer = {n for n, p in params.items() if p.shape.is_array and p.shape.element_type.startswith(("s", "u"))
+               and p.shape.element_type != "pred"}
+    batch = ({n for n in lhs if n not in rhs} | integer) - tables
+    weights = (rhs - set(lhs)) | tables
+    ranked = sorted(batch, key=lambda n: (n not in integer, -lhs.get(n, 0), n))
+    tokens, per_chip, name = _per_chip_batch(ranked, params, integer, axis_sizes, partitioned)
+    specs = {n: tuple(tuple(d) for d in (sharding_axes(p) or [() for _ in p.shape.dims]))
+             for n, p in params.items() if p.shape.is_array}
+    return Arguments(frozenset(batch), frozenset(weights), frozenset(tables), per_chip, tokens, name, specs)
+
+
+def _entry_arguments(entry: Any) -> tuple[dict[str, Any], set[str], dict[str, int]]:
+    """The entry's parameters by name, the arguments an embedding lookup (`gather`) reads as its table, and
+    how many lookups read each argument as their ids (counted as left operands: the ids are the batch)."""
     params: dict[str, Any] = {}
     tables: set[str] = set()
+    lhs: dict[str, int] = {}
     for inst in entry.instructions:
         if inst.opcode == "parameter":
             params[argument_name(inst)] = inst
@@ -135,6 +148,15 @@ def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any 
                 tables.add(argument_name(table))
             if ids is not None:
                 lhs[argument_name(ids)] = lhs.get(argument_name(ids), 0) + 1
+    return params, tables, lhs
+
+
+def _forward_operands(model_flops: Any, entry: Any, lhs: dict[str, int]) -> set[str]:
+    """The arguments the entry's forward dots read as their right operand (the weights, `h @ w_out` too); each
+    argument read as a left operand is counted into `lhs`."""
+    from analyzer.analysis.mapping import pass_of
+
+    rhs: set[str] = set()
     for dots in model_flops.dots.values():
         for d in dots:
             md = d.instruction.metadata
@@ -146,13 +168,14 @@ def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any 
             rhs.add(argument_name(found[1]))  # the right operand is a weight (`h @ w_out` too)
             if found[0] is not None:
                 lhs[argument_name(found[0])] = lhs.get(argument_name(found[0]), 0) + 1
-    integer = {n for n, p in params.items() if p.shape.is_array and p.shape.element_type.startswith(("s", "u"))
-               and p.shape.element_type != "pred"}
-    batch = ({n for n in lhs if n not in rhs} | integer) - tables
-    weights = (rhs - set(lhs)) | tables
-    tokens = per_chip = None
-    name = ""
-    ranked = sorted(batch, key=lambda n: (n not in integer, -lhs.get(n, 0), n))
+    return rhs
+
+
+def _per_chip_batch(ranked: list[str], params: Mapping[str, Any], integer: set[str], axis_sizes: Mapping[str, int],
+                    partitioned: Any) -> tuple[float | None, float | None, str]:
+    """(the batch's tokens, the tokens each chip holds, the argument read) from the first batch argument in
+    `ranked` that is an array: its dims but the feature dim (all of an integer one's) over the mesh axes that split
+    them, or its per-device shape in the partitioned module; (None, None, "") when none is."""
     for n in ranked:
         p = params.get(n)
         if p is None or not p.shape.is_array or not p.shape.dims:
@@ -168,11 +191,8 @@ def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any 
         local = _local_shape(partitioned, n)
         if local is not None and len(local) == len(dims):
             per_chip = float(math.prod(local[:len(kept)]))
-        name = n
-        break
-    specs = {n: tuple(tuple(d) for d in (sharding_axes(p) or [() for _ in p.shape.dims]))
-             for n, p in params.items() if p.shape.is_array}
-    return Arguments(frozenset(batch), frozenset(weights), frozenset(tables), per_chip, tokens, name, specs)
+        return tokens, per_chip, n
+    return None, None, ""
 
 
 def _local_shape(module: Any, name: str) -> tuple[int, ...] | None:
