@@ -87,24 +87,10 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
     for c in facts.collectives:
         if c.kind != "all-gather" or c.inst is None or c.comp is None or not c.axes or not c.inst.operands:
             continue
-        used = set(c.axes)
-        busy_physical = {p for a in c.axes if a in facts.axes for p in facts.axes[a].physical_axes}
-        operand = c.comp.by_name.get(c.inst.operands[0].name)
-        if operand is None:
-            continue
-        entry = c.comp is facts.entry
-        idle: list[str] = []
-        for k, (name, size) in enumerate(zip(mesh.axis_names, mesh.axis_sizes)):
-            link = facts.axes.get(name)
-            if name in used or size < 2 or link is None or link.network != "ici":
-                continue
-            if set(link.physical_axes) & busy_physical:
-                continue
-            if uniform_over(c.comp, operand, mesh_axis_groups(mesh.axis_sizes, logical, k), entry, facts.module, facts.uniformity):
-                idle.append(name)
+        idle = _idle_axes(facts, mesh, c, logical)
         if not idle:
             continue
-        new_axes = tuple(a for a in mesh.axis_names if a in used or a in idle)
+        new_axes = tuple(a for a in mesh.axis_names if a in c.axes or a in idle)
         alt = facts.price_like(c, "all-gather", c.bytes, new_axes)
         step = facts.step_saving([(c, alt)])
         if step.seconds < min_saving or alt > c.seconds * (1 - min_fraction):
@@ -124,6 +110,27 @@ def idle_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
                 f"(e.g. P(({', '.join(repr(a) for a in new_axes)}), ...)) so the gather runs over {axes_text(new_axes)}",
             details={"idle_axes": idle, "bytes": c.bytes, "count": c.count},
         )
+
+
+def _idle_axes(facts: Any, mesh: Any, c: Coll, logical: tuple[int, ...]) -> list[str]:
+    """The mesh axes (in mesh order) over which the all-gather `c`'s operand is replicated and whose ICI links
+    it leaves idle: axes of two devices or more, on physical axes none of its own axes use."""
+    operand = c.comp.by_name.get(c.inst.operands[0].name)
+    if operand is None:
+        return []
+    busy_physical = {p for a in c.axes if a in facts.axes for p in facts.axes[a].physical_axes}
+    entry = c.comp is facts.entry
+    idle: list[str] = []
+    for k, (name, size) in enumerate(zip(mesh.axis_names, mesh.axis_sizes)):
+        link = facts.axes.get(name)
+        if name in c.axes or size < 2 or link is None or link.network != "ici":
+            continue
+        if set(link.physical_axes) & busy_physical:
+            continue
+        groups = mesh_axis_groups(mesh.axis_sizes, logical, k)
+        if uniform_over(c.comp, operand, groups, entry, facts.module, facts.uniformity):
+            idle.append(name)
+    return idle
 
 
 @dataclass(frozen=True)
@@ -547,30 +554,13 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
         return  # the step's own collectives cannot be priced again: no placement to compare with
     current = sum(c.seconds * c.count for c in facts.collectives)
     placement = topo.placement()
-    # Each explicit placement's price of the whole step does not depend on the axis judged: once per placement.
-    priced = []
-    for text, t in candidates:
-        try:
-            alts = _on_own_footing(facts, _row_prices(facts, t), now)
-        except AnalyzerError:
-            continue  # a collective the cost model cannot price there: what the placement saves is unknown
-        step = facts.step_saving(list(zip(facts.collectives, alts)))
-        total = sum(a * c.count for a, c in zip(alts, facts.collectives))
-        priced.append((text, t, t.straddling_axes(), step, total))
+    priced = _priced_placements(facts, candidates, now)
     for axis in straddling:
         mine = [c for c in facts.collectives if axis in c.axes and c.seconds > 0]
-        if not mine:
-            continue
-        best = None
-        for text, t, straddles, step, total in priced:
-            if axis in straddles:
-                continue
-            key = (step.seconds, current - total)
-            if best is None or key > best[0]:
-                best = (key, text, t, step, total)
+        best = _best_placement(priced, axis, current) if mine else None
         if best is None:
             continue
-        _, text, t, step, total = best
+        text, t, step, total = best
         if step.seconds < min_saving or current - total < min_fraction * current:
             continue
         axis_seconds = sum(c.seconds * c.count for c in mine)
@@ -594,6 +584,37 @@ def straddling_mesh_axis(ctx: RuleContext) -> Iterator[Diagnostic]:
             details={"axis": axis, "physical_axes": list(placement[axis].physical_axes),
                      "placement": text, "collectives": len(mine), "axis_seconds": axis_seconds},
         )
+
+
+def _priced_placements(facts: Any, candidates: Sequence[tuple[str, Any]], now: Sequence[float]
+                       ) -> list[tuple[str, Any, Any, Any, float]]:
+    """Each explicit placement the step's collectives can all be priced on: (its text, its `Topology`, the mesh
+    axes that still straddle there, the `StepSaving` of moving there, the step's collectives' seconds there).
+    A placement's price of the whole step does not depend on the axis judged: once per placement."""
+    priced = []
+    for text, t in candidates:
+        try:
+            alts = _on_own_footing(facts, _row_prices(facts, t), now)
+        except AnalyzerError:
+            continue  # a collective the cost model cannot price there: what the placement saves is unknown
+        step = facts.step_saving(list(zip(facts.collectives, alts)))
+        total = sum(a * c.count for a, c in zip(alts, facts.collectives))
+        priced.append((text, t, t.straddling_axes(), step, total))
+    return priced
+
+
+def _best_placement(priced: Sequence[tuple[str, Any, Any, Any, float]], axis: str, current: float
+                    ) -> tuple[str, Any, Any, float] | None:
+    """The placement on which `axis` no longer straddles that saves most step time (then most communication):
+    (text, `Topology`, `StepSaving`, the step's collectives' seconds there), or None."""
+    best = None
+    for text, t, straddles, step, total in priced:
+        if axis in straddles:
+            continue
+        key = (step.seconds, current - total)
+        if best is None or key > best[0]:
+            best = (key, text, t, step, total)
+    return best[1:] if best is not None else None
 
 
 def _row_prices(facts: Any, topo: Any) -> list[float]:
