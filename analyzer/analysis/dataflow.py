@@ -428,52 +428,74 @@ class _Uniformity:
         return self.memo[key]
 
     def _compute(self, comp: Computation, inst: Instruction, depth: int, init_only: bool) -> bool:
-        op = inst.opcode
-        group_set = {frozenset(g) for g in self.groups}
         if depth > _MAX_DEPTH:
             return False
-        if op == "parameter":
+        known = self._argument(comp, inst, depth, init_only)
+        if known is None:
+            known = self._leaf(comp, inst)
+        if known is None:
+            known = self._collective(comp, inst, depth, init_only)
+        if known is not None:
+            return known
+        if inst.called_computations:
+            if self.module is None or any(_varies_inside(self.module, c) for c in inst.called_computations):
+                return False
+        return self._operands(comp, inst, depth, init_only)
+
+    def _operands(self, comp: Computation, inst: Instruction, depth: int, init_only: bool) -> bool:
+        """Whether every operand of `inst` is uniform."""
+        for name in inst.operand_names:
+            o = comp.by_name.get(name)
+            if o is None or not self.value(comp, o, depth, init_only):
+                return False
+        return True
+
+    def _argument(self, comp: Computation, inst: Instruction, depth: int, init_only: bool) -> bool | None:
+        """A parameter (or an element of one of a called computation): an entry parameter by its `sharding=`,
+        one of a called computation by its callers (`_parameter`); None for any other instruction."""
+        if inst.opcode == "parameter":
             if comp.is_entry or self.module is None:
                 s = inst.sharding if self.module is None else self.module.parameter_sharding(inst)
                 if s is None:
                     return False
                 return all(_same_within([tile_coords(s, d) for d in g]) for g in self.groups)
             return self._parameter(comp, inst, None, depth, init_only)
-        if op == "get-tuple-element" and inst.operands:
+        if inst.opcode == "get-tuple-element" and inst.operands:
             src = comp.by_name.get(inst.operands[0].name)
             if src is not None and src.opcode == "parameter" and not comp.is_entry and self.module is not None:
                 idx = inst.attr("index")
                 return self._parameter(comp, src, int(idx) if idx is not None else None, depth, init_only)
-        if op in ("constant", "iota"):
+        return None
+
+    def _leaf(self, comp: Computation, inst: Instruction) -> bool | None:
+        """Values not made from others: constants and iotas are uniform, ops that read the device or draw random
+        numbers are not, and a small integer computed per device (`per_device_scalar`) is when it takes one value
+        in each group; None for anything else."""
+        if inst.opcode in ("constant", "iota"):
             return True
         if inst.shape.is_array and inst.shape.num_elements == 1 and inst.shape.element_type.startswith(("s", "u")):
             n = self.module.num_partitions if self.module is not None else 1 + max(max(g) for g in self.groups)
             vals = per_device_scalar(comp, inst, n)
             if vals is not None:
                 return all(len({vals[d] for d in g if d < len(vals)}) <= 1 for g in self.groups)
-        if op in DEVICE_VARYING:
+        if inst.opcode in DEVICE_VARYING:
             return False
+        return None
+
+    def _collective(self, comp: Computation, inst: Instruction, depth: int, init_only: bool) -> bool | None:
+        """A collective: an all-gather or all-reduce over groups that hold ours makes its result uniform; another
+        over mesh-aligned groups is when its input is; a permute is not; None for anything else."""
+        op = inst.opcode
         if op in ("all-gather", "all-reduce") and inst.replica_groups is not None:
-            if group_set <= {frozenset(g) for g in inst.replica_groups}:
+            if {frozenset(g) for g in self.groups} <= {frozenset(g) for g in inst.replica_groups}:
                 return True
         if op.startswith(("all-", "reduce-scatter", "ragged-all-to-all")) or op.endswith("-done"):
             # A collective over mesh-aligned groups maps replicas to replicas: if its input is the same on
             # the devices of each group here, so is its output (async -done ops pass their value through).
-            for name in inst.operand_names:
-                o = comp.by_name.get(name)
-                if o is None or not self.value(comp, o, depth, init_only):
-                    return False
-            return True
+            return self._operands(comp, inst, depth, init_only)
         if op.startswith("collective-"):
             return False
-        if inst.called_computations:
-            if self.module is None or any(_varies_inside(self.module, c) for c in inst.called_computations):
-                return False
-        for name in inst.operand_names:
-            o = comp.by_name.get(name)
-            if o is None or not self.value(comp, o, depth, init_only):
-                return False
-        return True
+        return None
 
     def _parameter(self, comp: Computation, param: Instruction, index: int | None, depth: int,
                    init_only: bool) -> bool:
@@ -484,49 +506,53 @@ class _Uniformity:
             return False
         k = param.parameter_number or 0
         for caller, site in sites:
-            if site.opcode == "while":
-                if site.attr("condition") == comp.name:
-                    pass  # the condition sees the same tuple as the body
-                init = caller.by_name.get(site.operand_names[0]) if site.operands else None
-                if init is None:
-                    return False
-                if index is None:
-                    if not self.value(caller, init, depth + 1):
-                        return False
-                elif init.opcode == "tuple" and index < len(init.operands):
-                    elem = caller.by_name.get(init.operand_names[index])
-                    if elem is None or not self.value(caller, elem, depth + 1):
-                        return False
-                else:
-                    return False
-                if init_only:
-                    continue
-                body = self.module.by_name.get(site.attr("body") or "") if self.module else None
-                if body is None:
-                    return False
-                root = body.root
-                if index is None or root.opcode != "tuple" or index >= len(root.operands):
-                    return False
-                update = body.by_name.get(root.operand_names[index])
-                if update is None:
-                    return False
-                if update.opcode == "get-tuple-element" and update.attr("index") == str(index) and \
-                        body.by_name.get(update.operand_names[0]) is not None and \
-                        body.by_name[update.operand_names[0]].opcode == "parameter":
-                    continue  # carried unchanged
-                if not self.value(body, update, depth + 1, init_only=True):
-                    return False
+            if site.opcode == "while":  # (the condition sees the same tuple as the body)
+                uniform = self._loop_state(caller, site, index, depth, init_only)
             elif site.opcode in ("call", "fusion", "async-start", "custom-call") or site.opcode.endswith("-start"):
-                if k >= len(site.operands):
-                    return False
-                arg = caller.by_name.get(site.operand_names[k])
-                if arg is None or not self.value(caller, arg, depth + 1, init_only):
-                    return False
-                if index is not None:
-                    pass  # a tuple argument: uniform as a whole covers its elements
+                # (a tuple argument: uniform as a whole covers its elements)
+                arg = caller.by_name.get(site.operand_names[k]) if k < len(site.operands) else None
+                uniform = arg is not None and self.value(caller, arg, depth + 1, init_only)
             else:
-                return False  # conditional branches, reducers: not tracked
+                uniform = False  # conditional branches, reducers: not tracked
+            if not uniform:
+                return False
         return True
+
+    def _loop_state(self, caller: Computation, loop: Instruction, index: int | None, depth: int,
+                    init_only: bool) -> bool:
+        """Whether the loop's state (element `index` of it) starts uniform and, unless `init_only`, the loop's
+        update keeps it so."""
+        init = caller.by_name.get(loop.operand_names[0]) if loop.operands else None
+        if init is None:
+            return False
+        if index is None:
+            if not self.value(caller, init, depth + 1):
+                return False
+        elif init.opcode == "tuple" and index < len(init.operands):
+            elem = caller.by_name.get(init.operand_names[index])
+            if elem is None or not self.value(caller, elem, depth + 1):
+                return False
+        else:
+            return False
+        return init_only or self._update_keeps(loop, index, depth)
+
+    def _update_keeps(self, loop: Instruction, index: int | None, depth: int) -> bool:
+        """Whether the loop body's update of element `index` of its state is uniform when the state it starts
+        from is (the optimistic step of the fixpoint); an element carried unchanged is."""
+        body = self.module.by_name.get(loop.attr("body") or "") if self.module else None
+        if body is None:
+            return False
+        root = body.root
+        if index is None or root.opcode != "tuple" or index >= len(root.operands):
+            return False
+        update = body.by_name.get(root.operand_names[index])
+        if update is None:
+            return False
+        if update.opcode == "get-tuple-element" and update.attr("index") == str(index) and \
+                body.by_name.get(update.operand_names[0]) is not None and \
+                body.by_name[update.operand_names[0]].opcode == "parameter":
+            return True  # carried unchanged
+        return self.value(body, update, depth + 1, init_only=True)
 
 
 _ARITH = {
@@ -687,31 +713,41 @@ def is_program_argument(module: HloModule | None, comp: Computation, inst: Instr
             cur = comp.by_name.get(cur.operand_names[0])
         elif op == "tuple" and index is not None and index < len(cur.operand_names):
             cur, index = comp.by_name.get(cur.operand_names[index]), None
+        elif op == "parameter" and comp is module.entry:
+            return True  # (an element of a tuple argument is an argument too)
         elif op == "parameter":
-            if comp is module.entry:
-                return True  # (an element of a tuple argument is an argument too)
-            sites = callers_of.get(comp.name, ())
-            if len(sites) != 1:
+            passed = _passed_in(callers_of, comp, cur, index)
+            if passed is None:
                 return False
-            caller, call = sites[0]
-            number = cur.parameter_number or 0
-            if call.opcode == "while":
-                root = comp.root
-                if index is None or root is None or root.opcode != "tuple" or index >= len(root.operand_names):
-                    return False
-                back = comp.by_name.get(root.operand_names[index])
-                if back is None or back.opcode != "get-tuple-element" or int(back.attr("index") or 0) != index \
-                        or back.operand_names[0] != cur.name:
-                    return False  # the loop changes this element: a carry, not an argument
-                init = caller.by_name.get(call.operand_names[0]) if call.operand_names else None
-                comp, cur = caller, init
-            elif call.opcode == "call" and number < len(call.operand_names):
-                comp, cur = caller, caller.by_name.get(call.operand_names[number])
-            else:
-                return False
+            comp, cur = passed
         else:
             return False
     return False
+
+
+def _passed_in(callers_of: Mapping[str, tuple[tuple[Computation, Instruction], ...]], comp: Computation,
+               param: Instruction, index: int | None) -> tuple[Computation, Instruction | None] | None:
+    """What the one caller of `comp` passes as its parameter `param` (element `index` of it, when following one):
+    a `while` loop's initial state, when the body passes that element through unchanged (loop-invariant); a
+    `call`'s operand. None for anything else (a carry the loop changes, several callers, other callers)."""
+    sites = callers_of.get(comp.name, ())
+    if len(sites) != 1:
+        return None
+    caller, call = sites[0]
+    number = param.parameter_number or 0
+    if call.opcode == "while":
+        root = comp.root
+        if index is None or root is None or root.opcode != "tuple" or index >= len(root.operand_names):
+            return None
+        back = comp.by_name.get(root.operand_names[index])
+        if back is None or back.opcode != "get-tuple-element" or int(back.attr("index") or 0) != index \
+                or back.operand_names[0] != param.name:
+            return None  # the loop changes this element: a carry, not an argument
+        init = caller.by_name.get(call.operand_names[0]) if call.operand_names else None
+        return caller, init
+    if call.opcode == "call" and number < len(call.operand_names):
+        return caller, caller.by_name.get(call.operand_names[number])
+    return None
 
 
 def free_size(dot: Instruction, operand: int) -> float:
