@@ -167,6 +167,15 @@ class _Peaks:
             return self.memo[name]
         self.memo.setdefault(name, 0)  # a recursive call graph (not valid HLO) costs nothing
         comp = self.by_name[name]
+        sizes, last = self._buffers(comp, exclude)
+        peak = self._sweep(comp.instructions, sizes, last)
+        if not exclude:
+            self.memo[name] = peak
+        return peak
+
+    def _buffers(self, comp: Any, exclude: frozenset[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """The bytes of each buffer the computation makes (fused values and parameters make none; `exclude`d ones
+        count 0), and the position of the last instruction that reads each (past the end: the result's)."""
         insts = comp.instructions
         index = {inst.name: i for i, inst in enumerate(insts)}
         # The buffers each value reads through (a fused value: the buffers of its operands).
@@ -185,17 +194,30 @@ class _Peaks:
                 sources[inst.name] = src
                 continue
             sources[inst.name] = frozenset({inst.name})
-            sizes[inst.name] = 0 if inst.name in exclude else tpu_bytes(inst.shape)
-            if inst.opcode in ("dynamic-update-slice", "scatter") and ops and not sources.get(ops[0]):
-                sizes[inst.name] = 0  # written in place into a parameter's buffer (a loop's stacked state)
-            if inst.opcode == "while" and inst.name not in exclude:
-                sizes[inst.name] -= self._sunk(comp, inst, sources)
+            sizes[inst.name] = self._own_bytes(comp, inst, ops, sources, exclude)
             for o in ops:
                 for s in sources.get(o, ()):
                     last[s] = i
         root = comp.root.name if insts else ""
         for s in sources.get(root, ()):
             last[s] = len(insts)  # the computation's result is live at its end
+        return sizes, last
+
+    def _own_bytes(self, comp: Any, inst: Any, ops: list[str], sources: Mapping[str, frozenset[str]],
+                   exclude: frozenset[str]) -> int:
+        """The bytes of the buffer `inst` makes: none for an update in place of a parameter's buffer; a loop's
+        less the state the compiler sinks into its body."""
+        size = 0 if inst.name in exclude else tpu_bytes(inst.shape)
+        if inst.opcode in ("dynamic-update-slice", "scatter") and ops and not sources.get(ops[0]):
+            size = 0  # written in place into a parameter's buffer (a loop's stacked state)
+        if inst.opcode == "while" and inst.name not in exclude:
+            size -= self._sunk(comp, inst, sources)
+        return size
+
+    def _sweep(self, insts: Any, sizes: Mapping[str, int], last: Mapping[str, int]) -> int:
+        """The most bytes live at once, instruction by instruction: each buffer from the instruction that makes it
+        to its last reader (a buffer no one reads dies at once), with what a callee holds while it runs and less
+        the operand buffer an in-place op writes over."""
         live = 0
         peak = 0
         dying: dict[int, list[str]] = {}
@@ -205,21 +227,24 @@ class _Peaks:
             if inst.name not in sizes:
                 continue
             own = sizes[inst.name]
-            freed = [s for s in dying.get(i, ()) if s != inst.name]
+            freed = [sizes[s] for s in dying.get(i, ()) if s != inst.name]
             extra = self.callee_peak(inst) if inst.opcode in CALLERS or inst.called_computations else 0
-            reuse = 0
-            if inst.opcode in IN_PLACE:
-                same = [sizes[s] for s in freed if sizes[s] == own]
-                reuse = same[0] if same else (sum(sizes[s] for s in freed) if inst.opcode == "while" else 0)
-                reuse = min(reuse, own)
-            peak = max(peak, live + own - reuse + extra)
+            peak = max(peak, live + own - _reused(inst.opcode, own, freed) + extra)
             live += own
             if inst.name not in last:  # never read: dies at once
                 live -= own
-            live -= sum(sizes[s] for s in freed)
-        if not exclude:
-            self.memo[name] = peak
+            live -= sum(freed)
         return peak
+
+
+def _reused(opcode: str, own: int, freed: list[int]) -> int:
+    """The bytes of the operand buffers dying at an instruction (`freed`) that it writes its result over: one of
+    its own size for an in-place op (a loop: all of them when none is), at most its own bytes."""
+    if opcode not in IN_PLACE:
+        return 0
+    same = [n for n in freed if n == own]
+    reuse = same[0] if same else (sum(freed) if opcode == "while" else 0)
+    return min(reuse, own)
 
 
 def estimate_tpu_memory(module: Any) -> TpuMemory | None:
