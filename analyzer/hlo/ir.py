@@ -358,6 +358,9 @@ class HloModule:
     # partitioned module that does not print them (jax 0.11+'s): set by the analysis (analyzer.pipeline), read
     # through `parameter_sharding`.
     argument_shardings: Mapping[int, str] = field(default_factory=dict, compare=False, repr=False)
+    # What a lazily parsed module's computations look their callees up in (`parser._CalleeTable`), held here so that
+    # it lives as long as the module and no longer (each computation holds it weakly); None for one parsed whole.
+    callee_table: Any = field(default=None, compare=False, repr=False)
 
     def parameter_sharding(self, inst: Instruction) -> Any:
         """An entry parameter's sharding (`HloSharding`): its own `sharding=`, else the one its argument had before
@@ -465,60 +468,59 @@ class HloModule:
         return tuple(chain)
 
 
-# ---------------------------------------------------------------------------------------------- fast builders
+# ---------------------------------------------------------------------------------------------- builders
 # The parser makes one Instruction, one Operand and two or three Attributes per line of a module. A frozen
-# dataclass's `__init__` sets each field through `object.__setattr__` by name, and a slot descriptor's `__set__`
-# is a call through a method wrapper too. Each class here has a builder twin: a plain class with the same
-# `__slots__` (so the same layout), whose fields plain assignments set (a specialized bytecode, no call), after
-# which assigning `__class__` makes the object the IR class itself, the object its constructor makes (CPython
-# allows `__class__` assignment between classes of one layout, and raises TypeError otherwise). An Attribute is
-# built in about 40% of the machine instructions the `__set__` calls took, an Instruction in about a quarter
-# (cachegrind; test_fastpath checks that these set every field and equal what the constructors make).
+# dataclass's `__init__` sets each field through `object.__setattr__` by name; these make the same object of the
+# same class (`object.__new__`) and set each field once through its slot's own descriptor, bound once here: about
+# half the time of the constructor (test_fastpath checks they equal what the constructors make). This is the one
+# place, besides the dataclasses' own `__init__`, that sets an IR object's fields; nothing changes one after.
 
 
-def _builder(cls: type) -> type:
-    """A mutable class with `cls`'s slots, whose instances become `cls` instances by `__class__` assignment."""
-    return type(f"_{cls.__name__}Builder", (), {"__slots__": cls.__slots__})
+def _setters(cls: type, *names: str) -> tuple:
+    return tuple(cls.__dict__[name].__set__ for name in names)
 
 
-AttributeBuilder = _builder(Attribute)
-OperandBuilder = _builder(Operand)
-InstructionBuilder = _builder(Instruction)
+_ATTRIBUTE_FIELDS = _setters(Attribute, "key", "raw", "at")
+_OPERAND_FIELDS = _setters(Operand, "name", "shape")
+_INSTRUCTION_FIELDS = _setters(Instruction, "name", "opcode", "shape", "operands", "attributes", "is_root", "at",
+                               "parameter_number", "literal", "_attrs")
 
 
-def new_attribute(key: str, raw: str, at: int, _b=AttributeBuilder, _cls=Attribute) -> Attribute:
+def new_attribute(key: str, raw: str, at: int, _new=object.__new__, _cls=Attribute,
+                  _fields=_ATTRIBUTE_FIELDS) -> Attribute:
     """`Attribute(key, raw, at)`, faster."""
-    a = _b()
-    a.key = key
-    a.raw = raw
-    a.at = at
-    a.__class__ = _cls
+    a = _new(_cls)
+    set_key, set_raw, set_at = _fields
+    set_key(a, key)
+    set_raw(a, raw)
+    set_at(a, at)
     return a
 
 
-def new_operand(name: str, shape: Shape | None, _b=OperandBuilder, _cls=Operand) -> Operand:
+def new_operand(name: str, shape: Shape | None, _new=object.__new__, _cls=Operand, _fields=_OPERAND_FIELDS) -> Operand:
     """`Operand(name, shape)`, faster."""
-    o = _b()
-    o.name = name
-    o.shape = shape
-    o.__class__ = _cls
+    o = _new(_cls)
+    set_name, set_shape = _fields
+    set_name(o, name)
+    set_shape(o, shape)
     return o
 
 
 def new_instruction(name: str, opcode: str, shape: Shape, operands: tuple, attributes: tuple, is_root: bool,
-                    at: int, parameter_number: int | None, literal: str | None, _b=InstructionBuilder,
-                    _cls=Instruction) -> Instruction:
+                    at: int, parameter_number: int | None, literal: str | None, _new=object.__new__,
+                    _cls=Instruction, _fields=_INSTRUCTION_FIELDS) -> Instruction:
     """`Instruction(name, opcode, shape, operands, attributes, is_root, at, parameter_number, literal)`, faster."""
-    i = _b()
-    i.name = name
-    i.opcode = opcode
-    i.shape = shape
-    i.operands = operands
-    i.attributes = attributes
-    i.is_root = is_root
-    i.at = at
-    i.parameter_number = parameter_number
-    i.literal = literal
-    i._attrs = None
-    i.__class__ = _cls
+    i = _new(_cls)
+    set_name, set_opcode, set_shape, set_operands, set_attributes, set_root, set_at, set_number, set_literal, \
+        set_attrs = _fields
+    set_name(i, name)
+    set_opcode(i, opcode)
+    set_shape(i, shape)
+    set_operands(i, operands)
+    set_attributes(i, attributes)
+    set_root(i, is_root)
+    set_at(i, at)
+    set_number(i, parameter_number)
+    set_literal(i, literal)
+    set_attrs(i, None)
     return i

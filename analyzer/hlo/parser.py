@@ -6,10 +6,11 @@ Two paths:
   every known attribute is decoded once so malformed values are reported with their position.
 - lazy (`lazy=True`): a fast line scanner splits the text into the header and the computations; each
   computation is parsed only when its instructions are first asked for (`LazyComputation`). Until then its
-  questions (`written`/`mentions`, `select`, `call_instructions`, `line_head`, `users_of`) are answered from
-  one index of its lines (`_Index`: one regex pass, name, opcode, shape and operands per line) and the few
-  lines they need read by the fast path; a computation with a line not in XLA's form parses instead.
-  Cross-computation checks (called computations defined) are skipped (`check_read` runs them on what was read).
+  questions (the query interface of `ir.Computation`: `written`/`mentions`, `select`, `call_instructions`,
+  `line_head`, `users_of`, `parameter_name`) are answered from one index of its lines (`_Index`: one pass of
+  `fastpath.INSTRUCTION_LINE`, name, opcode, shape and operands per line) and the few lines they need read by the
+  fast path; a computation with a line not in XLA's form parses instead. The module-level checks of a full
+  parse run before `parse_hlo` returns, on each computation's call lines (`_check_read`).
 
 Errors are `analyzer.HloSyntaxError` / `analyzer.HloSemanticError` with path, line, column, the source
 line and a caret; no Lark exception escapes.
@@ -17,11 +18,13 @@ line and a caret; no Lark exception escapes.
 
 from __future__ import annotations
 
+import operator
 import re
 import weakref
 from array import array
 from bisect import bisect_left
 from itertools import chain
+from dataclasses import replace
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -29,9 +32,9 @@ from sys import intern as _intern
 from typing import TYPE_CHECKING
 
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
-from analyzer.hlo.attributes import CALL_KEYS, forget_valid, names_callee
-from analyzer.hlo.fastpath import (_ARRAY, _TUPLE, _line_instruction, build_lines, forget_read, parse_head_fast,
-                                   parse_tables_fast, parse_tables_lenient)
+from analyzer.hlo.attributes import CALL_KEYS, names_callee
+from analyzer.hlo.fastpath import (_ARRAY, GROUPS, INSTRUCTION_LINE, MARK, NAME, OPCODE, OPERANDS, SHAPE, LineReader,
+                                   parse_head_fast, parse_tables_fast, parse_tables_lenient)
 from analyzer.hlo.ir import (Computation, HloModule, Instruction, LineHead, Position, new_instruction, new_operand,
                              packed)
 from analyzer.hlo.shapes import Shape, decode_shape
@@ -291,8 +294,6 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
         raise HloSyntaxError(f"expected HLO text (str), got {type(text).__name__}", path=path)
     if not text.isascii():
         _check_ascii(text, path)
-    forget_valid()
-    forget_read()  # (both: each parse pays for its own reading and checks, also when a benchmark repeats it)
     written, made = text, LineMap()
     if has_tuple_refs(text):  # jax 0.11+: `%param#0`, element 0 of `%param`, made an explicit get-tuple-element
         try:
@@ -319,10 +320,11 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
                 if not isinstance(e, NeedsModuleParse) and not _INLINE_BODY.search(text):
                     raise
                 module = _parse_grammar(text, lenient, check_ints)
+        done: dict = {}  # (the module's fields known once it is read: set by one copy, at the end)
         if module.attributes:
             notes = verify_header(module, text[:header_end], lenient=lenient)
             if notes:
-                object.__setattr__(module, "header_notes", module.header_notes + notes)
+                done["header_notes"] = module.header_notes + notes
             if "input_output_alias" in module.attributes and not isinstance(module.entry, LazyComputation):
                 # (a lazy parse's: `_check_read`, from the entry's ROOT line)
                 check_alias_outputs(text[:header_end], module.attributes["input_output_alias"],
@@ -332,10 +334,10 @@ def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient
     except Exception as e:  # Lark's own exceptions, or a bug: never let them reach the caller raw
         raise _hint_single(_written(_translate(e, text, path), written, made), single) from None
     if path is not None:
-        object.__setattr__(module, "path", path)
+        done["path"] = path
     if made.made:
-        object.__setattr__(module, "made_lines", made.made)
-    return module
+        done["made_lines"] = made.made
+    return replace(module, **done) if done else module
 
 
 def _written(err: AnalyzerError, written: str, made: LineMap) -> AnalyzerError:
@@ -418,9 +420,8 @@ def _parse_grammar(text: str, lenient: bool, check_ints: bool) -> HloModule:
     written inline in an attribute), every computation verified."""
     with callee_table({}), inline_computations():
         module = _lark().parse(text, start="module")
-    for c in module.computations:
-        _verify(c, lenient, text, check_ints)
-    return module
+    comps = tuple(_verify(c, lenient, text, check_ints) for c in module.computations)
+    return module if all(map(operator.is_, comps, module.computations)) else replace(module, computations=comps)
 
 
 def parse_value(text: str, start: str, line: int, column: int):
@@ -448,9 +449,7 @@ def _parse_single(text: str, lenient: bool, check_ints: bool) -> HloModule:
     with single_instruction_mode(), inline_computations() as made:
         pending = _lark().parse(text, start="single_instruction")
         comp = build_single(pending)
-    comps = (*made.order, comp)
-    for c in comps:
-        _verify(c, lenient, text, check_ints)
+    comps = tuple(_verify(c, lenient, text, check_ints) for c in (*made.order, comp))
     check_computations(list(comps))
     return HloModule("_", comps, {}, {})
 
@@ -520,17 +519,17 @@ def _has_long_int(text: str) -> bool:
 
 
 def _verify(comp: Computation, lenient: bool, source: str, check_ints: bool,
-            unvetted: list[Instruction] | None = None) -> None:
-    """`verify_instructions` of `comp`, its notes kept on it. `unvetted`: when no attribute may hold a 19-digit
-    number (not `check_ints`), only these of its instructions (the others passed `fastpath.build_lines`'s vetting,
-    which is what `verify_instructions` checks of them then); None: all."""
+            unvetted: list[Instruction] | None = None) -> Computation:
+    """`comp` after `verify_instructions`, with its notes (`Computation.notes`, a copy when there are any).
+    `unvetted`: when no attribute may hold a 19-digit number (not `check_ints`), only these of its instructions
+    (the others passed `LineReader.build`'s vetting, which is what `verify_instructions` checks of them then);
+    None: all."""
     if unvetted is not None and not check_ints and len(unvetted) < len(comp.instructions):
         notes = verify_instructions(_found_computation(comp.name, tuple(unvetted), comp.attributes), lenient=lenient,
                                     source=source, check_ints=check_ints)
     else:
         notes = verify_instructions(comp, lenient=lenient, source=source, check_ints=check_ints)
-    if notes:
-        object.__setattr__(comp, "notes", notes)
+    return replace(comp, notes=notes) if notes else comp
 
 
 # The verifier parses the module texts an origin_recovery_table quotes with this parser (it imports none).
@@ -747,26 +746,29 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
             record = comps[k]
             comps[k] = callees[record.name] = record._parsed
         check_computations(comps)
-    module = HloModule(name, tuple(comps), header.attributes, header.frames, path)
+    module = HloModule(name, tuple(comps), header.attributes, header.frames, path, header_notes=header.header_notes,
+                       callee_table=table if lazy else None)
     if lazy:
-        object.__setattr__(module, "_callee_table", table)
         _check_read(module, comps)
-    if header.header_notes:
-        object.__setattr__(module, "header_notes", header.header_notes)
     return module
 
 
 class _Reading:
     """What the lazy records of one parse share (one object, not four fields a record): the source text and its
-    path, the parse's checks (`lenient`; `check_ints`, None to look for long integers per computation read), and
-    a weak reference to the callee table (`_CalleeTable`)."""
+    path, the parse's checks (`lenient`; `check_ints`, None to look for long integers per computation read), a
+    weak reference to the callee table (`_CalleeTable`), and what the parse reads lines with and remembers from
+    line to line and body to body (`lines`, a `fastpath.LineReader`; `written_sets`, the distinct opcode sets of
+    the bodies indexed, one object each: most fusion bodies write one of a few dozen). All of it lives as long as
+    the parse, or the lazily parsed module, does."""
 
-    __slots__ = ("source", "path", "lenient", "check_ints", "callees")
+    __slots__ = ("source", "path", "lenient", "check_ints", "callees", "lines", "written_sets")
 
     def __init__(self, source: str, path: str | None, lenient: bool, check_ints: bool | None,
                  callees: weakref.ref | None) -> None:
         self.source, self.path, self.lenient, self.check_ints = source, path, lenient, check_ints
         self.callees = callees
+        self.lines = _line_reader()
+        self.written_sets: dict[frozenset[str], frozenset[str]] = {}
 
 
 class _CalleeTable:
@@ -800,32 +802,30 @@ def _parse_header(header_text: str, lenient: bool = False) -> HloModule:
             tables = parse_tables_fast(header_text[t.start():], line0)
         if tables is not None:
             head = _lark().parse(header_text[: t.start()], start="header")
-            module = HloModule(head.name, (), head.attributes, frames(tables, notes))
-            if notes:
-                object.__setattr__(module, "header_notes", tuple(notes))
-            return module
+            return HloModule(head.name, (), head.attributes, frames(tables, notes),
+                             header_notes=tuple(notes) if notes else ())
     return _lark().parse(header_text, start="header")
 
 
-def _parse_chunk(source: str, start: int, end: int, line: int, lenient: bool = False,
-                 check_ints: bool | None = True) -> Computation:
-    """One computation's text -> Computation: the header line by the grammar, instructions by the fast path
-    when they are in canonical form, else the whole computation by the grammar. Positions are in `source`.
+def _parse_chunk(reading: _Reading, start: int, end: int, line: int) -> Computation:
+    """One computation's text (`reading.source[start:end]`) -> Computation: the header line by the grammar,
+    instructions by the fast path when they are in canonical form, else the whole computation by the grammar.
+    Positions are in the source.
 
     The computation's text is sliced out of `source` only for the grammar (a copy of a 100 MB entry is 100 MB).
     """
+    source, check_ints = reading.source, reading.check_ints
     if check_ints is None:  # (before the parse: its two temporary copies of the text then add nothing to the peak)
         check_ints = _has_long_int(source[start:end])
     newline = source.find("\n", start, end)
     head_line = source[start:newline] if newline >= 0 else source[start:end]
     head = parse_head_fast(head_line, line) or _parse_interactive(head_line, "computation_head", line)
     unvetted: list[Instruction] = []
-    comp = _parse_lines(source, start, end, line, head, unvetted) if newline >= 0 else None
+    comp = _parse_lines(reading.lines, source, start, end, line, head, unvetted) if newline >= 0 else None
     if comp is None:
         comp = _parse_interactive(source[start:end], "computation", line)
         unvetted = None
-    _verify(comp, lenient, source, check_ints, unvetted)
-    return comp
+    return _verify(comp, reading.lenient, source, check_ints, unvetted)
 
 
 class _Decline(Exception):
@@ -837,8 +837,8 @@ class _Listed(Exception):
     line's own checks and before the computation's), or nested operands (named after every other name)."""
 
 
-def _parse_lines(source: str, start: int, end: int, line0: int, head, unvetted: list[Instruction] | None = None
-                 ) -> Computation | None:
+def _parse_lines(lines: LineReader, source: str, start: int, end: int, line0: int, head,
+                 unvetted: list[Instruction] | None = None) -> Computation | None:
     """A computation's instruction lines (`source[start:end]`, its header line first), each by the fast path or,
     where it declines one (a constant array, an operand with a shape prefix), that line alone by the grammar's
     `instruction` rule; None when a line is not a whole instruction by itself (then the caller parses the
@@ -854,7 +854,7 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head, unvetted: 
     which reads all lines first and so reports what it always did.
 
     `unvetted`, when a list, gets the instructions `verify_instructions` must still check (see `_verify`): those
-    the one-pass build (`fastpath.build_lines`) did not vet, or all when the two-step way built them.
+    the one-pass build (`LineReader.build`) did not vet, or all when the two-step way built them.
     """
     first = source.find("\n", start, end)
     last = source.rfind("\n", start, end)
@@ -862,8 +862,7 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head, unvetted: 
         return None
     vetting: list[Instruction] = []
     try:  # the lines read and built in one pass; what it declines, or finds wrong, goes the two-step way below
-        comp = build_lines(source, first + 1, last, line0 + 1, head, _attr_regex(), _transformer(), _read_line,
-                           vetting)
+        comp = lines.build(source, first + 1, last, line0 + 1, head, vetting)
     except (HloSyntaxError, HloSemanticError):
         comp = None
     if comp is not None:
@@ -871,68 +870,77 @@ def _parse_lines(source: str, start: int, end: int, line0: int, head, unvetted: 
             unvetted += vetting
         return comp
     try:
-        comp = build_computation(head[0], head[1], head[2], _instructions(source, first + 1, last, line0 + 1))
+        comp = build_computation(head[0], head[1], head[2], _instructions(lines, source, first + 1, last, line0 + 1))
     except _Decline:
         return None
     except Exception:  # (_Listed, an error, or anything else: the list form gives what it always gave)
-        comp = _parse_lines_listed(source[start:end], line0, head)
+        comp = _parse_lines_listed(lines, source, first + 1, last, line0 + 1, head)
     if comp is not None and unvetted is not None:
         unvetted += comp.instructions  # (the two-step way vets none)
     return comp
 
 
-def _instructions(source: str, pos: int, stop: int, lineno: int):
+def _instructions(lines: LineReader, source: str, pos: int, stop: int, lineno: int):
     """The pending instruction of each line from `pos` to `stop`, in the fast form `build_computation` takes.
 
     Raises:
       _Decline: a line that is not a whole instruction.
       _Listed: a line with nested operands.
     """
-    from lark.exceptions import LarkError
+    for pos, nl, lineno in _lines(source, pos, stop, lineno):
+        inst = _pending(lines, source, pos, nl, lineno)
+        if inst is None:
+            continue
+        if len(inst) == 8:  # the grammar callback's form (also a constant's): name token second
+            if any(len(o) == 3 for o in inst[4]):
+                raise _Listed
+            tok = inst[1]
+            inst = (inst[0], str(tok), packed(tok.line, tok.column)) + inst[2:]
+        yield inst
 
-    attr_re, transformer = _attr_regex(), _transformer()
+
+def _lines(source: str, pos: int, stop: int, lineno: int):
+    """`(start, end, line number)` of each line from `pos` to `stop`."""
     find = source.find
     while pos < stop:
         nl = find("\n", pos, stop)
         if nl < 0:
             nl = stop
-        text = source[pos:nl]
-        inst = _line_instruction(text, lineno, attr_re, transformer)
-        if inst is None and text.strip():
-            try:
-                inst = _parse_interactive(text, "instruction", lineno)
-            except LarkError:
-                raise _Decline from None
-        if inst is not None:
-            if len(inst) == 8:  # the grammar callback's form (also a constant's): name token second
-                if any(len(o) == 3 for o in inst[4]):
-                    raise _Listed
-                tok = inst[1]
-                inst = (inst[0], str(tok), packed(tok.line, tok.column)) + inst[2:]
-            yield inst
+        yield pos, nl, lineno
         pos = nl + 1
         lineno += 1
 
 
-def _parse_lines_listed(chunk: str, line0: int, head) -> Computation | None:
-    """`_parse_lines` on the computation's text with every line read before any is built: the order of errors
-    the grammar path gives (a line's own checks, then the computation's), and nested operands."""
+def _pending(lines: LineReader, source: str, start: int, end: int, lineno: int):
+    """The pending instruction of the line `source[start:end]`: by the fast path, else by the grammar's
+    `instruction` rule; None for a blank line.
+
+    Raises:
+      _Decline: a line that is not a whole instruction.
+    """
     from lark.exceptions import LarkError
 
-    lines = chunk.split("\n")
-    attr_re, transformer = _attr_regex(), _transformer()
-    pending = []
-    for k in range(1, len(lines) - 1):
-        text = lines[k]
-        inst = _line_instruction(text, line0 + k, attr_re, transformer)
-        if inst is None:
-            if not text.strip():
-                continue
-            try:
-                inst = _parse_interactive(text, "instruction", line0 + k)
-            except LarkError:  # not a whole instruction on one line: the grammar reads the computation
-                return None
-        pending.append(inst)
+    inst = lines.instruction(source, start, end, lineno)
+    if inst is None:
+        text = source[start:end]
+        if not text.strip():
+            return None
+        try:
+            inst = _parse_interactive(text, "instruction", lineno)
+        except LarkError:
+            raise _Decline from None
+    return inst
+
+
+def _parse_lines_listed(lines: LineReader, source: str, pos: int, stop: int, lineno: int, head
+                        ) -> Computation | None:
+    """`_parse_lines` with every line read before any is built: the order of errors the grammar path gives (a
+    line's own checks, then the computation's), and nested operands."""
+    try:
+        pending = [inst for start, end, k in _lines(source, pos, stop, lineno)
+                   if (inst := _pending(lines, source, start, end, k)) is not None]
+    except _Decline:  # not a whole instruction on one line: the grammar reads the computation
+        return None
     return build_computation(head[0], head[1], head[2], pending)
 
 
@@ -969,14 +977,14 @@ def _transformer():
     return HloTransformer()
 
 
+def _line_reader() -> LineReader:
+    """A parse's `fastpath.LineReader` (its own: what it remembers lives as long as the parse)."""
+    return LineReader(_attr_regex(), _transformer(), _read_line)
+
+
 def _found_computation(name: str, found: tuple[Instruction, ...], attributes: tuple = ()) -> Computation:
-    """`Computation(name, found, attributes=attributes)`, for the verifier's per-instruction checks of what
-    `select` found, or of what a full parse did not vet (set through its `__dict__`: the frozen dataclass's
-    `__init__` was a tenth of a select)."""
-    comp = object.__new__(Computation)
-    comp.__dict__.update(name=name, instructions=found, parameter_shapes=(), result_shape=None, is_entry=False,
-                         position=None, attributes=attributes, notes=())
-    return comp
+    """The computation `verify_instructions` checks: what `select` found, or what a full parse did not vet."""
+    return Computation(name, found, attributes=attributes)
 
 
 class _kept:
@@ -1072,7 +1080,7 @@ class LazyComputation(Computation):
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
         reading, start, end, rows, commented = self._span
-        return _Index.of(reading.source, start, end, rows, commented)
+        return _Index.of(reading, start, end, rows, commented)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -1097,7 +1105,7 @@ class LazyComputation(Computation):
                     return found
             found = self._read(index.rows_of(want))
             if found is not None:
-                index.selected = selected + ((_WRITTEN_SETS.setdefault(want, want), found),)
+                index.selected = selected + ((self._reading.written_sets.setdefault(want, want), found),)
                 return found
         return tuple(i for i in self.instructions if i.opcode in opcodes)
 
@@ -1115,7 +1123,7 @@ class LazyComputation(Computation):
         if index is not None and index.calls is not None:
             if not index.calls:
                 return ()
-            if len(index.calls) >= _CALLS_PARSED and 2 * len(index.calls) >= len(index.cells) // 5:
+            if len(index.calls) >= _CALLS_PARSED and 2 * len(index.calls) >= index.rows:
                 return super().call_instructions()
             found = self._read(index.calls)
             if found is not None:
@@ -1164,11 +1172,10 @@ class LazyComputation(Computation):
             return super().parameter_name(number) if index is None else None
         cells = index.cells
         found = [k for k in index.rows_of(("parameter",))
-                 if (text := cells[5 * k + 4].strip()).isdigit() and int(text) == number]
+                 if (text := cells[GROUPS * k + OPERANDS].strip()).isdigit() and int(text) == number]
         if len(found) != 1:
             return super().parameter_name(number) if found else None
-        name = cells[5 * found[0] + 1]
-        return name[1:] if name[0] == "%" else name
+        return cells[GROUPS * found[0] + NAME]
 
     def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
         """The instructions that read the value `name`, each with the operand index it is read at, in order (what
@@ -1197,11 +1204,10 @@ class LazyComputation(Computation):
         if missing:
             reading, at, end = self._span[:3]
             src = reading.source
-            start, rows = at, len(index.cells) // 5
+            start, rows = at, index.rows
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
-            attr_re, transformer = _attr_regex(), _transformer()
             new: list[Instruction] = []
-            texts: list[str] = []
+            spans: list[tuple[int, int]] = []
             try:
                 for k in missing:
                     if rows - k < k - line:  # (nearer the end: most rows read are the root, the last)
@@ -1213,16 +1219,16 @@ class LazyComputation(Computation):
                     while line <= k:
                         at = src.find("\n", at, end) + 1
                         line += 1
-                    text = src[at:src.find("\n", at, end)]
-                    inst = _row_instruction(text, self.position.line + line, k, index, attr_re, transformer)
+                    nl = src.find("\n", at, end)
+                    inst = _row_instruction(reading.lines, src, at, nl, self.position.line + line, k, index)
                     if inst is None:
                         return None
                     new.append(inst)
-                    texts.append(text)
+                    spans.append((at, nl))
                 lenient, check_ints = reading.lenient, reading.check_ints
                 if check_ints is None:  # what the range check reads (a superset: the read lines)
-                    check_ints = _has_long_int(texts[0] if len(texts) == 1 else "\n".join(texts))
-                # What `verify_instructions` would pass unread, as `fastpath.build_lines` vets its lines: a known
+                    check_ints = _has_long_int("\n".join(src[a:b] for a, b in spans))
+                # What `verify_instructions` would pass unread, as `LineReader.build` vets its lines: a known
                 # signature whose values were found valid before (most dot lines: their values repeat).
                 unvetted = new if check_ints else [i for i in new if not vetted(i)]
                 if unvetted:
@@ -1242,7 +1248,7 @@ class LazyComputation(Computation):
             raise HloSemanticError(f"computation {self.name!r} calls itself", line=self.position.line,
                                    column=self.position.column, source_line=_source_line(self._source,
                                                                                          self.position.line))
-        object.__setattr__(self, "_parsing", True)
+        self.__dict__["_parsing"] = True  # (the record's own state, as its cached answers)
         # The module's computations for shapes inferred from a callee; none when the module was dropped (only a
         # call, while or conditional written without its shape needs them, and then says so). (`CALLEES.set`, not
         # `with callee_table(...)`: a context manager per computation cost 5% of a large parse.)
@@ -1250,8 +1256,7 @@ class LazyComputation(Computation):
         table = reading.callees() if reading.callees is not None else None
         token = CALLEES.set(table.by_name if table is not None else DroppedModule())
         try:
-            return _parse_chunk(reading.source, start, end, self.position.line, reading.lenient,
-                                reading.check_ints)
+            return _parse_chunk(reading, start, end, self.position.line)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
@@ -1285,19 +1290,6 @@ class LazyComputation(Computation):
         return f"LazyComputation({self.name!r}, {state}, line {self.position.line})"
 
 
-# One instruction line as XLA prints it, up to the end of its operand list, led by its newline (`re` then finds
-# candidates with a fast literal scan): ROOT, name, shape, opcode, the operand text (no parentheses in it: an
-# operand with a tuple shape or a nested instruction is not XLA's print). No part crosses a line, so each line
-# gives at most one match.
-# Written for `re`'s speed, matching what the plain form would (tests/hlo/test_parser.py compares the two): every
-# repeat possessive where what follows cannot start with what it repeats (a greedy repeat runs the rest of the
-# pattern as a nested backtracking step each time), an optional part as an alternative with an empty last branch
-# (`(?:x|)` not `(?:x)?`: `re` runs the latter through its general repeat), the classes as explicit ASCII sets
-# (`[A-Za-z0-9_.\-]`, not `[\w.\-]`: the same under re.A, one bitmap test a character). The array shape is
-# `fastpath._ARRAY` so written. Together: the index's pass a quarter shorter.
-_ROW_ARRAY = (r"[a-zA-Z][a-zA-Z0-9]*+\[[^\]\n]*+\](?:\{[^{}\n]*+\}|[ \t]++\{(?:\d++(?:,\d++)*+|)(?::[^{}\n]*+|)\}|)")
-_ROW = re.compile(r"\n[ \t]*+(ROOT[ \t]++|)%?+([A-Za-z_][A-Za-z0-9_.\-]*+)[ \t]*+=[ \t]*+(" + _ROW_ARRAY + "|" + _TUPLE
-                  + r")[ \t]++([A-Za-z][A-Za-z0-9_\-]*+)\(([^()\n]*+)\)", re.A)
 # `, key=` of an attribute that names called computations: where the fast path reads attribute keys (a superset
 # of the lines that hold one: the same text inside a quoted string also matches, and those lines are only read).
 # With a comment in the text, any key after a space too (the grammar reads `, /*c*/ calls=`).
@@ -1314,11 +1306,12 @@ _FIRST_OPERAND = re.compile(_GAP + r"(?:" + _ARRAY + r"[ \t]" + _GAP + r")?%?([A
 
 
 class _Index:
-    """What one regex pass (`_ROW.findall`) reads of a computation's text in XLA's form, for `LazyComputation`.
+    """What one regex pass (`fastpath.INSTRUCTION_LINE.findall`) reads of a computation's text in XLA's form, for
+    `LazyComputation`.
 
-    Per instruction line (row k is line k + 1 of the text): its ROOT mark, name, shape text, opcode and operand
-    text (`_ROW`'s groups), kept flat in `cells` (row k's `f`th at `5 * k + f`: one object per computation, not
-    one per line). `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
+    Per instruction line (row k is line k + 1 of the text): its ROOT mark, `%`, name, shape text, opcode and operand
+    text (`INSTRUCTION_LINE`'s groups), kept flat in `cells` (row k's group `f` at `GROUPS * k + f`: one object per
+    computation, not one per line). `rows`: how many. `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
     one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
     `by_name`: each name's row (-1 for a name two rows define). `root_head`: what `line_head` answered of the root
     (`_UNASKED` before); `heads`: what it answered of others, by name. `selected`: what `select` answered, as
@@ -1326,31 +1319,35 @@ class _Index:
     (The computation's answers are kept here, in slots, so that its record's `__dict__` stays at its smallest.)
     """
 
-    __slots__ = ("cells", "written", "calls", "root", "_by_name", "root_head", "heads", "selected", "rows_read")
+    __slots__ = ("cells", "rows", "written", "calls", "root", "_by_name", "root_head", "heads", "selected",
+                 "rows_read")
 
     @classmethod
-    def of(cls, src: str, start: int, end: int, lines: int = -1, commented: bool | None = None) -> _Index | None:
-        """The index of `src[start:end]`; None when a line between the header and `}` is not a row. (What
-        follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)
+    def of(cls, reading: _Reading, start: int, end: int, lines: int = -1, commented: bool | None = None
+           ) -> _Index | None:
+        """The index of `reading.source[start:end]`; None when a line between the header and `}` is not a row.
+        (What follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)
         `lines`: how many lines lie between the header and `}` (-1: counted here); `commented`: whether the text
         holds a `/*` (None: looked for here; False: call keys are looked for after a comma only)."""
-        rows = _ROW.findall(src, start, end)
+        src = reading.source
+        rows = INSTRUCTION_LINE.findall(src, start, end)
         if len(rows) != (lines if lines >= 0 else src.count("\n", start, end) - 1):
             return None
         index = object.__new__(cls)  # (its fields set here, not by an `__init__` call: one per body read)
         # Opcodes interned (one string per opcode, not one per row: 145,000 rows of the synthetic module, a third of
         # its text kept; the list, the C-level slice assignment and the tuple cost 0.3 us a body)
         flat = list(chain.from_iterable(rows))
-        flat[3::5] = map(_intern, flat[3::5])
+        flat[OPCODE::GROUPS] = map(_intern, flat[OPCODE::GROUPS])
         index.cells = cells = tuple(flat)
+        index.rows = len(rows)
         index._by_name = None
         index.root_head = _UNASKED  # (`LazyComputation.line_head`'s answers)
         index.heads = None
         index.selected = ()  # (`LazyComputation.select`'s and `_read`'s)
         index.rows_read = None
-        written = frozenset(cells[3::5])
-        index.written = _WRITTEN_SETS.setdefault(written, written)  # (one set per distinct opcode set)
-        marks = cells[0::5]
+        written = frozenset(cells[OPCODE::GROUPS])
+        index.written = reading.written_sets.setdefault(written, written)  # (one set per distinct opcode set)
+        marks = cells[MARK::GROUPS]
         index.root = -1  # (two rows marked ROOT: the parse reports it)
         marked = len(marks) - marks.count("")
         if marked == 1:
@@ -1380,7 +1377,8 @@ class _Index:
         """Row `k`'s `LineHead`; None when `k` is -1 (no one row) or its shape does not decode."""
         if k < 0:
             return None
-        shape_text, opcode, operands = self.cells[5 * k + 2:5 * k + 5]
+        at = GROUPS * k
+        shape_text, opcode, operands = self.cells[at + SHAPE:at + OPERANDS + 1]
         first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
         try:
             return LineHead(opcode, decode_shape(shape_text), first.group(1) if first is not None else None)
@@ -1388,22 +1386,23 @@ class _Index:
             return None
 
     def field(self, k: int, f: int) -> str:
-        """Row `k`'s `f`th group of `_ROW` (0 ROOT mark, 1 name, 2 shape, 3 opcode, 4 operand text)."""
-        return self.cells[5 * k + f]
+        """Row `k`'s group `f` of `INSTRUCTION_LINE` (`fastpath.MARK`, `PERCENT`, `NAME`, `SHAPE`, `OPCODE`,
+        `OPERANDS`)."""
+        return self.cells[GROUPS * k + f]
 
     def rows_of(self, opcodes: frozenset[str] | set[str]) -> list[int]:
         """The rows with an opcode in `opcodes`, ascending."""
-        return [k for k, opcode in enumerate(self.cells[3::5]) if opcode in opcodes]
+        return [k for k, opcode in enumerate(self.cells[OPCODE::GROUPS]) if opcode in opcodes]
 
     def readers(self, name: str) -> list[int]:
         """The rows whose operand text holds `name` as text, ascending (a superset of its users: they are read
         to tell)."""
-        return [k for k, operands in enumerate(self.cells[4::5]) if name in operands]
+        return [k for k, operands in enumerate(self.cells[OPERANDS::GROUPS]) if name in operands]
 
     @property
     def by_name(self) -> dict[str, int]:
         if self._by_name is None:
-            names = self.cells[1::5]
+            names = self.cells[NAME::GROUPS]
             by_name: dict[str, int] = dict(zip(names, range(len(names))))  # (in C: most bodies define each once)
             if len(by_name) != len(names):  # a name defined twice: -1
                 by_name = {}
@@ -1418,15 +1417,13 @@ _CALLS_PARSED = 32
 
 _UNASKED = object()  # `_Index.root_head` before `line_head` is asked for the root
 
-# The distinct `_Index.written` sets (most fusion bodies write one of a few dozen).
-_WRITTEN_SETS: dict[frozenset[str], frozenset[str]] = {}
 
-
-def _row_instruction(line: str, lineno: int, k: int, index: _Index, attr_re: tuple[re.Pattern, re.Pattern],
-                     transformer) -> Instruction | None:
-    """Row `k`'s instruction by the fast path, with its operands' shapes from the rows that define them; None
-    when the line is not in the form the fast path reads or an operand is not defined by an earlier row."""
-    pending = _line_instruction(line, lineno, attr_re, transformer)
+def _row_instruction(lines: LineReader, source: str, start: int, end: int, lineno: int, k: int, index: _Index
+                     ) -> Instruction | None:
+    """Row `k`'s instruction (the line `source[start:end]`) by the fast path, with its operands' shapes from the rows
+    that define them; None when the line is not in the form the fast path reads or an operand is not defined by an
+    earlier row."""
+    pending = lines.instruction(source, start, end, lineno)
     if pending is None:
         return None
     if len(pending) == 9:  # the fast form
@@ -1442,7 +1439,7 @@ def _row_instruction(line: str, lineno: int, k: int, index: _Index, attr_re: tup
             if not 0 <= j < k:
                 return None  # not defined once, by an earlier row
             try:
-                ops.append(new_operand(oname, decode_shape(cells[5 * j + 2])))
+                ops.append(new_operand(oname, decode_shape(cells[GROUPS * j + SHAPE])))
             except ValueError:
                 return None
     return new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,

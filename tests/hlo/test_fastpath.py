@@ -288,19 +288,6 @@ def test_frames_read_alike_in_any_spelling():
             [tuple(getattr(f, k) for k in Frame.__slots__) for f in want.values()]
 
 
-def test_found_computation_sets_every_field():
-    """What `select` hands the verifier is the Computation the constructor makes, every field set."""
-    import dataclasses
-
-    from analyzer.hlo.ir import Computation
-    from analyzer.hlo.parser import _found_computation
-
-    fast, slow = _found_computation("f", ()), Computation("f", ())
-    assert type(fast) is type(slow)
-    for f in dataclasses.fields(slow):
-        assert getattr(fast, f.name) == getattr(slow, f.name), f.name
-
-
 def test_select_checks_int64_ranges_of_what_it_reads():
     """A lazy `select` range-checks the integers of the instructions it returns (it looks for 19-digit runs in
     their attributes), with the position; a long number elsewhere in the fusion is the full parse's business."""
@@ -326,8 +313,7 @@ def test_flat_array_constants_read_as_the_grammar_reads_them():
     them, positions of every element included, or rejected with the grammar's error at its place."""
     import random
 
-    from analyzer.hlo.fastpath import _line_instruction
-    from analyzer.hlo.parser import _attr_regex, _parse_interactive, _transformer
+    from analyzer.hlo.parser import _line_reader, _parse_interactive
 
     def norm(x):
         if isinstance(x, str) and hasattr(x, "line"):
@@ -348,7 +334,7 @@ def test_flat_array_constants_read_as_the_grammar_reads_them():
     for _ in range(300):
         items = ", ".join(rng.choice(values) for _ in range(rng.randint(0, 4)))
         line = f"  %c = {rng.choice(shapes)} constant({{{items}}})" + rng.choice(["", ', metadata={op_name="x"}'])
-        fast = outcome(lambda: _line_instruction(line, 7, _attr_regex(), _transformer()))
+        fast = outcome(lambda: _line_reader().instruction("\n" + line, 1, len(line) + 1, 7))
         if fast != ("ok", None):
             read += 1
             assert fast == outcome(lambda: _parse_interactive(line, "instruction", 7)), line
@@ -364,8 +350,8 @@ def _outcome(fn):
 
 
 def _fields(comp):
-    """Every field of the computation's instructions, their attributes and operands (`build_lines` builds these
-    objects inline, slot by slot: a field it leaves unset fails here)."""
+    """Every field of the computation's instructions, their attributes and operands (`LineReader.build` builds
+    these objects through `ir.new_*`, slot by slot: a field it leaves unset fails here)."""
     import dataclasses
 
     def every(obj):  # (each field read, so an unset one raises; `_attrs`, a cache filled on use, not compared)
@@ -379,11 +365,11 @@ def _fields(comp):
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_one_pass_build_equals_two_steps(path):
-    """`fastpath.build_lines` (lines read and built in one pass) gives what the two steps give (every line read,
+    """`LineReader.build` (lines read and built in one pass) gives what the two steps give (every line read,
     then `build_computation`), every field and position, or declines; when it raises, the two steps raise too (and
     the parser reports theirs). On every computation of every file the tests know, mutants included."""
-    from analyzer.hlo.fastpath import build_lines, parse_head_fast
-    from analyzer.hlo.parser import _attr_regex, _parse_lines_listed, _read_line, _split, _transformer
+    from analyzer.hlo.fastpath import parse_head_fast
+    from analyzer.hlo.parser import _line_reader, _parse_lines_listed, _split
     from analyzer.hlo.transformer import callee_table
 
     text = path.read_text()
@@ -396,12 +382,11 @@ def test_one_pass_build_equals_two_steps(path):
         if head is None or first == last or text[last + 1:end].strip() != "}":
             continue
         with callee_table({}):
-            one = _outcome(lambda: build_lines(text, first + 1, last, line + 1, head, _attr_regex(), _transformer(),
-                                               _read_line))
+            one = _outcome(lambda: _line_reader().build(text, first + 1, last, line + 1, head))
         if one == ("ok", None):
             continue  # declined: the two steps read it
         with callee_table({}):
-            two = _outcome(lambda: _parse_lines_listed(text[start:end], line, head))
+            two = _outcome(lambda: _parse_lines_listed(_line_reader(), text, first + 1, last, line + 1, head))
         if one[0] == "ok":
             assert two[0] == "ok" and one[1] == two[1] and _fields(one[1]) == _fields(two[1])
         else:
@@ -434,5 +419,6 @@ def test_comments_in_operand_lists_lazy_equals_full(ops):
     for name in (None, "c", "d"):
         lazy = parse_hlo(text, lazy=True).entry
         want = full.entry.root if name is None else full.entry[name]
-        assert lazy.line_head(name) == (want.opcode, want.shape, "b") and not lazy.is_parsed  # (its row only)
+        assert lazy.line_head(name) == (want.opcode, want.shape, "b")
+        assert not (printed and lazy.is_parsed)  # (its row only; another spelling is not a row: the parse reads it)
     assert parse_hlo(text, lazy=True).entry.select("add", "multiply") == full.entry.select("add", "multiply")

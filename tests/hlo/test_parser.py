@@ -424,19 +424,20 @@ def test_full_parse_leaves_no_cycles_behind():
 
 
 def test_index_row_pattern_finds_what_its_plain_form_finds():
-    """`parser._ROW` (possessive repeats, empty last alternatives, explicit ASCII classes: written for `re`'s
-    speed) finds what the plain form of the same pattern finds, every group of every match, on the fixtures,
+    """`fastpath.INSTRUCTION_LINE` (possessive repeats, empty last alternatives, explicit ASCII classes: written for
+    `re`'s speed) finds what the plain form of the same pattern finds, every group of every match, on the fixtures,
     samples and corpus and on 20,000 of their lines mutated at random (fixed seed): a character deleted,
     doubled, or one of the pattern's own characters inserted."""
     import random
     import re
     from pathlib import Path
 
-    from analyzer.hlo.fastpath import _ARRAY, _TUPLE
-    from analyzer.hlo.parser import _ROW
+    from analyzer.hlo.fastpath import _ARRAY, _SCALAR_TEXT, _TUPLE, INSTRUCTION_LINE
 
-    plain = re.compile(r"\n[ \t]*+(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*+)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE
-                       + r")[ \t]+([A-Za-z][\w\-]*)\(([^()\n]*+)\)", re.A)
+    name = r"(?:/\*[^*\n]*\*/)?%[A-Za-z_][\w.\-]*"
+    plain = re.compile(r"\n[ \t]*(ROOT[ \t]+|)(%?)([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*(" + _ARRAY + "|" + _TUPLE
+                       + r")[ \t]+([a-z][a-z0-9\-]*)\((" + name + "(?:, " + name + r")*|[\w.+\-]+|\{(?:(?:"
+                       + _SCALAR_TEXT + r")(?:, (?:" + _SCALAR_TEXT + r"))*)?\}|\{\.\.\.\}|)\)", re.A)
     here = Path(__file__).parent
     paths = (sorted((here.parent.parent / "fixtures").rglob("*.hlo")) + sorted((here / "samples").glob("*.hlo"))
              + sorted((here / "corpus").glob("*.hlo")))
@@ -458,7 +459,7 @@ def test_index_row_pattern_finds_what_its_plain_form_finds():
         mutants.append(line)
     rows = 0
     for text in texts + ["\n" + "\n".join(mutants[k:k + 50]) for k in range(0, len(mutants), 50)]:
-        found = _ROW.findall(text)
+        found = INSTRUCTION_LINE.findall(text)
         assert found == plain.findall(text)
         rows += len(found)
     assert rows > 20_000  # (the mutants are mostly rows still: the comparison covers the matching paths)
