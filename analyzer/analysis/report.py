@@ -143,8 +143,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
     Returns:
       A dict with `schema_version`, `tool`, the run's identity (name, target, hardware, topology, mesh),
-      `totals`, `collectives`, `dots`, `diagnostics`, `notes`, `memory`; `arguments` (the argument shardings
-      in notation) when the report knows them; `warnings` when it has any. (The JSON output format adds a
+      `totals`, `collectives`, `dots`, `diagnostics`, `notes`, `memory`; `topology_spec` (the `Topology` the
+      collectives were priced on, as typed fields: analyzer/analysis/topology_json.py) when the report has one;
+      `arguments` (the argument shardings in notation) when the report knows them; `warnings` when it has any. (The JSON output format adds a
       sweep's ranking and a what-if table: analyzer/render/json.py.)
 
     Example:
@@ -153,6 +154,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
       ('1', 'AllReduce_XY: []{U_XY} -> []')
     """
     from analyzer.analysis.arguments import argument_rows
+    from analyzer.analysis.topology_json import topology_to_dict
     from analyzer.version import __version__
 
     data: dict[str, Any] = {
@@ -170,6 +172,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "notes": [str(n) for n in report.notes],
         "memory": None if report.memory is None else {str(k): int(v) for k, v in report.memory.items()},
     }
+    spec = topology_to_dict(report.analysis.topology)
+    if spec is not None:  # the Topology itself, for pricing after a round trip (analyzer.analysis.topology_json)
+        data["topology_spec"] = spec
     arguments = argument_rows(report.analysis, report.mesh)
     if arguments:
         data["arguments"] = to_jsonable(arguments)
@@ -236,9 +241,10 @@ def _diagnostic_dict(d: Any) -> dict[str, Any]:
 def report_from_dict(data: Mapping[str, Any]) -> Report:
     """A `Report` rebuilt from its JSON form (`report_to_dict`), for rendering without recompiling.
 
-    The rebuilt report has no HLO module and no topology (its `analysis` holds only the argument table), so it
-    can be rendered (every format) but not repriced or re-checked: `reprice` and the rules that price
-    alternatives raise an `AnalyzerError` that says so. Sweeps use it to bring the best candidate's report back from a worker process.
+    The rebuilt report has no HLO module (its `analysis` holds the argument table and the `Topology` its
+    `topology_spec` describes), so it can be rendered (every format) and checked by the rules, which price
+    alternatives on that topology, but not repriced: `reprice` raises an `AnalyzerError` that says so, as the
+    rules that price alternatives do for a report written without a `topology_spec`. Sweeps use it to bring the best candidate's report back from a worker process.
 
     Args:
       data: a dict following docs/report-schema.json.
@@ -257,6 +263,7 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
     """
     import pandas as pd
 
+    from analyzer.analysis.topology_json import topology_from_dict
     from analyzer.diagnostics import Diagnostic, Location, Severity
     from analyzer.errors import AnalyzerError
 
@@ -294,6 +301,8 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
     m = data.get("mesh")
     mesh = None if m is None else MeshInfo(tuple(m["axis_names"]), tuple(m["axis_sizes"]), tuple(m["device_ids"]),
                                            tuple(m.get("axis_types", ())))
+    spec = data.get("topology_spec")
+    topology = topology_from_dict(spec, mesh.axis_names, mesh.axis_sizes) if spec is not None and mesh else None
     diagnostics = []
     for d in data.get("diagnostics", []):
         loc = d.get("location") or {}
@@ -310,5 +319,5 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         diagnostics=tuple(diagnostics), notes=tuple(data.get("notes", [])), warnings=tuple(data.get("warnings", [])),
         memory=None if data.get("memory") is None else dict(data["memory"]), name=data.get("name", ""),
         analysis=AnalysisContext(argument_rows=tuple(dict(a) for a in data["arguments"]) if data.get("arguments")
-                                 else None),
+                                 else None, topology=topology),
     )

@@ -11,8 +11,10 @@ topology the analysis priced them on (from `report.analysis`, an `AnalysisContex
     sum of collectives): the exposed time that disappears, `min(e_C, t_C - t'_C)` (docs/rules.md, "Savings
     in step time").
 
-There is one price: a report without its topology (rebuilt from JSON) cannot price alternatives, and
-`price` says so with an `AnalyzerError` instead of guessing another model.
+There is one price: the `Topology` the rows were priced on, kept on the report's `AnalysisContext` (a report
+rebuilt from JSON gets it back from its `topology_spec`, analyzer.analysis.topology_json). A report without one
+cannot price alternatives, and `price` says so with an `AnalyzerError` instead of guessing another model or
+reading a layout back from the sentence `Report.topology` says it in.
 """
 
 from __future__ import annotations
@@ -366,7 +368,7 @@ class Facts:
         module = report.hlo if report.hlo is not None else ctx.module
         hardware = ctx.hardware if ctx.hardware is not None else load_hardware(report.hardware)
         mesh = report.mesh
-        topology = ctx.topology if ctx.topology is not None else _rebuilt_topology(report, hardware)
+        topology = ctx.topology if ctx.topology is not None else _default_topology(report, hardware)
         mesh_axes = tuple(mesh.axis_names) if mesh is not None else ()
         axes = {a: topology.axis_info(a) for a in mesh_axes} if topology is not None else {}
         frame = report.collectives
@@ -436,35 +438,17 @@ def _axes(i: int, row: Mapping[str, Any], record: Any) -> tuple[str, ...]:
     return tuple(axes)
 
 
-def _rebuilt_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
-    """The topology of a report that lost its live one (rebuilt from JSON, or made by hand), when its
-    description says how to rebuild it: a mesh laid in order on a named slice (or, with no description, on
-    the smallest slice that holds the mesh, as the cpu target does), or placed on a named slice where
-    jax.make_mesh would place it (computed again with jax's mesh utilities). A mesh placed by TPU device coordinates
-    cannot be rebuilt from text: None, and pricing says so."""
-    import re
-
+def _default_topology(report: Any, hardware: HardwareSpec) -> Topology | None:
+    """The topology of a report that carries no `Topology` (`AnalysisContext.topology`): a report made by hand,
+    which describes no layout at all (`Report.topology` empty), has its mesh laid in order on the smallest slice
+    that holds it, as the cpu target's analysis lays it. Any other (a report rebuilt from JSON written without
+    its `topology_spec`) has none: its sentence is for people, and pricing says it cannot."""
     from analyzer.theory.topology import Topology
 
     mesh = report.mesh
-    if mesh is None:
+    if mesh is None or str(report.topology or ""):
         return None
-    text = str(report.topology or "")
-    if "devices' physical coords" in text or "devices' coords" in text or "given mapping" in text:
-        return None
-    if "placed where jax.make_mesh" in text or "placed where jax's hybrid mesh" in text:
-        # jax's placement on the named slice (or slices), computed again
-        from analyzer.compile.placement import placed_topology
-        from analyzer.theory.topology import parse_slice
-
-        named = re.search(r"slice (\S+):", text)
-        if named is None:
-            return None
-        placed = placed_topology(hardware, parse_slice(named.group(1), hardware), mesh.axis_names,
-                                 mesh.axis_sizes, declared=": declared" in text)
-        return placed[0] if placed is not None else None
-    m = re.search(r"slice (\S+): declared", text)  # else the smallest slice, chosen again the same way
-    return Topology.for_mesh(hardware, mesh.axis_names, mesh.axis_sizes, topology=m.group(1) if m else None)
+    return Topology.for_mesh(hardware, mesh.axis_names, mesh.axis_sizes)
 
 
 def _find_instruction(module: HloModule | None, computation: str, name: str
