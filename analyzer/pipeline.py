@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
     from analyzer.analysis.dots import Dot
     from analyzer.analysis.graph import CallGraph
+    from analyzer.analysis.costs import ProgramCosts
     from analyzer.analysis.step import StepPrediction
     from analyzer.theory.hardware import HardwareSpec
     from analyzer.hlo.ir import HloModule
@@ -489,6 +490,7 @@ def build_report(
     if any(c.branch for c in rows):
         notes.append("Collectives inside conditional branches are counted as if their branch runs; totals take "
                      "the costliest branch of each conditional.")
+    from analyzer.analysis.costs import ProgramCosts
     from analyzer.analysis.step import predict_step
 
     chips = mesh.size if mesh is not None and mesh.size > 1 else None
@@ -496,14 +498,16 @@ def build_report(
     if flops is None and chips:
         notes.append("Model FLOPs counted as the partitioned program's FLOPs times the chips (no program before "
                      "partitioning was read): work a plan repeats on several chips counts as model work.")
-    step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops)
-    totals = _totals(rows, dots, hw, step)
+    costs = ProgramCosts(module, dots, hw)  # what each instruction costs on `hw`, asked by all that follows
+    step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops, costs=costs)
+    totals = _totals(rows, dots, costs, step)
     collectives_df = _collectives_frame(rows, step.exposed_rows)
-    dots_df = _dots_frame(dots, module, hw, flops, step.chips)
+    dots_df = _dots_frame(dots, module, costs, flops, step.chips)
     warnings = (*warnings, *_lenient_warnings(module))  # (after the analysis: what it read of a lazy parse counts)
     memory = _memory(module, memory, hw, target, notes)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
-                               collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, **context)
+                               collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, costs=costs,
+                               **context)
     report = Report(
         collectives=collectives_df, dots=dots_df, totals=totals, hlo=module, mesh=mesh, hardware=hw.name,
         topology=_describe_topology(topo), target=target, notes=tuple(notes), memory=memory, name=name,
@@ -679,7 +683,7 @@ def _seconds(c: Collective) -> float:
     return float(c.cost.seconds) if c.cost is not None else 0.0
 
 
-def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: StepPrediction) -> Totals:
+def _totals(rows: list[Collective], dots: list[Dot], costs: ProgramCosts, step: StepPrediction) -> Totals:
     from analyzer.analysis.graph import branch_sum  # each conditional counted by its costliest branch
 
     comm = branch_sum([(c.branch, _seconds(c) * c.count) for c in rows])
@@ -691,7 +695,7 @@ def _totals(rows: list[Collective], dots: list[Dot], hw: HardwareSpec, step: Ste
         by_axis[label] = branch_sum([(c.branch, _seconds(c) * c.count) for c in rows if _axis_key(c) == label])
     comm_bytes = round(branch_sum([(c.branch, float(c.bytes) * c.count) for c in rows]))
     flops = branch_sum([(d.branch, d.flops * d.count) for d in dots])
-    matmul = branch_sum([(d.branch, d.flops * d.count / hw.flops_per_second(d.dtype)) for d in dots])
+    matmul = branch_sum([(d.branch, costs.dot_cost(d).peak_seconds * d.count) for d in dots])
     from analyzer.analysis.calibration import interval
 
     bars = interval(step.step_seconds, step.mfu)  # (the calibration runs' residuals: docs/step.md, "Error bars")
@@ -746,7 +750,7 @@ def _int_if_whole(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
-def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec, model: Any = None,
+def _dots_frame(dots: list[Dot], module: HloModule, costs: ProgramCosts, model: Any = None,
                 chips: int = 1) -> pd.DataFrame:
     import pandas as pd
 
@@ -758,13 +762,12 @@ def _dots_frame(dots: list[Dot], module: HloModule, hw: HardwareSpec, model: Any
     for d in dots:
         md = d.instruction.metadata
         shapes = [o.shape for o in d.instruction.operands]
-        rate = hw.flops_per_second(d.dtype)
         records.append({
             "instruction": d.instruction.name, "computation": d.computation,
             "op_name": (md.op_name or "") if md else "",
             "source": user_frame(module, md.stack_frame_id if md else None, md.source_file if md else None,
                                  md.source_line if md else None),
-            "flops": d.flops, "count": _int_if_whole(d.count), "seconds": d.flops / rate if rate else math.nan,
+            "flops": d.flops, "count": _int_if_whole(d.count), "seconds": costs.dot_cost(d).peak_seconds,
             "lhs_shape": str(shapes[0]) if shapes and shapes[0] is not None else "",
             "rhs_shape": str(shapes[1]) if len(shapes) > 1 and shapes[1] is not None else "",
             "out_shape": str(d.instruction.shape), "contracting": tuple(d.contracting), "notation": "",

@@ -46,7 +46,7 @@ def _inputs(synthetic: bool) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def digests(synthetic: bool) -> dict[str, str]:
+def digests(synthetic: bool, drop: tuple[str, ...] = ()) -> dict[str, str]:
     from analyzer.errors import AnalyzerError
     from analyzer.pipeline import analyze_hlo
 
@@ -54,7 +54,13 @@ def digests(synthetic: bool) -> dict[str, str]:
     out = {}
     for name, text, mesh in _inputs(synthetic):
         try:
-            js = analyze_hlo(text, mesh=mesh).to_json()
+            report = analyze_hlo(text, mesh=mesh)
+            if drop:  # (top-level keys a change added, so the rest can be compared with a run made before it)
+                from analyzer.analysis.serialize import dumps  # (what to_json writes with)
+
+                js = dumps({k: v for k, v in report.to_dict().items() if k not in drop}, indent=2)
+            else:
+                js = report.to_json()
             out[name] = hashlib.sha256(js.encode()).hexdigest()
         except AnalyzerError as e:
             out[name] = f"{type(e).__name__}: {e}"
@@ -65,6 +71,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the digests here (JSON)")
     ap.add_argument("--synthetic", action="store_true", help="also the 22 MB synthetic module")
+    ap.add_argument("--drop", action="append", default=[], metavar="KEY",
+                    help="leave this top-level key of every report out of its digest (one a change added); repeatable")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two digest files")
     args = ap.parse_args(argv)
     if args.compare:
@@ -77,7 +85,7 @@ def main(argv=None) -> int:
         return 1 if differ else 0
     from analyzer.fileio import write_atomic
 
-    d = digests(args.synthetic)
+    d = digests(args.synthetic, tuple(args.drop))
     if args.out:
         write_atomic(args.out, json.dumps(d, indent=1, sort_keys=True))
     errors = sum(":" in v for v in d.values())

@@ -18,6 +18,7 @@ from analyzer.hlo.opcodes import (ASYNC_COPIES, COLLECTIVE_KINDS, DEVICE_VARYING
 
 if TYPE_CHECKING:
     from analyzer.analysis.graph import CallGraph
+    from analyzer.hlo.sharding import HloSharding
 
 __all__ = [
     "DotUse",
@@ -317,19 +318,19 @@ def _array_dims(comp: Computation, name: str) -> tuple[int, ...]:
     return shape.dims if shape.is_array else ()
 
 
-def tile_coords(sharding: object, device: int) -> tuple[int, ...] | None:
+def tile_coords(sharding: HloSharding | None, device: int) -> tuple[int, ...] | None:
     """The data-tile coordinates device `device` holds under an HLO sharding (None: unknown/maximal).
 
     Replicated shardings give `()` for every device.
     """
-    kind = getattr(sharding, "kind", None)
+    kind = sharding.kind if sharding is not None else None
     if kind == "replicated":
         return ()
-    if kind != "tiled":
+    if sharding is None or kind != "tiled":
         return None
-    ids = sharding.device_ids  # type: ignore[attr-defined]
-    dims = sharding.tile_dims  # type: ignore[attr-defined]
-    k = len(sharding.data_tile_dims)  # type: ignore[attr-defined]
+    ids = sharding.device_ids
+    dims = sharding.tile_dims
+    k = len(sharding.data_tile_dims)
     try:
         flat = ids.index(device)
     except ValueError:

@@ -32,10 +32,13 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import MeshError
 from analyzer.theory.mesh import MeshInfo, mesh_from_any, parse_mesh_spec
+
+if TYPE_CHECKING:
+    from analyzer.hlo.ir import HloModule
 
 __all__ = [
     "AxisSpan",
@@ -347,7 +350,7 @@ class SourceFrames:
 _NOT_A_LIBRARY = frozenset({"jax", "jaxlib", "python", "analyzer"})
 
 
-def source_frames(module: object, frame_id: int | None, fallback_file: str | None = None,
+def source_frames(module: HloModule, frame_id: int | None, fallback_file: str | None = None,
                   fallback_line: int | None = None) -> SourceFrames:
     """The user's frame and the library frame of a stack-frame id (see `SourceFrames`).
 
@@ -361,7 +364,7 @@ def source_frames(module: object, frame_id: int | None, fallback_file: str | Non
       frame_id: `metadata.stack_frame_id`.
       fallback_file, fallback_line: `metadata.source_file` / `source_line`.
     """
-    chain = module.frame_chain(frame_id) if frame_id is not None else ()  # type: ignore[attr-defined]
+    chain = module.frame_chain(frame_id) if frame_id is not None else ()
     own = _USER_PACKAGES.get()
     packages = [None if p in own else p for p in (package_of(f.file) for f in chain)]
     for i, (f, pkg) in enumerate(zip(chain, packages)):

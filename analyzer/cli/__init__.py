@@ -11,7 +11,6 @@ SIGHUP end a command like Ctrl-C (its cleanup runs, its children stop) with stat
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import sys

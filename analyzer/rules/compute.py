@@ -131,7 +131,7 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     step = getattr(analysis, "step", None)
     if mf is None or mf.module is None or step is None or report.mesh is None or report.mesh.size <= 1:
         return
-    executed, seconds, where = _work_by_op(analysis, step.chips, ctx.facts.hardware)
+    executed, seconds, where = _work_by_op(analysis, step.chips, ctx.facts.costs)
     threshold = float(ctx.option("min_redundancy"))
     ops = [(key, done, mf.by_op.get(key, 0.0)) for key, done in executed.items()]
     ops = [(key, done, model) for key, done, model in ops if model > 0 and done >= threshold * model]
@@ -158,7 +158,7 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     )
 
 
-def _work_by_op(analysis: Any, chips: int, hw: Any) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+def _work_by_op(analysis: Any, chips: int, costs: Any) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
     """Per op (`analyzer.analysis.dots.op_key`), remat recompute aside: the FLOPs all chips execute per step,
     the seconds its dots take per chip at the peak of their dtype, and its first `Dot` record."""
     from analyzer.analysis.dots import is_remat, op_key
@@ -171,8 +171,7 @@ def _work_by_op(analysis: Any, chips: int, hw: Any) -> tuple[dict[str, float], d
             continue
         key = op_key(d, analysis.module)
         executed[key] = executed.get(key, 0.0) + d.flops * d.count * chips
-        rate = hw.flops_per_second(d.dtype)
-        seconds[key] = seconds.get(key, 0.0) + (d.flops * d.count / rate if rate else 0.0)
+        seconds[key] = seconds.get(key, 0.0) + costs.dot_cost(d).peak_seconds * d.count
         where.setdefault(key, d)
     return executed, seconds, where
 

@@ -30,6 +30,7 @@ from analyzer.errors import AnalyzerError
 from analyzer.hlo.ir import Computation, HloModule, Instruction
 
 if TYPE_CHECKING:
+    from analyzer.analysis.costs import ProgramCosts
     from analyzer.analysis.dots import Dot
     from analyzer.rules.arguments import ArgumentArray
     from analyzer.theory.hardware import HardwareSpec
@@ -215,12 +216,25 @@ class Facts:
     axis_sizes: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
     # the analysis's `Dot` records (`AnalysisContext.dots`): a dot's FLOPs are its record's, never counted again.
     dots: tuple[Dot, ...] = field(default=(), repr=False, compare=False)
+    # what each instruction costs on `hardware` (`AnalysisContext.costs`, analyzer.analysis.costs): a dot's seconds
+    # are asked of it, never computed here.
+    program_costs: Any = field(default=None, repr=False, compare=False)
 
     @cached_property
     def _dot_records(self) -> dict[int, Dot]:
         # by the instruction's identity (the record holds it, so the id stays its own): a dot inside a fusion body
         # is reached from the collective's computation, whose name is not the record's
         return {id(d.instruction): d for d in self.dots}
+
+    @cached_property
+    def costs(self) -> ProgramCosts:
+        """The analysis's `ProgramCosts` (built here on the same module, records and hardware for a context made
+        by hand without them)."""
+        if self.program_costs is not None:
+            return self.program_costs
+        from analyzer.analysis.costs import ProgramCosts
+
+        return ProgramCosts(self.module, self.dots, self.hardware)
 
     def dot_record(self, dot: Instruction) -> Dot | None:
         """The analysis's `Dot` record of the instruction `dot` (its FLOPs per execution, its dtype), or None
@@ -256,9 +270,6 @@ class Facts:
 
         return ici_threshold(self.hardware)
 
-    def flops_per_second(self, dtype: str) -> float:
-        """The chip's peak FLOPs/s for a dot in `dtype` (`HardwareSpec.flops_per_second`)."""
-        return self.hardware.flops_per_second(dtype)
 
     def users(self, comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
         """`dataflow.users_map(comp)`, computed once per computation of this report."""
@@ -379,6 +390,7 @@ class Facts:
         return Facts(module=module, hardware=hardware, axes=axes, collectives=tuple(colls), mesh_axes=mesh_axes,
                      topology=topology, cost_model=ctx.cost_model, step_known=step_known, args=ctx.args,
                      model_flops=getattr(getattr(report, "analysis", None), "model_flops", None), dots=tuple(ctx.dots),
+                     program_costs=ctx.costs,
                      axis_sizes=dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)) if report.mesh else {})
 
 

@@ -314,7 +314,7 @@ def _math(facts: Any, dots: Sequence[Instruction]) -> tuple[float, float]:
         record = facts.dot_record(dot)
         if record is not None:
             flops += record.flops
-            t_math += record.flops / facts.flops_per_second(record.dtype)
+            t_math += facts.costs.dot_cost(record).peak_seconds
     return flops, t_math
 
 

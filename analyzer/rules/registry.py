@@ -14,14 +14,16 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.errors import ConfigError, valid_choices
 from analyzer.numeric import number_problem
 
-if TYPE_CHECKING:
-    from analyzer.rules.context import RuleContext
+# What a rule is: a function of the `analyzer.rules.context.RuleContext` the runner gives it (its report, config and
+# facts) to its findings. Typed by what it returns only: the context, which names the running `Rule`, sits above this
+# module and is not imported back.
+RuleFunction = Callable[[Any], Iterable[Diagnostic]]
 
 __all__ = [
     "Option",
@@ -119,7 +121,7 @@ class Rule:
     name: str
     severity: Severity
     summary: str
-    check: Callable[[RuleContext], Iterable[Diagnostic]]
+    check: RuleFunction
     options: tuple[Option, ...] = ()
     predicts_saving: bool = True
 
@@ -147,14 +149,14 @@ class Rule:
                 return o
         raise KeyError(name)
 
-    def __call__(self, ctx: RuleContext) -> list[Diagnostic]:
+    def __call__(self, ctx: Any) -> list[Diagnostic]:
         return list(self.check(ctx))
 
 
 def rule(
     *, code: str, name: str, severity: Severity, summary: str, options: Iterable[Option] = (),
     predicts_saving: bool = True,
-) -> Callable[[Callable[[RuleContext], Iterable[Diagnostic]]], Rule]:
+) -> Callable[[RuleFunction], Rule]:
     """Declare a rule: `@rule(code="HA101", name="comm-bound-matmul", ...)` over its check function.
 
     The function's docstring is the rule's doc and must have the sections of `DOC_SECTIONS` as `## `
@@ -162,7 +164,7 @@ def rule(
     runner's negligible-saving filter (a budget or a memory limit is not a saving to weigh).
     """
 
-    def wrap(fn: Callable[[RuleContext], Iterable[Diagnostic]]) -> Rule:
+    def wrap(fn: RuleFunction) -> Rule:
         return Rule(code=code, name=name, severity=Severity(severity), summary=summary, check=fn,
                     options=tuple(options), predicts_saving=predicts_saving)
 

@@ -113,13 +113,25 @@ ENTRY e {
     assert dot_flops(inst)[0] == 2 * (1 * 3 * 32) * 8 * 3
 
 
-def test_rules_count_flops_with_the_analysis():
-    """No second FLOPs count: HA101 weighs collectives against `analyzer.analysis.dots.dot_flops`."""
-    from analyzer.analysis import dataflow
-    from analyzer.rules import matmul
+def test_rules_ask_the_analysis_for_a_dots_flops_and_time():
+    """No second FLOPs count and no second time: the rules read a dot's FLOPs from its `Dot` record and its seconds
+    from the report's `ProgramCosts` (analyzer.analysis.costs), the object the step model and the dots table ask."""
+    import inspect
 
-    assert matmul.dot_flops is dot_flops
-    assert not hasattr(dataflow, "dot_flops")
+    from analyzer.pipeline import analyze_hlo
+    from analyzer.rules import compute, matmul
+    from analyzer.rules.facts import Facts
+
+    for module in (compute, matmul):
+        source = inspect.getsource(module)
+        assert "flops_per_second" not in source and "dot_flops(" not in source, module.__name__
+    report = analyze_hlo(CPU_FIXTURE.read_text(), mesh="X=2,Y=4")
+    facts = Facts.from_report(report)
+    assert facts.costs is report.analysis.costs
+    records = report.analysis.dots
+    assert records and list(report.dots["seconds"]) == [facts.costs.dot_cost(d).peak_seconds for d in records]
+    assert report.totals.matmul_seconds == pytest.approx(
+        sum(facts.costs.dot_cost(d).peak_seconds * d.count for d in records if not d.branch))
 
 
 # ---------------------------------------------------------------------------------- cpu vs TPU, compiled
