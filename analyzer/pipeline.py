@@ -482,7 +482,7 @@ def build_report(
     before = _before_partitioning(context.get("lowered"), warnings)
     if before is not None and not module.argument_shardings:
         object.__setattr__(module, "argument_shardings", _argument_shardings(before))
-    rows = [map_collective(c, module, g, mesh, declared) for c in raw]
+    rows = [map_collective(c, module, g, mesh, declared, before) for c in raw]
     rows, price_note = _price_all(rows, topo, model)
     if price_note:
         notes.append(price_note)

@@ -23,7 +23,7 @@ from analyzer.analysis.collectives import is_movement_fusion
 from analyzer.analysis.dataflow import cause_metadata, consuming_dot
 from analyzer.analysis.mapping import (AxisSpan, collective_notation, einsum_subscripts, groups_to_axes,
                                        names_of_array, pairs_to_axes, pass_of, source_frames, user_frame)
-from analyzer.hlo.opcodes import RELABEL, VIEWS
+from analyzer.hlo.opcodes import ELEMENTWISE, MOVING_COLLECTIVES, RELABEL, VIEWS
 from analyzer.theory.mesh import MeshInfo
 
 if TYPE_CHECKING:
@@ -38,8 +38,14 @@ _SAME_DIMS = (RELABEL - VIEWS - {"transpose"}) | {"dynamic-slice", "slice"}  # (
 
 
 def map_collective(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInfo,
-                   declared: Mapping[str, tuple[str, ...]] | None = None) -> Collective:
+                   declared: Mapping[str, tuple[str, ...]] | None = None,
+                   unpartitioned: HloModule | None = None) -> Collective:
     """Axes, notation, global shape, source line and pass of one collective.
+
+    A reshard that a `with_sharding_constraint` forced (no matmul needs it; the constraint's layout is the one it
+    produces) takes the constraint's line, with the constraint whose layout it starts from as its context
+    (`_constraint_source`); `unpartitioned` (the program jax handed XLA) finds them when the module read has lost the
+    constraints (the TPU compiler's final HLO).
 
     The notation's letters are the program's names for the dimensions: the logical axis names declared for
     the argument it moves (`declared`, `analyzer.analysis.mapping.logical_names`), else the einsum subscripts
@@ -66,6 +72,8 @@ def map_collective(c: Collective, module: HloModule, g: CallGraph, mesh: MeshInf
     extra["context"] = frames.context
     extra["array"] = array
     extra["declared"] = _declared_at(g, c, module)
+    if dot is None and c.kind in MOVING_COLLECTIVES:
+        frames = _constraint_source(g, c, module, unpartitioned, frames, extra)
     return replace(c, axes=span.axes, axis_sizes=span.sizes, regular=span.regular, notation=notation,
                    before=before, after=after, unreduced=unreduced, global_shape=shape, source=frames.user,
                    pass_=pass_of(c.op_name) or pass_of(md.op_name if md else None), a2a_dims=a2a, extra=extra)
@@ -275,6 +283,118 @@ def _declared_at(g: CallGraph, c: Collective, module: HloModule) -> str:
             return ""
         inst = nxt
     return ""
+
+
+# Ops a layout flows through unchanged (sharding propagation carries it from operand to result, and back).
+_LAYOUT_FLOWS = ELEMENTWISE | RELABEL | _SAME_DIMS | {"custom-call"}
+_CONSTRAINT = "sharding_constraint"
+
+
+def _is_constraint(inst: Any) -> bool:
+    """A `with_sharding_constraint`: jax's `Sharding` custom-call before partitioning, the copy it becomes after."""
+    md = inst.metadata
+    return md is not None and (md.op_name or "").rstrip("/").endswith(_CONSTRAINT) and inst.opcode in (
+        "custom-call", "copy")
+
+
+def _nearest_constraint(comp: Any, start: Any, users: Mapping[str, list[Any]], forward: bool,
+                        limit: int = 48) -> Any:
+    """The nearest `with_sharding_constraint` from `start` along the data flow (forward: through its users;
+    backward: through its operands), passing only ops a layout flows through; None when there is none."""
+    seen = {start.name}
+    frontier = [start]
+    while frontier and len(seen) < limit:
+        nxt = []
+        for inst in frontier:
+            near = users.get(inst.name, []) if forward else [comp.by_name[n] for n in inst.operand_names
+                                                              if n in comp.by_name]
+            for other in near:
+                if other.name in seen:
+                    continue
+                seen.add(other.name)
+                if _is_constraint(other):
+                    return other
+                if other.opcode in _LAYOUT_FLOWS and other.shape.is_array:
+                    nxt.append(other)
+        frontier = nxt
+    return None
+
+
+def _users_of(comp: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for inst in comp.instructions:
+        for n in inst.operand_names:
+            out.setdefault(n, []).append(inst)
+    return out
+
+
+def _constraints_around(comp: Any, first: Any, last: Any) -> tuple[Any, Any]:
+    """(the constraint downstream of `last`, the constraint upstream of `first`), each None when there is none."""
+    users = _users_of(comp)
+    return (_nearest_constraint(comp, last, users, forward=True),
+            _nearest_constraint(comp, first, users, forward=False))
+
+
+def _same_site(inst: Any, op_name: str, line: str, before: HloModule) -> bool:
+    md = inst.metadata
+    return (md is not None and md.op_name == op_name
+            and user_frame(before, md.stack_frame_id, md.source_file, md.source_line) == line)
+
+
+def _constraints_before_partitioning(c: Collective, module: HloModule, before: HloModule) -> tuple[Any, Any]:
+    """The constraints around the ops of the program before partitioning that have the collective's op_name and
+    user line (the TPU compiler's final HLO keeps neither the constraints nor the ops between them): the one
+    downstream when all such ops agree on it, and the one upstream when those ops agree on that; else None."""
+    md = c.instruction.metadata if _named(c.instruction.metadata) else (c.site.metadata if c.site else None)
+    if md is None or not md.op_name:
+        return None, None
+    line = user_frame(module, md.stack_frame_id, md.source_file, md.source_line)
+    if not line:
+        return None, None
+    comp = before.entry
+    around = [_constraints_around(comp, inst, inst) for inst in comp.instructions
+              if _same_site(inst, md.op_name, line, before)]
+    downs = {d.name: d for d, _ in around if d is not None}
+    if len(downs) != 1:
+        return None, None
+    ups = {u.name: u for _, u in around if u is not None}
+    return next(iter(downs.values())), (next(iter(ups.values())) if len(ups) == 1 else None)
+
+
+def _constraint_source(g: CallGraph, c: Collective, module: HloModule, before: HloModule | None,
+                       frames: Any, extra: dict[str, Any]) -> Any:
+    """The source of a reshard a `with_sharding_constraint` forced: the frames of the constraint downstream of it
+    (whose layout it produces), with the constraint upstream (whose layout it starts from) in `extra`'s context
+    and the forcing one in `extra["declared"]`; `frames` unchanged when no constraint forced it."""
+    comp = g.module.by_name.get(c.computation)
+    if comp is None or c.instructions[-1] not in comp.by_name:
+        return frames
+    first = comp.by_name.get(c.instructions[0], c.instruction)
+    down, up = _constraints_around(comp, first, comp.by_name[c.instructions[-1]])
+    where = module
+    if down is None and before is not None and not any(_is_constraint(i) for i in comp.instructions):
+        down, up = _constraints_before_partitioning(c, module, before)
+        where = before
+    if down is None:
+        return frames
+    md = down.metadata
+    forced = source_frames(where, md.stack_frame_id, md.source_file, md.source_line)
+    if not forced.user:
+        return frames
+    context = [forced.context] if forced.context else []
+    if up is not None:
+        umd = up.metadata
+        start = user_frame(where, umd.stack_frame_id, umd.source_file, umd.source_line)
+        if start and start != forced.user:
+            same_file = start.rpartition(":")[0] == forced.user.rpartition(":")[0]
+            context.append(f"from the layout of the with_sharding_constraint at "
+                           f"{'line ' + start.rpartition(':')[2] if same_file else start}")
+    if frames.user and frames.user not in (forced.user,) and not up:
+        context.append(f"reshards the value made at {frames.user}")
+    extra["context"] = "; ".join(context)
+    extra["declared"] = forced.user
+    extra["op"] = "reshard for with_sharding_constraint"
+    return forced
 
 
 def _trace_to_argument(g: CallGraph, c: Collective, follow: frozenset[str] = frozenset()

@@ -4,10 +4,10 @@ sharding (sharding.md, "Our final communication primitive: the AllToAll"; case 4
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from analyzer.diagnostics import Diagnostic, Severity
+from analyzer.diagnostics import Diagnostic, Location, Severity
 from analyzer.rules.common import axes_text, is_explicit_collective, partition_spec, sides
 from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import dot_uses, only_used_sliced
@@ -18,6 +18,19 @@ from analyzer.hlo.opcodes import MOVING_COLLECTIVES
 __all__ = ["resharding_traffic", "full_rematerialization"]
 
 
+
+
+def _location(c) -> Location:
+    """Where a reshard's finding points: its row's line (a with_sharding_constraint's, when one forced it), with
+    the row's context (the library frame, the constraint whose layout it starts from)."""
+    extra = getattr(c.record, "extra", None) or {}
+    return replace(c.location(), context=str(extra.get("context") or "") or None)
+
+
+def _forced_by(c) -> str:
+    """`file:line` of the with_sharding_constraint that forced a reshard, or ""."""
+    extra = getattr(c.record, "extra", None) or {}
+    return str(extra.get("declared") or "") if extra.get("op") == "reshard for with_sharding_constraint" else ""
 
 
 def _rematerialized(c, facts) -> bool:
@@ -98,18 +111,26 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
         else:
             change = (f"only changes the layout {before or '?'} -> {after or '?'} over {axes_text(c.axes)}: the "
                       "producer and its consumer disagree on the sharding")
+        forced = _forced_by(c)
+        held = partition_spec(before, facts.mesh_axes) if forced and before and spec else ""
+        if held:
+            fix = (f"write {held} (the layout the value already has) in the with_sharding_constraint at {forced}, "
+                   f"or give the value {spec} where it is made, so no reshard is needed between them")
+        elif spec:
+            fix = (f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
+                   f"or make the consumer accept {before}")
+        else:
+            fix = "give producer and consumer the same PartitionSpec, with the mesh axes in the same order"
         yield ctx.diagnostic(
             ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count),
-            location=c.location(),
+            location=_location(c),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"produce {after or 'the consumer layout'} directly (no collective)",
             alternative_seconds=0.0,
             step=step,
-            fix=(f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
-                 f"or make the consumer accept {before}") if spec else
-                "give producer and consumer the same PartitionSpec, with the mesh axes in the same order",
-            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
+            fix=fix,
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count, "forced_by": forced},
         )
 
 
@@ -173,7 +194,7 @@ def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
         yield ctx.diagnostic(
             FullRematerialization(axes=axes_text(c.axes), nbytes=c.bytes, seconds=c.seconds, alternative_seconds=alt,
                                   count=c.count),
-            location=c.location(),
+            location=_location(c),
             notation=c.notation or None,
             seconds=c.seconds * c.count,
             alternative=f"AllToAll_{axes_text(c.axes)} (or matching shardings: no collective)",
@@ -181,5 +202,6 @@ def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
             step=step,
             fix="keep the producer's and consumer's shardings equal, or reshard one mesh axis at a time "
                 "(each step an all-to-all)",
-            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count},
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count,
+                     "forced_by": _forced_by(c)},
         )
