@@ -154,10 +154,12 @@ def trace_events(report: Report) -> dict[str, Any]:
             args["notation"] = s.notation
         events.append({"name": s.label, "cat": s.kind, "ph": "X", "ts": s.start * 1e6, "dur": s.seconds * 1e6,
                        "pid": 1, "tid": tids[s.track], "args": args})
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"step_seconds": step.step_seconds, "compute_seconds": step.compute_seconds,
-                          "exposed_comm_seconds": step.exposed_comm_seconds, "hardware": report.hardware,
-                          "target": report.target, "overlap": step.overlap}}
+    other = {"step_seconds": step.step_seconds, "compute_seconds": step.compute_seconds,
+             "exposed_comm_seconds": step.exposed_comm_seconds, "hardware": report.hardware,
+             "target": report.target, "overlap": step.overlap}
+    if getattr(step, "axes_note", None):  # what a track such as `ICI data:(1)2` runs over (theory.notation)
+        other["sub_axes"] = step.axes_note
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 
 def write_trace(report: Report, path: str | os.PathLike[str]) -> Path:

@@ -41,6 +41,9 @@ __all__ = [
     "parse_collective",
     "Collective",
     "COLLECTIVE_NAMES",
+    "SUB_AXIS",
+    "sub_axis_meaning",
+    "sub_axes_note",
 ]
 
 # Collective kinds (HLO opcode names) -> the chapter's names.
@@ -107,6 +110,70 @@ def axis_size(names: tuple[str, ...], sizes: tuple[int, ...], axis: str) -> int:
             raise ShardingError(f"sub-axis {axis} does not divide mesh axis {base!r} of size {full}")
         return size
     return sizes[names.index(base)]
+
+
+# What a sub-axis label means: the one definition every report, trace and doc states (sub_axes_note).
+SUB_AXIS = ("a label X:(pre)size (XLA's spelling, also in the trace's track names, e.g. ICI X:(pre)size) is the "
+            "part of mesh axis X its group runs over: X's devices split, major to minor, into pre x size x the rest, "
+            "and the group is the size devices of the middle factor, so its members are (X's size) / (pre x size) "
+            "positions apart along X")
+
+_SUB_AXIS_LABEL = re.compile(r"(.+?):\((\d+)\)(\d+)")
+
+
+def sub_axis_meaning(label: str, mesh: Any) -> str | None:
+    """What one sub-axis label is on a mesh (dict, jax Mesh, `MeshInfo`, names and sizes of a `Topology`...), in
+    words; None when `label` is a whole axis. A label whose axis the mesh lacks, or that does not divide it, is
+    described by its size alone.
+
+    Example:
+        >>> sub_axis_meaning("data:(1)2", {"data": 8, "fsdp": 32})
+        "data:(1)2 is 2 of data's 8 (1 x 2 x 4: the major factor: 2 positions 4 apart)"
+        >>> sub_axis_meaning("fsdp:(8)4", {"data": 8, "fsdp": 32})
+        "fsdp:(8)4 is 4 of fsdp's 32 (8 x 4 x 1: 4 neighbouring positions, 1 apart)"
+        >>> sub_axis_meaning("data", {"data": 8}) is None
+        True
+    """
+    m = _SUB_AXIS_LABEL.fullmatch(str(label))
+    if m is None:
+        return None
+    name, pre, size = m.group(1), int(m.group(2)), int(m.group(3))
+    try:
+        names, sizes = mesh_axes(mesh) if mesh is not None else ((), ())
+    except ShardingError:
+        names, sizes = (), ()
+    full = sizes[names.index(name)] if name in names else None
+    if full is None or full % (pre * size):
+        return f"{label} is {size} of {name}'s devices"
+    rest = full // (pre * size)
+    if rest == 1:
+        where = f"{size} neighbouring positions, 1 apart"
+    elif pre == 1:
+        where = f"the major factor: {size} positions {rest} apart"
+    else:
+        where = f"{size} positions {rest} apart"
+    return f"{label} is {size} of {name}'s {full} ({pre} x {size} x {rest}: {where})"
+
+
+def sub_axes_note(labels: Any, mesh: Any) -> str | None:
+    """The report's note on sub-axis labels: `SUB_AXIS`, then what each label among `labels` (axis labels, or
+    groups of them such as the collectives' axes) is on `mesh`; None when none is a sub-axis. Every place that
+    shows a sub-axis (the report's notes in each format, the trace) states this text, so it is written once.
+
+    Example:
+        >>> print(sub_axes_note([("fsdp:(8)4",), ("data:(1)2",), ("fsdp",)], {"data": 8, "fsdp": 32}))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        Sub-axes: a label X:(pre)size (XLA's spelling, also in the trace's track names, e.g. ICI X:(pre)size) is
+        the part of mesh axis X its group runs over: X's devices split, major to minor, into pre x size x the
+        rest, and the group is the size devices of the middle factor, so its members are (X's size) / (pre x
+        size) positions apart along X. Here: data:(1)2 is 2 of data's 8 (1 x 2 x 4: the major factor: 2
+        positions 4 apart); fsdp:(8)4 is 4 of fsdp's 32 (8 x 4 x 1: 4 neighbouring positions, 1 apart).
+    """
+    flat = [a for group in labels for a in ((group,) if isinstance(group, str) else group)]
+    parts = [t for t in (sub_axis_meaning(a, mesh) for a in sorted({str(a) for a in flat})) if t]
+    if not parts:
+        return None
+    return f"Sub-axes: {SUB_AXIS}. Here: " + "; ".join(parts) + "."
 
 
 def _factor_range(axis: str) -> tuple[str, float, float]:
