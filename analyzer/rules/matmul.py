@@ -955,7 +955,7 @@ def gathered_larger_operand(ctx: RuleContext) -> Iterator[Diagnostic]:
                 if c.bytes < min_ratio * v_out:
                     continue
                 alt = facts.price_like(c, "reduce-scatter", v_out, c.axes)
-                spec = _contracting_spec(comp, dot, 1 - use.operand, whole, c.axes)
+                spec = _contracting_spec(comp, dot, 1 - use.operand, whole, c.axes, facts.arguments.specs)
                 yield from _emit(ctx, c, dot, comp, alt, min_saving, gathered=True, v_other=v_out, spec=spec)
             elif c.kind in REDUCING_COLLECTIVES and use is None:
                 for k in (0, 1):
@@ -982,25 +982,37 @@ def _operand(comp: Computation, dot: Instruction, k: int) -> Instruction | None:
 
 
 def _contracting_spec(comp: Computation, dot: Instruction, k: int, whole: Instruction,
-                      axes: tuple[str, ...]) -> str:
-    """`name: P(None, 'X')`: the PartitionSpec that shards operand k's contracting dim over `axes`.
+                      axes: tuple[str, ...], specs: Mapping[str, Sequence[Sequence[str]]]) -> tuple[str, str, str]:
+    """(the argument's name, its PartitionSpec now, the one to write) to shard operand k's contracting dim over
+    `axes`: the axes it has on its other dims kept (a `[M, K_model]` weight becomes `P('X', 'model')`, never
+    `P('X')`), `axes` taken off any other dim (a mesh axis shards one dim) and added to the contracting dim after
+    the axes it has; ("", "", "") unless the operand is an argument read unchanged (same rank, so the dim index is
+    the argument's).
 
-    Only when the operand is the dot's input unchanged (same rank), so the dim index is the argument's.
+    `specs`: each argument's spec by dim (`analyzer.analysis.roles.Arguments.specs`, from the program before
+    partitioning); an argument it lacks is read off its own sharding, else taken as replicated.
     """
+    from analyzer.analysis.roles import sharding_axes
+    from analyzer.rules.compute import spec_text
+
     dims = contracting_dims(dot, k)
-    if len(dims) != 1 or not whole.shape.is_array or whole.shape.rank != len(dot.operands[k].shape.dims or ()):
-        return ""
-    entries = ["None"] * whole.shape.rank
-    entries[dims[0]] = repr(axes[0]) if len(axes) == 1 else "(" + ", ".join(repr(a) for a in axes) + ")"
-    while entries and entries[-1] == "None":
-        entries.pop()
-    md = whole.metadata
-    name = md.op_name if whole.opcode == "parameter" and md is not None and md.op_name else "the replicated operand"
-    return f"{name}: P({', '.join(entries)})"
+    if (len(dims) != 1 or whole.opcode != "parameter" or not whole.shape.is_array
+            or whole.shape.rank != len(dot.operands[k].shape.dims or ())):
+        return "", "", ""
+    name = argument_name(whole)
+    now = [tuple(d) for d in (specs.get(name) or sharding_axes(whole) or [() for _ in whole.shape.dims])]
+    if len(now) != whole.shape.rank:
+        return "", "", ""
+    bases = tuple(a.split(":(")[0] for a in axes)  # a sub-axis collective (`X:(1)2`): the spec names the axis
+    new = [tuple(a for a in d if a not in bases) for d in now]
+    new[dims[0]] = tuple(dict.fromkeys(new[dims[0]] + bases))
+    if new == now:
+        return "", "", ""
+    return name, spec_text(now), spec_text(new)
 
 
 def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: float, min_saving: float, *,
-          gathered: bool, v_other: float, spec: str = "") -> Iterator[Diagnostic]:
+          gathered: bool, v_other: float, spec: tuple[str, str, str] = ("", "", "")) -> Iterator[Diagnostic]:
     step = ctx.facts.step_saving([(c, alt)])
     if step.seconds < min_saving or alt >= c.seconds:
         return
@@ -1013,9 +1025,10 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
             gathered_bytes=c.bytes, output_bytes=v_other, axes=axes, seconds=c.seconds, alternative_seconds=alt,
             dot=dot_notation)
         alternative = f"local matmul, then ReduceScatter_{axes} of the output ({fmt_b(v_other)})"
-        fix = ((f"shard {spec}" if spec else
+        name, now, proposed = spec
+        fix = ((f"{name}: {now} -> {proposed}, its contracting dim over {axes} as well" if name else
                 f"shard the replicated operand's contracting dim over {axes} as well (e.g. P('{c.axes[0]}', None) "
-                "for a [M, K] weight)") + f" so each device multiplies its own shards, and let the output be "
+                "for a [M, K] weight)") + f", so each device multiplies its own shards, and let the output be "
                f"sharded over {axes} (out_shardings) so XLA reduce-scatters it")
     else:
         message = ReductionCouldBeGather(reduced_bytes=c.bytes, gathered_bytes=v_other, axes=axes, seconds=c.seconds,
@@ -1032,5 +1045,9 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
         step=step,
         fix=fix,
         details={"bytes": c.bytes, "alternative_bytes": v_other, "ratio": c.bytes / v_other if v_other else None,
-                 "dot": dot.name, "count": c.count},
+                 "dot": dot.name, "count": c.count,
+                 # the argument's spec to write, for `--verify-fixes` (analyzer.workflows.verify); the output's
+                 # out_shardings half of the fix is the user's to make
+                 **({"fix_argument": spec[0], "partition_spec": spec[1], "proposed_partition_spec": spec[2],
+                     "fix_spec": {"arguments": {spec[0]: spec[2]}}} if gathered and spec[0] else {})},
     )

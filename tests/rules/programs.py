@@ -60,6 +60,16 @@ def gather_wide_operand(n: int, m_: int, k: int, out: P = P(None, "X")) -> Progr
     return Program(fn, (a, b), dict(mesh=mm, hardware="tpu-v5p", model="ideal"))
 
 
+def gather_wide_operand_2d() -> Program:
+    """A[N, M_X] . B[M, K_Y] on X=4, Y=2: B replicated over X but split over Y on K; XLA gathers A over X. HA102's
+    spec for B shards M over X and keeps K on Y (`P('X', 'Y')`, never `P('X')`)."""
+    mm = mesh((4, 2), ("X", "Y"))
+    a = arg(mm, (1024, 8192), P(None, "X"))
+    b = arg(mm, (8192, 1024), P(None, "Y"))
+    fn = jax.jit(lambda a, b: a @ b, out_shardings=NamedSharding(mm, P(None, ("Y", "X"))))
+    return Program(fn, (a, b), dict(mesh=mm, hardware="tpu-v5p", model="ideal"))
+
+
 # ---------------------------------------------------------------------------------------------- HA103
 def psum_then_slice(scatter: bool, n: int = 8 * 1024, d: int = 2048) -> Program:
     """shard_map: AllReduce then keep my shard (fires), against psum_scatter (quiet)."""

@@ -115,8 +115,18 @@ def test_gathered_larger_operand_saving_is_problem_9s_m_over_k(analysed):
     N, M, K = 1024, 8192, 1024
     gather, scatter = 2 * N * M / V5P_W, 2 * N * K / V5P_W  # AllGather A[N, M] vs ReduceScatter C[N, K]
     assert d.details["ratio"] == pytest.approx(M / K, rel=REL)
-    assert "b: P('X')" in d.fix  # B[M_X, K]: the replicated operand's contracting dim sharded
+    assert d.fix.startswith("b: P(None, None) -> P('X', None)")  # B[M_X, K]: its contracting dim sharded
+    assert d.details["fix_spec"] == {"arguments": {"b": "P('X', None)"}}  # what --verify-fixes applies
     assert d.saving_seconds == pytest.approx(gather - scatter, rel=REL)
+
+
+def test_gathered_larger_operand_spec_keeps_the_axes_the_operand_has(analysed):
+    """B[M, K_Y] replicated over X: the spec to write shards M over X and keeps K on Y (issue 26: a
+    `[F_model, D_data]` kernel was told `P('data')`, dropping 'model')."""
+    d = only(analysed("gather_wide_operand_2d()"), "HA102")
+    assert d.fix.startswith("b: P(None, 'Y') -> P('X', 'Y')")
+    assert d.details["partition_spec"] == "P(None, 'Y')" and d.details["proposed_partition_spec"] == "P('X', 'Y')"
+    assert d.details["fix_spec"] == {"arguments": {"b": "P('X', 'Y')"}}
 
 
 def test_gathered_larger_operand_quiet_when_gathering_is_cheaper(analysed):
