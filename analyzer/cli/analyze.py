@@ -27,6 +27,7 @@ examples:
   hlo-analyzer analyze examples.chapter:fsdp_tp_step --mesh X=4,Y=2 --target tpu:v5e:2x4 --json
   hlo-analyzer analyze train.py:step --mesh data=8,model=4 --hardware tpu-v5p --csv
   hlo-analyzer analyze examples.chapter:fsdp_step --mesh X=8 --trace step.json   # open in ui.perfetto.dev
+  hlo-analyzer analyze train.py:step --mesh data=4,model=2 --verify-fixes   # recompile each proposed fix
 """
 
 
@@ -41,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="XLA flags for the target's compiler, written with '=': --xla-flags='--xla_tpu_enable_async_"
                         "collective_fusion=true ...' (a TPU target takes all; cpu those its compiler knows; the "
                         "report names them)")
+    p.add_argument("--verify-fixes", action="store_true",
+                   help="apply each finding's proposed change (an argument's PartitionSpec, a mesh's sizes), "
+                        "recompile with it and show the predicted step after it beside the promised saving "
+                        "(one compile per distinct change)")
     add_pricing_options(p)
     add_output_options(p)
     add_timeout_option(p)
@@ -68,4 +73,10 @@ def run(args: argparse.Namespace) -> int:
         report = analyze(fn, *fargs, mesh=args.mesh, target=args.target, hardware=args.hardware,
                          topology=args.topology, model=args.model, **({"xla_flags": flags} if flags else {}),
                          **kwargs)
+        if args.verify_fixes:
+            from analyzer.workflows.verify import verify_fixes
+
+            entry = args.entry
+            report = verify_fixes(report, fn, fargs, kwargs, mesh=args.mesh, rebuild=lambda m: load_entry(entry, m),
+                                  topology=args.topology)
     return emit(report, args)

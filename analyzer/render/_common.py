@@ -98,6 +98,32 @@ def where(d: Diagnostic) -> str:
     return f"{text} ({context})" if context else text
 
 
+def verified_text(d: Diagnostic) -> str | None:
+    """What `--verify-fixes` found for a finding (analyzer.workflows.verify), in one line; None when it did not run.
+
+    Example:
+      >>> from analyzer.diagnostics import Diagnostic
+      >>> verified_text(Diagnostic("HA104", "n", "m", saving_seconds=7e-5, details={
+      ...     "verified_change": "batch['x'] -> P('data')", "verified_step_before_seconds": 2.5e-4,
+      ...     "verified_step_seconds": 7e-5, "verified_saving_seconds": 1.8e-4}))
+      "verified: saved 180 µs of the promised 70.0 µs (recompiled with batch['x'] -> P('data'): predicted step 250 µs -> 70.0 µs)"
+    """
+    details = d.details or {}
+    if "verified_saving_seconds" in details:
+        saved = float(details["verified_saving_seconds"])
+        promised = f" of the promised {format_seconds(d.saving_seconds)}" if d.saving_seconds else ""
+        head = (f"saved {format_seconds(saved)}{promised}" if saved >= 0 else
+                f"the step grows by {format_seconds(-saved)}" + (f", against a promised saving of "
+                                                                 f"{format_seconds(d.saving_seconds)}"
+                                                                 if d.saving_seconds else ""))
+        return (f"verified: {head} (recompiled with {details.get('verified_change', 'the change')}: predicted step "
+                f"{format_seconds(float(details.get('verified_step_before_seconds', 0.0)))} -> "
+                f"{format_seconds(float(details['verified_step_seconds']))})")
+    if "unverified_reason" in details:
+        return f"not verified: {details['unverified_reason']}"
+    return None
+
+
 def dot_label(record: dict) -> str:
     """How a matmul is named in a report: its notation, else the einsum of its op_name and its local shapes."""
     notation = str(record.get("notation") or "")
@@ -382,6 +408,9 @@ def what_to_do(report: Report) -> str | None:
             f"{format_seconds(top.saving_seconds)} per step to save")
     if first.fix:
         text += f". Change: {first.fix}"
+    said = verified_text(first) if "verified_saving_seconds" in (first.details or {}) else None
+    if said:  # `analyze --verify-fixes` recompiled it
+        text += f". {said[:1].upper()}{said[1:]}"
     return text + "."
 
 

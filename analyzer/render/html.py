@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.arguments import argument_rows
 from analyzer.render._common import (
+    verified_text,
     mfu_text,
     whatif_rows,
     collective_groups,
@@ -59,6 +60,7 @@ class _Finding:
     fix: str
     summary: str
     doc_html: str
+    verified: str = ""  # `analyze --verify-fixes`: the step after the change (render._common.verified_text)
 
 
 def _rule_info(code: str) -> tuple[str, str]:
@@ -105,7 +107,7 @@ def _findings(diagnostics: Sequence[Diagnostic]) -> list[_Finding]:
             alternative=d.alternative or "",
             alternative_seconds=format_seconds(d.alternative_seconds) if d.alternative_seconds is not None else "",
             saving=format_seconds(d.saving_seconds) if d.saving_seconds else "", fix=_inline(d.fix) if d.fix else "",
-            summary=summary, doc_html=doc_html,
+            summary=summary, doc_html=doc_html, verified=verified_text(d) or "",
         ))
     return out
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from analyzer.analysis.arguments import argument_rows
 from analyzer.render._common import (
+    verified_text,
     step_rows,
     mfu_text,
     step_sentence,
@@ -118,6 +119,9 @@ def findings_section(report: Report) -> str:
             lines.append(f"- Fix: {text(d.fix)}")
         if d.saving_seconds:
             lines.append(f"- **Saves {format_seconds(d.saving_seconds)} per step**")
+        if verified_text(d):  # `analyze --verify-fixes`
+            said = verified_text(d) or ""
+            lines.append(f"- {said[:1].upper()}{text(said[1:])}")
         parts.append("\n".join(lines).rstrip())
     return "\n\n".join(parts)
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from analyzer.render._common import (
+    verified_text,
     step_rows,
     mfu_text,
     step_sentence,
@@ -287,6 +288,8 @@ def findings_renderables(diagnostics: Sequence[Diagnostic], *, per_rule: int | N
             out.append(Text(f"    fix: {printable(d.fix)}", style="green"))
         if d.saving_seconds:
             out.append(Text(f"    saves {format_seconds(d.saving_seconds)} per step", style="bold green"))
+        if verified_text(d):  # `analyze --verify-fixes`
+            out.append(Text(f"    {printable(verified_text(d) or '')}", style="cyan"))
     for code, n in hidden.items():
         out.append(Text(f"... and {n} more {code} finding{'s' if n != 1 else ''} (all of them in the HTML, "
                         "Markdown and JSON reports)", style="dim"))
