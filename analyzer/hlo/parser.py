@@ -29,7 +29,7 @@ from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from sys import intern as _intern
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, names_callee
@@ -550,6 +550,19 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = Fals
     return parse_hlo(text, path=str(p), lazy=lazy, lenient=lenient)
 
 
+# The opcodes whose instructions `check_computations` checks one by one (an async op's chain is checked whole).
+_SYNC = frozenset(_verifier.OPCODES) - frozenset(_verifier._ASYNC_GENERIC)
+
+
+class _CallView(NamedTuple):
+    """What `check_computations` reads of a computation not parsed: its name, call instructions and place."""
+
+    name: str
+    instructions: tuple[Instruction, ...]
+    is_entry: bool
+    position: Position | None
+
+
 def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
     """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
     computation defined before its caller, the async-op structure) on a lazily parsed module, by what they need
@@ -569,16 +582,15 @@ def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
             head = module.entry.line_head()
             if head is not None:
                 check_alias_outputs(reading.source[:records[0]._span[1]], aliasing, head.shape)
-        calls = [c.call_instructions() for c in module.computations]
-        whole = set()  # (an async op's computation and what it wraps: the async chains are checked on them whole)
-        for c, insts in zip(module.computations, calls):
-            for i in insts:
-                if i.opcode not in _verifier.OPCODES or i.opcode in _verifier._ASYNC_GENERIC:
-                    whole.add(c.name)
-                    whole.update(i.called_computations)
+        comps = module.computations
+        calls = [c.call_instructions() for c in comps]
+        # (what writes an async op, and what one wraps, is checked whole: the async chains are checked on them)
+        whole = {c.name for c in comps if not _SYNC.issuperset(c.written)}
+        for c, insts in zip(comps, calls):
+            if c.name in whole:
+                whole.update(n for i in insts if i.opcode not in _SYNC for n in i.called_computations)
         check_computations([c._parsed if c.name in whole or "_parsed" in c.__dict__
-                            else Computation(c.name, insts, is_entry=c.is_entry, position=c.position)
-                            for c, insts in zip(module.computations, calls)])
+                            else _CallView(c.name, insts, c.is_entry, c.position) for c, insts in zip(comps, calls)])
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, reading.source, reading.path) from None
 

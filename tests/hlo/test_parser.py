@@ -522,3 +522,19 @@ def test_a_long_garbage_line_is_rejected_in_linear_time():
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
                           cwd=__import__("pathlib").Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["Issue13AsyncDoneWithoutStart", "Issue13AsyncWrappedMismatch"])
+def test_a_lazy_parse_checks_async_chains_as_the_full_parse(name):
+    """The module-level checks run in the lazy parse itself; a computation that writes an async op is checked
+    whole there (its chain is more than its call lines), so the lazy parse rejects what the full parse rejects,
+    at the same place, before any question is asked."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "corpus" / f"{name}.invalid.hlo").read_text()
+    with pytest.raises(HloSemanticError) as full:
+        parse_hlo(text)
+    with pytest.raises(HloSemanticError) as lazy:
+        parse_hlo(text, lazy=True)
+    assert (lazy.value.message, lazy.value.line, lazy.value.column) == \
+        (full.value.message, full.value.line, full.value.column)
