@@ -213,6 +213,7 @@ def analyze_hlo(
     topology: str | None = None,
     config: Any = None,
     model: str = "topology",
+    xla_flags: Any = None,
 ) -> Report:
     """Report the collectives of an HLO dump.
 
@@ -224,6 +225,9 @@ def analyze_hlo(
         inferred from the collectives' device groups and named `axis_0, axis_1, ...` major to minor
         (`devices` when no structure shows), with a note.
       hardware, topology, config, model: as for `analyze`.
+      xla_flags: the XLA flags the dumped program ran with ("--xla_a=true ...", a list or a dict; see
+        `analyzer.compile.xlaflags.parse_xla_flags`): read by the step model's overlap model (docs/step.md, "The
+        user's XLA flags") and kept as `Report.analysis.xla_flags`.
     Returns:
       `Report` with target "dump".
     Raises:
@@ -263,8 +267,11 @@ def analyze_hlo(
     module = parse_hlo(text, path=path, lenient=True, lazy=True)
     graph = CallGraph.build(module)  # (the parse checked what a full parse checks of the module)
     info = mesh_from_any(mesh)
+    from analyzer.compile.xlaflags import parse_xla_flags
+
+    flags = parse_xla_flags(xla_flags, where="xla_flags")
     context = {"lowered": None, "in_shardings": None, "out_shardings": None, "args": None, "config": config,
-               "hlo_path": path}
+               "hlo_path": path, "xla_flags": flags or None}
     final = (path is not None and Path(path).name.endswith("after_optimizations.txt")) \
         or module.attributes.get("is_scheduled") == "true"
     warning = backend_final_warning(module) if final else None
@@ -499,7 +506,9 @@ def build_report(
         notes.append("Model FLOPs counted as the partitioned program's FLOPs times the chips (no program before "
                      "partitioning was read): work a plan repeats on several chips counts as model work.")
     costs = ProgramCosts(module, dots, hw)  # what each instruction costs on `hw`, asked by all that follows
-    step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops, costs=costs)
+    step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops, costs=costs,
+                        xla_flags=context.get("xla_flags"))
+    notes.extend(n for n in (step.flags_note, step.axes_note) if n)
     totals = _totals(rows, dots, costs, step)
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, costs, flops, step.chips)

@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.costs import ProgramCosts
 from analyzer.analysis.graph import branch_sum
-from analyzer.hlo.opcodes import COLLECTIVES, DOTS, LINK, NOP, SLICING, UNFUSED
+from analyzer.compile.xlaflags import OverlapFlags, overlap_flags
+from analyzer.hlo.opcodes import COLLECTIVES, DOTS, LINK, NOP, PASS_THROUGH, SLICING, UNFUSED
 
 if TYPE_CHECKING:
     from analyzer.analysis.collectives import Collective
@@ -116,6 +117,9 @@ class StepPrediction:
         draining), counted in the loop's iterations, which run whatever they carry (docs/step.md, "Pipeline
         bubble"); 0 without a pipeline loop.
       pipelines: one (loop, stages, iterations, bubble seconds, loop seconds) per pipeline loop execution.
+      flags_note: which of the user's XLA flags the overlap model applied and which not (None without flags).
+      axes_note: what the sub-axis labels of the collectives and their tracks (`fsdp:(1)4`, `ICI data:(1)2`)
+        mean, for the report's notes (None when no collective runs over part of an axis).
     """
 
     step_seconds: float
@@ -137,6 +141,8 @@ class StepPrediction:
     track_axes: Mapping[str, str] = field(default_factory=dict)
     bubble_seconds: float = 0.0
     pipelines: tuple[tuple[str, int, int, float, float], ...] = ()
+    flags_note: str | None = None
+    axes_note: str | None = None
 
 
 # ---------------------------------------------------------------------- the walk
@@ -174,8 +180,9 @@ class _Timeline:
 class _Walker:
     def __init__(self, module: HloModule, graph: CallGraph, collectives: Sequence[Collective],
                  dots: Sequence[Dot], hw: HardwareSpec, topology: Any, max_spans: int,
-                 costs: ProgramCosts | None = None):
+                 costs: ProgramCosts | None = None, flags: OverlapFlags | None = None):
         self.module = module
+        self.flags = flags if flags is not None else OverlapFlags()
         self.graph = graph
         self.hw = hw
         self.bw = float(hw.hbm_bandwidth)
@@ -194,6 +201,9 @@ class _Walker:
         self.row_seconds = [float(c.cost.seconds) if getattr(c, "cost", None) is not None else 0.0
                             for c in collectives]
         self.row_track = [self._track(c, topology) for c in collectives]
+        # a collective the user's flags make synchronous blocks the compute stream where it stands (the TPU
+        # target's scheduled HLO says itself which are)
+        self.blocking = [self.scheduled or c.kind in self.flags.synchronous_kinds for c in collectives]
         for r, c in enumerate(collectives):
             comp = module.by_name.get(c.computation)
             if comp is not None:
@@ -269,8 +279,9 @@ class _Walker:
         cheap = users = None
         if not self.fused:
             cheap, users = self._cheap_map(comp)
-        order, waits_at, trailing = self._plan(comp, loop, users)
+        order, waits_at, trailing, windowed = self._plan(comp, loop, users)
         t = 0.0
+        start_of: dict[int, float] = {}
         queue_free: dict[str, float] = {}
         end_of: dict[int, float] = {}
         runs: list[tuple[float, float, int]] = []  # (start, end, row) of every collective issued here
@@ -285,6 +296,7 @@ class _Walker:
                 queue = self.queue(track)
                 s = max(start, queue_free.get(queue, 0.0))
                 d = self.row_seconds[r]
+                start_of[r] = s
                 end_of[r] = s + d
                 runs.append((s, s + d, r))
                 queue_free[queue] = s + d
@@ -293,12 +305,12 @@ class _Walker:
                 if d > 0:
                     spans.append((track, s, d, name, comp.name, "collective", r, inst))
 
-        def wait(rows: list[int]) -> None:
+        def wait(rows: list[int], until: Mapping[int, float] | None = None) -> None:
             nonlocal t
             rows = [r for r in rows if r in end_of]
             if not rows:
                 return
-            end = max(end_of[r] for r in rows)
+            end = max((until or end_of)[r] for r in rows)
             if end > t:
                 stall = end - t
                 _charge(tl, stall, t, end, rows, runs, self.row_seconds)
@@ -308,8 +320,11 @@ class _Walker:
 
         for inst in order:
             name = inst.name
+            gathered = windowed.get(("into", name), [])
             for rows in waits_at.get(name, ()):
                 wait(rows)
+            if gathered:  # collective matmul: the dot starts once the first shard is there (docs/step.md)
+                wait(gathered, self._first_shards(gathered, start_of, end_of))
             roles = self.coll.get((comp.name, name))
             if roles:
                 sync = [r for r, role in roles if role == "sync"]
@@ -319,8 +334,7 @@ class _Walker:
                     issue(issued, t, name, inst)
                 if sync:
                     issue(sync, t, name, inst)
-                    if self.scheduled:
-                        wait(sync)
+                    wait([r for r in sync if self.blocking[r]])
                 if waited:
                     wait(waited)
                 if inst.opcode != "fusion":
@@ -332,6 +346,10 @@ class _Walker:
                 t = self._control(tl, t, comp, inst)
             else:
                 t = self._compute(tl, t, comp, inst, cheap, users, keep)
+            if gathered:  # the rest of the ring runs during the dot; what it outlasts the dot is waited for
+                wait(gathered)
+            for r in windowed.get(("from", name), ()):
+                self._last_shard_after(r, t, end_of, runs, queue_free, ready_at)
         # the end: wait for what the computation's result needs (not the trailing collectives of a loop body)
         rest = [r for r in end_of if r not in trailing]
         wait(rest)
@@ -446,11 +464,14 @@ class _Walker:
     def _plan(self, comp: Computation, loop: bool, users: Mapping[str, tuple[str, ...]] | None):
         """Execution order and where each collective is issued and waited for.
 
-        Returns (order, waits_at {instruction: [[rows], ...]}, trailing rows). Scheduled modules keep their order
-        and their own waits."""
+        Returns (order, waits_at {instruction: [[rows], ...]}, trailing rows, windowed), where windowed maps
+        ("into", dot) to the all-gathers a collective matmul runs during that dot and ("from", dot) to the
+        reduce-scatters of its result run during it (the user's `xla_tpu_enable_windowed_einsum_for_*` flags).
+        Scheduled modules keep their order and their own waits."""
         insts = list(comp.instructions)
+        windowed: dict[tuple[str, str], list[int]] = {}
         if self.scheduled or self.fused and not any((comp.name, i.name) in self.coll for i in insts):
-            return insts, {}, set()
+            return insts, {}, set(), windowed
         if users is None:
             users = dict(self.graph.flow(comp.name).users)
         pos = {i.name: k for k, i in enumerate(insts)}
@@ -461,9 +482,6 @@ class _Walker:
         moved: set[str] = set()
         waits_at: dict[str, list[list[int]]] = {}
         trailing: set[int] = set()
-        end_name = comp.root.name
-        import bisect
-
         for k, inst in enumerate(insts):
             roles = self.coll.get((comp.name, inst.name))
             if not roles:
@@ -471,32 +489,108 @@ class _Walker:
             rows = [r for r, _ in roles]
             first_use, reaches_heavy = self._first_use(comp, inst.name, users, pos, carried)
             if not reaches_heavy:
-                trailing.update(rows) if loop else None
-                waits_at.setdefault(end_name, []).append(rows)
+                if loop:  # drains under the next iteration; a DCN one only with the data-parallel pipelining flag
+                    trailing.update(r for r in rows if self.flags.dcn_pipelined
+                                    or not self.row_track[r].startswith("DCN"))
+                waits_at.setdefault(comp.root.name, []).append(rows)
             elif first_use is not None:
                 waits_at.setdefault(insts[first_use].name, []).append(rows)
-            # issue: at the start of the last heavy op before the first use, once its operands exist
-            use = first_use if first_use is not None else len(insts)
-            j = bisect.bisect_left(heavy, use) - 1
-            gate = heavy[j] if j >= 0 else 0
-            # a parameter or constant is there from the start, wherever the printer lists it (jit lists a
-            # weight's parameter just before its gather, after the matmul that could hide it), and so is a
-            # loop-invariant operand (a weight sliced by the counter can be sliced at the iteration's start)
-            ready = max((pos[o] + 1 for o in inst.operand_names if o in pos and o not in invariant
-                         and comp.by_name[o].opcode not in ("parameter", "constant")), default=0)
-            target = max(gate, ready)
+            if any(self.blocking[r] for r in rows):
+                continue  # synchronous (a flag says so): runs where it stands
+            target = self._issue_at(comp, inst, rows, insts, first_use, heavy, pos, invariant, windowed)
             if target != k and target < len(insts):
                 moves.setdefault(target, []).append(inst)
                 moved.add(inst.name)
+        _split_windowed_waits(waits_at, windowed)
         if not moves:
-            return insts, waits_at, trailing
+            return insts, waits_at, trailing, windowed
         order: list[Instruction] = []
         for k, inst in enumerate(insts):
             if k in moves:
                 order.extend(moves[k])
             if inst.name not in moved:
                 order.append(inst)
-        return order, waits_at, trailing
+        return order, waits_at, trailing, windowed
+
+    def _issue_at(self, comp: Computation, inst: Instruction, rows: Sequence[int], insts: Sequence[Instruction],
+                  first_use: int | None, heavy: Sequence[int], pos: Mapping[str, int], invariant: set[str],
+                  windowed: dict[tuple[str, str], list[int]]) -> int:
+        """Where (a position in `insts`) an asynchronous collective is issued: with the dot a collective matmul
+        runs it in (recorded in `windowed`); else at the start of the last heavy op before its first use, once
+        its operands exist, or as soon as they exist with async collective fusion over multiple steps."""
+        import bisect
+
+        into, source = self._collective_matmul(comp, inst, rows, insts, first_use)
+        if into is not None:
+            windowed.setdefault(("into", into), []).extend(rows)
+        if source is not None:  # issued with the dot whose result it scatters
+            windowed.setdefault(("from", insts[source].name), []).extend(rows)
+            return source
+        use = first_use if first_use is not None else len(insts)
+        j = bisect.bisect_left(heavy, use) - 1
+        gate = heavy[j] if j >= 0 else 0
+        # a parameter or constant is there from the start, wherever the printer lists it (jit lists a weight's
+        # parameter just before its gather, after the matmul that could hide it), and so is a loop-invariant
+        # operand (a weight sliced by the counter can be sliced at the iteration's start)
+        ready = max((pos[o] + 1 for o in inst.operand_names if o in pos and o not in invariant
+                     and comp.by_name[o].opcode not in ("parameter", "constant")), default=0)
+        # over multiple steps (xla_tpu_enable_async_collective_fusion_multiple_steps) a collective may span several
+        # compute ops: issued as soon as its operands exist; otherwise it overlaps the last dot before its use
+        return ready if self.flags.multiple_steps else max(gate, ready)
+
+    def _first_shards(self, rows: Sequence[int], start_of: Mapping[int, float],
+                      end_of: Mapping[int, float]) -> dict[int, float]:
+        """When the first shard of each all-gather a collective matmul runs is there: one ring step in."""
+        return {r: min(end_of[r], start_of[r] + self.row_seconds[r] / self._shards(r)) for r in rows if r in end_of}
+
+    def _last_shard_after(self, r: int, t: float, end_of: dict[int, float], runs: list[tuple[float, float, int]],
+                          queue_free: dict[str, float], ready_at: dict[str, float]) -> None:
+        """A reduce-scatter a collective matmul ran during the dot that ended at `t`: its last shard is sent after
+        the dot's last step, so it ends no earlier than `t` + one ring step (its run, its queue and its result
+        move with it)."""
+        if r not in end_of:
+            return
+        late = max(end_of[r], t + self.row_seconds[r] / self._shards(r))
+        queue = self.queue(self.row_track[r])
+        if queue_free.get(queue) == end_of[r]:
+            queue_free[queue] = late
+        runs[:] = [(a, late if (b, q) == (end_of[r], r) else b, q) for a, b, q in runs]
+        end_of[r] = late
+        own = self.rows[r].instruction.name
+        if own in ready_at:
+            ready_at[own] = max(ready_at[own], late)
+
+    def _shards(self, r: int) -> int:
+        """The devices of collective row `r`'s group (a collective matmul's ring has that many steps)."""
+        sizes = getattr(self.rows[r], "axis_sizes", ()) or ()
+        n = 1
+        for x in sizes:
+            n *= int(x)
+        return max(1, n)
+
+    def _collective_matmul(self, comp: Computation, inst: Instruction, rows: Sequence[int],
+                           insts: Sequence[Instruction], first_use: int | None) -> tuple[str | None, int | None]:
+        """Where the user's collective-matmul flags run collective `inst` during a dot: (the dot an all-gather
+        feeds, when its first use is that dot and `xla_tpu_enable_windowed_einsum_for_all_gather` is on; the
+        position of the dot whose result a reduce-scatter scatters, through ops that only reshape, with
+        `..._for_reduce_scatter`). (None, None) otherwise."""
+        kinds = {self.rows[r].kind for r in rows}
+        if kinds == {"all-gather"} and self.flags.windowed_all_gather and first_use is not None:
+            user = insts[first_use]
+            if self.holds_dot(user) and inst.name in user.operand_names:
+                return user.name, None
+        if kinds == {"reduce-scatter"} and self.flags.windowed_reduce_scatter and inst.operand_names:
+            name = inst.operand_names[0]
+            for _ in range(4):
+                src = comp.by_name.get(name)
+                if src is None:
+                    break
+                if self.holds_dot(src):
+                    return None, next((k for k, i in enumerate(insts) if i.name == src.name), None)
+                if src.opcode not in PASS_THROUGH or not src.operand_names:
+                    break
+                name = src.operand_names[0]
+        return None, None
 
     def _first_use(self, comp: Computation, name: str, users: Mapping[str, tuple[str, ...]],
                    pos: Mapping[str, int], carried: frozenset[int] = frozenset()) -> tuple[int | None, bool]:
@@ -577,6 +671,14 @@ class _Walker:
         if not (op in SLICING or (self.fused is False and (body.name, i.name) not in self.coll)):
             return False
         return bool(i.operands) and all(o in invariant for o in i.operand_names)
+
+
+def _split_windowed_waits(waits_at: dict[str, list[list[int]]], windowed: Mapping[tuple[str, str], list[int]]) -> None:
+    """Take the all-gathers a collective matmul runs during their dot out of that dot's plain waits: the walk
+    waits for their first shard before the dot and for the rest after it."""
+    for (role, name), rows in windowed.items():
+        if role == "into" and name in waits_at:
+            waits_at[name] = [[r for r in group if r not in rows] for group in waits_at[name]]
 
 
 def _carried_unchanged(body: Computation, param: Instruction) -> set[int]:
@@ -728,7 +830,7 @@ def _first_repeat(keys: Sequence[tuple], repeated: set, max_offset: int = 8) -> 
 def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Collective], dots: Sequence[Dot],
                  hardware: HardwareSpec, topology: Any, *, chips: int | None = None,
                  max_spans: int = 200_000, model: ModelFlops | None = None,
-                 costs: ProgramCosts | None = None) -> StepPrediction:
+                 costs: ProgramCosts | None = None, xla_flags: Mapping[str, Any] | None = None) -> StepPrediction:
     """The predicted step of `module` on `hardware` (see the module doc for the model).
 
     Args:
@@ -743,6 +845,9 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
         plan's redundant compute as model work.
       costs: the program's `ProgramCosts` on `hardware` (analyzer.analysis.costs), when the caller has them;
         built here otherwise.
+      xla_flags: the user's XLA flags ({name: value}, `Report.analysis.xla_flags`): what they change in the
+        overlap model of unscheduled modules (`analyzer.compile.xlaflags.overlap_flags`; docs/step.md, "The
+        user's XLA flags"); `StepPrediction.flags_note` says which were modelled.
 
     Returns:
       `StepPrediction`.
@@ -755,7 +860,8 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     """
     from analyzer.analysis.mapping import pass_of  # noqa: F401  (documented dependency of _loop_label)
 
-    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans, costs)
+    flags = overlap_flags(xla_flags)
+    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans, costs, flags)
     tl = w.timeline(module.entry.name)
     n = chips if chips is not None else max(1, module.num_partitions * max(1, module.replica_count))
     peak = float(hardware.peak_flops)
@@ -781,5 +887,36 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
         mfu=model_total / denom if denom > 0 else 0.0, hfu=executed / denom if denom > 0 else 0.0,
         overlap="schedule" if w.scheduled else "model", chips=n, peak_flops=peak, spans=spans,
         windows=windows, track_axes=dict(w.track_axes), bubble_seconds=tl.bubble, pipelines=tuple(tl.pipelines),
+        flags_note=flags.note() if not w.scheduled else _scheduled_flags_note(flags),
+        axes_note=subaxis_note([getattr(c, "axes", ()) or () for c in collectives], topology),
     )
+
+
+def subaxis_note(axes: Sequence[Sequence[str]], topology: Any) -> str | None:
+    """A sentence explaining each sub-axis label among the collectives' axes (`X:(pre)size`, XLA's spelling, also
+    in the trace's track names such as `ICI fsdp:(8)4`), or None when there is none.
+
+    Example:
+        >>> class T: axis_names, axis_sizes = ("data", "fsdp"), (8, 32)
+        >>> print(subaxis_note([("fsdp:(8)4",), ("data:(1)2",), ("fsdp",)], T()))  # doctest: +NORMALIZE_WHITESPACE
+        Sub-axes: a label X:(pre)size (XLA's spelling, also in the trace's track names, e.g. ICI X:(pre)size) is
+        the part of mesh axis X its group runs over: X's devices split, major to minor, into pre x size x the
+        rest, and the group is the size devices of the middle factor, so its members are (X's size) / (pre x
+        size) positions apart along X. Here: data:(1)2 is 2 of data's 8 (1 x 2 x 4: the major factor: 2
+        positions 4 apart); fsdp:(8)4 is 4 of fsdp's 32 (8 x 4 x 1: 4 neighbouring positions, 1 apart).
+    """
+    from analyzer.theory.notation import sub_axes_note
+
+    # (one explanation of the label, in analyzer.theory.notation, for every place that shows one)
+    mesh = list(zip(getattr(topology, "axis_names", ()) or (), getattr(topology, "axis_sizes", ()) or ()))
+    return sub_axes_note(axes, mesh)
+
+
+def _scheduled_flags_note(flags: OverlapFlags) -> str | None:
+    """A scheduled module's flags: the compiler already applied them; its schedule is read as it is."""
+    given = [*flags.modelled, *flags.not_modelled, *flags.unknown]
+    if not given:
+        return None
+    return ("XLA flags " + ", ".join(given) + ": the module was scheduled by the compiler they were given to, so "
+            "the step follows its schedule; the overlap model does not apply them again.")
 

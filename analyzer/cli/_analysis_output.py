@@ -27,6 +27,13 @@ def add_timeout_option(p: argparse.ArgumentParser, what: str = "the entry point 
                    help=f"give up on {what} after this many seconds and say where it was (default: no limit)")
 
 
+def add_xla_flags_option(p: argparse.ArgumentParser, instead: str) -> None:
+    p.add_argument("--xla-flags", metavar="FLAGS", default=None,
+                   help=f"the run's XLA flags, written with '=': --xla-flags='--xla_tpu_enable_async_collective_"
+                        f"fusion_multiple_steps=true ...' ({instead}); passed to the target's compiler and read by "
+                        "the step model (the report says which it modelled)")
+
+
 def add_pricing_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", metavar="NAME", default="tpu-v5e",
                    help="hardware spec to price on (default tpu-v5e; `hlo-analyzer hardware list`)")

@@ -75,9 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="TARGET", help="override the config's target: cpu or tpu:v5e:2x4")
     p.add_argument("--select", metavar="CODES", help="comma-separated codes or prefixes; replaces the config's")
     p.add_argument("--ignore", metavar="CODES", help="comma-separated codes or prefixes, added to the config's")
-    from analyzer.cli._analysis_output import add_timeout_option
+    from analyzer.cli._analysis_output import add_timeout_option, add_xla_flags_option
 
     add_timeout_option(p, "each entry point (import, call, compile); default: the config's `timeout`, else none")
+    add_xla_flags_option(p, "replaces the config's `xla-flags`")
     p.add_argument("--no-cache", action="store_true", help="compile every selected entry point, neither reading nor "
                    "writing the result cache (.hlo-analyzer-cache/; also `cache = false` in the config)")
     p.add_argument("--clear-cache", action="store_true", help="empty the result cache before checking")
@@ -130,6 +131,10 @@ def _load(args: argparse.Namespace, path: Path):
         overrides["mesh"] = parse_mesh(args.mesh)
     if args.timeout is not None:
         overrides["timeout"] = args.timeout
+    if getattr(args, "xla_flags", None):
+        from analyzer.compile.xlaflags import parse_xla_flags
+
+        overrides["xla_flags"] = parse_xla_flags(args.xla_flags)  # replaces the config's
     if args.hardware or args.target:
         from analyzer.rules.config import check_plan_keys
 
@@ -155,7 +160,7 @@ def _raw_table(path: Path) -> dict | None:
 def _analysis_options(args: argparse.Namespace) -> dict:
     """The command-line options that change an entry point's result (part of the cache key)."""
     return {"mesh": args.mesh, "hardware": args.hardware, "target": args.target, "select": args.select,
-            "ignore": args.ignore, "timeout": args.timeout}
+            "ignore": args.ignore, "timeout": args.timeout, "xla_flags": getattr(args, "xla_flags", None)}
 
 
 def _baseline(args: argparse.Namespace, root: Path, configured_name):

@@ -69,9 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "tpu-v5p@v5p:2x2x2,h100")
     p.add_argument("--limit", type=int, default=30, metavar="N", help="collectives listed in the terminal "
                    "report (default: 30)")
-    from analyzer.cli._analysis_output import add_timeout_option
+    from analyzer.cli._analysis_output import add_timeout_option, add_xla_flags_option
 
     add_timeout_option(p, "building and compiling the program")
+    add_xla_flags_option(p, "replaces the config's `xla-flags`")
     add_trace_option(p)
     p.add_argument("--no-cache", action="store_true", help="compute the report even when the result cache "
                    "(.hlo-analyzer-cache/ at the project root) holds it; a report written with -o is cached")
@@ -96,7 +97,7 @@ def _cached(args: argparse.Namespace, fmt: str):
     from analyzer.workflows.reportcache import open_report_cache
 
     options = {"hardware": args.hardware, "topology": args.topology, "what_if": list(args.what_if or ()),
-               "format": fmt, "timeout": args.timeout}
+               "format": fmt, "timeout": args.timeout, "xla_flags": args.xla_flags}
     return open_report_cache(args.config, options, no_cache=args.no_cache)
 
 
@@ -143,6 +144,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
+    if args.xla_flags:
+        from dataclasses import replace
+
+        from analyzer.compile.xlaflags import parse_xla_flags
+
+        config = replace(config, xla_flags=tuple(parse_xla_flags(args.xla_flags).items()))
     _refuse_inputs(args, config)
     if config.maxtext_argv is not None and config.target == "cpu":  # one fake CPU device per MaxText chip
         from analyzer.integrations.maxtext import request_cpu_devices

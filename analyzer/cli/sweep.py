@@ -156,9 +156,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-memory", type=_memory, metavar="SIZE", help="memory one compile asks Ray for, e.g. "
                    "8GiB (default 2GiB)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from analyzer.cli._analysis_output import add_timeout_option
+    from analyzer.cli._analysis_output import add_timeout_option, add_xla_flags_option
 
     add_timeout_option(p, "a plan (in its worker process; the plan is marked failed)")
+    add_xla_flags_option(p, "for every plan; replaces the config's `xla-flags`")
     p.set_defaults(func=run)
 
 
@@ -183,6 +184,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_report_config(args.config)
     check_plan_keys(args.hardware, args.topology, None)
+    if args.xla_flags:
+        from dataclasses import replace
+
+        from analyzer.compile.xlaflags import parse_xla_flags
+
+        config = replace(config, xla_flags=tuple(parse_xla_flags(args.xla_flags).items()))
     if args.output:  # the report must not replace a file the sweep reads (analyzer/fileio.py), before any work
         from analyzer.fileio import refuse_inputs
 

@@ -14,6 +14,7 @@ unknown one is a `ConfigError` that names the key, the file, the line, and what 
     topology = "v5e:2x4"                 # the physical slice the mesh is laid on
     mesh = { data = 4, model = 2 }       # axis name -> size, major to minor
     target = "cpu"                       # "cpu", "tpu:v5e:2x4", ...
+    xla-flags = "--xla_tpu_enable_async_collective_fusion_multiple_steps=true"  # the run's XLA flags (or a list)
     timeout = 600                        # seconds one entry point (its import, call and compile) may take
     entry-points = ["model.train:step"]  # module:function returning (jitted fn, abstract args); `check` runs them
     baseline = ".hlo-analyzer-baseline.json"
@@ -74,6 +75,7 @@ _TOP_KEYS: Mapping[str, str] = MappingProxyType(
         "cache": "cache",
         "cache-dir": "cache_dir",
         "cache-inputs": "cache_inputs",
+        "xla-flags": "xla_flags",
     }
 )
 
@@ -139,6 +141,9 @@ class Config:
       cache: whether `check` keeps results in its cache (analyzer/workflows/cache.py); cache_dir: where
         (relative to the project root; default `.hlo-analyzer-cache`); cache_inputs: globs of files the
         entry points read at run time, part of every result's key.
+      xla_flags: the run's XLA flags ({name: value}; `xla-flags`, a string or a list of `--xla_...=...`): `check`
+        compiles with them and the step model reads them (analyzer.compile.xlaflags; docs/step.md, "The user's
+        XLA flags").
       path: the file the config was read from, or None.
       origin: where `select`/`ignore` entries came from, for the unused-suppression rule (entry -> place).
     """
@@ -160,6 +165,7 @@ class Config:
     cache: bool = True
     cache_dir: str | None = None
     cache_inputs: tuple[str, ...] = ()
+    xla_flags: Mapping[str, Any] = field(default_factory=dict)
     path: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
 
@@ -437,6 +443,19 @@ def _budgets(raw_key: str, value: Any) -> Budgets:
     return Budgets(**b)
 
 
+def _xla_flags(raw_key: str, value: Any) -> dict[str, Any]:
+    from analyzer.compile.xlaflags import parse_xla_flags
+
+    if isinstance(value, Mapping) or not (isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(v, str) for v in value))):
+        raise _BadValue(f"{raw_key!r} must be a string of flags or a list of them, e.g. "
+                        "\"--xla_tpu_enable_async_collective_fusion_multiple_steps=true\"")
+    try:
+        return parse_xla_flags(value, where=repr(raw_key))
+    except ConfigError as e:
+        raise _BadValue(e.message) from None
+
+
 def _rule_tables(raw_key: str, value: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         raise _BadValue("'rules' must hold one table per rule: [tool.hlo-analyzer.rules.HA301]")
@@ -449,6 +468,7 @@ _READERS: Mapping[str, Callable[[str, Any], Any]] = MappingProxyType({
     "min_saving_seconds": _number, "min_saving_fraction": _number, "baseline_tolerance": _number,
     "cache": _switch, "hardware": _string, "topology": _string, "target": _string, "baseline": _string,
     "cache_dir": _string, "timeout": _timeout, "mesh": _mesh, "budgets": _budgets, "rules": _rule_tables,
+    "xla_flags": _xla_flags,
 })
 
 

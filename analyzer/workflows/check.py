@@ -448,6 +448,7 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
             hardware=config.hardware or "tpu-v5e",
             topology=config.topology,
             config=config,
+            **({"xla_flags": dict(config.xla_flags)} if config.xla_flags else {}),
             **kwargs,
         )
     return replace(report, name=report.name or entry.name)

@@ -11,6 +11,7 @@ rules to apply. The program is either the user's own entry point or the built-in
     target = "cpu"                       # "cpu" (fake devices) or "tpu:v5e:2x4" (libtpu AOT)
     hardware = "tpu-v5e"                 # `hlo-analyzer hardware list`, or a spec file path
     topology = "v5e:2x4"                 # optional: the slice the mesh is laid on
+    # xla-flags = "--xla_tpu_enable_async_collective_fusion_multiple_steps=true"  # the run's XLA flags (or a list)
 
     [mesh]                               # axis name = size, major to minor
     data = 4
@@ -102,6 +103,7 @@ TOP_KEYS: Mapping[str, str] = MappingProxyType({
     "target": "cpu or tpu:<generation>:<shape>",
     "hardware": "hardware spec name or path",
     "topology": "physical slice, e.g. v5e:2x4",
+    "xla_flags": "the run's XLA flags: a string or list of --xla_<name>=<value>",
     "data_axes": "mesh axes that shard the batch (default: all but the last)",
     "model_axis": "mesh axis for tensor/expert parallelism (default: the last)",
     "mesh": "table of axis name = size",
@@ -136,6 +138,8 @@ class ReportConfig:
       strategy: the template's strategy (None with `entry`).
       mesh: axis name -> size, major to minor.
       target, hardware, topology: where to compile and how to price.
+      xla_flags: the run's XLA flags as (name, value) pairs (`xla-flags`): passed to the compiler and read by the
+        step model (analyzer.compile.xlaflags).
       data_axes, model_axis: the template's axis roles (None: its defaults).
       rules_table: the `[rules]` and `[budgets]` tables in `[tool.hlo-analyzer]` form, for `rules_config`.
       sweep_mesh_shapes, sweep_strategies: defaults for `hlo-analyzer sweep`.
@@ -153,6 +157,7 @@ class ReportConfig:
     target: str = "cpu"
     hardware: str = "tpu-v5e"
     topology: str | None = None
+    xla_flags: tuple[tuple[str, Any], ...] = ()
     data_axes: tuple[str, ...] | None = None
     model_axis: str | None = None
     rules_table: Mapping[str, Any] = field(default_factory=dict)
@@ -490,6 +495,16 @@ def _read_top(key: str, raw: str, value: Any, data: Mapping[str, Any], c: _Check
         except AnalyzerError as e:
             raise c.error(str(e), raw) from None
         return {"target": value}
+    if key == "xla_flags":
+        from analyzer.compile.xlaflags import parse_xla_flags
+
+        if not (isinstance(value, str) or (isinstance(value, list) and _strings(value))):
+            raise c.error(f"{raw!r} must be a string of flags or a list of them, e.g. "
+                          "\"--xla_tpu_enable_async_collective_fusion_multiple_steps=true\"", raw)
+        try:
+            return {"xla_flags": tuple(parse_xla_flags(value, where=repr(raw)).items())}
+        except ConfigError as e:
+            raise c.error(e.message, raw) from None
     if key == "strategy":
         return {"strategy": _check_strategy(value, c.path, c)}
     if key == "data_axes":

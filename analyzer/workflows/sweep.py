@@ -421,14 +421,22 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
     if argv is not None:  # MaxText's own step, built by MaxText (analyzer.integrations.maxtext)
         from analyzer.integrations.maxtext import analyze_maxtext
 
+        if config.xla_flags:
+            from analyzer.errors import ConfigError
+
+            raise ConfigError("xla-flags with a maxtext: entry: MaxText's compile takes its flags from "
+                              "LIBTPU_INIT_ARGS; set them there", path=config.path)
+
         report = analyze_maxtext(argv, target=config.target, hardware=hardware or config.hardware or None,
                                  topology=topology, config=rules)
         return dc_replace(report, name=config.name or f"maxtext {' '.join(argv)}")
     fn, args, kwargs = config.build()
     if topology is None and hardware is None:
         topology = config.topology  # the config's slice belongs to the config's hardware
+    flags = dict(config.xla_flags)
     report = analyze(fn, *args, mesh=dict(config.mesh), target=config.target,
-                     hardware=hardware or config.hardware, topology=topology, config=rules, **kwargs)
+                     hardware=hardware or config.hardware, topology=topology, config=rules,
+                     **({"xla_flags": flags} if flags else {}), **kwargs)
     return dc_replace(report, name=config.title)
 
 

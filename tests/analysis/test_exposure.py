@@ -31,3 +31,14 @@ def test_no_collective_is_exposed_longer_than_it_runs(two_slices):
         assert step.exposed_rows[r] <= own * (1 + 1e-9) + 1e-12, (r, c.kind, step.exposed_rows[r], own)
     # and the exposure is all charged: per-row exposure adds up to the step's exposed communication
     assert sum(step.exposed_rows) == pytest.approx(step.exposed_comm_seconds, rel=1e-6)
+
+
+def test_every_sub_axis_label_shown_is_explained(two_slices):
+    # (issue 25 item 3) labels such as `fsdp:(8)4` in the rows and `ICI fsdp:(8)4` on the trace's tracks: the
+    # report's notes say what each one is, with its factors of the mesh axis
+    shown = {a for c in two_slices.analysis.collectives for a in c.axes if ":(" in a}
+    assert shown, "the fixture has collectives over part of an axis"
+    note = next(n for n in two_slices.notes if n.startswith("Sub-axes:"))
+    for label in shown:
+        assert f"{label} is " in note, label
+    assert any(":(" in track for track in two_slices.analysis.step.track_axes)
