@@ -7,8 +7,11 @@ every integer argument (token ids, labels); the right operands are the weights. 
 parameters carry the same names (their op_name is the argument's pytree path), so a dot there is read as:
 
   - "embedding": it reads an argument that an embedding lookup (a `gather`) also reads (a tied LM head);
-  - "moe dispatch/combine": it reads no weight and an all-to-all moves its operand or its output;
-  - "attention": it reads no weight and has batch dimensions (`QK^T`, `PV`);
+  - "moe dispatch/combine": it reads no weight and an all-to-all moves its operand or its output, or (with batch
+    dims) its result reaches an expert's FFN matmul or an operand comes from one (`_next_to_an_expert`): the
+    tokens' way to their experts and back, whichever collectives (all-to-all, permutes) move them;
+  - "attention": it reads no weight and has batch dimensions (`QK^T`, `PV`), unless it is a backward dot whose
+    result has a weight's dims: an expert FFN's batched weight gradient (the experts its batch dim);
   - "weight gradient": it reads no weight, in the backward pass (`x^T dy`: the tokens contracted);
   - "activation gradient": it reads a weight, in the backward pass (`dy W^T`);
   - "forward": it reads a weight (a layer's matmul; an expert's FFN).
@@ -26,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.hlo.opcodes import MOVING_COLLECTIVES, RELABEL
+from analyzer.hlo.opcodes import ELEMENTWISE, MOVING_COLLECTIVES, RELABEL
 
 __all__ = ["Arguments", "arguments", "argument_name", "dot_role", "sharding_axes", "ROLES"]
 
@@ -124,12 +127,25 @@ def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any 
     integer = {n for n, p in params.items() if p.shape.is_array and p.shape.element_type.startswith(("s", "u"))
                and p.shape.element_type != "pred"}
     batch = ({n for n in lhs if n not in rhs} | integer) - tables
-    weights = (rhs - set(lhs)) | tables
     ranked = sorted(batch, key=lambda n: (n not in integer, -lhs.get(n, 0), n))
+    batch |= _per_token(params, ranked, rhs - set(lhs) - tables)
+    weights = ((rhs - set(lhs)) | tables) - batch
     tokens, per_chip, name = _per_chip_batch(ranked, params, integer, axis_sizes, partitioned)
     specs = {n: tuple(tuple(d) for d in (sharding_axes(p) or [() for _ in p.shape.dims]))
              for n, p in params.items() if p.shape.is_array}
     return Arguments(frozenset(batch), frozenset(weights), frozenset(tables), per_chip, tokens, name, specs)
+
+
+def _per_token(params: Mapping[str, Any], ranked: list[str], candidates: set[str]) -> set[str]:
+    """The arguments read as right operands that hold one entry per token: their leading dims are the batch
+    argument's token dims (all but its features, at least two of them), such as a MoE's dispatch mask
+    `[G, S, E, C]` beside the tokens `[G, S, D]`; they are batch, not weights."""
+    first = next((params[n] for n in ranked if n in params and params[n].shape.is_array), None)
+    if first is None or len(first.shape.dims) < 3:
+        return set()
+    tokens = list(first.shape.dims[:-1])
+    return {n for n in candidates if n in params and params[n].shape.is_array
+            and list(params[n].shape.dims[:len(tokens)]) == tokens and len(params[n].shape.dims) > len(tokens)}
 
 
 def _entry_arguments(entry: Any) -> tuple[dict[str, Any], set[str], dict[str, int]]:
@@ -239,7 +255,80 @@ def dot_role(module: Any, comp: Any, dot: Any, args: Arguments, *, moved_by_all_
     if not weight:
         if moved_by_all_to_all:
             return "moe dispatch/combine"
-        if batch_dims:
-            return "attention"
-        return "weight gradient" if backward else "forward"
+        if not batch_dims or backward and _shaped_like_a_weight(module, dot, args):
+            return "weight gradient" if backward else "forward"
+        reads_weight = _weight_test(comp, entry, args, is_argument)
+        if _next_to_an_expert(comp, dot, reads_weight):
+            return "moe dispatch/combine"
+        return "attention"
     return "activation gradient" if backward else "forward"
+
+
+def _shaped_like_a_weight(module: Any, dot: Any, args: Arguments) -> bool:
+    """Whether a dot's result has the dims of a weight argument (in any order; a stacked weight's also without its
+    layer dim, for a scanned layer's gradient) as the partitioned module holds it: a batched weight gradient, such
+    as an expert FFN's `dW_in[e, d, f] = routed[e, g, c, d]^T dh[e, g, c, f]` (the experts its batch dim), not
+    attention's `QK^T`/`PV`, whose results are activations."""
+    entry = getattr(module, "entry", None)
+    if entry is None or not dot.shape.is_array or not args.weights:
+        return False
+    out = sorted(dot.shape.dims)
+    for inst in entry.instructions:
+        if inst.opcode != "parameter" or not inst.shape.is_array or argument_name(inst) not in args.weights:
+            continue
+        dims = list(inst.shape.dims)
+        if sorted(dims) == out or (len(dims) > 2 and sorted(dims[1:]) == out):
+            return True
+    return False
+
+
+def _weight_test(comp: Any, entry: Any, args: Arguments, is_argument: Any) -> Any:
+    """inst -> whether `inst` is (a view of) a weight argument, as `dot_role` reads a dot's operands."""
+    def test(inst: Any) -> bool:
+        if inst is None:
+            return False
+        p = _traced(comp, inst)
+        if p is not None and comp is entry:
+            return argument_name(p) not in args.batch
+        return bool(is_argument is not None and is_argument(comp, inst))
+    return test
+
+
+# (what a token's value passes through between a dispatch and its expert: moves, casts, activations, constraints)
+_TO_EXPERT = _THROUGH | ELEMENTWISE | {"custom-call", "copy"}
+
+
+def _is_expert_matmul(comp: Any, inst: Any, reads_weight: Any) -> bool:
+    """An expert's FFN matmul: a dot with batch dims (the experts) that reads a weight (stacked over experts)."""
+    from analyzer.analysis.dots import batch_dims as batch_dims_of
+
+    return (inst.opcode == "dot" and bool(batch_dims_of(inst))
+            and any(reads_weight(comp.by_name.get(o.name)) for o in inst.operands[:2]))
+
+
+def _next_to_an_expert(comp: Any, dot: Any, reads_weight: Any, limit: int = 64) -> bool:
+    """Whether a batched dot that reads no weight routes tokens to or from experts: its result reaches an expert's
+    FFN matmul (the dispatch; the combine's backward), or one of its operands comes from one (the combine), through
+    moves, casts and elementwise ops only. Attention's `QK^T` and `PV` do neither."""
+    users: dict[str, list[Any]] = {}
+    for inst in comp.instructions:
+        for n in inst.operand_names:
+            users.setdefault(n, []).append(inst)
+    for forward in (True, False):
+        seen = {dot.name}
+        frontier = [dot]
+        while frontier and len(seen) < limit:
+            nxt = []
+            for inst in frontier:
+                near = users.get(inst.name, []) if forward else [comp.by_name[n] for n in inst.operand_names
+                                                                  if n in comp.by_name]
+                for other in near:
+                    if other.name in seen:
+                        continue
+                    seen.add(other.name)
+                    if _is_expert_matmul(comp, other, reads_weight):
+                        return True
+                    if other.opcode in _TO_EXPERT:
+                        nxt.append(other)
+            frontier = nxt
+    return False

@@ -577,6 +577,8 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
     if main.kind == "all-to-all":
         return _Roof("expert", role=role(local[0][0], True) if local else "moe dispatch/combine")
     for dot, use in local:
+        if main.kind in MOVING_COLLECTIVES and use is not None and role(dot) == "moe dispatch/combine":
+            return _Roof("expert", role="moe dispatch/combine")  # tokens moved to or from their experts
         if main.kind in MOVING_COLLECTIVES and use is not None:
             k = use.operand
             name = batch_arg(dot, k)
