@@ -406,8 +406,11 @@ def what_to_do(report: Report) -> str | None:
     n = len(top.findings)
     text = (f"Fix {top.title} first: {n} finding{'s' if n != 1 else ''} ({', '.join(sorted({d.code for d in top.findings}))}), "
             f"{format_seconds(top.saving_seconds)} per step to save")
-    if first.fix:
-        text += f". Change: {first.fix}"
+    # an activation layout's change named by its root cause (rules.rootcause.layout_change), else the finding's
+    named = str(first.details.get("root_cause_fix") or "")
+    change = first.fix if not named or (first.fix and first.fix.startswith(named)) else named
+    if change:
+        text += f". Change: {change}"
     said = verified_text(first) if "verified_saving_seconds" in (first.details or {}) else None
     if said:  # `analyze --verify-fixes` recompiled it
         text += f". {said[:1].upper()}{said[1:]}"

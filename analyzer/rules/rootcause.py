@@ -20,6 +20,13 @@ when the report has a predicted step (a compute saving, HA104's repeated matmuls
 `split_negligible_groups` applies the negligible threshold to each group's summed saving, keeping or
 dropping the whole group.
 
+An activation layout names its change where the program shows it (`layout_change`, applied by `annotate`): when
+an embedding table (an argument an embedding lookup, `gather`, reads) splits its feature dim over the layout's
+mesh axis, every activation it feeds carries that axis on a feature dimension; the findings that could only say
+"find the argument that puts 'data' on a feature dimension" then name the table and the PartitionSpec to write
+(`params['wte']['embedding']: P('model', 'data') -> P('model', None)`, `details["fix_spec"]` for
+`--verify-fixes`), and every finding of the group carries it as `details["root_cause_fix"]`.
+
 Advice agrees with itself (`reconcile`, applied by `annotate`): a root cause proposes one mesh change (its
 largest finding's; the others of the group point at it), and a root cause whose change would move a mesh axis
 the opposite way of a larger root cause's change proposes none (it says which change to make first), so no
@@ -36,7 +43,7 @@ from typing import Any
 from analyzer.diagnostics import Diagnostic, short_source
 
 __all__ = ["RootCause", "cause_of", "group_findings", "annotate", "reconcile", "opposite_changes",
-           "split_negligible_groups", "top_cause"]
+           "split_negligible_groups", "top_cause", "layout_change"]
 
 _LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
 _PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203", "HA204"})  # how a mesh axis lies on the links
@@ -265,15 +272,88 @@ def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[Roo
 def annotate(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[Diagnostic]:
     """The findings with `details["root_cause"]` (the decision, in words) and `details["root_cause_saving"]`
     (its group's summed saving per step), in the order of `group_findings`: largest root cause first; their
-    proposed mesh changes reconciled (`reconcile`)."""
+    proposed mesh changes reconciled (`reconcile`); an activation layout's change named where an embedding table
+    makes it (`layout_change`)."""
     out: list[Diagnostic] = []
     mesh = getattr(report, "mesh", None)
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
     for g in reconcile(group_findings(diagnostics, report), sizes):
+        change = layout_change(report, g.subject) if g.kind == "activation layout" else None
         for d in g.findings:
+            d = _with_layout_change(d, change, g.subject) if change is not None else d
             out.append(replace(d, details={**d.details, "root_cause": g.title, "root_cause_saving": g.saving_seconds,
                                            "root_cause_findings": len(g.findings)}))
     return out
+
+
+def layout_change(report: Any, axis: str) -> tuple[str, dict[str, str]] | None:
+    """(the change in words, {argument path: the PartitionSpec to write}) when embedding tables split their
+    feature dims over mesh axis `axis` (the activations they feed then carry it on a feature dimension): each such
+    table with `axis` taken off its feature dims (`params['wte']['embedding']: P('model', 'data') -> P('model',
+    None)`); None when no table does, or the report has no program before partitioning to read them from.
+
+    A table is an argument an embedding lookup (`gather`) of the program jax handed XLA reads as its operand; its
+    feature dims are those the lookup does not index (`collapsed_slice_dims`); its spec is the argument's
+    (`analyzer.analysis.roles.Arguments.specs`).
+    """
+    analysis = getattr(report, "analysis", None)
+    mf = getattr(analysis, "model_flops", None)
+    module = getattr(mf, "module", None)
+    mesh = getattr(report, "mesh", None)
+    if module is None or module.entry is None or mesh is None or not axis:
+        return None
+    from analyzer.analysis.roles import _traced, argument_name, arguments
+    from analyzer.rules.compute import spec_text
+
+    base = axis.split(":(")[0]
+    specs = arguments(mf, dict(zip(mesh.axis_names, mesh.axis_sizes)), getattr(analysis, "module", None)).specs
+    changes: dict[str, tuple[str, str]] = {}
+    for comp, inst in ((c, i) for c in module.computations for i in c.instructions):
+        if inst.opcode != "gather" or len(inst.operands) < 2:
+            continue
+        table = _entry_parameter(module, comp, comp.by_name.get(inst.operands[0].name), _traced)
+        name = argument_name(table) if table is not None else ""
+        dims = [tuple(d) for d in specs.get(name, ())]
+        if not dims or name in changes:
+            continue
+        indexed = {int(x) for x in re.findall(r"\d+", inst.attr("collapsed_slice_dims") or "{0}")}
+        new = [d if i in indexed else tuple(a for a in d if a.split(":(")[0] != base) for i, d in enumerate(dims)]
+        if new != dims:
+            changes[name] = (spec_text(dims), spec_text(new))
+    if not changes:
+        return None
+    text = "; ".join(f"{n}: {now} -> {new}" for n, (now, new) in sorted(changes.items()))
+    return text, {n: new for n, (_, new) in sorted(changes.items())}
+
+
+def _entry_parameter(module: Any, comp: Any, inst: Any, traced: Any, depth: int = 0) -> Any:
+    """The entry parameter `inst` of `comp` reads unchanged (`traced`: through views and casts), across the calls
+    jax makes of its nested jits (`jnp.take` is `call(...), to_apply=%_take`); None when it is computed."""
+    param = traced(comp, inst) if inst is not None else None
+    if param is None or comp is module.entry or depth > 8:
+        return param
+    k = param.parameter_number
+    for caller in module.computations:
+        for call in caller.instructions:
+            if (call.opcode == "call" and (call.attr("to_apply") or "").lstrip("%") == comp.name
+                    and k is not None and k < len(call.operands)):
+                return _entry_parameter(module, caller, caller.by_name.get(call.operands[k].name), traced, depth + 1)
+    return None
+
+
+def _with_layout_change(d: Diagnostic, change: tuple[str, dict[str, str]], axis: str) -> Diagnostic:
+    """A finding of an activation layout group with the group's named change: a finding whose own fix could only
+    say "find the argument" (`details["layout_axis"]`) takes it as its fix (and `fix_spec`); every finding keeps it
+    as `details["root_cause_fix"]`."""
+    text, specs = change
+    details = {**d.details, "root_cause_fix": text}
+    if not d.details.get("layout_axis"):
+        return replace(d, details=details)
+    tables = "the embedding table splits its" if len(specs) == 1 else "the embedding tables split their"
+    fix = (f"{text}: {tables} features over '{axis}', so every activation the lookup feeds carries '{axis}' on a "
+           f"feature dimension; with the features not split over '{axis}', the activations keep it on their batch "
+           "dimension only, as the tokens do")
+    return replace(d, fix=fix, details={**details, "fix_spec": {"arguments": dict(specs)}, "layout_fix": d.fix})
 
 
 def split_negligible_groups(diagnostics: Sequence[Diagnostic], report: Any, threshold_of: Any

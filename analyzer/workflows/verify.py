@@ -139,7 +139,9 @@ def fix_spec_of(d: Diagnostic, sizes: Mapping[str, int]) -> FixSpec | str:
         return FixSpec({m["path"]: m["new"]})
     if not d.fix:
         return "the finding proposes no change"
-    return "its fix is advice in words, not an argument's PartitionSpec or a mesh size the verifier can apply"
+    named = details.get("root_cause_fix")  # an activation layout's change (analyzer.rules.rootcause.layout_change)
+    return ("its fix is advice in words, not an argument's PartitionSpec or a mesh size the verifier can apply"
+            + (f"; its root cause's change ({named}) is verified on the finding that proposes it" if named else ""))
 
 
 def argument_names(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any] | None = None

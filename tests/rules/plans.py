@@ -13,6 +13,8 @@ priced on TPU v5p. The plans:
 Every plan computes the same model: its model FLOPs are the same, whatever the chips do.
 `moe_plan()` is another model: a Switch-style MoE layer (GShard's einsums) whose tokens go to their expert's
 chips by an all-to-all over the 'expert' axis (expert=4, data=2).
+`embedding_plan()` puts an embedding lookup (`jnp.take` of a [V, D] table) before the MLP, the table's features
+over 'data' by default: every activation then carries 'data' on a feature dimension.
 Written for jax 0.10.2, target cpu (compile only), 8 fake devices.
 """
 
@@ -104,6 +106,29 @@ def moe_plan() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     batch = {"x": _arg(m, (G, MS, D), groups), "dispatch": _arg(m, (G, MS, E, C), groups)}
     step = jax.jit(jax.value_and_grad(_moe_loss(m)))
     return step, (params, batch), dict(mesh=m, hardware="tpu-v5p")
+
+
+# The embedding model: token ids looked up in a [V, D] table (`jnp.take`, as Flax's Embed and Hugging Face do), then
+# the MLP. The table is `P('model', 'data')`: its features over 'data', so every activation carries 'data' on D.
+V = 8192
+
+
+def _embedding_loss(params: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Array:
+    h = jnp.take(params["wte"]["embedding"], batch["ids"], axis=0)
+    out = jax.nn.relu(h @ params["w_in"]) @ params["w_out"]
+    return jnp.mean(jnp.square(out - batch["y"]).astype(jnp.float32))
+
+
+def embedding_plan(table: P | None = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The embedding model's step on data=4, model=2: ids and targets over 'data', the MLP Megatron-style over
+    'model', the table as `table` (default its features over 'data': the activation-layout mistake)."""
+    m = _mesh()
+    table = P("model", "data") if table is None else table
+    params = {"wte": {"embedding": _arg(m, (V, D), table)}, "w_in": _arg(m, (D, F), P(None, "model")),
+              "w_out": _arg(m, (F, D), P("model", None))}
+    ids = jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=NamedSharding(m, P("data")))
+    batch = {"ids": ids, "y": _arg(m, (B, S, D), P("data"))}
+    return jax.jit(jax.value_and_grad(_embedding_loss)), (params, batch), dict(mesh=m, hardware="tpu-v5p")
 
 
 def model_flops_by_hand() -> float:
