@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--verify-fixes", action="store_true",
                    help="apply each finding's proposed change (an argument's PartitionSpec, a mesh's sizes), "
                         "recompile with it and show the predicted step after it beside the promised saving "
-                        "(one compile per distinct change)")
+                        "(one compile per distinct change; --timeout covers them too)")
     add_pricing_options(p)
     add_output_options(p)
     add_timeout_option(p)

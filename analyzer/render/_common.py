@@ -116,9 +116,11 @@ def verified_text(d: Diagnostic) -> str | None:
                 f"the step grows by {format_seconds(-saved)}" + (f", against a promised saving of "
                                                                  f"{format_seconds(d.saving_seconds)}"
                                                                  if d.saving_seconds else ""))
+        n = int(details.get("verified_findings") or 1)
         return (f"verified: {head} (recompiled with {details.get('verified_change', 'the change')}: predicted step "
                 f"{format_seconds(float(details.get('verified_step_before_seconds', 0.0)))} -> "
-                f"{format_seconds(float(details['verified_step_seconds']))})")
+                f"{format_seconds(float(details['verified_step_seconds']))}"
+                + (f"; one change for {n} findings, each promising its own part" if n > 1 else "") + ")")
     if "unverified_reason" in details:
         return f"not verified: {details['unverified_reason']}"
     return None

@@ -16,8 +16,9 @@ has, a spec of the wrong rank, a mesh axis the program does not have, a recompil
 Each distinct change is compiled once, however many findings propose it. The saving verified is the
 predicted step before the change minus the predicted step after it (`Totals.step_seconds`, the step model of
 docs/step.md), against the finding's `saving_seconds`. The results go into each finding's details:
-`verified_step_seconds`, `verified_saving_seconds`, `verified_change` (the change as applied), or
-`unverified_reason`.
+`verified_step_seconds`, `verified_saving_seconds`, `verified_change` (the change as applied),
+`verified_findings` (how many findings propose that one change: the saving verified is the change's, the
+promise each finding's own), or `unverified_reason`.
 """
 
 from __future__ import annotations
@@ -329,6 +330,12 @@ def verify_fixes(report: Report, fn: Callable[..., Any], args: Sequence[Any] | N
                 done[fix.key] = _verify_one(fix, report, fn, args, kwargs, mesh, rebuild, opts)
             result = done[fix.key]
         out.append(replace(d, details={**d.details, **_fields(fix, result)}))
+    shared: dict[Any, int] = {}
+    for d in out:
+        if "fix_spec" in d.details and "verified_change" in d.details:
+            shared[d.details["verified_change"]] = shared.get(d.details["verified_change"], 0) + 1
+    out = [replace(d, details={**d.details, "verified_findings": shared[d.details["verified_change"]]})
+           if d.details.get("verified_change") in shared else d for d in out]
     n = len(done)
     note = (f"Fixes verified (--verify-fixes): {n} distinct change{'s' if n != 1 else ''} applied and recompiled; "
             "each finding shows the predicted step after its change beside the saving it promised."

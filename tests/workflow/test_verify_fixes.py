@@ -152,6 +152,7 @@ def test_the_replicated_batch_fix_recompiled_saves_at_least_half_its_promise(ver
     saved = d.details["verified_saving_seconds"]
     assert saved == pytest.approx(before.totals.step_seconds - d.details["verified_step_seconds"])
     assert saved >= 0.5 * d.saving_seconds > 0  # the acceptance
+    assert d.details["verified_findings"] == 1  # no other finding proposes this change
     assert "recompiled" in after.notes[-1]
 
 
@@ -205,3 +206,15 @@ def test_the_cli_verifies_ha102_s_spec_which_keeps_the_weight_s_other_axis(tmp_p
     assert d["details"]["fix_spec"]["arguments"] == {"b": "P('X', 'Y')"}
     assert d["details"]["verified_change"] == "b -> P('X', 'Y')"
     assert d["details"]["verified_step_seconds"] > 0
+
+
+def test_a_change_several_findings_share_says_so_and_a_loss_is_a_loss():
+    details = {"verified_change": "mesh X=8, Y=1", "verified_step_before_seconds": 4.24e-4,
+               "verified_step_seconds": 3.55e-4, "verified_saving_seconds": 6.9e-5, "verified_findings": 3}
+    shared = verified_text(Diagnostic("HA101", "n", "m", saving_seconds=5.5e-6, details=details))
+    assert shared.startswith("verified: saved 69.0 µs of the promised 5.50 µs")
+    assert "one change for 3 findings" in shared
+    worse = {**details, "verified_step_seconds": 4.9e-4, "verified_saving_seconds": -6.6e-5, "verified_findings": 1}
+    said = verified_text(Diagnostic("HA101", "n", "m", saving_seconds=5.5e-6, details=worse))
+    assert said.startswith("verified: the step grows by 66.0 µs, against a promised saving of 5.50 µs")
+    assert verified_text(Diagnostic("HA101", "n", "m")) is None  # --verify-fixes did not run
