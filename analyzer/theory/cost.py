@@ -337,6 +337,11 @@ def ragged_fraction(top_k: int | None, n: int) -> float:
     return 1.0 - ((n - 1) / n) ** int(top_k)
 
 
+def _rate(nbytes: float, seconds: float) -> str:
+    """The bandwidth a tree collective moves `nbytes` at, for its formula's text (none when it moves nothing)."""
+    return f"{nbytes / seconds:.4g} B/s" if seconds > 0 else "(no bytes to move)"
+
+
 def _tree_cost(kind: str, nbytes: float, geo: GroupGeometry, hw: HardwareSpec, sharp: bool,
                pairs_loads: tuple[float, int] | None, top_k: int | None) -> Cost:
     levels = geo.levels
@@ -348,15 +353,15 @@ def _tree_cost(kind: str, nbytes: float, geo: GroupGeometry, hw: HardwareSpec, s
                         + (f", shared by {lv.share} groups" if lv.share > 1 else "") for lv in active)
     if kind in ("all-gather", "reduce-scatter"):
         bw = tree_all_gather_seconds(nbytes, levels)
-        f = f"V * max_i g_i (D_i-1)/(D_i W_i) = {nbytes:.4g} B / {nbytes / bw:.4g} B/s [{lv_text}]"
+        f = f"V * max_i g_i (D_i-1)/(D_i W_i) = {nbytes:.4g} B / {_rate(nbytes, bw)} [{lv_text}]"
         return _finish(kind, "topology", nbytes, bw, 0.0, hops, f)
     if kind == "all-reduce":
         if sharp:
             bw = tree_sharp_all_reduce_seconds(nbytes, levels)
-            f = f"SHARP: V * max_i g_i / W_i = {nbytes:.4g} B / {nbytes / bw:.4g} B/s [{lv_text}]"
+            f = f"SHARP: V * max_i g_i / W_i = {nbytes:.4g} B / {_rate(nbytes, bw)} [{lv_text}]"
         else:
             bw = 2 * tree_all_gather_seconds(nbytes, levels)
-            f = f"2 x V * max_i g_i (D_i-1)/(D_i W_i) = 2 x {nbytes:.4g} B / {2 * nbytes / bw:.4g} B/s [{lv_text}]"
+            f = f"2 x V * max_i g_i (D_i-1)/(D_i W_i) = 2 x {nbytes:.4g} B / {_rate(2 * nbytes, bw)} [{lv_text}]"
         return _finish(kind, "topology", nbytes, bw, 0.0, 2 * hops, f)
     if kind in ("all-to-all", "ragged-all-to-all"):
         n = geo.group_size
