@@ -31,7 +31,7 @@ from typing import Any
 
 from analyzer.hlo.opcodes import ELEMENTWISE, MOVING_COLLECTIVES, RELABEL
 
-__all__ = ["Arguments", "arguments", "argument_name", "dot_role", "sharding_axes", "ROLES"]
+__all__ = ["Arguments", "arguments", "argument_name", "dot_role", "entry_argument", "sharding_axes", "ROLES"]
 
 ROLES = ("forward", "activation gradient", "weight gradient", "attention", "moe dispatch/combine", "embedding")
 # (a value keeps its role through relabellings, the collectives that move it, slices and broadcasts)
@@ -109,6 +109,83 @@ def _traced(comp: Any, inst: Any, depth: int = 0) -> Any:
     return None
 
 
+def entry_argument(module: Any, comp: Any, inst: Any, callers_of: Mapping[str, Any] | None = None) -> Any:
+    """The entry parameter `inst` reads, followed through views, casts, slices and gathers (an embedding lookup's
+    ids), `call`s (jax 0.12's `jit(dynamic_index_in_dim)` of a stacked weight) and loops: a loop body's tuple
+    element is what the loop starts from, so a scanned layer's weight slice reads the stacked weight and its
+    activations the batch the first layer is given. None for a computed value.
+
+    Args:
+      callers_of: `analyzer.analysis.dataflow.callers(module)`, when the caller has it.
+    """
+    if module is None or comp is None or inst is None:
+        return None
+    if callers_of is None:
+        from analyzer.analysis.dataflow import callers
+
+        callers_of = callers(module)
+    cur, index = inst, None  # `index`: the tuple element followed, after a get-tuple-element
+    for _ in range(128):
+        if cur is None:
+            return None
+        op = cur.opcode
+        if op == "parameter":
+            if comp is module.entry:
+                return cur if index is None else None
+            step = _caller_operand(callers_of, comp, cur)
+            if step is None:
+                return None
+            comp, cur = step
+        elif op == "get-tuple-element" and index is None and cur.operand_names:
+            index = int(cur.attr("index") or 0)
+            cur = comp.by_name.get(cur.operand_names[0])
+        elif op == "tuple" and index is not None and index < len(cur.operand_names):
+            cur, index = comp.by_name.get(cur.operand_names[index]), None
+        elif op == "gather" and len(cur.operand_names) > 1:
+            cur = comp.by_name.get(cur.operand_names[1])  # the ids of an embedding lookup: the batch
+        elif op == "call" and index is None:
+            cur = _call_operand(module, comp, cur)
+        elif (op in _THROUGH or op == "custom-call" and len(cur.operand_names) == 1) and cur.operand_names:
+            cur = comp.by_name.get(cur.operand_names[0])
+        else:
+            return None
+    return None
+
+
+def _caller_operand(callers_of: Mapping[str, Any], comp: Any, param: Any) -> tuple[Any, Any] | None:
+    """(the caller, what it passes as `param`): a `while`'s initial state (a body's or condition's parameter), a
+    `call`'s operand; None for several callers or other callers."""
+    sites = callers_of.get(comp.name, ())
+    if len(sites) != 1:
+        return None
+    caller, call = sites[0]
+    number = param.parameter_number or 0
+    if call.opcode == "while" and call.operand_names:
+        return caller, caller.by_name.get(call.operand_names[0])
+    if call.opcode == "call" and number < len(call.operand_names):
+        return caller, caller.by_name.get(call.operand_names[number])
+    return None
+
+
+def _call_operand(module: Any, comp: Any, call: Any) -> Any:
+    """The operand of `call` that its callee's result is a view or slice of (`jit(dynamic_index_in_dim)`), or None."""
+    callees = [module.by_name.get(n) for n in call.called_computations]
+    if len(callees) != 1 or callees[0] is None or callees[0].root is None:
+        return None
+    callee, cur = callees[0], callees[0].root
+    for _ in range(16):
+        if cur is None:
+            return None
+        if cur.opcode == "parameter":
+            number = cur.parameter_number or 0
+            return comp.by_name.get(call.operand_names[number]) if number < len(call.operand_names) else None
+        if not (cur.opcode in _THROUGH or cur.opcode == "custom-call" and len(cur.operand_names) == 1) \
+                or not cur.operand_names:
+            return None
+        cur = callee.by_name.get(cur.operand_names[0])
+    return None
+
+
 def arguments(model_flops: Any, axis_sizes: Mapping[str, int], partitioned: Any = None) -> Arguments:
     """The batch and weight arguments from the program before partitioning, and the per-chip batch in tokens.
 
@@ -168,17 +245,23 @@ def _entry_arguments(entry: Any) -> tuple[dict[str, Any], set[str], dict[str, in
 
 
 def _forward_operands(model_flops: Any, entry: Any, lhs: dict[str, int]) -> set[str]:
-    """The arguments the entry's forward dots read as their right operand (the weights, `h @ w_out` too); each
-    argument read as a left operand is counted into `lhs`."""
+    """The arguments the forward dots (the entry's, and a scanned layer's in its loop body) read as their right
+    operand (the weights, `h @ w_out` too); each argument read as a left operand is counted into `lhs`."""
     from analyzer.analysis.mapping import pass_of
 
+    from analyzer.analysis.dataflow import callers
+
+    module = model_flops.module
+    callers_of = callers(module)
     rhs: set[str] = set()
     for dots in model_flops.dots.values():
         for d in dots:
             md = d.instruction.metadata
-            if d.computation != entry.name or pass_of(md.op_name if md else None) == "backward":
-                continue
-            found = [_traced(entry, entry.by_name.get(o.name)) for o in d.instruction.operands[:2]]
+            comp = module.by_name.get(d.computation)
+            if comp is None or pass_of(md.op_name if md else None) == "backward":
+                continue  # (a scanned layer's dots too: their operands are followed out of the loop)
+            found = [entry_argument(module, comp, comp.by_name.get(o.name), callers_of)
+                     for o in d.instruction.operands[:2]]
             if len(found) != 2 or found[1] is None or found[0] is found[1]:
                 continue
             rhs.add(argument_name(found[1]))  # the right operand is a weight (`h @ w_out` too)

@@ -17,14 +17,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from analyzer.analysis.roles import argument_name, sharding_axes
+from analyzer.analysis.roles import argument_name, entry_argument, sharding_axes
 from analyzer.diagnostics import Diagnostic, Location, Severity
-from analyzer.hlo.opcodes import RELABEL
 from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 
 if TYPE_CHECKING:
-    from analyzer.hlo.ir import Computation, Instruction
+    from analyzer.hlo.ir import Instruction
     from analyzer.rules.context import RuleContext
 
 __all__ = ["redundant_compute", "spec_text"]
@@ -40,21 +39,6 @@ def spec_text(dims: Sequence[Sequence[str]]) -> str:
     parts = [("None" if not d else repr(d[0]) if len(d) == 1 else "(" + ", ".join(map(repr, d)) + ")")
              for d in dims]
     return "P(" + ", ".join(parts) + ")"
-
-
-def _argument(comp: Computation, inst: Instruction, depth: int = 0) -> Instruction | None:
-    """The entry parameter `inst` reads unchanged (through casts and views), or None."""
-    if inst.opcode == "parameter":
-        return inst
-    if depth > 8 or not inst.operands:
-        return None
-    if inst.opcode in RELABEL or (inst.opcode == "custom-call" and len(inst.operands) == 1):
-        src = comp.by_name.get(inst.operands[0].name)
-        return _argument(comp, src, depth + 1) if src is not None else None
-    if inst.opcode == "gather" and len(inst.operands) > 1:  # an embedding lookup: the token ids are the batch
-        src = comp.by_name.get(inst.operands[1].name)
-        return _argument(comp, src, depth + 1) if src is not None else None
-    return None
 
 
 @dataclass(frozen=True)
@@ -215,19 +199,23 @@ def _batch_spec(batch: Instruction | None, data_axes: tuple[str, ...], sizes: di
 def _arguments(mf: Any, keys: Sequence[str]) -> tuple[Instruction | None, list[Instruction]]:
     """The batch argument (the entry parameter the left operand of the ops' dots reads; token ids before an
     embedding lookup) and the weight arguments (those their right operands read), in the program before
-    partitioning."""
+    partitioning; a scanned layer's dots read them through its loop (`roles.entry_argument`)."""
+    from analyzer.analysis.dataflow import callers
     from analyzer.analysis.mapping import pass_of
 
-    entry = mf.module.entry
+    module = mf.module
+    callers_of = callers(module)
     lhs: dict[str, tuple[int, Instruction]] = {}
     rhs: dict[str, Instruction] = {}
     for key in keys:
         for d in mf.dots.get(key, ()):
             md = d.instruction.metadata
-            if d.computation != entry.name or pass_of(md.op_name if md else None) == "backward":
+            comp = module.by_name.get(d.computation)
+            if comp is None or pass_of(md.op_name if md else None) == "backward":
                 continue  # the forward dots: activation on the left, weight on the right
-            ops = [entry.by_name.get(o.name) for o in d.instruction.operands[:2]]
-            found = [(_argument(entry, o) if o is not None else None) for o in ops]
+            # (in the entry, or a scanned layer's loop body: a stacked weight's slice, the carried activations)
+            found = [entry_argument(module, comp, comp.by_name.get(o.name), callers_of)
+                     for o in d.instruction.operands[:2]]
             if len(found) == 2 and found[0] is not None and found[1] is not None and found[0] is not found[1]:
                 a, w = found
                 n, _ = lhs.get(a.name, (0, a))

@@ -13,6 +13,7 @@ priced on TPU v5p. The plans:
 Every plan computes the same model: its model FLOPs are the same, whatever the chips do.
 `moe_plan()` is another model: a Switch-style MoE layer (GShard's einsums) whose tokens go to their expert's
 chips by an all-to-all over the 'expert' axis (expert=4, data=2).
+`scanned_plan()` stacks L such layers (residual) and runs them by `jax.lax.scan`: the matmuls sit in a loop body.
 `embedding_plan()` puts an embedding lookup (`jnp.take` of a [V, D] table) before the MLP, the table's features
 over 'data' by default: every activation then carries 'data' on a feature dimension.
 Written for jax 0.10.2, target cpu (compile only), 8 fake devices.
@@ -129,6 +130,29 @@ def embedding_plan(table: P | None = None) -> tuple[Any, tuple[Any, ...], dict[s
     ids = jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=NamedSharding(m, P("data")))
     batch = {"ids": ids, "y": _arg(m, (B, S, D), P("data"))}
     return jax.jit(jax.value_and_grad(_embedding_loss)), (params, batch), dict(mesh=m, hardware="tpu-v5p")
+
+
+# The scanned MLP: L layers stacked on a leading dim, run by `jax.lax.scan` (one while loop; each layer's weights
+# a slice of the stacked ones, its activations the loop's carry).
+L = 4
+
+
+def _scanned_loss(params: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
+    def layer(h: jax.Array, w: dict[str, jax.Array]) -> tuple[jax.Array, None]:
+        return h + jax.nn.relu(h @ w["w_in"]) @ w["w_out"], None
+
+    h, _ = jax.lax.scan(layer, batch["x"], params)
+    return jnp.mean(jnp.square(h - batch["y"]).astype(jnp.float32))
+
+
+def scanned_plan(x: P | None = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The scanned MLP's step on data=4, model=2: the stacked weights Megatron-style over 'model', the batch as
+    `x` (default replicated: every chip of a 'data' group computes the same tokens in every layer)."""
+    m = _mesh()
+    x = P() if x is None else x
+    params = {"w_in": _arg(m, (L, D, F), P(None, None, "model")), "w_out": _arg(m, (L, F, D), P(None, "model", None))}
+    batch = {"x": _arg(m, (B, S, D), x), "y": _arg(m, (B, S, D), x)}
+    return jax.jit(jax.value_and_grad(_scanned_loss)), (params, batch), dict(mesh=m, hardware="tpu-v5p")
 
 
 def model_flops_by_hand() -> float:
