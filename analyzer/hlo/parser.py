@@ -1129,8 +1129,11 @@ class LazyComputation(Computation):
         On an unparsed computation only the rows the index found a call attribute on are read, so the call
         graph of a module need not parse its fusion bodies; a parsed one answers from its instructions, and so
         does one where at least half the rows call and they are `_CALLS_PARSED` or more (an entry or a loop body
-        of fusions: the analysis reads those whole, and a parse reads a line for less than a row read alone).
+        of fusions: the analysis reads those whole, and a parse reads a line for less than a row read alone; such
+        a computation is not indexed first: its call attributes are counted by one search of its text).
         """
+        if "_parsed" not in self.__dict__ and "_index" not in self.__dict__ and self._mostly_calls():
+            return super().call_instructions()
         index = None if "_parsed" in self.__dict__ else self._index
         if index is not None and index.calls is not None:
             if not index.calls:
@@ -1141,6 +1144,15 @@ class LazyComputation(Computation):
             if found is not None:
                 return tuple(i for i in found if names_callee(i))
         return super().call_instructions()
+
+    def _mostly_calls(self) -> bool:
+        """Whether `_CALLS_PARSED` or more of the lines between the header and `}` hold a call attribute, and at
+        least half of them (counted without an index: call attributes, two on a line counted twice)."""
+        reading, start, end, rows, commented = self._span
+        if 0 <= rows < 2 * _CALLS_PARSED:
+            return False
+        calls = len((_CALL_AT_SPACED if commented is not False else _CALL_AT).findall(reading.source, start, end))
+        return calls >= _CALLS_PARSED and 2 * calls >= (rows if rows >= 0 else reading.source.count("\n", start, end))
 
     def line_head(self, name: str | None = None) -> LineHead | None:
         """`Computation.line_head`. Unparsed: from the index's row, no parse (None when no row defines `name`);
@@ -1268,7 +1280,9 @@ class LazyComputation(Computation):
         table = reading.callees() if reading.callees is not None else None
         token = CALLEES.set(table.by_name if table is not None else DroppedModule())
         try:
-            return _parse_chunk(reading, start, end, self.position.line)
+            parsed = _parse_chunk(reading, start, end, self.position.line)
+            self.__dict__.pop("_index", None)  # (the parsed instructions answer from now on)
+            return parsed
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
