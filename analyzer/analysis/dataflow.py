@@ -65,6 +65,35 @@ def users_map(comp: Computation) -> Mapping[str, tuple[tuple[Instruction, int], 
     return {k: tuple(v) for k, v in out.items()}
 
 
+def nearest(comp: Computation, start: Instruction, forward: bool, found: Callable[[Instruction], bool],
+            passes: Callable[[Instruction], bool], limit: int = 64) -> Instruction | None:
+    """The nearest instruction from `start` along the data flow (forward: through its users; backward: through its
+    operands) for which `found` holds, breadth first, going on only through instructions `passes` lets through
+    and looking at no more than `limit` instructions; None when there is none.
+
+    Example:
+        >>> nearest(body, dot, True, is_constraint, lambda i: i.opcode in ("copy", "add"))  # doctest: +SKIP
+    """
+    users = users_map(comp) if forward else {}
+    seen = {start.name}
+    frontier = [start]
+    while frontier and len(seen) < limit:
+        step = []
+        for inst in frontier:
+            near = ([u for u, _ in users.get(inst.name, ())] if forward else
+                    [comp.by_name[n] for n in inst.operand_names if n in comp.by_name])
+            for other in near:
+                if other.name in seen:
+                    continue
+                seen.add(other.name)
+                if found(other):
+                    return other
+                if passes(other):
+                    step.append(other)
+        frontier = step
+    return None
+
+
 # jax primitives (the last part of an op_name) that only move or relabel the data of one value: an all-gather whose
 # metadata names one of them was inserted to gather that value, not asked for by it.
 MOVING_PRIMITIVES = frozenset({"squeeze", "reshape", "broadcast_in_dim", "dynamic_slice", "slice", "transpose",

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.collectives import is_movement_fusion
-from analyzer.analysis.dataflow import cause_metadata, consuming_dot
+from analyzer.analysis.dataflow import cause_metadata, consuming_dot, nearest
 from analyzer.analysis.mapping import (AxisSpan, collective_notation, einsum_subscripts, groups_to_axes,
                                        names_of_array, pairs_to_axes, pass_of, source_frames, user_frame)
 from analyzer.hlo.opcodes import ELEMENTWISE, MOVING_COLLECTIVES, RELABEL, VIEWS
@@ -297,42 +297,13 @@ def _is_constraint(inst: Any) -> bool:
         "custom-call", "copy")
 
 
-def _nearest_constraint(comp: Any, start: Any, users: Mapping[str, list[Any]], forward: bool,
-                        limit: int = 48) -> Any:
-    """The nearest `with_sharding_constraint` from `start` along the data flow (forward: through its users;
-    backward: through its operands), passing only ops a layout flows through; None when there is none."""
-    seen = {start.name}
-    frontier = [start]
-    while frontier and len(seen) < limit:
-        nxt = []
-        for inst in frontier:
-            near = users.get(inst.name, []) if forward else [comp.by_name[n] for n in inst.operand_names
-                                                              if n in comp.by_name]
-            for other in near:
-                if other.name in seen:
-                    continue
-                seen.add(other.name)
-                if _is_constraint(other):
-                    return other
-                if other.opcode in _LAYOUT_FLOWS and other.shape.is_array:
-                    nxt.append(other)
-        frontier = nxt
-    return None
-
-
-def _users_of(comp: Any) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for inst in comp.instructions:
-        for n in inst.operand_names:
-            out.setdefault(n, []).append(inst)
-    return out
-
-
 def _constraints_around(comp: Any, first: Any, last: Any) -> tuple[Any, Any]:
     """(the constraint downstream of `last`, the constraint upstream of `first`), each None when there is none."""
-    users = _users_of(comp)
-    return (_nearest_constraint(comp, last, users, forward=True),
-            _nearest_constraint(comp, first, users, forward=False))
+    def passes(inst: Any) -> bool:
+        return inst.opcode in _LAYOUT_FLOWS and inst.shape.is_array
+
+    return (nearest(comp, last, True, _is_constraint, passes, limit=48),
+            nearest(comp, first, False, _is_constraint, passes, limit=48))
 
 
 def _same_site(inst: Any, op_name: str, line: str, before: HloModule) -> bool:

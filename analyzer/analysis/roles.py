@@ -393,25 +393,12 @@ def _next_to_an_expert(comp: Any, dot: Any, reads_weight: Any, limit: int = 64) 
     """Whether a batched dot that reads no weight routes tokens to or from experts: its result reaches an expert's
     FFN matmul (the dispatch; the combine's backward), or one of its operands comes from one (the combine), through
     moves, casts and elementwise ops only. Attention's `QK^T` and `PV` do neither."""
-    users: dict[str, list[Any]] = {}
-    for inst in comp.instructions:
-        for n in inst.operand_names:
-            users.setdefault(n, []).append(inst)
-    for forward in (True, False):
-        seen = {dot.name}
-        frontier = [dot]
-        while frontier and len(seen) < limit:
-            nxt = []
-            for inst in frontier:
-                near = users.get(inst.name, []) if forward else [comp.by_name[n] for n in inst.operand_names
-                                                                  if n in comp.by_name]
-                for other in near:
-                    if other.name in seen:
-                        continue
-                    seen.add(other.name)
-                    if _is_expert_matmul(comp, other, reads_weight):
-                        return True
-                    if other.opcode in _TO_EXPERT:
-                        nxt.append(other)
-            frontier = nxt
-    return False
+    from analyzer.analysis.dataflow import nearest
+
+    def expert(inst: Any) -> bool:
+        return _is_expert_matmul(comp, inst, reads_weight)
+
+    def passes(inst: Any) -> bool:
+        return inst.opcode in _TO_EXPERT
+
+    return any(nearest(comp, dot, forward, expert, passes, limit) is not None for forward in (True, False))

@@ -131,6 +131,17 @@ def test_moe_token_exchange_is_expert_parallel(moe):
     assert not any("F = 32,768" in d.fix or "F = 4,096" in d.fix for d in found)
 
 
+def _dot_roles(report, args):
+    """(the einsum of its op_name, its role) of each dot of the partitioned module."""
+    from analyzer.analysis.roles import dot_role
+
+    module = report.analysis.module
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode == "dot":
+                yield inst.metadata.op_name.rpartition("/")[0].rpartition("/")[2], dot_role(module, comp, inst, args)
+
+
 @pytest.mark.slow
 def test_moe_dots_roles(moe):
     """The MoE's dots by role, on jax 0.10 and 0.12 alike: the dispatch `gsec,gsd->egcd`, the combine
@@ -138,18 +149,14 @@ def test_moe_dots_roles(moe):
     dispatched tokens by permutes, not an all-to-all); the experts' FFNs read their weights; their batched weight
     gradients (experts as the batch dim) are weight gradients, not attention. The dispatch mask `[G, S, E, C]`
     holds one entry per token of `x` `[G, S, D]`: batch, not a weight."""
-    from analyzer.analysis.roles import arguments, dot_role
+    from analyzer.analysis.roles import arguments
 
     args = arguments(moe.analysis.model_flops, _sizes(moe), moe.analysis.module)
     assert args.batch == {"batch['x']", "batch['dispatch']"} and args.weights == {"params['w_in']", "params['w_out']"}
     assert args.batch_name == "batch['x']" and args.per_chip_tokens == 512  # [G, S, D] = [8, 512, 1024] over 8 chips
-    module = moe.analysis.module
     roles = {}
-    for comp in module.computations:
-        for inst in comp.instructions:
-            if inst.opcode == "dot":
-                einsum = inst.metadata.op_name.rpartition("/")[0].rpartition("/")[2]
-                roles.setdefault(dot_role(module, comp, inst, args), set()).add(einsum)
+    for einsum, role in _dot_roles(moe, args):
+        roles.setdefault(role, set()).add(einsum)
     assert roles == {
         "moe dispatch/combine": {"jvp(gsec,gsd->egcd)", "jvp(gsec,egcd->gsd)", "transpose(jvp(gsec,egcd->gsd))"},
         "forward": {"jvp(egcd,edf->egcf)", "jvp(egcf,efd->egcd)"},
@@ -166,7 +173,7 @@ def test_attention_stays_attention():
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     import analyzer
-    from analyzer.analysis.roles import arguments, dot_role
+    from analyzer.analysis.roles import arguments
 
     mesh = jax.sharding.Mesh(__import__("numpy").array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
 
@@ -179,13 +186,9 @@ def test_attention_stays_attention():
     x = jax.ShapeDtypeStruct((8, 128, 256), jnp.float32, sharding=NamedSharding(mesh, P("data")))
     report = analyzer.analyze(jax.jit(jax.grad(loss)), {"q": w, "k": w, "v": w}, x, mesh=mesh)
     args = arguments(report.analysis.model_flops, _sizes(report), report.analysis.module)
-    module = report.analysis.module
     roles = {}
-    for comp in module.computations:
-        for inst in comp.instructions:
-            if inst.opcode == "dot":
-                einsum = inst.metadata.op_name.rpartition("/")[0].rpartition("/")[2]
-                roles.setdefault(einsum, set()).add(dot_role(module, comp, inst, args))
+    for einsum, role in _dot_roles(report, args):
+        roles.setdefault(einsum, set()).add(role)
     batched = {e: r for e, r in roles.items() if "bst" in e}
     assert batched and all(r == {"attention"} for r in batched.values()), roles
 
