@@ -65,6 +65,11 @@ _PRNG_IMPL = "unsafe_rbg"
 _LIBTPU_RNG_FLAG = "--xla_tpu_spmd_rng_bit_generator_unsafe=true"
 # What the cpu target adds to the user's keys: MaxText on CPU devices, no multi-host start (which reads JOB_INDEX).
 _CPU_KEYS = ("hardware=cpu", "skip_jax_distributed_system=true")
+# MaxText's TPU-only kernels and what the cpu target runs in their place (the same model: same matmuls, same
+# model FLOPs). attention=flash is the Pallas splash kernel (tokamax), which has no CPU lowering ("Not supported
+# on cpu"): the cpu target computes attention with XLA ops instead, its S x S scores in HBM, which the kernel
+# keeps on chip (so the step prices score traffic a TPU run does not pay; the report's note says so).
+_CPU_SUBSTITUTES = {"attention": ("flash", "dot_product")}
 # MaxText's generation prefixes (`compile_topology` names, maxtext/utils/accelerator_to_spec_map.py) -> the
 # hardware spec that prices them.
 _HARDWARE = {"v4": "tpu-v4p", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e", "tpu7x": "tpu-7x"}
@@ -240,6 +245,8 @@ class MaxTextStep:
       config: MaxText's `HyperParameters`.
       plan: the target chips and the hardware that prices them.
       target: "cpu" or "tpu".
+      substituted: the user's settings the cpu target replaced by portable ones (`"attention=flash ->
+        attention=dot_product"`: MaxText's Pallas kernels have no CPU lowering); empty on the tpu target.
     """
 
     fn: Any
@@ -249,6 +256,7 @@ class MaxTextStep:
     config: Any
     plan: Plan
     target: str
+    substituted: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -334,8 +342,36 @@ def _cpu_mesh(config: Any, n: int) -> Any:
             "(`hlo-analyzer maxtext` does), or use target='tpu'")
     jax.config.update("jax_remove_size_one_mesh_axis_from_type", config.remove_size_one_mesh_axis_from_type)
     axis_type = AxisType.Explicit if config.shard_mode == ShardMode.EXPLICIT else AxisType.Auto
-    grid = maxtext_utils.create_device_mesh(config, sorted(devices, key=lambda d: d.id)[:n])
+    devices = sorted(devices, key=lambda d: d.id)[:n]
+    slices = int(config.num_slices)
+    if slices > 1:
+        # MaxText's multi-slice mesh (jax's create_hybrid_device_mesh) groups devices by their `slice_index`, which
+        # CPU devices lack: the fake devices of slice s are ids s*n/slices .. (s+1)*n/slices - 1, as the slices'
+        # chips are numbered on the TPU target; the mesh is made over stand-ins that carry it, then mapped back.
+        import numpy as np
+
+        per_slice = n // slices
+        stand_ins = [_SliceDevice(d, d.id // per_slice) for d in devices]
+        grid = maxtext_utils.create_device_mesh(config, stand_ins)
+        grid = np.vectorize(lambda d: d.device, otypes=[object])(grid)
+    else:
+        grid = maxtext_utils.create_device_mesh(config, devices)
     return Mesh(grid, config.mesh_axes, axis_types=(axis_type,) * len(config.mesh_axes))
+
+
+class _SliceDevice:
+    """A CPU device as one chip of a multi-slice target: the device, and the `slice_index` jax's hybrid mesh reads
+    (every other attribute is the device's)."""
+
+    def __init__(self, device: Any, slice_index: int) -> None:
+        self.device = device
+        self.slice_index = slice_index
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.device, name)
+
+    def __repr__(self) -> str:
+        return f"{self.device!r} (slice {self.slice_index})"
 
 
 def request_cpu_devices(argv: Sequence[str] | str | int) -> None:
@@ -368,6 +404,14 @@ def _build(args: MaxTextArgs, target: str, the_plan: Plan) -> MaxTextStep:
     if target == "cpu":
         argv += list(_CPU_KEYS)
     config = _initialize(argv)
+    substituted = []
+    if target == "cpu":
+        for key, (tpu_only, portable) in _CPU_SUBSTITUTES.items():
+            if str(getattr(config, key, "")) == tpu_only:
+                substituted.append(f"{key}={tpu_only} -> {key}={portable}")
+                argv.append(f"{key}={portable}")
+        if substituted:
+            config = _initialize(argv)
     if config.enable_diloco:
         raise ConfigError("MaxText's enable_diloco=true is not supported by hlo-analyzer maxtext yet (its step is "
                           "wrapped by diloco.build_diloco_train_step); analyse it with enable_diloco=false")
@@ -392,7 +436,8 @@ def _build(args: MaxTextArgs, target: str, the_plan: Plan) -> MaxTextStep:
                                                               params_shardings)
         jitted = jax.jit(fn, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static_argnums,
                          donate_argnums=donate_argnums)
-    return MaxTextStep(jitted, tuple(shaped_args), dict(shaped_kwargs), mesh, config, the_plan, target)
+    return MaxTextStep(jitted, tuple(shaped_args), dict(shaped_kwargs), mesh, config, the_plan, target,
+                       tuple(substituted))
 
 
 def _check_target(target: str) -> str:
@@ -493,7 +538,10 @@ def analyze_maxtext(
     note = (f"MaxText's train step built by MaxText {_version()} for compile_topology={step.plan.compile_topology}"
             f" x {step.plan.slices} slice(s) ({step.plan.chips} chips), as train_compile builds it"
             + (" (cpu target: hardware=cpu, so MaxText's portable kernels, e.g. dot-product attention instead of "
-               "the Pallas splash kernel)." if target == "cpu" else "."))
+               "the Pallas splash kernel)." if target == "cpu" else ".")
+            + (f" Replaced for the cpu target, which cannot lower MaxText's Pallas kernels: "
+               f"{', '.join(step.substituted)} (the same matmuls; its S x S scores go through HBM, where the "
+               f"kernel keeps them on chip)." if step.substituted else ""))
     from dataclasses import replace
 
     return replace(report, notes=(note, *report.notes))

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from analyzer.errors import AnalyzerError, ConfigError
@@ -223,3 +224,34 @@ def test_a_ragged_all_to_all_moe_on_the_cpu_target_says_what_to_do():
     sparse = [a for a in MOE if a != "sparse_matmul=false"] + ["sparse_matmul=true", "megablox=false"]
     with pytest.raises(LoweringError, match="ragged all-to-all.*--target tpu.*sparse_matmul=false"):
         maxtext.analyze_maxtext(sparse, target="cpu")
+
+
+@pytest.mark.slow
+@needs_maxtext
+def test_flash_attention_on_the_cpu_target_is_analysed_as_dot_product_and_said():
+    # MaxText's published v6e recipes set attention=flash: the Pallas splash kernel, which XLA:CPU cannot lower
+    # (tokamax: "Not supported on cpu"). The cpu target runs the same model with dot-product attention and says so.
+    report = maxtext.analyze_maxtext([*TINY, "attention=flash"], target="cpu")
+    assert "attention=flash -> attention=dot_product" in report.notes[0], report.notes[0]
+    assert report.totals.step_seconds > 0 and 0 < report.totals.mfu <= 1
+
+
+# Two v5e-4 slices (8 chips): fsdp 2 inside each slice x 2 over DCN, tensor 2.
+TWO_SLICES = [*(a for a in TINY if not a.startswith(("compile_topology", "ici_"))), "compile_topology=v5e-4",
+              "compile_topology_num_slices=2", "ici_fsdp_parallelism=2", "ici_tensor_parallelism=2",
+              "dcn_fsdp_parallelism=2"]
+
+
+@pytest.mark.slow
+@needs_maxtext
+def test_a_two_slice_target_on_the_cpu_target_is_meshed_as_maxtexts_hybrid_mesh():
+    # CPU devices have no slice_index, which MaxText's multi-slice mesh (jax's create_hybrid_device_mesh) reads: the
+    # cpu target numbers the fake devices slice by slice, and the DCN part of an axis is its major part.
+    with maxtext.maxtext_step(TWO_SLICES, target="cpu") as step:
+        shape = dict(step.mesh.shape)
+        fsdp = step.mesh.axis_names.index("fsdp")
+        ids = [[d.id for d in row.flat] for row in np.moveaxis(step.mesh.devices, fsdp, 0)]
+    assert shape["fsdp"] == 4 and shape["tensor"] == 2
+    assert all(i < 4 for i in ids[0] + ids[1]) and all(i >= 4 for i in ids[2] + ids[3]), ids  # slice 0, then 1
+    report = maxtext.analyze_maxtext(TWO_SLICES, target="cpu")
+    assert "v5e:2x2*2" in report.topology and "fsdp=4: dcn" in report.topology, report.topology
