@@ -1,0 +1,250 @@
+"""MaxText's v6e model-tiering table predicted from MaxText's own train step (issue 24, item 4; docs/measurements.md,
+"MaxText v6e").
+
+The published runs: MaxText repository, docs/reference/models/tiering.md, "Trillium (v6e)" (Llama 2 70B, Llama 3.1
+8B/70B/405B, Mixtral 8x7B). Each row's step was built by MaxText's code with the row's published configuration
+and compiled for the cpu target (one fake device per chip) by fixtures/maxtext_v6e/generate.py, which recorded the
+HLO after SPMD partitioning and the HLO jax handed XLA (gzipped, with jax, jaxlib and maxtext versions, the MaxText
+arguments and the target in their headers). This test analyses both again with today's model, priced on TPU v6e
+on the run's slices, and compares the predicted MFU with the published one. Nothing is fitted per row.
+
+`python tests/analysis/test_measured_v6e.py` prints the table (with the v5p table's rows for the mean and max over
+both tables).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures" / "maxtext_v6e"
+sys.path.insert(0, str(FIXTURES))
+import generate as v6e_fixtures  # noqa: E402 - fixtures/maxtext_v6e/generate.py (ROWS, the fixture readers)
+
+sys.path.remove(str(FIXTURES))
+sys.modules.pop("generate", None)  # fixtures/generate.py has the same module name
+
+
+@dataclass(frozen=True)
+class Published:
+    """A row of the tiering table as published: MFU (percent) and the approximate tokens/s per device."""
+
+    mfu: float
+    tokens_per_s: float
+
+
+# MaxText repository, docs/reference/models/tiering.md, "Trillium (v6e)" (f588ed5788ae, unchanged at e591f30cbbf2):
+# "MFU" and "Approx tokens/sec/device". The table computes MFU with attention's FLOPs not halved for the causal
+# mask (the tokens/s give the MFU that way at 918 TFLOP/s per chip; the table's footnote 2 says newer results halve
+# them) and rounds tokens/s: the 405B row's 123 tokens/s is 35.2% by the same count, not its 38.55%.
+PUBLISHED = {
+    "llama2-70b-v6e-256": Published(43.8, 900),
+    "llama3.1-8b-v6e-256": Published(45.46, 7207),
+    "llama3.1-70b-v6e-256": Published(50.33, 960),
+    "llama3.1-405b-2x-v6e-256": Published(38.55, 123),
+    "mixtral-8x7b-v6e-256": Published(35.23, 3899),
+}
+TARGET_MEAN, TARGET_MAX = 3.0, 6.0  # issue 24: mean |error| <= 3 MFU points, max <= 6, over both tables
+ROWS = [r for r in v6e_fixtures.ROWS if v6e_fixtures.path_of(r.name, "spmd").exists()]
+_reports: dict[str, object] = {}
+
+
+def _report(row):
+    if row.name not in _reports:
+        from analyzer.pipeline import analyze_lowered
+
+        lowered = v6e_fixtures.lowered_from_fixtures(row.name)
+        _reports[row.name] = analyze_lowered(lowered, hardware="tpu-v6e", topology=row.topology)
+    return _reports[row.name]
+
+
+def maxtext_model_flops(row) -> float:
+    """Model FLOPs of one step as the table counts them (MaxText's `calculate_tflops_training_per_device` before
+    the causal halving, times chips), from the model's shapes as MaxText's configs give them (the fixture's header
+    names the model; the shapes are MaxText's `configs/models/<model>.yml`)."""
+    m = _MODELS[_model(row)]
+    args = _args(row)
+    seq, batch = int(args["max_target_length"]), int(args["per_device_batch_size"]) * row.chips
+    tokens = batch * seq
+    d, f, h, kv, k = m["d"], m["mlp"], m["heads"], m["kv"], 128
+    mlp = 3 * d * f * m.get("topk", 1) + (d * m["experts"] if m.get("experts") else 0)
+    per_layer = 2 * tokens * (mlp + d * (h + 2 * kv) * k + h * k * d)
+    attention = 4 * batch * seq**2 * h * k
+    return 3 * (m["layers"] * (per_layer + attention) + 2 * tokens * d * m["vocab"])
+
+
+# MaxText's configs/models/*.yml (the installed maxtext 0.2.5): emb_dim, query/kv heads (head_dim 128), mlp_dim,
+# decoder layers, vocab; Mixtral: 8 experts, 2 per token.
+_MODELS = {
+    "llama2-70b": {"d": 8192, "heads": 64, "kv": 8, "mlp": 28672, "layers": 80, "vocab": 32000},
+    "llama3.1-8b": {"d": 4096, "heads": 32, "kv": 8, "mlp": 14336, "layers": 32, "vocab": 128256},
+    "llama3.1-70b": {"d": 8192, "heads": 64, "kv": 8, "mlp": 28672, "layers": 80, "vocab": 128256},
+    "llama3.1-405b": {"d": 16384, "heads": 128, "kv": 8, "mlp": 53248, "layers": 126, "vocab": 128256},
+    "mixtral-8x7b": {"d": 4096, "heads": 32, "kv": 8, "mlp": 14336, "layers": 32, "vocab": 32000, "experts": 8,
+                     "topk": 2},
+}
+
+
+def predicted_mfu(row) -> float:
+    """The predicted MFU (percent) by the table's count: the table's model FLOPs over the predicted step x the
+    chips' peak (the tool's own MFU counts the model's dots as the program has them, `Totals.mfu`: the table
+    leaves out some the runs execute, e.g. `use_iota_embed`'s one-hot embedding matmul)."""
+    t = _report(row).totals
+    return 100 * t.mfu * maxtext_model_flops(row) / t.model_flops
+
+
+def score_chain(row) -> tuple[float, float]:
+    """(seconds, seconds at the MXU's rate) of the step's instructions on attention's S x S scores (an output or
+    operand that is scores, `_is_scores`): what the cpu target's dot-product attention pays to move the
+    scores through HBM, where the run's flash (splash) kernel keeps them on chip; the second figure is the
+    scores' dots at their FLOPs (`DotCost.peak_seconds`), what that chain costs without the HBM traffic."""
+    report = _report(row)
+    seq = int(_args(row)["max_target_length"])
+    costs = report.analysis.costs
+    total = at_peak = 0.0
+    for span in report.analysis.step.spans:
+        inst = span.instruction
+        if span.track != "compute" or inst is None:
+            continue
+        shapes = [inst.shape, *(o.shape for o in inst.operands)]
+        if any(_is_scores(sh, seq) for sh in shapes):
+            total += span.seconds
+            dot = costs.dot(span.computation, span.name)
+            at_peak += dot.peak_seconds if dot is not None else 0.0
+    return total, at_peak
+
+
+def _is_scores(shape, seq: int) -> bool:
+    """Whether a shape is attention's scores: batch and heads, then S x S (rank 4, or 5 with grouped KV heads);
+    a weight or an activation whose width equals S has rank 2 or 3."""
+    dims = list(getattr(shape, "dims", ()) or ())
+    return len(dims) >= 4 and dims.count(seq) >= 2
+
+
+def _args(row) -> dict[str, str]:
+    head, _ = v6e_fixtures.split_header(v6e_fixtures.read_fixture(v6e_fixtures.path_of(row.name, "spmd")))
+    return dict(a.split("=", 1) for a in head["program"].removeprefix("maxtext ").split())
+
+
+def test_every_row_has_fixtures_made_from_its_published_configuration():
+    assert {r.name for r in v6e_fixtures.ROWS} == set(PUBLISHED)
+    assert ROWS, "no fixtures: python fixtures/maxtext_v6e/generate.py (needs the maxtext extra)"
+    for row in ROWS:
+        for stage in ("spmd", "global"):
+            head, _ = v6e_fixtures.split_header(v6e_fixtures.read_fixture(v6e_fixtures.path_of(row.name, stage)))
+            assert head["program"] == "maxtext " + " ".join(row.argv), (row.name, stage)  # not stale
+            assert head["target"].startswith("cpu"), row.name
+            assert "jax " in head["versions"] and "maxtext " in head["versions"], row.name
+
+
+def _param(row):
+    return pytest.param(row, id=row.name, marks=(pytest.mark.slow,))
+
+
+def _iota_embedding_flops(row) -> float:
+    """The FLOPs of `use_iota_embed`'s one-hot embedding matmul (forward, and the table's gradient): 2 x 2 x tokens
+    x vocab x d_model. The runs execute it; the table's count (MaxText's) leaves it out."""
+    m = _MODELS[_model(row)]
+    args = _args(row)
+    tokens = int(args["per_device_batch_size"]) * row.chips * int(args["max_target_length"])
+    return 4 * tokens * m["vocab"] * m["d"] if args.get("use_iota_embed") == "true" else 0.0
+
+
+def _model(row) -> str:
+    return row.name.split("-v6e")[0].removesuffix("-2x")
+
+
+@pytest.mark.parametrize("row", [_param(r) for r in ROWS if "experts" not in _MODELS[_model(r)]])
+def test_model_flops_are_the_tables_and_the_embedding_matmul(row):
+    # The published MFU's numerator is MaxText's count; the tool counts the model's dots in the program jax handed
+    # XLA: the same, plus the iota embedding's one-hot matmul that MaxText's count leaves out (1.036x for Llama 3.1
+    # 8B's 128,256-token vocabulary). `predicted_mfu` compares by the table's count.
+    expected = maxtext_model_flops(row) + _iota_embedding_flops(row)
+    assert _report(row).totals.model_flops == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("row", [_param(r) for r in ROWS if "experts" in _MODELS[_model(r)]])
+def test_a_dropping_moe_executes_more_than_the_tables_count(row):
+    # Mixtral with capacity_factor=1.25 and dispatch/combine by einsum (megablox=false, sparse_matmul=false): its
+    # experts run on capacity-padded token slots and the dispatch and combine are matmuls too; the table counts
+    # 2 experts' MLPs per token.
+    ratio = _report(row).totals.model_flops / (maxtext_model_flops(row) + _iota_embedding_flops(row))
+    assert 1.25 < ratio < 1.5, ratio
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="missing term: flash attention. The cpu target cannot lower MaxText's "
+                   "splash kernel and runs attention=dot_product, whose S x S scores the step prices through HBM "
+                   "(63% of Llama 3.1 8B's predicted step, 52% of 70B's, at sequence 8192); the step model has no "
+                   "kernel that keeps them on chip. Without that traffic every row over-predicts (7-25 points): "
+                   "docs/measurements.md, 'MaxText v6e', names the terms")
+def test_v6e_table_within_the_target():
+    errors = {row.name: predicted_mfu(row) - PUBLISHED[row.name].mfu for row in ROWS}
+    worst = max(errors, key=lambda n: abs(errors[n]))
+    mean = sum(abs(e) for e in errors.values()) / len(errors)
+    assert len(errors) == len(PUBLISHED) and mean <= TARGET_MEAN and abs(errors[worst]) <= TARGET_MAX, (
+        f"mean |error| {mean:.2f} points (target {TARGET_MEAN}), worst {worst} {errors[worst]:+.2f} "
+        f"(target {TARGET_MAX}): " + ", ".join(f"{n} {e:+.2f}" for n, e in errors.items()))
+
+
+@pytest.mark.slow
+def test_the_rows_that_miss_low_are_the_ones_whose_step_is_mostly_score_traffic():
+    # The diagnosis the docs give, checked: a row predicted more than 6 points low spends over half its predicted
+    # step on the scores' chain (the missing flash-attention term), and without that chain's HBM traffic (its dots
+    # at the MXU's rate) it would be predicted above the published MFU: the term accounts for the whole miss.
+    low = 0
+    for row in ROWS:
+        predicted = predicted_mfu(row)
+        if predicted - PUBLISHED[row.name].mfu >= -TARGET_MAX:
+            continue
+        low += 1
+        scores, at_peak = score_chain(row)
+        step = _report(row).totals.step_seconds
+        assert scores > 0.5 * step, (row.name, scores, step)
+        assert predicted * step / (step - scores + at_peak) > PUBLISHED[row.name].mfu, row.name
+    assert low, "no row misses low: restate the xfail above and docs/measurements.md"
+
+
+def table() -> str:
+    """The comparison, one line per row (`python tests/analysis/test_measured_v6e.py` prints it). Predicted MFU by
+    the table's count (`predicted_mfu`); the tool's own MFU beside it; the score chain (`score_chain`) and the
+    step without its HBM traffic, to size the missing flash-attention term (a what-if, not a prediction)."""
+    lines = ["| run | chips | published MFU | predicted MFU | error (points) | tool's MFU | model FLOPs / table's | "
+             "step s | matmul-bound s | HBM-bound s | exposed comm s | score chain s (at MXU rate) | "
+             "MFU without score traffic |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in ROWS:
+        t = _report(row).totals
+        published, predicted = PUBLISHED[row.name].mfu, predicted_mfu(row)
+        scores, at_peak = score_chain(row)
+        without = predicted * t.step_seconds / (t.step_seconds - scores + at_peak)
+        lines.append(f"| {row.name} | {row.chips} | {published:.2f}% | {predicted:.2f}% | {predicted - published:+.2f}"
+                     f" | {100 * t.mfu:.2f}% | {t.model_flops / maxtext_model_flops(row):.3f} | "
+                     f"{t.step_seconds:.2f} | {t.matmul_seconds:.2f} | {t.memory_bound_seconds:.2f} | "
+                     f"{t.exposed_comm_seconds:.2f} | {scores:.2f} ({at_peak:.2f}) | {without:.2f}% |")
+    return "\n".join(lines)
+
+
+def both_tables() -> str:
+    """Mean and max |error| over the v6e table, the v5p table (tests/analysis/test_measured.py, the template's
+    step) and both together."""
+    sys.path.insert(0, str(ROOT))
+    from tests.analysis import test_measured as v5p
+
+    v6e_errors = [abs(predicted_mfu(r) - PUBLISHED[r.name].mfu) for r in ROWS]
+    v5p_errors = [abs(100 * v5p._report(r).totals.mfu - v5p.PUBLISHED_MFU[r.name]) for r in v5p.ROWS]
+    lines = []
+    for name, errors in (("v6e", v6e_errors), ("v5p", v5p_errors), ("both", v6e_errors + v5p_errors)):
+        lines.append(f"{name}: {len(errors)} rows, mean |error| {sum(errors) / len(errors):.2f} points, "
+                     f"max {max(errors):.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
+    if "--both" in sys.argv[1:]:
+        print(both_tables())
