@@ -22,11 +22,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "maxtext_v6e"
-sys.path.insert(0, str(FIXTURES))
-import generate as v6e_fixtures  # noqa: E402 - fixtures/maxtext_v6e/generate.py (ROWS, the fixture readers)
 
-sys.path.remove(str(FIXTURES))
-sys.modules.pop("generate", None)  # fixtures/generate.py has the same module name
+
+def _load_generator():
+    """fixtures/maxtext_v6e/generate.py (ROWS, the fixture readers), under a name of its own: fixtures/generate.py
+    and fixtures/maxtext/generate.py are imported as `generate` elsewhere."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("maxtext_v6e_generate", FIXTURES / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+v6e_fixtures = _load_generator()
 
 
 @dataclass(frozen=True)
