@@ -130,7 +130,8 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
             alternative_seconds=0.0,
             step=step,
             fix=fix,
-            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count, "forced_by": forced},
+            details={"before": before, "after": after, "bytes": c.bytes, "count": c.count,
+                     **({"forced_by": forced} if forced else {})},
         )
 
 
@@ -203,5 +204,5 @@ def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
             fix="keep the producer's and consumer's shardings equal, or reshard one mesh axis at a time "
                 "(each step an all-to-all)",
             details={"before": before, "after": after, "bytes": c.bytes, "count": c.count,
-                     "forced_by": _forced_by(c)},
+                     **({"forced_by": _forced_by(c)} if _forced_by(c) else {})},
         )
