@@ -42,3 +42,27 @@ def test_every_sub_axis_label_shown_is_explained(two_slices):
     for label in shown:
         assert f"{label} is " in note, label
     assert any(":(" in track for track in two_slices.analysis.step.track_axes)
+
+
+def test_the_data_parallel_flag_lets_a_loop_bodys_dcn_collectives_finish_in_the_next_iteration(two_slices):
+    # (issue 25 item 2; docs/step.md, "The user's XLA flags") xla_tpu_enable_data_parallel_all_reduce_opt: the
+    # backward loop's gradient all-reduces over `slice` (DCN) drain under the next iteration; without it they
+    # finish in their own. (On this run they end inside their iteration either way, so the step is the same.)
+    from analyzer.analysis.step import _Walker
+    from analyzer.compile.xlaflags import overlap_flags
+
+    a = two_slices.analysis
+    bodies = {inst.attr("body").lstrip("%") for comp in a.module.computations for inst in comp.instructions
+              if inst.opcode == "while"}
+
+    def dcn_trailing(flags):
+        w = _Walker(a.module, a.graph, a.collectives, a.dots, a.hardware, a.topology, 0, a.costs, overlap_flags(flags))
+        rows = set()
+        for body in bodies:
+            rows |= w._plan(a.module.by_name[body], True, None)[2]
+        return {r for r in rows if w.row_track[r].startswith("DCN")}
+
+    assert dcn_trailing(None) == set()
+    pipelined = dcn_trailing({"xla_tpu_enable_data_parallel_all_reduce_opt": True})
+    assert pipelined and all(a.collectives[r].kind == "all-reduce" and a.collectives[r].axes == ("slice",)
+                             for r in pipelined)
