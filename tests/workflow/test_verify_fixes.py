@@ -218,3 +218,24 @@ def test_a_change_several_findings_share_says_so_and_a_loss_is_a_loss():
     said = verified_text(Diagnostic("HA101", "n", "m", saving_seconds=5.5e-6, details=worse))
     assert said.startswith("verified: the step grows by 66.0 µs, against a promised saving of 5.50 µs")
     assert verified_text(Diagnostic("HA101", "n", "m")) is None  # --verify-fixes did not run
+
+
+@pytest.mark.slow
+def test_a_smaller_root_cause_is_verified_again_after_the_top_fix(verified):
+    """The replicated batch's HA101 proposes a mesh fold; the report says to fix batch['x'] first: the fold is
+    also recompiled on top of that change, and the saving it then brings is its own figure."""
+    _, after = verified
+    (fold,) = [d for d in after.diagnostics if d.code == "HA101" and "mesh" in d.details.get("verified_change", "")]
+    assert fold.details["verified_after_change"] == "batch['x'] -> P('data', None, None)"
+    assert isinstance(fold.details["verified_after_saving_seconds"], float)
+    assert "after the top fix (batch['x'] -> P('data', None, None)) too:" in verified_text(fold)
+    (d,) = _ha104(after)
+    assert "verified_after_change" not in d.details  # the top root cause's own change
+
+
+def test_the_after_the_top_fix_figure_is_shown():
+    details = {"verified_change": "mesh data=8, model=1", "verified_step_before_seconds": 2.47e-4,
+               "verified_step_seconds": 2.95e-4, "verified_saving_seconds": -4.8e-5,
+               "verified_after_change": "batch['x'] -> P('data')", "verified_after_saving_seconds": 2.0e-5}
+    said = verified_text(Diagnostic("HA101", "n", "m", saving_seconds=5.6e-5, details=details))
+    assert said.endswith("; after the top fix (batch['x'] -> P('data')) too: saved 20.0 µs")
