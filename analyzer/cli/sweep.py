@@ -213,10 +213,10 @@ def run(args: argparse.Namespace) -> int:
         task = progress.add_task(f"compiling {len(cands)} plans, {where}", total=len(cands))
 
         def done(cand, entry):
-            shown = "x".join(map(str, cand.mesh_shape))
+            shown = "x".join(map(str, cand.mesh_shape)) or entry.mesh  # (a maxtext: plan: the mesh MaxText made)
             status = format_seconds(entry.step_seconds) if entry.ok else "failed"
             plan = entry.plan if cand.strategy else (cand.label if cand.maxtext else "entry")
-            progress.console.print(f"  {plan} @ {shown}: {status}", highlight=False)
+            progress.console.print(f"  {plan}{f' @ {shown}' if shown else ''}: {status}", highlight=False)
             progress.advance(task)
 
         result = run_sweep(config, cands, hardware=args.hardware, topology=args.topology, jobs=jobs, progress=done,

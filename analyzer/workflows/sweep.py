@@ -141,7 +141,9 @@ class SweepEntry:
 
     @property
     def label(self) -> str:
-        return f"{self.plan} @ {self.mesh}"
+        """`plan @ mesh`; the plan alone where no mesh is known (a `maxtext:` plan that failed before MaxText made
+        its mesh)."""
+        return f"{self.plan} @ {self.mesh}" if self.mesh else self.plan
 
     def to_dict(self) -> dict[str, Any]:
         from analyzer.analysis.serialize import to_jsonable
@@ -440,6 +442,15 @@ def analyze_config(config: ReportConfig, *, hardware: str | None = None, topolog
     return dc_replace(report, name=config.title)
 
 
+def _used_axes(report: Report) -> str:
+    """The mesh a report was compiled on, its axes of size 1 left out (`fsdp=256`): the mesh of a `maxtext:` plan,
+    which MaxText makes from its keys (a config with a [mesh] names its own)."""
+    mesh = report.mesh
+    if mesh is None:
+        return ""
+    return ",".join(f"{a}={n}" for a, n in zip(mesh.axis_names, mesh.axis_sizes) if n > 1)
+
+
 def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Report) -> SweepEntry:
     from analyzer.theory.hardware import load_hardware
     from analyzer.analysis.report import report_to_dict
@@ -447,7 +458,7 @@ def _entry_from_report(candidate: Candidate, config: ReportConfig, report: Repor
     hbm = int((report.analysis.hardware or load_hardware(report.hardware)).hbm_bytes) if report.hardware else None
     diags = list(report.diagnostics)
     return SweepEntry(
-        strategy=candidate.label, mesh=config.mesh_text, note=plan_note(config),
+        strategy=candidate.label, mesh=config.mesh_text or _used_axes(report), note=plan_note(config),
         batch=candidate.batch, remat=candidate.remat, microbatches=candidate.microbatches,
         comm_seconds=float(report.totals.comm_seconds), compute_seconds=float(report.totals.compute_seconds),
         **step_fields(report),

@@ -77,3 +77,7 @@ def test_report_and_sweep_analyse_maxtexts_step():
     assert bad.ok and bad.step_seconds > 0  # fsdp 4 x tensor 2
     assert {"fsdp", "tensor"} <= {a for row in bad.report["collectives"] for a in row["axes"]}
     assert not good.ok and "product of the ICI parallelism 4" in good.error  # fsdp 4 x tensor 1 on 8 chips
+    # a plan's label (the sweep's title, its ranking and progress lines) names the mesh MaxText made from its keys;
+    # a plan MaxText refused has no mesh, and no empty "@ "
+    assert bad.mesh == "fsdp=4,tensor=2" and bad.label.endswith(" @ fsdp=4,tensor=2"), bad.label
+    assert good.mesh == "" and "@" not in good.label, good.label
