@@ -353,12 +353,14 @@ def _shaped_like_a_weight(module: Any, dot: Any, args: Arguments) -> bool:
     as an expert FFN's `dW_in[e, d, f] = routed[e, g, c, d]^T dh[e, g, c, f]` (the experts its batch dim), not
     attention's `QK^T`/`PV`, whose results are activations."""
     entry = getattr(module, "entry", None)
-    if entry is None or not dot.shape.is_array or not args.weights:
+    if entry is None or not dot.shape.is_array:
         return False
     out = sorted(dot.shape.dims)
     for inst in entry.instructions:
-        if inst.opcode != "parameter" or not inst.shape.is_array or argument_name(inst) not in args.weights:
+        if inst.opcode != "parameter" or not inst.shape.is_array:
             continue
+        if args.weights and argument_name(inst) not in args.weights:
+            continue  # (a dump has no program before partitioning to tell weights: any argument's dims then)
         dims = list(inst.shape.dims)
         if sorted(dims) == out or (len(dims) > 2 and sorted(dims[1:]) == out):
             return True

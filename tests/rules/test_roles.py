@@ -165,6 +165,22 @@ def test_moe_dots_roles(moe):
     }
 
 
+def test_an_expert_weight_gradient_in_a_dump_is_one():
+    """The chapter's MoE step read from its dump (no program before partitioning to name the weights): the
+    reductions over 'X' of the experts' batched weight gradients (`egcd,edf->egcf` transposed, experts as the batch
+    dim; in the scanned layers' loop body) are data parallelism's weight-gradient reductions, not attention's."""
+    from pathlib import Path
+
+    import analyzer
+
+    path = Path(__file__).resolve().parents[2] / "fixtures/tpu-v5e-2x4/X2_Y4/ep_step.spmd.hlo"
+    report = analyzer.analyze_hlo(path.read_text(), mesh="X=2,Y=4")
+    found = _ha101(report)
+    assert found and not [d for d in found if d.details["role"] == "attention"]
+    grads = [d for d in found if d.details["role"] == "weight gradient"]
+    assert grads and all(d.details["roofline"] == "fsdp" and d.notation.startswith("AllReduce") for d in grads)
+
+
 @pytest.mark.slow
 def test_attention_stays_attention():
     """A batched matmul of two activations with no expert beside it is attention, forward and backward."""
