@@ -95,6 +95,7 @@ MAXTEXT_V5P_XLA_FLAGS = (
     "--xla_tpu_enable_data_parallel_all_reduce_opt=true --xla_tpu_data_parallel_opt_different_sized_ops=true "
     "--xla_tpu_enable_async_collective_fusion=true --xla_tpu_enable_async_collective_fusion_multiple_steps=true "
     "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true")
+_flags: str | None = MAXTEXT_V5P_XLA_FLAGS  # what the rows are analysed with (the script's --xla-flags= replaces it)
 TOLERANCE_POINTS = 10.0  # issue 10: within 10 MFU points on every row up to v5p-2048 (1,024 chips)
 # Rows analysed in the fast loop (one per slice kind); the others are slow-marked (a few seconds each).
 FAST = ("32b-1x-v5p-128", "128b-2x-v5p-256")
@@ -122,7 +123,7 @@ def _fixture(row) -> str:
 def _report(row):
     if row.name not in _reports:
         _reports[row.name] = analyzer.analyze_hlo(_fixture(row), mesh=row.mesh, hardware="tpu-v5p",
-                                                  topology=row.topology, xla_flags=MAXTEXT_V5P_XLA_FLAGS)
+                                                  topology=row.topology, xla_flags=_flags)
     return _reports[row.name]
 
 
@@ -219,6 +220,13 @@ def table() -> str:
 
 
 if __name__ == "__main__":
+    # --xla-flags=FLAGS: the table under other flags than the runs' (--xla-flags= for none), e.g. to see one
+    # flag's effect; not with --write-calibration (the calibration is the runs' own flags)
+    given = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("--xla-flags=")]
+    if given:
+        if "--write-calibration" in sys.argv[1:]:
+            sys.exit("--xla-flags and --write-calibration: the calibration is made with the runs' own flags")
+        _flags = given[-1] or None
     if "--write-calibration" in sys.argv[1:]:
         print(f"wrote {write_calibration().relative_to(ROOT)}")
     print(table())
