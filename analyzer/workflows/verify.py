@@ -114,9 +114,9 @@ def parse_partition_spec(text: str) -> Any:
     for arg in node.args:
         if isinstance(arg, ast.Constant) and (arg.value is None or isinstance(arg.value, str)):
             entries.append(arg.value)
-        elif isinstance(arg, ast.Tuple) and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
-                                                for e in arg.elts):
-            entries.append(tuple(e.value for e in arg.elts))  # type: ignore[attr-defined]
+        elif isinstance(arg, ast.Tuple) and (names := [e.value for e in arg.elts if isinstance(e, ast.Constant)
+                                                      and isinstance(e.value, str)]) and len(names) == len(arg.elts):
+            entries.append(tuple(names))
         else:
             raise bad(f"entry {ast.unparse(arg)!r} is not an axis name, None or a tuple of names")
     return PartitionSpec(*entries)
