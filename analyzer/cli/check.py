@@ -220,10 +220,11 @@ def run(args: argparse.Namespace) -> int:
         result = _replay(args, table, root, path, cache, keys)
         if result is not None:
             return _emit(result, args)
-    from analyzer.workflows.check import mesh_size, prepare_cpu_devices, run_check
+    from analyzer.workflows.check import maxtext_devices, mesh_size, prepare_cpu_devices, run_check
 
     config, root = _load(args, path)
-    prepare_cpu_devices(mesh_size(config.mesh))  # compile every entry point in this process
+    # compile every entry point in this process (a maxtext: one on the chips of its compile_topology)
+    prepare_cpu_devices(max(mesh_size(config.mesh), maxtext_devices(config.entry_points)))
     baseline_path, configured, counts, seconds = _baseline(args, root, config.baseline)
     if args.write_baseline:  # find an unwritable baseline now, not after every compile
         check_writable(baseline_path or root / DEFAULT_BASELINE, what="baseline")

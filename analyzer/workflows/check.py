@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "prepare_cpu_devices",
+    "maxtext_devices",
     "EntryOutcome",
     "CheckResult",
     "EntryPoint",
@@ -259,6 +260,8 @@ def resolve_entry(name: str, root: Path) -> EntryPoint:
         >>> resolve_entry("model:step", root).line
         4
     """
+    if name.startswith(_MAXTEXT):  # MaxText's own step: built by the installed MaxText, no project file
+        return EntryPoint(name=name, file=None, line=None)
     module, _, qualname = name.partition(":")
     if module.endswith(".py") or "/" in module:
         path = Path(module)
@@ -426,6 +429,8 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
     from analyzer.pipeline import analyze
     from analyzer.compile.lower import load_entry, time_limit
 
+    if entry.name.startswith(_MAXTEXT):
+        return _analyse_maxtext(entry, config)
     mesh = mesh if mesh is not None else (dict(config.mesh) if config.mesh else None)
     if mesh is None:
         raise ConfigError(
@@ -452,6 +457,37 @@ def analyse_entry(entry: EntryPoint, config: Config, *, mesh: Any = None) -> Rep
             **kwargs,
         )
     return replace(report, name=report.name or entry.name)
+
+
+_MAXTEXT = "maxtext:"  # (workflows.reportconfig.MAXTEXT_PREFIX: an entry point that is MaxText's train step)
+
+
+def _analyse_maxtext(entry: EntryPoint, config: Config) -> Report:
+    """A `maxtext:KEY=VALUE ...` entry point: MaxText's own train step for train_compile's arguments
+    (`analyzer.integrations.maxtext`), on the config's target, hardware and topology (by default those of its
+    `compile_topology`); MaxText's keys make its mesh, so the config's [mesh] is not used."""
+    from analyzer.compile.lower import time_limit
+    from analyzer.integrations.maxtext import analyze_maxtext
+
+    if config.xla_flags:
+        raise ConfigError(f"entry point {entry.name!r}: xla-flags do not apply to a maxtext: entry point (MaxText's "
+                          "compile takes its own: put them in LIBTPU_INIT_ARGS for the tpu target)", path=config.path)
+    with time_limit(config.timeout, entry.name, hard_exit=True):
+        report = analyze_maxtext(entry.name[len(_MAXTEXT):], target=config.target or "cpu",
+                                 hardware=config.hardware or None, topology=config.topology,
+                                 config=config.override(baseline=None, where="check"))
+    return replace(report, name=entry.name)
+
+
+def maxtext_devices(entry_points: Sequence[str]) -> int:
+    """The CPU devices the `maxtext:` entry points compile on (the most chips of their `compile_topology`s), for
+    `prepare_cpu_devices`; 1 without such entry points (MaxText is then not imported)."""
+    names = [n for n in entry_points if n.startswith(_MAXTEXT)]
+    if not names:
+        return 1
+    from analyzer.integrations.maxtext import parse_args, plan
+
+    return max(plan(parse_args(n[len(_MAXTEXT):])).chips for n in names)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -644,7 +680,8 @@ def _compute(entry: EntryPoint, config: Config, run: Callable[[EntryPoint, Confi
 
         body = _json.loads(_json.dumps(body, allow_nan=False))
         done.record = body
-        if record and outputs is not None:
+        # (a maxtext: entry point's program is the installed MaxText's, which no key reads: never kept)
+        if record and outputs is not None and not entry.name.startswith(_MAXTEXT):
             replay_diags, replay = _replayed(body)
             # Kept only when the replay is the same output, in every format; else computed every time.
             done.cacheable = (_renderings(entry, replay, replay_diags, root, outputs)

@@ -255,3 +255,23 @@ def test_a_two_slice_target_on_the_cpu_target_is_meshed_as_maxtexts_hybrid_mesh(
     assert all(i < 4 for i in ids[0] + ids[1]) and all(i >= 4 for i in ids[2] + ids[3]), ids  # slice 0, then 1
     report = maxtext.analyze_maxtext(TWO_SLICES, target="cpu")
     assert "v5e:2x2*2" in report.topology and "fsdp=4: dcn" in report.topology, report.topology
+
+
+@pytest.mark.slow
+@needs_maxtext
+def test_check_runs_a_maxtext_entry_point(tmp_path, monkeypatch, capsys):
+    # entry-points = ["maxtext:KEY=VALUE ..."]: MaxText's own step, no [mesh] (MaxText's keys make it), on the
+    # chips of its compile_topology; its result is never cached (no key reads the installed MaxText)
+    from analyzer.cli import main
+
+    argv = " ".join([*TINY, "ici_tensor_parallelism=1", "ici_fsdp_parallelism=-1"])
+    (tmp_path / "pyproject.toml").write_text(f'[tool.hlo-analyzer]\nentry-points = ["maxtext:{argv}"]\n')
+    monkeypatch.chdir(tmp_path)
+    code = main(["check", "--output-format", "json"])
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    (entry,) = json.loads(out)["entry_points"]
+    assert entry["name"] == f"maxtext:{argv}" and entry["error"] is None, entry
+    assert entry["totals"]["collectives"] > 0 and entry["status"] == ("findings" if code == 1 else "clean")
+    # findings point at MaxText's own lines (its model is the program)
+    assert all("maxtext/" in f["location"]["file"] for f in entry["findings"] if f["location"]["file"]), entry
