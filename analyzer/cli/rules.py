@@ -118,7 +118,8 @@ CONFIG_KEYS = (
     ("topology", "string", "physical slice, e.g. `v5e:4x2`"),
     ("mesh", "table", "mesh axis name = size, major to minor"),
     ("target", "string", "`cpu` or `tpu:<gen>:<shape>[*N]`"),
-    ("entry-points", "list of strings", "`module:function` returning (jitted fn, abstract args), for `check`"),
+    ("entry-points", "list of strings", "`module:function` returning (jitted fn, abstract args), or "
+     "`maxtext:KEY=VALUE ...` (MaxText's own step), for `check`"),
     ("baseline", "string", "baseline file (relative to the pyproject.toml): accepted findings"),
     ("min-saving-seconds", "number", "findings that save less per step are negligible and dropped (default 10e-6)"),
     ("min-saving-fraction", "number",
@@ -128,6 +129,8 @@ CONFIG_KEYS = (
      "a baselined finding whose cost grew more than this fraction is new again (default 0.10)"),
     ("timeout", "number", "seconds each entry point (import, call, compile) may take in `check`; also bounds "
      "`@audit`'s compile"),
+    ("xla-flags", "string or list of strings", "the run's XLA flags (`--xla_<name>=<value>`): `check` compiles with "
+     "them and the step model reads them (docs/step.md, \"The user's XLA flags\"); `check --xla-flags` replaces them"),
     ("budgets.comm-seconds-per-step", "number", "HA501: predicted communication seconds per step"),
     ("budgets.comm-compute-ratio", "number", "HA502: predicted communication / compute per step"),
     ("rules.CODE.OPTION", "per rule", "a rule's thresholds (below), and `severity` for any rule"),
