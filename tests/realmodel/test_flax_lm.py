@@ -362,8 +362,10 @@ def test_the_embedding_layout_is_the_top_cause_and_saves_what_the_plans_differ_b
     top = top_cause(bad.diagnostics, bad)
     assert top is not None and top.title == "the activations' layout over 'data'"
     matmuls = [d for d in top.findings if d.code == "HA101"]
-    assert matmuls and all(not d.details["fix_mesh"] and "keep the activations sharded over 'data'" in d.fix
-                           for d in matmuls)
+    # the fix names the table and the spec to write (issue 26), not "find the argument that puts 'data' there"
+    change = "params['embed']['embedding']: P(None, 'data') -> P(None, None)"
+    assert matmuls and all(not d.details["fix_mesh"] and d.fix.startswith(change)
+                           and d.details["root_cause_fix"] == change for d in matmuls)
     assert all("the activations' layout is the cause" in d.message for d in matmuls)
     # savings are step time: against the predicted steps' difference, and the communication's
     for difference in (bad.totals.step_seconds - good.totals.step_seconds,
