@@ -4,6 +4,16 @@ jax reads XLA_FLAGS and JAX_PLATFORMS once, when it first initialises, so they a
 test imports it: 8 fake CPU devices let the small meshes of the tests compile in this process (larger ones
 go through the analyzer's subprocess path), and JAX_PLATFORMS=cpu keeps an installed libtpu from probing
 for TPU chips that this machine does not have.
+
+The CPU compiler's LLVM back end is told not to optimise (`--xla_backend_optimization_level=0`,
+`--xla_llvm_disable_expensive_passes`): the analyzer reads the HLO text and the buffer assignment, which the
+back end's optimisation level leaves byte-identical (checked on jax 0.10 and 0.12: optimized and after-SPMD HLO
+and the memory figures of the template's fsdp+tp step), while a test program's compile takes a half to a fifth
+of the time. Only the few tests that run a program get slower code, on arrays of a few kB. Set
+HLO_ANALYZER_TEST_LLVM_OPT=1 to compile as a user's process does.
+
+`pytest --count-compiles` prints, after the run, how often each program was compiled and by which tests (a
+program compiled twice is a candidate for a session fixture: the `planned` pattern below).
 """
 
 import os
@@ -12,6 +22,10 @@ _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if not os.environ.get("HLO_ANALYZER_TEST_LLVM_OPT"):
+    for _fast in ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"):
+        if _fast.split("=")[0] not in os.environ["XLA_FLAGS"]:
+            os.environ["XLA_FLAGS"] += f" {_fast}"
 
 
 import pytest  # noqa: E402
@@ -39,3 +53,71 @@ def planned():
 
     get.plans = plans
     return get
+
+
+def pytest_addoption(parser):
+    parser.addoption("--count-compiles", action="store_true",
+                     help="after the run, list each program compiled more than once and the tests that did it")
+
+
+class _CompileCounter:
+    """Counts the analyzer's compiles (in this process and in its child processes) by program, keyed by the
+    StableHLO text without its source locations, the platform, the device ids and the XLA flags: two tests
+    that compile the same program on the same devices show up as one key with two tests."""
+
+    def __init__(self):
+        self.node = None
+        self.rows: list[tuple[str, str, str, float]] = []  # (key, module name, test id, seconds)
+
+    def install(self, lower):
+        """Wraps analyzer.compile.lower's two compile paths for the rest of the session."""
+        import hashlib
+        import re
+        import time
+
+        def counted(original):
+            def run(job, *args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return original(job, *args, **kwargs)
+                finally:
+                    text = "\n".join(str(job.get(k)) for k in ("stablehlo", "platform", "device_ids", "xla_flags"))
+                    text = re.sub(r"^#loc.*$|\s*loc\(#loc\d*\)", "", text, flags=re.M)  # the call site is
+                    # part of a location: the same program traced from two tests differs only there
+                    self.rows.append((hashlib.sha1(text.encode()).hexdigest()[:12],
+                                      lower._module_name(job.get("stablehlo", "")), self.node or "?",
+                                      time.perf_counter() - start))
+            return run
+
+        lower._compile_job = counted(lower._compile_job)
+        lower._compile_in_child = counted(lower._compile_in_child)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self.node = item.nodeid
+        yield
+        self.node = None
+
+    def pytest_terminal_summary(self, terminalreporter):
+        from collections import defaultdict
+
+        by_key: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+        for key, name, node, seconds in self.rows:
+            by_key[key].append((name, node, seconds))
+        repeats = {k: v for k, v in by_key.items() if len(v) > 1}
+        write = terminalreporter.write_line
+        write(f"compiles: {len(self.rows)} of {len(by_key)} programs, {sum(s for *_, s in self.rows):.1f} s; "
+              f"{sum(len(v) - 1 for v in repeats.values())} repeats")
+        for key, rows in sorted(repeats.items(), key=lambda kv: -sum(s for *_, s in kv[1])):
+            write(f"  {rows[0][0]} [{key}] x{len(rows)}, {sum(s for *_, s in rows):.1f} s:")
+            for _, node, seconds in rows:
+                write(f"    {seconds:6.1f} s  {node}")
+
+
+def pytest_configure(config):
+    if config.getoption("--count-compiles"):
+        from analyzer.compile import lower
+
+        counter = _CompileCounter()
+        counter.install(lower)
+        config.pluginmanager.register(counter, "hlo-analyzer-compile-counter")
