@@ -123,6 +123,7 @@ def analyze_lowered(
     args: Any = (),
     in_shardings: Any = None,
     out_shardings: Any = None,
+    flash_attention: bool | None = None,
 ) -> Report:
     """The `Report` of a program already compiled by `analyzer.compile.lower.lower` (what `analyze` does after
     its compile; for callers that lower themselves, such as `analyzer.integrations.maxtext`).
@@ -132,6 +133,9 @@ def analyze_lowered(
       hardware, topology, config, model: as for `analyze`.
       args, in_shardings, out_shardings: the abstract arguments and shardings the program was lowered with (the
         arguments table and the rules that read them); empty when unknown.
+      flash_attention: price the program's attention as the TPU's flash kernel, its S x S scores in VMEM
+        (docs/step.md, "Flash attention"): for a program whose attention runs as one on the TPU but was lowered
+        with a portable substitute; None: `lowered.flash_attention`.
     """
     from analyzer.rules.config import as_config
 
@@ -167,9 +171,26 @@ def analyze_lowered(
                      + " (Report.analysis.xla_flags).")
     context = {"lowered": lowered, "in_shardings": in_shardings, "out_shardings": out_shardings, "args": args,
                "config": config, "xla_flags": flags or None}
+    if flash_attention is None:
+        flash_attention = bool(getattr(lowered, "flash_attention", False))
+    if flash_attention:
+        context["flash_attention"] = True
     return build_report(module, mesh=lowered.mesh, hardware=hardware, topology=topology,
                         device_coords=lowered.device_coords, target=lowered.target, notes=notes,
                         memory=lowered.memory, name=lowered.name, context=context, config=config, model=model)
+
+
+def _flash_note(costs: Any, asked: bool) -> tuple[str, ...]:
+    """The report's note on the flash-attention term (`ProgramCosts.flash`), when it was asked for."""
+    if costs.flash is not None:
+        return ("Attention priced as the TPU's flash kernel (docs/step.md, 'Flash attention'): the S x S scores "
+                f"(S = {', '.join(str(s) for s in sorted(costs.flash.lengths))}) and the softmax on them stay in "
+                "VMEM; their dots run at the MXU's rate and move only Q, K, V, the output, its gradient and the "
+                "softmax's row statistics through HBM.",)
+    if asked:
+        return ("Flash attention asked, but no attention scores were found (no batched dot keeping a sequence "
+                "dimension of both operands): nothing priced as the kernel.",)
+    return ()
 
 
 def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target: str,
@@ -505,7 +526,9 @@ def build_report(
     if flops is None and chips:
         notes.append("Model FLOPs counted as the partitioned program's FLOPs times the chips (no program before "
                      "partitioning was read): work a plan repeats on several chips counts as model work.")
-    costs = ProgramCosts(module, dots, hw)  # what each instruction costs on `hw`, asked by all that follows
+    # what each instruction costs on `hw`, asked by all that follows
+    costs = ProgramCosts(module, dots, hw, flash_attention=bool(context.get("flash_attention")))
+    notes.extend(_flash_note(costs, bool(context.get("flash_attention"))))
     step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops, costs=costs,
                         xla_flags=context.get("xla_flags"))
     notes.extend(n for n in (step.flags_note, step.axes_note) if n)

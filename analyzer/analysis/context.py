@@ -47,6 +47,9 @@ class AnalysisContext:
       xla_flags: the user's XLA flags as `{name: value}` (`Lowered.xla_flags`), None when none were given.
       costs: what each instruction of `module` costs on `hardware` (`analyzer.analysis.costs.ProgramCosts`): the
         one place a dot's or any instruction's FLOPs, bytes and seconds are computed; None when read back from JSON.
+      flash_attention: the program's attention is the TPU's flash kernel (`Lowered.flash_attention` or the option):
+        the step priced it so, its S x S scores in VMEM, not HBM, where the scores were found (`costs.flash`;
+        docs/step.md, "Flash attention").
     """
 
     module: HloModule | None = None
@@ -69,3 +72,6 @@ class AnalysisContext:
     # the step model reads what they ask of the TPU compiler (async collective fusion, collective matmul, ...).
     xla_flags: Mapping[str, Any] | None = None
     costs: ProgramCosts | None = None
+    # Whether the program's attention is the TPU's flash kernel (`Lowered.flash_attention`, or
+    # `analyze_lowered(flash_attention=True)`; priced by analyzer.analysis.costs.FlashScores):
+    flash_attention: bool = False

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from analyzer.hlo.ir import Computation, HloModule, Instruction
     from analyzer.theory.hardware import HardwareSpec
 
-__all__ = ["DotCost", "ProgramCosts", "instruction_hbm_bytes"]
+__all__ = ["DotCost", "FlashScores", "ProgramCosts", "flash_scores", "instruction_hbm_bytes"]
 
 # Custom-calls that run no kernel: the SPMD partitioner's and layout markers, host-offload and buffer annotations.
 _CUSTOM_FREE = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "LayoutConstraint",
@@ -301,6 +301,68 @@ def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
 
 
 
+@dataclass(frozen=True)
+class FlashScores:
+    """Attention's S x S scores in a program whose attention the TPU runs as a flash kernel (docs/step.md, "Flash
+    attention"): the shapes the kernel keeps in VMEM.
+
+    Attributes:
+      lengths: the sequence lengths S of the scores (a dimension both operands of a `QK^T` keep).
+      elements: the element counts of the score-producing dots' results.
+    """
+
+    lengths: frozenset[int]
+    elements: frozenset[int]
+
+    def holds(self, shape: Any) -> bool:
+        """Whether `shape` is the scores (or the probabilities, or their gradient): rank 3 or more, the element
+        count of a score-producing dot's result, and S in two of its dims."""
+        dims = list(getattr(shape, "dims", ()) or ()) if shape is not None and shape.is_array else []
+        return (len(dims) >= 3 and shape.num_elements in self.elements
+                and any(dims.count(s) >= 2 for s in self.lengths))
+
+    def touches(self, inst: Instruction) -> bool:
+        """Whether `inst` reads or writes the scores."""
+        return self.holds(inst.shape) or any(self.holds(o.shape) for o in inst.operands)
+
+    def edge_bytes(self, inst: Instruction) -> int:
+        """HBM bytes of `inst` inside the kernel: its operands and result that are not the scores (Q, K, V, O, dO,
+        the softmax's row statistics); the scores stay in VMEM."""
+        return (sum(_bytes(o.shape) for o in inst.operands if not self.holds(o.shape))
+                + (0 if self.holds(inst.shape) else _bytes(inst.shape)))
+
+
+def flash_scores(dots: Sequence[Dot]) -> FlashScores | None:
+    """The scores of a program's attention, read from its dots: a dot with batch dimensions whose operands each keep
+    (as a free dimension) a dimension S longer than what it contracts is a `QK^T` (or the backward's `dO V^T`): S
+    the sequence length, its result the scores. None when the program has no such dot."""
+    from analyzer.analysis.dots import batch_dims, contracting_dims
+
+    lengths: set[int] = set()
+    elements: set[int] = set()
+    for d in dots:
+        inst = d.instruction
+        if inst.opcode != "dot" or len(inst.operands) < 2 or inst.shape is None or not inst.shape.is_array or any(
+                o.shape is None or not o.shape.is_array for o in inst.operands[:2]):
+            continue
+        try:
+            lb, rb = set(batch_dims(inst, 0)), set(batch_dims(inst, 1))
+            lc, rc = set(contracting_dims(inst, 0)), set(contracting_dims(inst, 1))
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if not lb:
+            continue
+        ld, rd = list(inst.operands[0].shape.dims), list(inst.operands[1].shape.dims)
+        k = math.prod(ld[i] for i in lc if i < len(ld))
+        free_l = {x for i, x in enumerate(ld) if i not in lc and i not in lb}
+        free_r = {x for i, x in enumerate(rd) if i not in rc and i not in rb}
+        common = {x for x in free_l & free_r if x > k}
+        if common and len(inst.shape.dims) >= 3:
+            lengths.update(common)
+            elements.add(inst.shape.num_elements)
+    return FlashScores(frozenset(lengths), frozenset(elements)) if lengths else None
+
+
 class ProgramCosts:
     """The costs of one module's instructions on one hardware spec, each computed once, on first question.
 
@@ -309,8 +371,11 @@ class ProgramCosts:
         costs.dot_cost(dots[0]).peak_seconds, costs.op_time(comp, inst)
     """
 
-    def __init__(self, module: HloModule, dots: Sequence[Dot], hw: HardwareSpec):
+    def __init__(self, module: HloModule, dots: Sequence[Dot], hw: HardwareSpec, *, flash_attention: bool = False):
         self.module = module
+        # flash_attention: the program's attention runs on the TPU as a flash kernel (MaxText's attention=flash that
+        # the cpu target analysed as dot_product): its scores stay in VMEM (`FlashScores`, docs/step.md).
+        self.flash = flash_scores(dots) if flash_attention else None
         self.hw = hw
         self.bw = float(hw.hbm_bandwidth)
         self.dot_costs: dict[tuple[str, str], DotCost] = {}
@@ -417,19 +482,28 @@ class ProgramCosts:
         if op in NOP or (op == "custom-call" and any(t in (inst.attr("custom_call_target") or "")
                                                         for t in _CUSTOM_FREE)):
             return 0.0, ""
+        flash = self.flash is not None and self.flash.touches(inst)
         if op in DOTS or op == "fusion":
-            timed = self._roofline(comp, inst)
+            timed = self._roofline(comp, inst, flash)
             if timed is not None:
                 return timed
+        if flash:  # (an op of the kernel's softmax: on the scores in VMEM, only its other operands and result move)
+            if op in VIEWS:
+                return 0.0, ""
+            nbytes = (self.flash.edge_bytes(inst) if cheap is None or op in UNFUSED
+                      else _chain_edge_bytes(comp, inst, cheap, users, self.flash))
+            return nbytes / self.bw, "memory"
         if cheap is None or op in UNFUSED:  # (a fused module: no chains to follow)
             return self.hbm_bytes(inst) / self.bw, "memory"
         if op in VIEWS:  # (a view inside a chain XLA would fuse: nothing moves)
             return 0.0, ""
         return _chain_edge_bytes(comp, inst, cheap, users) / self.bw, "memory"
 
-    def _roofline(self, comp: Computation, inst: Instruction) -> tuple[float, str] | None:
+    def _roofline(self, comp: Computation, inst: Instruction, flash: bool = False) -> tuple[float, str] | None:
         """The roofline of a dot, or of a fusion holding dots, at the MXU's padding, tile passes and fill
-        (analyzer.theory.matmul, where the hardware has an [mxu] table); None when it does no FLOPs."""
+        (analyzer.theory.matmul, where the hardware has an [mxu] table); None when it does no FLOPs. `flash`: a dot
+        of a flash kernel (it reads or writes the scores, `FlashScores`): its HBM bytes are its operands and result
+        other than the scores, and its tile passes re-read nothing from HBM (the kernel's blocks are in VMEM)."""
         dot = self.dot_costs.get((comp.name, inst.name)) if inst.opcode in DOTS else None
         if dot is not None:
             flops, dtype = dot.flops, dot.dtype
@@ -449,19 +523,25 @@ class ProgramCosts:
         if not flops:
             return None
         t_flops = padded / self.hw.flops_per_second(dtype)
-        t_mem = (self.hbm_bytes(inst) + extra) / self.bw
+        if flash and self.flash is not None:
+            t_mem = self.flash.edge_bytes(inst) / self.bw
+        else:
+            t_mem = (self.hbm_bytes(inst) + extra) / self.bw
         return (t_flops + fill, "matmul") if t_flops >= t_mem else (t_mem + fill, "memory")
 
 
 def _chain_edge_bytes(comp: Computation, inst: Instruction, cheap: Mapping[str, bool],
-                      users: Mapping[str, tuple[str, ...]] | None) -> int:
+                      users: Mapping[str, tuple[str, ...]] | None, flash: FlashScores | None = None) -> int:
     """HBM bytes of an op of an unfused module that XLA would fuse with its neighbours (`cheap`): only what crosses
     the chain's edges, the operands made outside it (a slice reads its slice; a dynamic-update-slice's buffer is
-    updated in place) and its result when a user outside the chain (or the computation's result) reads it."""
+    updated in place) and its result when a user outside the chain (or the computation's result) reads it.
+    `flash`: the scores of a flash kernel, which cross no edge through HBM (they stay in VMEM)."""
     op = inst.opcode
     nbytes = 0
     for k, o in enumerate(inst.operands):
         if cheap.get(o.name, False) or o.name not in comp.by_name:
+            continue
+        if flash is not None and flash.holds(o.shape):
             continue
         if comp.by_name[o.name].opcode == "constant":
             continue
@@ -469,6 +549,8 @@ def _chain_edge_bytes(comp: Computation, inst: Instruction, cheap: Mapping[str, 
             nbytes += _bytes(inst.shape)
         elif k != 0 or op != "dynamic-update-slice":
             nbytes += _bytes(o.shape)
+    if flash is not None and flash.holds(inst.shape):
+        return nbytes
     outs = users.get(inst.name, ()) if users is not None else ()
     if inst.is_root or any(not cheap.get(u, False) for u in outs):
         if op == "dynamic-update-slice" and len(inst.operands) > 1:

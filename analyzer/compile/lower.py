@@ -142,6 +142,8 @@ class Lowered:
       global_hlo: the HLO module as jax handed it to XLA (`before_optimizations`): global shapes, one program
         for the whole mesh; the model's work (`analyzer.analysis.dots.model_flops`) is counted on it. On a
         one-device mesh, where XLA runs no SPMD partitioner, it is also `spmd_hlo`.
+      flash_attention: the program's attention is a flash kernel on the TPU, analysed here through a portable
+        substitute whose S x S scores go through HBM (MaxText's attention=flash on the cpu target).
     """
 
     spmd_hlo: str
@@ -160,6 +162,10 @@ class Lowered:
     global_hlo: str = dataclasses.field(default="", repr=False)
     xla_flags: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     xla_flags_passed: tuple[str, ...] = ()
+    # The program's attention runs on the TPU as a flash kernel that this target could not lower (MaxText's
+    # attention=flash analysed as dot_product on the cpu target): the step prices its attention as the kernel
+    # (analyzer.analysis.costs.FlashScores, docs/step.md "Flash attention").
+    flash_attention: bool = False
 
     @property
     def platform(self) -> str:

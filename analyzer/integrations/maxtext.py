@@ -247,6 +247,8 @@ class MaxTextStep:
       target: "cpu" or "tpu".
       substituted: the user's settings the cpu target replaced by portable ones (`"attention=flash ->
         attention=dot_product"`: MaxText's Pallas kernels have no CPU lowering); empty on the tpu target.
+      flash_attention: the run's attention is MaxText's flash (splash) kernel and the cpu target analysed it as
+        dot_product: `Lowered.flash_attention`, so the step prices attention as the kernel.
     """
 
     fn: Any
@@ -257,6 +259,7 @@ class MaxTextStep:
     plan: Plan
     target: str
     substituted: tuple[str, ...] = ()
+    flash_attention: bool = False
 
 
 @contextlib.contextmanager
@@ -405,7 +408,9 @@ def _build(args: MaxTextArgs, target: str, the_plan: Plan) -> MaxTextStep:
         argv += list(_CPU_KEYS)
     config = _initialize(argv)
     substituted = []
+    flash = False
     if target == "cpu":
+        flash = str(getattr(config, "attention", "")) == "flash"
         for key, (tpu_only, portable) in _CPU_SUBSTITUTES.items():
             if str(getattr(config, key, "")) == tpu_only:
                 substituted.append(f"{key}={tpu_only} -> {key}={portable}")
@@ -437,7 +442,7 @@ def _build(args: MaxTextArgs, target: str, the_plan: Plan) -> MaxTextStep:
         jitted = jax.jit(fn, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static_argnums,
                          donate_argnums=donate_argnums)
     return MaxTextStep(jitted, tuple(shaped_args), dict(shaped_kwargs), mesh, config, the_plan, target,
-                       tuple(substituted))
+                       tuple(substituted), flash)
 
 
 def _check_target(target: str) -> str:
@@ -495,6 +500,10 @@ def lower_maxtext(argv: Sequence[str] | str, target: str = "cpu") -> tuple[Lower
                                     "which the cpu target cannot compile: analyse it with --target tpu (libtpu), "
                                     "or set sparse_matmul=false (dispatch/combine by einsum)") from None
             raise
+    if step.flash_attention:  # (the TPU runs the splash kernel the cpu target replaced: the step prices it)
+        from dataclasses import replace
+
+        lowered = replace(lowered, flash_attention=True)
     return lowered, step
 
 
@@ -541,7 +550,9 @@ def analyze_maxtext(
                "the Pallas splash kernel)." if target == "cpu" else ".")
             + (f" Replaced for the cpu target, which cannot lower MaxText's Pallas kernels: "
                f"{', '.join(step.substituted)} (the same matmuls; its S x S scores go through HBM, where the "
-               f"kernel keeps them on chip)." if step.substituted else ""))
+               f"kernel keeps them on chip"
+               + ("; the step prices the attention as the kernel" if step.flash_attention else "")
+               + ")." if step.substituted else ""))
     from dataclasses import replace
 
     return replace(report, notes=(note, *report.notes))
