@@ -418,7 +418,7 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
       is_entry: whether `ENTRY` preceded it.
       sig: `(params, result_shape)` from the signature, or None when it was omitted.
       pending: the instruction tuples made by `HloTransformer.instruction` (name token second) or by the fast
-        path (`fastpath._line_instruction`: name text and packed position), in any mix; or an iterator of the
+        path (`fastpath.LineReader.instruction`: name text and packed position), in any mix; or an iterator of the
         fast path's form, each built as it comes (what a 200,000-line computation needs to stay in bounded memory).
       comp_attrs: attributes printed after the closing brace (`execution_thread="..."`).
 

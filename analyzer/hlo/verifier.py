@@ -316,7 +316,7 @@ _KEY = operator.attrgetter("key")
 def signature_known(sig: tuple) -> bool:
     """Whether `sig` (an opcode, then an instruction's attribute keys in order) is a known opcode with keys it
     allows, each once: then `verify_instructions` passes the instruction's keys without reading them one by one,
-    and `fastpath.build_lines` may vet the line. Each such signature is remembered. Never raises."""
+    and `fastpath.LineReader.build` may vet the line. Each such signature is remembered. Never raises."""
     if sig in _SIGNATURES_OK:
         return True
     opcode, keys = sig[0], sig[1:]
@@ -353,7 +353,7 @@ def value_known(key: str, raw: str) -> bool:
 def vetted(inst: Instruction) -> bool:
     """Whether `verify_instructions` (with no 19-digit number in the text) passes `inst` without a check it would
     report: a known opcode with keys it allows, each once (`signature_known`), and every value known valid
-    (`value_known`) with no backslash in it. What `fastpath.build_lines` tests of each line it reads, for an
+    (`value_known`) with no backslash in it. What `fastpath.LineReader.build` tests of each line it reads, for an
     instruction already built (a lazily read row). Never raises."""
     attrs = inst.attributes
     return signature_known((inst.opcode, *map(_KEY, attrs))) and _values_known(attrs)
