@@ -193,10 +193,18 @@ def test_diff_names_sides_relative_to_the_repository(repo, monkeypatch):
 # ------------------------------------------------------------------------------------ signals
 
 
+def _default_stop_signals() -> None:
+    # The command starts as a shell would start it: SIGTERM and SIGHUP at their default. (Under `nohup` the test
+    # run inherits SIGHUP ignored, and the command keeps an ignored signal ignored, by design: `stop_signals`.)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(argv, cwd, tmp, mark):
     env = {**ENV, "TMPDIR": str(tmp), "HLO_TEST_MARK": str(mark)}
     return subprocess.Popen([sys.executable, "-m", "analyzer", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_stop_signals)
 
 
 def _wait_for(path: Path, proc, seconds=60.0):
