@@ -193,18 +193,18 @@ def test_diff_names_sides_relative_to_the_repository(repo, monkeypatch):
 # ------------------------------------------------------------------------------------ signals
 
 
-def _default_stop_signals() -> None:
-    # The command starts as a shell would start it: SIGTERM and SIGHUP at their default. (Under `nohup` the test
-    # run inherits SIGHUP ignored, and the command keeps an ignored signal ignored, by design: `stop_signals`.)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+# `python -m analyzer ARGV...` started as a shell would start it, SIGTERM and SIGHUP at their default: under `nohup`
+# the test run inherits SIGHUP ignored, and the command keeps an ignored signal ignored (by design, `stop_signals`).
+# (Set in the child's own first lines: a preexec_fn would run Python in a fork of this multithreaded process.)
+_AS_FROM_A_SHELL = ("import runpy, signal\n"
+                    "for s in (signal.SIGTERM, signal.SIGHUP):\n    signal.signal(s, signal.SIG_DFL)\n"
+                    "runpy.run_module('analyzer', run_name='__main__', alter_sys=True)\n")
 
 
 def _start(argv, cwd, tmp, mark):
     env = {**ENV, "TMPDIR": str(tmp), "HLO_TEST_MARK": str(mark)}
-    return subprocess.Popen([sys.executable, "-m", "analyzer", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_default_stop_signals)
+    return subprocess.Popen([sys.executable, "-c", _AS_FROM_A_SHELL, *argv], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _wait_for(path: Path, proc, seconds=60.0):
