@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from analyzer.analysis.dataflow import users_map
 from analyzer.hlo.opcodes import DOTS, LINK, NOP, RELABEL, SLICING, UNFUSED, VIEWS
@@ -261,44 +261,63 @@ def _fusion_bytes(inst: Instruction, module: HloModule,
 
 
 
+class _DotDims(NamedTuple):
+    """A dot's operand dims read by its dimension numbers: each operand's dims, batch and contracting dims, and
+    the free dims (neither) it keeps in the result."""
+
+    lhs: list[int]
+    rhs: list[int]
+    lhs_batch: set[int]
+    lhs_contracting: set[int]
+    rhs_batch: set[int]
+    rhs_contracting: set[int]
+
+    @classmethod
+    def of(cls, inst: Instruction) -> _DotDims | None:
+        """The dims of a dot or convolution with two array operands whose dimension numbers read; else None."""
+        from analyzer.analysis.dots import batch_dims, contracting_dims
+
+        if len(inst.operands) < 2 or any(o.shape is None or not o.shape.is_array for o in inst.operands[:2]):
+            return None
+        try:
+            return cls(list(inst.operands[0].shape.dims), list(inst.operands[1].shape.dims),
+                       set(batch_dims(inst, 0)), set(contracting_dims(inst, 0)),
+                       set(batch_dims(inst, 1)), set(contracting_dims(inst, 1)))
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+    @property
+    def lhs_free(self) -> list[int]:
+        return [x for i, x in enumerate(self.lhs) if i not in self.lhs_contracting and i not in self.lhs_batch]
+
+    @property
+    def rhs_free(self) -> list[int]:
+        return [x for i, x in enumerate(self.rhs) if i not in self.rhs_contracting and i not in self.rhs_batch]
+
+
 def _mxu_terms(d: Dot, hw: HardwareSpec) -> tuple[float, float, float] | None:
     """(padding factor, re-read bytes, fill seconds) of one dot on the MXU (analyzer.theory.matmul), from its
     operands' shapes and dimension numbers; a convolution too where it is the TPU compiler's spelling of a dot (its
     FLOPs are a matmul's, 2 x batch x m x k x n), so the same dot costs the same on the cpu and TPU targets; None
     for a real convolution or a dot whose shapes are not known."""
-    from analyzer.analysis.dots import batch_dims, contracting_dims
     from analyzer.theory.matmul import matmul_time
 
     inst = d.instruction
-    if inst.opcode not in ("dot", "convolution") or len(inst.operands) < 2 or any(
-            o.shape is None or o.shape.is_tuple for o in inst.operands[:2]):
+    dims = _DotDims.of(inst) if inst.opcode in ("dot", "convolution") else None
+    if dims is None:
         return None
-    lhs, rhs = inst.operands[0].shape, inst.operands[1].shape
-    try:
-        lc, rc = set(contracting_dims(inst, 0)), set(contracting_dims(inst, 1))
-        lb, rb = set(batch_dims(inst, 0)), set(batch_dims(inst, 1))
-        ld, rd = list(lhs.dims), list(rhs.dims)
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-    def prod(xs) -> int:
-        out = 1
-        for x in xs:
-            out *= int(x)
-        return out
-
-    b = prod(ld[i] for i in lb if i < len(ld))
-    k = prod(ld[i] for i in lc if i < len(ld))
-    m = prod(x for i, x in enumerate(ld) if i not in lc and i not in lb)
-    n = prod(x for i, x in enumerate(rd) if i not in rc and i not in rb)
+    ld = dims.lhs
+    b = math.prod(ld[i] for i in dims.lhs_batch if i < len(ld))
+    k = math.prod(ld[i] for i in dims.lhs_contracting if i < len(ld))
+    m = math.prod(dims.lhs_free)
+    n = math.prod(dims.rhs_free)
     if min(b, k, m, n) <= 0 or abs(2.0 * b * m * k * n - d.flops) > 1e-6 * max(d.flops, 1.0):
         return None  # (not a matmul's FLOPs: a real convolution, or dims read otherwise than the FLOPs were)
-    in_bytes = _element_bytes(lhs) or 2.0
+    in_bytes = _element_bytes(inst.operands[0].shape) or 2.0
     out_bytes = _element_bytes(inst.shape) or in_bytes
     t = matmul_time(hw, b=b, m=m, k=k, n=n, in_bytes=in_bytes, out_bytes=out_bytes)
     once = b * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     return t.padded_flops / t.useful_flops, max(0.0, t.hbm_bytes - once), t.fill_seconds
-
 
 
 @dataclass(frozen=True)
@@ -336,27 +355,15 @@ def flash_scores(dots: Sequence[Dot]) -> FlashScores | None:
     """The scores of a program's attention, read from its dots: a dot with batch dimensions whose operands each keep
     (as a free dimension) a dimension S longer than what it contracts is a `QK^T` (or the backward's `dO V^T`): S
     the sequence length, its result the scores. None when the program has no such dot."""
-    from analyzer.analysis.dots import batch_dims, contracting_dims
-
     lengths: set[int] = set()
     elements: set[int] = set()
     for d in dots:
         inst = d.instruction
-        if inst.opcode != "dot" or len(inst.operands) < 2 or inst.shape is None or not inst.shape.is_array or any(
-                o.shape is None or not o.shape.is_array for o in inst.operands[:2]):
+        dims = _DotDims.of(inst) if inst.opcode == "dot" and inst.shape is not None and inst.shape.is_array else None
+        if dims is None or not dims.lhs_batch:
             continue
-        try:
-            lb, rb = set(batch_dims(inst, 0)), set(batch_dims(inst, 1))
-            lc, rc = set(contracting_dims(inst, 0)), set(contracting_dims(inst, 1))
-        except (AttributeError, TypeError, ValueError):
-            continue
-        if not lb:
-            continue
-        ld, rd = list(inst.operands[0].shape.dims), list(inst.operands[1].shape.dims)
-        k = math.prod(ld[i] for i in lc if i < len(ld))
-        free_l = {x for i, x in enumerate(ld) if i not in lc and i not in lb}
-        free_r = {x for i, x in enumerate(rd) if i not in rc and i not in rb}
-        common = {x for x in free_l & free_r if x > k}
+        k = math.prod(dims.lhs[i] for i in dims.lhs_contracting if i < len(dims.lhs))
+        common = {x for x in set(dims.lhs_free) & set(dims.rhs_free) if x > k}
         if common and len(inst.shape.dims) >= 3:
             lengths.update(common)
             elements.add(inst.shape.num_elements)
