@@ -184,8 +184,6 @@ class _Walker:
         self.module = module
         self.flags = flags if flags is not None else OverlapFlags()
         self.graph = graph
-        self.hw = hw
-        self.bw = float(hw.hbm_bandwidth)
         self.scheduled = module.attributes.get("is_scheduled", "false") == "true"
         # (a fusion names its body with `calls=`: the call graph's calling instructions have every one)
         self.fused = self.scheduled or any(i.opcode == "fusion" for insts in graph.calling.values() for i in insts)
