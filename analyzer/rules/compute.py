@@ -13,7 +13,7 @@ over those axes), the redundant FLOPs and the compute the change removes from ea
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from analyzer.hlo.ir import Instruction
     from analyzer.rules.context import RuleContext
 
-__all__ = ["redundant_compute", "spec_text"]
+__all__ = ["RepeatedWork", "redundant_compute", "repeated_work", "spec_text"]
 
 
 def spec_text(dims: Sequence[Sequence[str]]) -> str:
@@ -110,36 +110,87 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     sharding chapter (a replicated operand means repeated work).
     """
     report = ctx.report
-    analysis = report.analysis
-    mf = getattr(analysis, "model_flops", None)
-    step = getattr(analysis, "step", None)
-    if mf is None or mf.module is None or step is None or report.mesh is None or report.mesh.size <= 1:
+    work = repeated_work(report, ctx.facts, float(ctx.option("min_redundancy")))
+    if work is None:
         return
-    executed, seconds, where = _work_by_op(analysis, step.chips, ctx.facts.costs)
-    threshold = float(ctx.option("min_redundancy"))
-    ops = [(key, done, mf.by_op.get(key, 0.0)) for key, done in executed.items()]
-    ops = [(key, done, model) for key, done, model in ops if model > 0 and done >= threshold * model]
-    if not ops:
-        return
+    ops = [(key, done, model) for key, (done, model) in work.ops.items()]
+    seconds = work.seconds
     redundant = sum(done - model for _, done, model in ops)
     saved = sum(seconds[key] * (1 - model / done) for key, done, model in ops)
     repeat = max(done / model for _, done, model in ops)
-    batch, weights = _arguments(mf, [key for key, _, _ in ops])
-    data_axes = _data_axes(report.mesh, weights)
-    first = where[max(ops, key=lambda o: o[1] - o[2])[0]]
-    name, now, proposed = _batch_spec(batch, data_axes, dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)))
+    first = work.where[max(ops, key=lambda o: o[1] - o[2])[0]]
+    name, now, proposed = work.argument, work.now, work.proposed
+    data_axes = work.data_axes
     fix = (f"{name}: {now} -> {proposed}" if name else
            f"split the batch over {', '.join(repr(a) for a in data_axes) or 'the mesh axes no weight uses'}")
     yield ctx.diagnostic(
-        RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=mf.total,
+        RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=work.model_flops,
                          saved_seconds=saved, change=fix, axes=", ".join(repr(a) for a in data_axes)),
-        location=_op_location(analysis.module, first), seconds=sum(seconds[key] for key, _, _ in ops),
+        location=_op_location(report.analysis.module, first), seconds=sum(seconds[key] for key, _, _ in ops),
         alternative=f"each chip computes its own {1 / repeat:.0%} of these matmuls" if repeat > 0 else None,
         alternative_seconds=sum(seconds[key] for key, _, _ in ops) - saved, saving_seconds=saved, fix=fix,
         details={"redundant_flops": redundant, "repeat": repeat, "argument": name, "partition_spec": now,
                  "proposed_partition_spec": proposed, "data_axes": list(data_axes),
                  "ops": [key for key, _, _ in ops]},
     )
+
+
+@dataclass(frozen=True)
+class RepeatedWork:
+    """The ops whose chips repeat each other's work, and the batch change that splits it (HA104's reading, which
+    HA101 asks too: a matmul whose tokens every chip of a 'data' group multiplies is the batch's cost first).
+
+    Attributes:
+      ops: op key (`analyzer.analysis.dots.op_key`) -> (FLOPs all chips execute per step, its model FLOPs), for
+        the ops at or above the repeat threshold.
+      seconds: op key -> seconds its dots take per chip per step at the peak of their dtype.
+      where: op key -> its first `Dot` record.
+      argument, now, proposed: the batch argument's path, its PartitionSpec now and the one to write ("" when
+        the change cannot be written: no batch argument, no data axis, a leading dim that does not divide).
+      data_axes: the mesh axes no weight uses (the batch's).
+      model_flops: the model's FLOPs per step.
+    """
+
+    ops: Mapping[str, tuple[float, float]]
+    seconds: Mapping[str, float]
+    where: Mapping[str, Any]
+    argument: str
+    now: str
+    proposed: str
+    data_axes: tuple[str, ...]
+    model_flops: float
+
+    def repeat(self, key: str) -> float:
+        """How many times its model FLOPs op `key` runs on the chips (1.0 for an op under the threshold)."""
+        done, model = self.ops.get(key, (1.0, 1.0))
+        return done / model
+
+    @property
+    def change(self) -> str:
+        """`batch['x']: P(None, None, None) -> P('data', None, None)`, "" when it cannot be written."""
+        return f"{self.argument}: {self.now} -> {self.proposed}" if self.argument else ""
+
+
+def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | None:
+    """The ops the chips run at least `threshold` times their model FLOPs (remat recompute aside), with the batch
+    change that splits them (see `RepeatedWork`); None when none does, or the report has no program before
+    partitioning, no predicted step or a mesh of one device. `facts`: the report's `Facts` (its costs are asked
+    only when there is work to weigh)."""
+    analysis = report.analysis
+    mf = getattr(analysis, "model_flops", None)
+    step = getattr(analysis, "step", None)
+    if mf is None or mf.module is None or step is None or report.mesh is None or report.mesh.size <= 1:
+        return None
+    executed, seconds, where = _work_by_op(analysis, step.chips, facts.costs)
+    ops = {key: (done, mf.by_op.get(key, 0.0)) for key, done in executed.items()}
+    ops = {key: (done, model) for key, (done, model) in ops.items() if model > 0 and done >= threshold * model}
+    if not ops:
+        return None
+    batch, weights = _arguments(mf, list(ops))
+    data_axes = _data_axes(report.mesh, weights)
+    name, now, proposed = _batch_spec(batch, data_axes, dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)))
+    return RepeatedWork(ops=ops, seconds={k: seconds[k] for k in ops}, where={k: where[k] for k in ops},
+                        argument=name, now=now, proposed=proposed, data_axes=data_axes, model_flops=mf.total)
 
 
 def _work_by_op(analysis: Any, chips: int, costs: Any) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:

@@ -24,7 +24,8 @@ from analyzer.analysis.roles import _traced as _argument_of
 from analyzer.diagnostics import Diagnostic, Severity
 from analyzer.hlo.ir import Computation, Instruction
 from analyzer.hlo.opcodes import DOTS, MOVING_COLLECTIVES, REDUCING_COLLECTIVES
-from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s
+from analyzer.rules.common import axes_text, dot_location, fmt_b, fmt_s, is_explicit_collective
+from analyzer.rules.compute import RepeatedWork
 from analyzer.rules.context import RuleContext
 from analyzer.rules.facts import Coll, StepSaving
 from analyzer.rules.messages import Message
@@ -114,12 +115,23 @@ class CommBoundMatmul(Message):
     role: str = ""  # the dot's role (analyzer.analysis.roles): "weight gradient", "moe dispatch/combine", ...
     per_chip_tokens: float = 0.0  # the report's per-chip batch in tokens (one figure per report), 0 unknown
     batch_argument: str = ""  # set when the collective moves the batch argument itself (split on a feature dim)
+    repeat: float = 0.0  # set when its chips run the matmuls this many times their model FLOPs (the batch not split)
+    data_axes: str = ""  # the mesh axes the batch is not split over, with `repeat`
 
     template: ClassVar[str] = (
         "{what} communication-bound on the {roofline} roofline{role_text}: {quantity_name} = {quantity:,.0f} "
         "{per_element} '{axes}'{contraction}, below {threshold_text}{tokens_text}. Its collectives take "
-        "{t_comm:time} per call against {t_math:time} of FLOPs ({ratio:.1f}x): {listing}.{layout}"
+        "{t_comm:time} per call against {t_math:time} of FLOPs ({ratio:.1f}x): {listing}.{layout}{repeated}"
     )
+
+    @property
+    def repeated(self) -> str:
+        if not self.repeat:
+            return ""
+        return (f" The chips run {'this matmul' if self.matmuls == 1 else 'these matmuls'} {self.repeat:.1f}x "
+                f"{'its' if self.matmuls == 1 else 'their'} model FLOPs: the batch is not split over "
+                f"'{self.data_axes}', so every chip of a '{self.data_axes}' group multiplies the same tokens and these "
+                "collectives move them all; the batch's layout is the cause to fix first.")
 
     @property
     def role_text(self) -> str:
@@ -198,7 +210,9 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     FSDP's even where it reads the batch argument itself; the batch argument gathered (split on a feature
     dim) is the batch's layout, whose fix is its PartitionSpec (`batch['x']: P(None, None, 'data') ->
     P('data', None, None)`); an all-to-all, or tokens sent to an expert's stacked weights, is expert
-    parallelism's cost, with its own advice and no move of devices between data and model. Every finding
+    parallelism's cost, with its own advice and no move of devices between data and model; the FSDP
+    quantity of an expert's weights (stacked over experts: a batched dot) is the tokens each expert multiplies
+    per chip, named so, not the per-chip batch. Every finding
     of a report states one per-chip batch, in tokens (`details.per_chip_batch`: the batch argument's tokens
     over the mesh axes that split them); the roofline's quantity is `details.quantity_value`. F is named
     only when it is a dimension of the model, and a dimension no sharding makes compute-bound is said so
@@ -211,6 +225,13 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     divisor, the freed factor moved to the mesh's other axis, whose own roofline is checked too). When no
     size above 1 works, it says what has to change instead, with the numbers: move the axis's devices to
     the other strategy (when that one is compute-bound), a bigger batch per chip, or wider layers.
+
+    Where the chips repeat the matmuls (the batch replicated over a mesh axis no weight uses, or split on a
+    feature dim: HA104's reading), the batch's change comes first and is the finding's change
+    (`batch['x']: P() -> P('data', None, None)`, the same root cause as HA104's): its collectives then carry
+    1/repeat of the tokens, and that is the saving promised. No mesh change is offered on such a plan: moving
+    devices between the axes would leave the batch whole on every chip (folding 'model' into 'data' made the
+    replicated-batch step slower, verified); the roofline is weighed again on the plan with the batch split.
 
     It judges exposed time: only dots whose collectives the predicted step waits for are flagged (a weight
     gathered while the previous layer's matmul runs is hidden, docs/step.md), and the saving is what the fix
@@ -276,6 +297,8 @@ class _Scope:
       batch_axes: the mesh axes the tokens are sharded over (`analyzer.rules.arguments.batch_axes`).
       args: the batch and weight arguments and the per-chip batch in tokens (one per report).
       widest: the model's widest dimension: a width the fix names (F) is one the model has, else it is unnamed.
+      repeated: the ops whose chips repeat each other's work and the batch change that splits them (HA104's
+        reading, `analyzer.rules.compute.repeated_work`, at HA104's `min_redundancy`), None when no op repeats.
     """
 
     attached: dict[tuple[str, str], tuple[Instruction, list[tuple[Coll, Any]]]]
@@ -286,10 +309,12 @@ class _Scope:
     batch_axes: tuple[str, ...]
     args: Arguments
     widest: int
+    repeated: RepeatedWork | None = None
 
     @staticmethod
     def of(ctx: RuleContext) -> _Scope:
         from analyzer.rules.arguments import batch_axes
+        from analyzer.rules.compute import repeated_work
 
         facts = ctx.facts
         attached = attached_collectives(ctx)
@@ -303,7 +328,9 @@ class _Scope:
         return _Scope(attached=attached, margin=float(ctx.option("margin")),
                       min_saving=float(ctx.option("min_saving_seconds")), uses=uses, callers_of=callers_of,
                       batch_axes=batch_axes(facts.argument_arrays), args=facts.arguments,
-                      widest=max((d for a in facts.argument_arrays for d in a.shape), default=0))
+                      widest=max((d for a in facts.argument_arrays for d in a.shape), default=0),
+                      repeated=repeated_work(ctx.report, facts,
+                                             float(ctx.config.option("HA104", "min_redundancy", 1.25))))
 
 
 def _math(facts: Any, dots: Sequence[Instruction]) -> tuple[float, float]:
@@ -341,8 +368,9 @@ def _weigh(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Instru
 
 
 def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Instruction], *, flops: float,
-             t_math: float, t_comm: float, step: StepSaving) -> Diagnostic:
-    """HA101's finding for a comm-bound group: its roofline and quantity, the fix, where it points."""
+             t_math: float, t_comm: float, step: StepSaving) -> Diagnostic | None:
+    """HA101's finding for a comm-bound group: its roofline and quantity, the fix, where it points; None when its
+    chips repeat the matmuls (the batch not split) and splitting the batch takes too little off its collectives."""
     facts = ctx.facts
     main = max(colls, key=lambda c: c.seconds)
     # The roofline quantity of the collective that costs most: FLOPs per element it moves / 2 (the
@@ -363,13 +391,22 @@ def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Inst
     if roof.strategy == "megatron":
         features = _named_width(features, batch * scale, size, scope.widest)
     change = roofline_change(roof.strategy, batch * scale, needed * scale, main.axes,
-                             size, others, roof.other, facts.ridge, features=features)
+                             size, others, roof.other, facts.ridge, features=features, per_expert=roof.per_expert)
     # Megatron traffic (activations gathered, partial sums reduced) over the axes that shard the batch: the
     # activations carry the batch's axis on a feature dim. Fixing that layout removes the collective; a
     # mesh change would not (issue 11: the embedding's d_model on `data`).
     layout = (roof.strategy == "megatron" and bool(main.axes) and set(main.axes) <= set(scope.batch_axes)
               and not _moved_array(main))
     change = _layout_fix(roof, main, scope.args, layout) or change
+    # The chips repeat these matmuls (the batch whole on every chip of a 'data' group): the batch's change comes
+    # first, and is this finding's change; a mesh change weighed on this plan would not split the batch either.
+    first_batch = None if layout or roof.strategy in ("layout", "expert") else _batch_first(facts, scope, dots)
+    deferred: dict[str, Any] = {}
+    if first_batch is not None:
+        found = _deferred(facts, roof, colls, change, *first_batch)
+        if found[1].seconds < scope.min_saving:
+            return None  # the batch's own finding (HA104) is the change; this one would add nothing to it
+        change, step, deferred = found
     # The user's line is the matmul's: for a reduction, the one whose partial sums it reduces (W_out,
     # not the matmul before it in the chain); the HLO instruction is the collective that costs most.
     first = reducer if reducer is not None and any(reducer is d for d in dots) else \
@@ -385,7 +422,9 @@ def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Inst
                         ridge=facts.ridge, hardware=facts.hardware.name, t_comm=t_comm, t_math=t_math,
                         listing=collective_listing(colls), all_reduced_contraction=all_reduced,
                         batch_axes=axes_text(main.axes) if layout or roof.argument else "", role=roof.role,
-                        per_chip_tokens=tokens or 0.0, batch_argument=roof.argument),
+                        per_chip_tokens=tokens or 0.0, batch_argument=roof.argument,
+                        repeat=float(deferred.get("repeat", 0.0)),
+                        data_axes=axes_text(first_batch[1].data_axes) if first_batch else ""),
         location=loc,
         notation=main.notation or None,
         seconds=t_comm * count,
@@ -404,11 +443,65 @@ def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Inst
                  "collectives": [c.instruction for c in colls],
                  # the plan the fix leads to, for analyzer.rules.fit's memory estimate
                  "fix_mesh": dict(change.mesh), "fix_batch_factor": change.batch_factor,
-                 # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
-                 **({"layout_axis": main.axes[0]} if layout else {}),
-                 # the batch argument the collective moves: its spec is the root cause (with HA104's)
-                 **({"argument": roof.argument} if roof.argument else {})},
+                 **_cause_details(main, roof, change, layout), **deferred},
     )
+
+
+def _cause_details(main: Coll, roof: _Roof, change: RooflineFix, layout: bool) -> dict[str, Any]:
+    """The details that name a finding's root cause and its change, where known."""
+    return {
+        # the root cause is the activations' layout over these axes (analyzer.rules.rootcause)
+        **({"layout_axis": main.axes[0]} if layout else {}),
+        # the batch argument the collective moves: its spec is the root cause (with HA104's)
+        **({"argument": roof.argument} if roof.argument else {}),
+        # the argument's PartitionSpec to write, for `--verify-fixes` (analyzer.workflows.verify)
+        **({"fix_spec": {"arguments": dict(change.arguments)}} if change.arguments else {}),
+        # (with `deferred`: the batch is not split (HA104), its change is this finding's, grouped with the batch's;
+        # the roofline's own change waits for the plan with the batch split)
+    }
+
+
+def _deferred(facts: Any, roof: _Roof, colls: Sequence[Coll], change: RooflineFix, repeat: float,
+              work: RepeatedWork) -> tuple[RooflineFix, StepSaving, dict[str, Any]]:
+    """(the batch's change as this finding's, what it takes off the step, the details saying so) for a comm-bound
+    matmul the chips run `repeat` times its model FLOPs: with the batch split, the collectives that carry its tokens
+    move 1/repeat of them; the roofline's own `change` is kept in the details, not offered."""
+    shrunk = [(c, c.seconds / repeat if _carries_tokens(roof, c, work) else c.seconds) for c in colls]
+    details = {"repeat": repeat, "deferred_fix": change.text, "deferred_fix_mesh": dict(change.mesh),
+               "argument": work.argument, "partition_spec": work.now}
+    fix = RooflineFix(
+        f"{work.change} first, the batch's change (HA104's): each chip then multiplies and moves 1/{repeat:g} of "
+        f"these tokens, which takes that much off these collectives; no mesh change is offered on this plan: "
+        f"with the batch whole on every chip of a '{axes_text(work.data_axes)}' group, moving devices between the "
+        "mesh axes would not split it either (the roofline is weighed again when the plan is analysed with the "
+        "batch split)", arguments={work.argument: work.proposed})
+    return fix, facts.step_saving(shrunk), details
+
+
+def _batch_first(facts: Any, scope: _Scope, dots: Sequence[Instruction]) -> tuple[float, RepeatedWork] | None:
+    """(how many times their model FLOPs the chips run `dots`, the repeated work) when every one of them is
+    repeated (the batch not split over the mesh axes no weight uses) and the batch's change can be written; None
+    otherwise. The repeat is the smallest of the dots' (each by its op, `analyzer.analysis.dots.op_key`)."""
+    from analyzer.analysis.dots import op_key
+
+    work = scope.repeated
+    if work is None or not work.argument or facts.module is None:
+        return None
+    repeats = []
+    for dot in dots:
+        record = facts.dot_record(dot)
+        if record is not None:
+            repeats.append(work.repeat(op_key(record, facts.module)))
+    repeat = min(repeats, default=1.0)
+    return (repeat, work) if repeat > 1.0 else None
+
+
+def _carries_tokens(roof: _Roof, c: Coll, work: RepeatedWork) -> bool:
+    """Whether collective `c` moves the repeated tokens (so splitting the batch divides its bytes by the repeat):
+    activations or partial sums over mesh axes the batch is not split over; not a weight's gather or a weight
+    gradient's reduction (FSDP's), whose bytes are the weight's whatever the batch."""
+    bases = {a.split(":(")[0] for a in c.axes}
+    return roof.strategy != "fsdp" and not bases & set(work.data_axes)
 
 
 def _reducer(main: Coll) -> Instruction | None:
@@ -423,6 +516,8 @@ def _quantity(roof: _Roof, main: Coll, reducer: Instruction | None, batch: float
     """(the quantity's name and what it counts per element moved, F of the one matmul whose output an AllReduce
     reduces (else 0), Megatron's F/Y when it is the reducing matmul's own contraction (else None))."""
     quantity = _QUANTITY[(roof.strategy, main.kind in MOVING_COLLECTIVES)]
+    if roof.strategy == "fsdp" and roof.per_expert:
+        quantity = _PER_EXPERT[main.kind in MOVING_COLLECTIVES]
     if roof.strategy != "megatron" or main.kind not in REDUCING_COLLECTIVES or reducer is None:
         return quantity, 0.0, None
     # "F/Y features contracted per chip" only when it is: the reducing matmul's own contraction
@@ -461,8 +556,9 @@ def _layout_fix(roof: _Roof, main: Coll, args: Arguments, layout: bool) -> Roofl
     batch moved on a feature dim), or the activations' (Megatron traffic over the batch's own axes); else None."""
     quoted = axes_text(main.axes)
     if roof.strategy == "layout":
-        return RooflineFix(_batch_spec_fix(args.specs.get(roof.argument), roof.argument, main.axes) or (
-            f"keep {roof.argument} split over '{quoted}' on its batch dimension only"))
+        text, new = _batch_spec_fix(args.specs.get(roof.argument), roof.argument, main.axes)
+        return RooflineFix(text or f"keep {roof.argument} split over '{quoted}' on its batch dimension only",
+                           arguments={roof.argument: new} if new else {})
     if layout:
         return RooflineFix(
             f"keep the activations sharded over '{quoted}' on their batch dimension only, as the tokens are: find "
@@ -519,6 +615,7 @@ class _Roof:
     other: float | None = None
     role: str = ""  # the dot's role (analyzer.analysis.roles)
     argument: str = ""  # "layout": the batch argument the collective moves
+    per_expert: bool = False  # "fsdp" of a weight stacked over experts: the quantity is tokens per expert per chip
 
 
 _STRATEGY = {"fsdp": "FSDP (data-parallel)", "megatron": "tensor-parallel (Megatron)", "": "chapter's",
@@ -534,6 +631,12 @@ _QUANTITY = {
     ("expert", False): ("FLOPs / (2 x elements moved)", "for each token element sent to its expert over"),
     ("layout", True): ("FLOPs / (2 x elements moved)", "for each batch element gathered over"),
     ("", False): ("FLOPs / (2 x elements moved)", "for each element reduced over"),
+}
+# FSDP's quantity for a weight stacked over experts (is a gather): the tokens each expert multiplies on a chip,
+# which is not the per-chip batch (a token goes to its experts, each expert gets its capacity's worth).
+_PER_EXPERT = {
+    True: ("tokens per expert per chip", "rows multiplied per expert weight element gathered over"),
+    False: ("tokens per expert per chip", "tokens contracted per expert weight-gradient element reduced over"),
 }
 
 
@@ -584,8 +687,8 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
             name = batch_arg(dot, k)
             if name:
                 return _Roof("layout", role=role(dot), argument=name)
-            if arg(dot, k):
-                return _Roof("fsdp", free_size(dot, k), role=role(dot))
+            if arg(dot, k):  # a weight gathered; stacked over experts (a batched dot): each expert's tokens meet it
+                return _Roof("fsdp", free_size(dot, k), role=role(dot), per_expert=bool(batch_dims(dot)))
             if arg(dot, 1 - k):
                 if batch_dims(dot):  # an expert's FFN (its weight stacked over experts): tokens sent to it
                     return _Roof("expert", role=role(dot))
@@ -596,33 +699,39 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
             weights = [k for k in (0, 1) if arg(dot, k)]
             if weights and r != "weight gradient":
                 return _Roof("megatron", args.per_chip_tokens or free_size(dot, 1 - weights[0]), role=r)
-            return _Roof("fsdp" if r in ("weight gradient", "forward", "") else "", role=r)
+            # an expert's weight gradient (a batched dot: its weights stacked over experts) contracts the tokens
+            # sent to that expert, not the per-chip batch
+            return _Roof("fsdp" if r in ("weight gradient", "forward", "") else "", role=r,
+                         per_expert=r == "weight gradient" and bool(batch_dims(dot)))
     return _Roof("")
 
 
-def _batch_spec_fix(spec: Sequence[Sequence[str]] | None, name: str, axes: Sequence[str]) -> str:
-    """`batch['x']: P(None, None, 'data') -> P('data', None, None)`: the batch argument with `axes` moved off
-    its other dims onto its leading (batch) dim; "" when the argument's spec is not known."""
+def _batch_spec_fix(spec: Sequence[Sequence[str]] | None, name: str, axes: Sequence[str]) -> tuple[str, str]:
+    """(`batch['x']: P(None, None, 'data') -> P('data', None, None)`, `P('data', None, None)`): the batch argument
+    with `axes` moved off its other dims onto its leading (batch) dim; ("", "") when the argument's spec is not
+    known, or is so already."""
     from analyzer.rules.compute import spec_text
 
     if not spec:
-        return ""
+        return "", ""
     bases = {a.split(":(")[0] for a in axes}
     dims = [tuple(d) for d in spec]
     new = [tuple(x for x in d if x not in bases) for d in dims]
     new[0] = tuple(dict.fromkeys(list(dims[0]) + sorted(bases)))
-    return "" if new == dims else f"{name}: {spec_text(dims)} -> {spec_text(new)}"
+    return ("", "") if new == dims else (f"{name}: {spec_text(dims)} -> {spec_text(new)}", spec_text(new))
 
 
 @dataclass(frozen=True)
 class RooflineFix:
     """The change `roofline_change` proposes: its `text`, the mesh it leads to (`mesh`: the new size of each
     mesh axis it resizes, a new axis included; empty when the mesh stays) and `batch_factor`, what the global
-    batch is multiplied by (1 when the batch stays). `analyzer.rules.fit` estimates the plan's memory from them."""
+    batch is multiplied by (1 when the batch stays); `arguments`, the PartitionSpec to write for each argument it
+    changes (`details.fix_spec` for `--verify-fixes`). `analyzer.rules.fit` estimates the plan's memory from them."""
 
     text: str
     mesh: Mapping[str, int] = field(default_factory=dict)
     batch_factor: float = 1.0
+    arguments: Mapping[str, str] = field(default_factory=dict)  # argument path -> the PartitionSpec to write
 
 
 def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
@@ -639,7 +748,7 @@ def roofline_fix(strategy: str, q: float, needed: float, axes: tuple[str, ...], 
 
 def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...], size: int,
                     others: list[tuple[str, int]], other: float | None, ridge: float, *,
-                    features: float | None = None) -> RooflineFix:
+                    features: float | None = None, per_expert: bool = False) -> RooflineFix:
     """The change that makes a comm-bound matmul compute-bound, derived from its roofline.
 
     With the chips fixed, the quantity `q` (per-chip batch for FSDP, F/Y for Megatron) grows as the
@@ -659,6 +768,8 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
       ridge: C / W_ici of the chip.
       features: Megatron's F (the sharded dimension at global size) when it is a dimension of the model; None
         leaves F unnamed (F/Y x ways of several matmuls is no dimension the model has).
+      per_expert: FSDP of a weight stacked over experts: `q` is the tokens each expert multiplies per chip, and
+        the advice says so (a larger batch or capacity, or fewer experts), never "the per-chip batch".
 
     An "expert" roofline (a MoE's token all-to-all) gets expert parallelism's advice, never a move of devices
     between data and model: the all-to-all's bytes per token do not change with that split.
@@ -668,7 +779,7 @@ def roofline_change(strategy: str, q: float, needed: float, axes: tuple[str, ...
         >>> dict(change.mesh), change.batch_factor
         ({'data': 128, 'model': 2}, 1.0)
     """
-    r = _Resize(strategy, q, needed, tuple(axes), size, list(others), other, ridge)
+    r = _Resize(strategy, q, needed, tuple(axes), size, list(others), other, ridge, per_expert)
     if strategy == "expert":
         return _expert_fix(r)
     if strategy in ("fsdp", "megatron"):
@@ -702,6 +813,12 @@ class _Resize:
     others: list[tuple[str, int]]
     other: float | None
     ridge: float
+    per_expert: bool = False
+
+    @property
+    def batch_name(self) -> str:
+        """FSDP's quantity in words: the per-chip batch, or an expert's tokens per chip."""
+        return "tokens per expert per chip" if self.per_expert else "per-chip batch"
 
     @property
     def quoted(self) -> str:
@@ -758,7 +875,7 @@ def _expert_fix(r: _Resize) -> RooflineFix:
 def _split_fix(r: _Resize) -> RooflineFix | None:
     """The largest size of this axis whose split with the other strategy is compute-bound together, or None.
     Folding the axis away entirely (d = 1) is only a claim when the other roofline's quantity is known."""
-    this_name, other_name = ("per-chip batch", "F/Y") if r.strategy == "fsdp" else ("F/Y", "per-chip batch")
+    this_name, other_name = (r.batch_name, "F/Y") if r.strategy == "fsdp" else ("F/Y", "per-chip batch")
     fits = [d for d in r.divisors if r.load(d) <= 1.0 and (d > 1 or r.other is not None)]
     if not fits:
         return None
@@ -775,13 +892,15 @@ def _split_fix(r: _Resize) -> RooflineFix | None:
 def _fsdp_fix(r: _Resize) -> RooflineFix:
     """FSDP with no compute-bound split: a bigger batch per chip (or, with the other quantity unknown, fewer FSDP
     ways given to tensor parallelism)."""
-    bigger = f"raise the batch per chip {r.ratio:.1f}x (per-chip batch >= {r.needed:,.0f})"
+    bigger = (f"raise the tokens each expert multiplies per chip {r.ratio:.1f}x (tokens per expert per chip >= "
+              f"{r.needed:,.0f}: a larger batch or capacity factor, or fewer experts)" if r.per_expert else
+              f"raise the batch per chip {r.ratio:.1f}x (per-chip batch >= {r.needed:,.0f})")
     if r.other is None:
         own = [d for d in r.divisors if d > 1 and r.q * r.size / d >= r.needed]
         if not own:
             return RooflineFix(bigger, {}, r.ratio)
         return RooflineFix(
-            f"shrink {r.quoted} from {r.size} to {own[0]} ways (per-chip batch {r.q * r.size / own[0]:,.0f}) and give "
+            f"shrink {r.quoted} from {r.size} to {own[0]} ways ({r.batch_name} {r.q * r.size / own[0]:,.0f}) and give "
             f"the factor {r.size // own[0]} to tensor parallelism, {r.moved_to(own[0])}; or {bigger}",
             r.mesh_for(own[0]))
     return RooflineFix(f"{bigger}: no split of the {r.size} devices of {r.quoted} between FSDP and tensor parallelism "
@@ -929,6 +1048,11 @@ def gathered_larger_operand(ctx: RuleContext) -> Iterator[Diagnostic]:
     out = NamedSharding(mesh, P("X", None)) # C[N_X, K]: reduce-scatter N x K elements
     ```
 
+    The fix is an argument's PartitionSpec where the operand is one (`details.fix_spec`, for `--verify-fixes`):
+    for the gather, the replicated operand's contracting dim sharded too (its other axes kept); for the
+    reduction, the sharded operand's contracting dim whole. A reduction the user wrote (a `psum` in a
+    `shard_map` body) is changed in the body's in_specs, said in words.
+
     ## References
     "How to Scale Your Model", sharding chapter, case 2 and Problems 4 and 9 (ratio `M / K`).
     """
@@ -973,7 +1097,12 @@ def gathered_larger_operand(ctx: RuleContext) -> Iterator[Diagnostic]:
                     if v_reduce < min_ratio * v_gather:
                         continue
                     alt = facts.price_like(c, "all-gather", v_gather, c.axes)
-                    yield from _emit(ctx, c, dot, comp, alt, min_saving, gathered=False, v_other=v_gather)
+                    # the operand's in-sharding is the change, unless the user wrote the reduction (a psum in a
+                    # shard_map body: its in_specs, not the argument's sharding, decide what each device holds)
+                    spec = ("", "", "") if is_explicit_collective(c.op_name) else _contracting_spec(
+                        comp, dot, 1 - k, other, c.axes, facts.arguments.specs, drop=True)
+                    yield from _emit(ctx, c, dot, comp, alt, min_saving, gathered=False, v_other=v_gather,
+                                     spec=spec)
                     break
 
 
@@ -984,7 +1113,8 @@ def _operand(comp: Computation, dot: Instruction, k: int) -> Instruction | None:
 
 
 def _contracting_spec(comp: Computation, dot: Instruction, k: int, whole: Instruction,
-                      axes: tuple[str, ...], specs: Mapping[str, Sequence[Sequence[str]]]) -> tuple[str, str, str]:
+                      axes: tuple[str, ...], specs: Mapping[str, Sequence[Sequence[str]]], *,
+                      drop: bool = False) -> tuple[str, str, str]:
     """(the argument's name, its PartitionSpec now, the one to write) to shard operand k's contracting dim over
     `axes`: the axes it has on its other dims kept (a `[M, K_model]` weight becomes `P('X', 'model')`, never
     `P('X')`), `axes` taken off any other dim (a mesh axis shards one dim) and added to the contracting dim after
@@ -992,7 +1122,9 @@ def _contracting_spec(comp: Computation, dot: Instruction, k: int, whole: Instru
     the argument's).
 
     `specs`: each argument's spec by dim (`analyzer.analysis.roles.Arguments.specs`, from the program before
-    partitioning); an argument it lacks is read off its own sharding, else taken as replicated.
+    partitioning); an argument it lacks is read off its own sharding, else taken as replicated. `drop`: the
+    opposite change, `axes` taken off the contracting dim (HA102's reduction side: the operand arrives whole on
+    it, so the matmul needs no reduction of its output), the other dims as they are.
     """
     from analyzer.analysis.roles import sharding_axes
     from analyzer.rules.compute import spec_text
@@ -1006,8 +1138,12 @@ def _contracting_spec(comp: Computation, dot: Instruction, k: int, whole: Instru
     if len(now) != whole.shape.rank:
         return "", "", ""
     bases = tuple(a.split(":(")[0] for a in axes)  # a sub-axis collective (`X:(1)2`): the spec names the axis
-    new = [tuple(a for a in d if a not in bases) for d in now]
-    new[dims[0]] = tuple(dict.fromkeys(new[dims[0]] + bases))
+    if drop:
+        new = list(now)
+        new[dims[0]] = tuple(a for a in now[dims[0]] if a not in bases)
+    else:
+        new = [tuple(a for a in d if a not in bases) for d in now]
+        new[dims[0]] = tuple(dict.fromkeys(new[dims[0]] + bases))
     if new == now:
         return "", "", ""
     return name, spec_text(now), spec_text(new)
@@ -1036,7 +1172,10 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
         message = ReductionCouldBeGather(reduced_bytes=c.bytes, gathered_bytes=v_other, axes=axes, seconds=c.seconds,
                                          alternative_seconds=alt, dot=dot_notation)
         alternative = f"AllGather_{axes} of the sharded operand ({fmt_b(v_other)}), then a local matmul"
-        fix = f"keep the output replicated over {axes} and leave the other operand unsharded on its contracting dim"
+        name, now, proposed = spec
+        fix = (f"{name}: {now} -> {proposed}, its contracting dim whole (not split over {axes}), so each device "
+               f"multiplies it without reducing the output; keep the output replicated over {axes}" if name else
+               f"keep the output replicated over {axes} and leave the other operand unsharded on its contracting dim")
     yield ctx.diagnostic(
         message,
         location=loc,
@@ -1051,5 +1190,5 @@ def _emit(ctx: RuleContext, c: Coll, dot: Instruction, comp: Computation, alt: f
                  # the argument's spec to write, for `--verify-fixes` (analyzer.workflows.verify); the output's
                  # out_shardings half of the fix is the user's to make
                  **({"fix_argument": spec[0], "partition_spec": spec[1], "proposed_partition_spec": spec[2],
-                     "fix_spec": {"arguments": {spec[0]: spec[2]}}} if gathered and spec[0] else {})},
+                     "fix_spec": {"arguments": {spec[0]: spec[2]}}} if spec[0] else {})},
     )

@@ -33,6 +33,65 @@ def _forced_by(c) -> str:
     return str(extra.get("declared") or "") if extra.get("op") == "reshard for with_sharding_constraint" else ""
 
 
+def _argument_layout(c, facts, after: str) -> tuple[str, str, str]:
+    """(the program argument a reshard moves, its PartitionSpec now, the consumer's layout `after` as its spec) when
+    the collective moves an argument unchanged (its row's `array`; the same rank as `after`), so the change is that
+    argument's in-sharding (`batch['y']: P(None, None, 'data') -> P('data')`); ("", "", "") otherwise."""
+    import re
+
+    from analyzer.rules.common import _split_axes
+    from analyzer.rules.compute import spec_text
+
+    extra = getattr(c.record, "extra", None) or {}
+    name = str(extra.get("array") or "") or _moved_parameter(c, facts)
+    dims = facts.arguments.specs.get(name) if name else None
+    m = re.match(r"\s*\[([^\]]*)\]", after or "")
+    if not dims or not m:
+        return "", "", ""
+    wanted = []
+    for dim in (d.strip() for d in m.group(1).split(",") if d.strip()):
+        sub = dim.partition("_")[2].strip("{}")
+        wanted.append(tuple(_split_axes(sub, facts.mesh_axes)) if sub else ())
+    if len(wanted) != len(dims) or [tuple(d) for d in dims] == wanted:
+        return "", "", ""
+    return name, spec_text(dims), spec_text(wanted)
+
+
+def _reshard_fix(forced: str, before: str, spec: str, mesh_axes: tuple[str, ...], argument: tuple[str, str, str]
+                 ) -> str:
+    """HA302's fix: the argument's PartitionSpec (`argument`: name, now, wanted), else the constraint that forced
+    it (`forced`), else the producer's output."""
+    name, now, wanted = argument
+    held = partition_spec(before, mesh_axes) if forced and before and spec else ""
+    if name:
+        return f"{name}: {now} -> {wanted}: the argument arrives in the layout its consumer reads, so no reshard is needed"
+    if held:
+        return (f"write {held} (the layout the value already has) in the with_sharding_constraint at {forced}, "
+                f"or give the value {spec} where it is made, so no reshard is needed between them")
+    if spec:
+        return (f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
+                f"or make the consumer accept {before}")
+    return "give producer and consumer the same PartitionSpec, with the mesh axes in the same order"
+
+
+_VIEWS = frozenset({"reshape", "bitcast", "copy", "transpose", "convert"})
+
+
+def _moved_parameter(c, facts) -> str:
+    """The argument (its pytree path) whose value a collective of the entry computation moves through views alone
+    (a reshape that splits the dim the all-to-all exchanges, a transpose), "" for a computed value."""
+    from analyzer.analysis.roles import argument_name
+
+    if c.comp is None or c.comp is not facts.entry or c.inst is None or not c.inst.operands:
+        return ""
+    inst = c.comp.by_name.get(c.inst.operands[0].name)
+    for _ in range(8):
+        if inst is None or inst.opcode == "parameter":
+            break
+        inst = c.comp.by_name.get(inst.operands[0].name) if inst.opcode in _VIEWS and inst.operands else None
+    return argument_name(inst) if inst is not None and inst.opcode == "parameter" else ""
+
+
 def _rematerialized(c, facts) -> bool:
     return (c.kind == "all-gather" and c.inst is not None and c.comp is not None
             and only_used_sliced(c.comp, c.inst, facts.users(c.comp)))
@@ -81,6 +140,9 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
     ```python
     x = jax.device_put(x, NamedSharding(mesh, P(None, "X")))
     ```
+    When the value resharded is a program argument, the fix is its PartitionSpec (`y: P(None, 'X') -> P('X',
+    None)`, `details.fix_spec`), which `--verify-fixes` applies and recompiles; a reshard of the activations'
+    layout whose cause is an embedding table's spec takes that table's change (analyzer.rules.rootcause).
 
     ## References
     "How to Scale Your Model", sharding chapter, "Our final communication primitive: the AllToAll" and
@@ -112,15 +174,8 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
             change = (f"only changes the layout {before or '?'} -> {after or '?'} over {axes_text(c.axes)}: the "
                       "producer and its consumer disagree on the sharding")
         forced = _forced_by(c)
-        held = partition_spec(before, facts.mesh_axes) if forced and before and spec else ""
-        if held:
-            fix = (f"write {held} (the layout the value already has) in the with_sharding_constraint at {forced}, "
-                   f"or give the value {spec} where it is made, so no reshard is needed between them")
-        elif spec:
-            fix = (f"shard the producer's output as {spec} (with_sharding_constraint / out_shardings), "
-                   f"or make the consumer accept {before}")
-        else:
-            fix = "give producer and consumer the same PartitionSpec, with the mesh axes in the same order"
+        name, now, wanted = ("", "", "") if forced or not spec else _argument_layout(c, facts, after)
+        fix = _reshard_fix(forced, before, spec, facts.mesh_axes, (name, now, wanted))
         yield ctx.diagnostic(
             ReshardingCollective(kind=c.kind, change=change, nbytes=c.bytes, seconds=c.seconds, count=c.count),
             location=_location(c),
@@ -131,7 +186,10 @@ def resharding_traffic(ctx: RuleContext) -> Iterator[Diagnostic]:
             step=step,
             fix=fix,
             details={"before": before, "after": after, "bytes": c.bytes, "count": c.count,
-                     **({"forced_by": forced} if forced else {})},
+                     **({"forced_by": forced} if forced else {}),
+                     # the argument's PartitionSpec to write, for `--verify-fixes` (analyzer.workflows.verify)
+                     **({"argument": name, "partition_spec": now, "proposed_partition_spec": wanted,
+                         "fix_spec": {"arguments": {name: wanted}}} if name else {})},
         )
 
 

@@ -27,10 +27,14 @@ mesh axis, every activation it feeds carries that axis on a feature dimension; t
 (`params['wte']['embedding']: P('model', 'data') -> P('model', None)`, `details["fix_spec"]` for
 `--verify-fixes`), and every finding of the group carries it as `details["root_cause_fix"]`.
 
-Advice agrees with itself (`reconcile`, applied by `annotate`): a root cause proposes one mesh change (its
-largest finding's; the others of the group point at it), and a root cause whose change would move a mesh axis
-the opposite way of a larger root cause's change proposes none (it says which change to make first), so no
-report gives "give the devices of 'data' to 'model'" beside "fold 'model' into 'data'".
+Advice agrees with itself (`reconcile`, applied by `annotate`): a root cause proposes one change. An argument's
+root cause whose largest finding with a change writes a PartitionSpec (HA104's batch split) has every finding take
+that spec (HA201's "shard it over 'model' too" for the same argument included); otherwise a root cause proposes
+one mesh change (its largest finding's; the others of the group point at it), and a root cause whose change would
+move a mesh axis the opposite way of a larger root cause's change proposes none (it says which change to make
+first), so no report gives "give the devices of 'data' to 'model'" beside "fold 'model' into 'data'"; likewise
+a root cause whose PartitionSpec for an argument differs from the one a larger root cause writes for it proposes
+none.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Any
 
 from analyzer.diagnostics import Diagnostic, short_source
 
-__all__ = ["RootCause", "cause_of", "group_findings", "annotate", "reconcile", "opposite_changes",
+__all__ = ["RootCause", "cause_of", "group_findings", "annotate", "reconcile", "opposite_changes", "spec_change",
            "split_negligible_groups", "top_cause", "layout_change"]
 
 _LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
@@ -234,7 +238,7 @@ def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[Roo
     """
     adopted: list[tuple[RootCause, Diagnostic, dict[str, int]]] = []
     out = []
-    for g in groups:
+    for g in map(_one_spec_change, groups):
         own: Diagnostic | None = None
         members = []
         for d in g.findings:
@@ -266,7 +270,80 @@ def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[Roo
             else:
                 members.append(d)
         out.append(replace(g, findings=tuple(members)))
+    return _no_opposite_specs(out)
+
+
+def _no_opposite_specs(groups: Sequence[RootCause]) -> list[RootCause]:
+    """The groups (largest first) with no finding writing another PartitionSpec for an argument a larger root
+    cause's change writes: such a finding proposes none (`details["superseded_by"]`), as a mesh change opposite a
+    larger one does (a reshard of the embedding table into its consumer's layout, `P(None, 'data')`, beside the
+    activations' layout's change of that table to `P('model', None)`)."""
+    claimed: dict[str, tuple[RootCause, str]] = {}
+    out = []
+    for g in groups:
+        members = []
+        for d in g.findings:
+            specs = spec_change(d)
+            clash = next((claimed[p] for p, v in specs.items() if p in claimed and claimed[p][1] != v
+                          and claimed[p][0] is not g), None)
+            if clash is None:
+                members.append(d)
+                continue
+            first, _ = clash
+            mine = "; ".join(f"{p} -> {v}" for p, v in specs.items())
+            members.append(replace(d, fix=(
+                f"no change of its own: its own ({mine}) would undo the change proposed for {first.title} "
+                f"({first.findings[0].details.get('root_cause_fix') or first.findings[0].fix}), the larger root "
+                "cause; make that change first and re-analyse"),
+                details={**d.details, "fix_spec": {}, "proposed_partition_spec": "", "superseded_by": first.title,
+                         "superseded_fix": d.fix}))
+        g = replace(g, findings=tuple(members))
+        for d in g.findings:
+            for p, v in spec_change(d).items():
+                claimed.setdefault(p, (g, v))
+        out.append(g)
     return out
+
+
+def spec_change(d: Diagnostic) -> dict[str, str]:
+    """The PartitionSpecs a finding proposes to write ({argument path: spec}): `details.fix_spec`'s arguments,
+    else HA104's `details.argument` and `details.proposed_partition_spec`; {} for a mesh change or advice in words."""
+    given = d.details.get("fix_spec")
+    if isinstance(given, Mapping) and given.get("arguments"):
+        return {str(p): str(v) for p, v in given["arguments"].items()}
+    if d.details.get("argument") and d.details.get("proposed_partition_spec"):
+        return {str(d.details["argument"]): str(d.details["proposed_partition_spec"])}
+    return {}
+
+
+def _one_spec_change(g: RootCause) -> RootCause:
+    """An argument's root cause whose largest finding with a change writes PartitionSpecs: that one change for
+    all of it. Its other findings (one proposing another spec for the argument, advice in words such as HA201's
+    "shard it over 'model' too", or a mesh change) take it (`details["reconciled"]`, their own fix kept as
+    `details["reconciled_fix"]`), so the argument gets one change. A finding that writes another argument's spec
+    (HA102's replicated operand, beside HA104's batch) keeps it: a different way to the same end, verified on its
+    own. A root cause led by a mesh change is `reconcile`'s, as before."""
+    if g.kind != "argument":
+        return g
+    lead = next((d for d in g.findings if spec_change(d) or d.details.get("fix_mesh")), None)
+    specs = spec_change(lead) if lead is not None else {}
+    if not specs:
+        return g
+    now = str(lead.details.get("partition_spec") or "") if lead is not None else ""
+    text = "; ".join(f"{p}: {now} -> {v}" if now and lead is not None and lead.details.get("argument") == p
+                     else f"{p} -> {v}" for p, v in specs.items())
+    members = []
+    for d in g.findings:
+        own = spec_change(d)
+        # another argument's spec is another way to remove the same collectives (HA102's B beside HA104's A):
+        # kept, each verified on its own; a spec for the same argument, a mesh change or words take the lead's
+        if d is lead or own == specs or not d.fix or d.saving_seconds is None or own and not own.keys() & specs.keys():
+            members.append(d)
+            continue
+        members.append(replace(d, fix=f"{text} (the one change for {g.title}: its largest finding's)",
+                               details={**d.details, "fix_spec": {"arguments": dict(specs)}, "fix_mesh": {},
+                                        "fix_batch_factor": 1.0, "reconciled": True, "reconciled_fix": d.fix}))
+    return replace(g, findings=tuple(members))
 
 
 def annotate(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[Diagnostic]:
@@ -277,10 +354,14 @@ def annotate(diagnostics: Sequence[Diagnostic], report: Any = None) -> list[Diag
     out: list[Diagnostic] = []
     mesh = getattr(report, "mesh", None)
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
-    for g in reconcile(group_findings(diagnostics, report), sizes):
+    groups = []
+    for g in group_findings(diagnostics, report):
         change = layout_change(report, g.subject) if g.kind == "activation layout" else None
+        if change is not None:  # before `reconcile`: the named change is the group's, weighed against the others'
+            g = replace(g, findings=tuple(_with_layout_change(d, change, g.subject) for d in g.findings))
+        groups.append(g)
+    for g in reconcile(groups, sizes):
         for d in g.findings:
-            d = _with_layout_change(d, change, g.subject) if change is not None else d
             out.append(replace(d, details={**d.details, "root_cause": g.title, "root_cause_saving": g.saving_seconds,
                                            "root_cause_findings": len(g.findings)}))
     return out
@@ -343,10 +424,18 @@ def _entry_parameter(module: Any, comp: Any, inst: Any, traced: Any, depth: int 
 
 def _with_layout_change(d: Diagnostic, change: tuple[str, dict[str, str]], axis: str) -> Diagnostic:
     """A finding of an activation layout group with the group's named change: a finding whose own fix could only
-    say "find the argument" (`details["layout_axis"]`) takes it as its fix (and `fix_spec`); every finding keeps it
-    as `details["root_cause_fix"]`."""
+    say "find the argument" (`details["layout_axis"]`) takes it as its fix (and `fix_spec`); a reshard of the group
+    (HA302/HA303) whose fix is advice in words takes it too, the one change of its root cause (its own kept as
+    `details["reconciled_fix"]`), unless a with_sharding_constraint forced it (its fix names that line); every
+    finding keeps it as `details["root_cause_fix"]`."""
     text, specs = change
     details = {**d.details, "root_cause_fix": text}
+    if (not d.details.get("layout_axis") and d.code in _LAYOUT_RULES and d.fix and d.saving_seconds is not None
+            and not d.details.get("forced_by") and not spec_change(d)):
+        return replace(d, fix=f"{text} (the one change for the activations' layout over '{axis}', of which this "
+                              "reshard is one)",
+                       details={**details, "fix_spec": {"arguments": dict(specs)}, "reconciled": True,
+                                "reconciled_fix": d.fix})
     if not d.details.get("layout_axis"):
         return replace(d, details=details)
     tables = "the embedding table splits its" if len(specs) == 1 else "the embedding tables split their"

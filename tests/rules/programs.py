@@ -70,6 +70,17 @@ def gather_wide_operand_2d() -> Program:
     return Program(fn, (a, b), dict(mesh=mm, hardware="tpu-v5p", model="ideal"))
 
 
+# ---------------------------------------------------------------------------------------------- HA302
+def resharded_argument() -> Program:
+    """tanh(x) * y on X=4, Y=2 with x [I_X, J] and y [I, J_X]: XLA reshards y by an all-to-all over X to x's layout
+    (the output's); the change is y's in-sharding, `P('X', None)`."""
+    mm = mesh((4, 2), ("X", "Y"))
+    x = arg(mm, (4096, 4096), P("X"))
+    y = arg(mm, (4096, 4096), P(None, "X"))
+    fn = jax.jit(lambda x, y: jnp.tanh(x) * y, out_shardings=NamedSharding(mm, P("X")))
+    return Program(fn, (x, y), dict(mesh=mm, hardware="tpu-v5p"))
+
+
 # ---------------------------------------------------------------------------------------------- HA103
 def psum_then_slice(scatter: bool, n: int = 8 * 1024, d: int = 2048) -> Program:
     """shard_map: AllReduce then keep my shard (fires), against psum_scatter (quiet)."""

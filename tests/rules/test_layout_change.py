@@ -9,6 +9,8 @@ data=4, model=2), compiled once per module here.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -33,6 +35,14 @@ def test_a_layout_finding_takes_the_named_change_and_the_others_carry_it():
     assert other.fix == "shard the producer's output as P()" and other.details["root_cause_fix"] == CHANGE
     assert "fix_spec" not in other.details
     assert CHANGE in fix_spec_of(other, {"data": 4, "model": 2})  # not verified itself: says where the change is
+    # a reshard of the layout that promises a saving takes the one change of its root cause (issue 26), its own
+    # advice kept; one a with_sharding_constraint forced keeps its fix, which names that line
+    reshard = Diagnostic("HA302", "n", "m", fix="shard the producer's output as P()", saving_seconds=2e-6)
+    taken = _with_layout_change(reshard, change, "data")
+    assert taken.fix.startswith(CHANGE + " (the one change for the activations' layout over 'data'")
+    assert taken.details["fix_spec"] == named.details["fix_spec"] and taken.details["reconciled_fix"] == reshard.fix
+    forced = replace(reshard, details={"forced_by": "m.py:7"})
+    assert _with_layout_change(forced, change, "data").fix == reshard.fix
 
 
 def test_the_first_sentence_names_the_root_cause_s_change():
@@ -74,6 +84,11 @@ def test_the_named_change_recompiled_saves_at_least_half_its_promise(embedding):
     (named,) = [d for d in after.diagnostics if d.details.get("layout_axis")]
     assert named.details["verified_change"] == "params['wte']['embedding'] -> P('model', None)"
     assert named.details["verified_saving_seconds"] >= 0.5 * named.saving_seconds > 0
+    # the layout's reshards (HA302) propose the same change: verified with it, each saves half its promise
+    reshards = [d for d in after.diagnostics if d.code == "HA302" and d.details.get("reconciled")]
+    for d in reshards:
+        assert d.details["verified_change"] == named.details["verified_change"]
+        assert d.details["verified_saving_seconds"] >= 0.5 * d.saving_seconds
     assert "Verified: saved" in what_to_do(after) and verified_text(named).startswith("verified: saved")
 
 

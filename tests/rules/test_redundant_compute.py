@@ -93,3 +93,40 @@ def test_a_scanned_models_batch_is_found_in_its_loop(planned):
     after = analyzer.analyze(fn, params, fixed, **kwargs)
     assert _ha104(after) == []
     assert report.totals.step_seconds - after.totals.step_seconds >= 0.5 * d.saving_seconds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["replicated_batch", "wrong_dim"])
+def test_a_comm_bound_matmul_on_a_repeated_batch_proposes_the_batch_s_change(planned, name):
+    """HA101 on matmuls the chips repeat (issue 26): folding 'model' into 'data' made these steps slower (-48.4 us
+    and -53.9 us, verified: the batch stays whole on every chip), so no mesh change is proposed; the finding's change
+    is the batch's, one root cause with HA104's, and its promise is what that change takes off its collectives."""
+    report = planned(name)
+    (h,) = _ha104(report)
+    found = [d for d in report.diagnostics if d.code == "HA101"]
+    assert found
+    for d in found:
+        assert not d.details["fix_mesh"]
+        assert d.details["root_cause"] == h.details["root_cause"] == "the sharding of batch['x']"
+        assert d.details["fix_spec"] == {"arguments": {"batch['x']": "P('data', None, None)"}}
+    for d in [d for d in found if d.details.get("repeat")]:  # the tensor-parallel ones, deferred to the batch
+        assert d.details["roofline"] == "megatron" and d.details["repeat"] > 1
+        assert d.fix.startswith(f"{h.fix} first, the batch's change") and "no mesh change is offered" in d.fix
+        assert f"{d.details['repeat']:.1f}x" in d.message and "model FLOPs" in d.message
+        assert d.details["deferred_fix_mesh"] == {"model": 1, "data": 8}  # what it would have said, kept
+        assert 0 < d.saving_seconds < d.details["t_comm"] * d.details["count"]
+    # whatever else the batch's root cause holds proposes that one change too (wrong_dim's HA201, jax 0.10)
+    for d in report.diagnostics:
+        if d.details.get("root_cause") == h.details["root_cause"] and d is not h and d.code != "HA101":
+            assert d.details["fix_spec"] == {"arguments": {"batch['x']": "P('data', None, None)"}}
+            assert d.details["reconciled"] and d.fix.startswith("batch['x']: ")
+
+
+@pytest.mark.slow
+def test_the_good_plan_keeps_its_mesh_change(planned):
+    """No chip repeats the good plan's matmuls: HA101's roofline change (give 'model' to 'data') stands."""
+    report = planned("good")
+    assert not _ha104(report)
+    found = [d for d in report.diagnostics if d.code == "HA101"]
+    assert found and all(d.details["fix_mesh"] == {"model": 1, "data": 8} and "repeat" not in d.details
+                         for d in found)

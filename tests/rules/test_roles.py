@@ -122,6 +122,11 @@ def test_moe_token_exchange_is_expert_parallel(moe):
     assert all(d.details["roofline"] == "expert" or d.details["roofline"] == "fsdp"
                and d.details["role"] == "weight gradient" and d.notation.startswith("AllReduce") for d in found)
     assert not [d for d in found if d.details.get("role") == "attention"]
+    # an expert's weight gradient contracts the tokens sent to that expert: named so, beside the one per-chip batch
+    for d in found:
+        if d.details["roofline"] == "fsdp":
+            assert d.details["quantity"] == "tokens per expert per chip" and "per-chip batch B/X" not in d.message
+            assert "(the per-chip batch is 512 tokens)" in d.message
     found = [d for d in found if d.details["roofline"] == "expert"]
     assert found
     for d in found:
@@ -179,6 +184,21 @@ def test_an_expert_weight_gradient_in_a_dump_is_one():
     assert found and not [d for d in found if d.details["role"] == "attention"]
     grads = [d for d in found if d.details["role"] == "weight gradient"]
     assert grads and all(d.details["roofline"] == "fsdp" and d.notation.startswith("AllReduce") for d in grads)
+    # the quantity is the tokens each expert contracts per chip, named so: never called the per-chip batch
+    for d in grads:
+        assert d.details["quantity"] == "tokens per expert per chip"
+        assert f"tokens per expert per chip = {d.details['quantity_value']:,.0f} tokens" in d.message
+        assert "per-chip batch" not in d.message + d.fix and "raise the tokens each expert multiplies" in d.fix
+
+
+def test_an_expert_s_fsdp_advice_names_its_tokens():
+    """FSDP's advice for a weight stacked over experts: the tokens per expert per chip, and how to raise them."""
+    change = roofline_change("fsdp", 1024, 3825, ("data",), 2, [("expert", 4)], None, 2550, per_expert=True)
+    assert change.text.startswith("raise the tokens each expert multiplies per chip 3.7x (tokens per expert per "
+                                  "chip >= 3,825: a larger batch or capacity factor, or fewer experts)")
+    assert "per-chip batch" not in change.text
+    plain = roofline_change("fsdp", 1024, 3825, ("data",), 2, [("expert", 4)], None, 2550)
+    assert plain.text.startswith("raise the batch per chip 3.7x (per-chip batch >= 3,825)")
 
 
 @pytest.mark.slow
@@ -210,9 +230,16 @@ def test_attention_stays_attention():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["good", "dp", "replicated_batch", "wrong_dim", "shard_map", "fsdp", "moe"])
+@pytest.mark.parametrize("name", ["good", "dp", "replicated_batch", "wrong_dim", "shard_map", "fsdp", "moe",
+                                  "embedding"])
 def test_no_report_proposes_opposite_changes(planned, moe, name):
-    report = moe if name == "moe" else planned(name)
+    if name == "embedding":
+        import analyzer
+
+        fn, args, kwargs = planned.plans.embedding_plan()
+        report = analyzer.analyze(fn, *args, **kwargs)
+    else:
+        report = moe if name == "moe" else planned(name)
     assert opposite_changes(report.diagnostics, _sizes(report)) == []
     # one proposed mesh per root cause
     by_cause: dict[str, set] = {}
@@ -220,3 +247,11 @@ def test_no_report_proposes_opposite_changes(planned, moe, name):
         if d.details.get("fix_mesh"):
             by_cause.setdefault(d.details["root_cause"], set()).add(tuple(sorted(d.details["fix_mesh"].items())))
     assert all(len(v) == 1 for v in by_cause.values())
+    # and one PartitionSpec per argument in the whole report
+    from analyzer.rules.rootcause import spec_change
+
+    specs: dict[str, set] = {}
+    for d in report.diagnostics:
+        for path, spec in spec_change(d).items():
+            specs.setdefault(path, set()).add(spec)
+    assert all(len(v) == 1 for v in specs.values()), specs

@@ -115,3 +115,50 @@ def test_a_cause_named_by_its_line_prints_the_path_as_locations_do(tmp_path, mon
     assert str(moved.location) == "model/train.py:44"
     assert moved.details["root_cause"] == "HA101 comm-bound-matmul over 'data' at model/train.py:44"
     assert str(Path(d.location.file)) not in str(moved.details)
+
+
+def test_an_argument_s_root_cause_proposes_its_largest_finding_s_spec():
+    """One change per root cause (issue 26): HA104 writes batch['x']'s PartitionSpec; HA201's advice for the same
+    argument ("shard it over 'model' too") and a mesh change of the same root cause take it, keeping their own."""
+    from analyzer.rules.rootcause import RootCause, reconcile, spec_change
+
+    h104 = Diagnostic("HA104", "redundant-compute", "m", fix="batch['x']: P() -> P('data')", saving_seconds=7e-5,
+                      details={"argument": "batch['x']", "partition_spec": "P()", "proposed_partition_spec": "P('data')"})
+    h201 = Diagnostic("HA201", "idle-links", "m", fix="add model to the PartitionSpec entry", saving_seconds=8e-6)
+    fold = Diagnostic("HA101", "comm-bound-matmul", "m", fix="fold 'model' into 'data'", saving_seconds=5e-6,
+                      details={"fix_mesh": {"model": 1, "data": 8}})
+    info = Diagnostic("HA202", "no-wraparound", "m", fix="lay it on a ring")  # no saving: its own words stay
+    g = RootCause("argument", "batch['x']", (h104, h201, fold, info), 9e-5)
+    (out,) = reconcile([g], {"data": 4, "model": 2})
+    lead, a, b, c = out.findings
+    assert lead is h104 and c is info
+    for d, own in ((a, h201), (b, fold)):
+        assert spec_change(d) == {"batch['x']": "P('data')"} and not d.details["fix_mesh"]
+        assert d.fix.startswith("batch['x']: P() -> P('data') (the one change for the sharding of batch['x']")
+        assert d.details["reconciled"] and d.details["reconciled_fix"] == own.fix
+    # a root cause led by a mesh change is reconcile's as before; one of another kind is left alone
+    led = RootCause("argument", "params['w']", (fold, h201), 1e-5)
+    assert reconcile([led], {"data": 4, "model": 2})[0].findings == (fold, h201)
+
+
+def test_no_root_cause_writes_another_spec_for_an_argument_a_larger_one_changes():
+    """The embedding plan (issue 26): the activations' layout over 'data' changes the table to P('model', None);
+    a reshard of the table itself would write P(None, 'data') for it, undoing that: it proposes no change."""
+    from analyzer.rules.rootcause import RootCause, reconcile, spec_change
+
+    table = "params['wte']['embedding']"
+    layout = Diagnostic("HA101", "comm-bound-matmul", "m", fix=f"{table}: P('model', 'data') -> P('model', None)",
+                        saving_seconds=5e-5, details={"fix_spec": {"arguments": {table: "P('model', None)"}}})
+    reshard = Diagnostic("HA302", "resharding-traffic", "m", fix=f"{table}: P('model', 'data') -> P(None, 'data')",
+                         saving_seconds=1e-5, details={"argument": table, "proposed_partition_spec": "P(None, 'data')",
+                                                       "fix_spec": {"arguments": {table: "P(None, 'data')"}}})
+    other = Diagnostic("HA302", "resharding-traffic", "m", fix="y: P() -> P('data')", saving_seconds=1e-6,
+                       details={"fix_spec": {"arguments": {"y": "P('data')"}}})
+    groups = [RootCause("activation layout", "data", (layout,), 5e-5),
+              RootCause("argument", table, (reshard,), 1e-5), RootCause("argument", "y", (other,), 1e-6)]
+    out = reconcile(groups, {"data": 4, "model": 2})
+    (kept,), (superseded,), (alone,) = (g.findings for g in out)
+    assert kept is layout and alone is other
+    assert spec_change(superseded) == {} and superseded.details["superseded_by"] == "the activations' layout over 'data'"
+    assert superseded.fix.startswith(f"no change of its own: its own ({table} -> P(None, 'data')) would undo")
+    assert superseded.details["superseded_fix"] == reshard.fix

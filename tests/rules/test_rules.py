@@ -141,7 +141,40 @@ def test_reduced_larger_output_the_reverse_of_problem_9(analysed):
     all_reduce = 2 * (2 * N * K) / V5P_W  # AllReduce of C: 2 V / W
     gather = 2 * N * M / V5P_W            # AllGather of A: V / W
     assert d.saving_seconds == pytest.approx(all_reduce - gather, rel=REL)
+    # the user wrote the psum in a shard_map body: its in_specs decide what each device holds, so the change is
+    # there, not in an argument's sharding (no spec for --verify-fixes to apply)
+    assert "fix_spec" not in d.details and d.fix.startswith("keep the output replicated over X")
     assert "HA102" not in codes(analysed("sliced_weight_then_psum(True)"))
+
+
+def test_the_reduction_side_s_change_is_the_sharded_operand_s_spec():
+    """HA102's reduction side where XLA chose it for the arguments' shardings: the operand split on its contracting
+    dim arrives whole on it, `a: P(None, 'X') -> P(None, None)` (its other dims as they are)."""
+    from analyzer.hlo.parser import parse_hlo
+    from analyzer.rules.matmul import _contracting_spec
+
+    module = parse_hlo("""HloModule m
+ENTRY e {
+  a = bf16[1024,128]{1,0} parameter(0), sharding={devices=[1,8]<=[8]}, metadata={op_name="a"}
+  b = bf16[128,8192]{1,0} parameter(1), metadata={op_name="b"}
+  ROOT d = bf16[1024,8192]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    comp = module.entry
+    a, dot = comp.by_name["a"], comp.by_name["d"]
+    specs = {"a": (("Y",), ("X",))}
+    assert _contracting_spec(comp, dot, 0, a, ("X",), specs, drop=True) == ("a", "P('Y', 'X')", "P('Y', None)")
+    assert _contracting_spec(comp, dot, 0, a, ("X:(1)2",), specs, drop=True)[2] == "P('Y', None)"  # a sub-axis
+    assert _contracting_spec(comp, dot, 0, a, ("Z",), specs, drop=True) == ("", "", "")  # not split over Z: none
+
+
+# --------------------------------------------------------------------------------------------------- HA302
+def test_a_resharded_argument_s_change_is_its_in_sharding(analysed):
+    """An argument read in another layout than it arrives in: the fix is its PartitionSpec, for --verify-fixes."""
+    d = only(analysed("resharded_argument()"), "HA302")
+    assert d.fix.startswith("y: P(None, 'X') -> P('X', None): the argument arrives in the layout its consumer reads")
+    assert d.details["fix_spec"] == {"arguments": {"y": "P('X', None)"}}
+    assert d.details["argument"] == "y" and d.details["root_cause"] == "the sharding of y"
 
 
 # --------------------------------------------------------------------------------------------------- HA103

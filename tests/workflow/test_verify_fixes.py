@@ -152,7 +152,11 @@ def test_the_replicated_batch_fix_recompiled_saves_at_least_half_its_promise(ver
     saved = d.details["verified_saving_seconds"]
     assert saved == pytest.approx(before.totals.step_seconds - d.details["verified_step_seconds"])
     assert saved >= 0.5 * d.saving_seconds > 0  # the issue's acceptance
-    assert d.details["verified_findings"] == 1  # no other finding proposes this change
+    # HA101's comm-bound matmul is the same root cause: its change is the batch's, verified with it
+    (matmul,) = [x for x in after.diagnostics if x.code == "HA101" and x.details.get("root_cause")]
+    assert d.details["verified_findings"] == matmul.details["verified_findings"] == 2
+    assert matmul.details["verified_change"] == d.details["verified_change"]
+    assert matmul.details["verified_saving_seconds"] >= 0.5 * matmul.saving_seconds > 0
     assert "recompiled" in after.notes[-1]
 
 
@@ -221,16 +225,36 @@ def test_a_change_several_findings_share_says_so_and_a_loss_is_a_loss():
 
 
 @pytest.mark.slow
-def test_a_smaller_root_cause_is_verified_again_after_the_top_fix(verified):
-    """The replicated batch's HA101 proposes a mesh fold; the report says to fix batch['x'] first: the fold is
-    also recompiled on top of that change, and the saving it then brings is its own figure."""
+def test_the_replicated_batch_gets_no_mesh_fold(verified):
+    """Folding 'model' into 'data' made this step 48 us slower (the batch stays whole on every chip): no finding
+    proposes it, and every finding's change is the batch's or none."""
     _, after = verified
-    (fold,) = [d for d in after.diagnostics if d.code == "HA101" and "mesh" in d.details.get("verified_change", "")]
-    assert fold.details["verified_after_change"] == "batch['x'] -> P('data', None, None)"
-    assert isinstance(fold.details["verified_after_saving_seconds"], float)
-    assert "after the top fix (batch['x'] -> P('data', None, None)) too:" in verified_text(fold)
-    (d,) = _ha104(after)
-    assert "verified_after_change" not in d.details  # the top root cause's own change
+    assert not [d for d in after.diagnostics if d.details.get("fix_mesh")]
+    assert not [d for d in after.diagnostics if "mesh" in d.details.get("verified_change", "")]
+
+
+def test_a_smaller_root_cause_is_verified_again_after_the_top_fix():
+    """A smaller root cause's change is recompiled on top of the largest one's, the change the report says to
+    make first; the saving it then brings is its own figure (`_after_top`, with the recompiles stood in for)."""
+    from analyzer.workflows.verify import Verification, _after_top
+
+    top = Diagnostic("HA101", "n", "m", saving_seconds=5e-5, details={
+        "root_cause": "the sharding of params['wte']", "root_cause_saving": 5e-5, "verified_step_seconds": 1.7e-4})
+    fold = Diagnostic("HA101", "n", "m", saving_seconds=3e-5, details={
+        "root_cause": "HA101 over 'model'", "root_cause_saving": 3e-5, "verified_step_seconds": 1.7e-4})
+    table, mesh = FixSpec({"params['wte']": "P('model', None)"}), FixSpec(mesh={"model": 1, "data": 8})
+    steps = {table.key: 1.7e-4, FixSpec(table.arguments, mesh.mesh).key: 0.9e-4}
+    asked = []
+
+    def verify(fix):
+        asked.append(fix.key)
+        return Verification(fix.text(), 2.35e-4, steps[fix.key])
+
+    out = _after_top([top, fold], [table, mesh], verify)
+    assert out[1].details["verified_after_change"] == "params['wte'] -> P('model', None)"
+    assert out[1].details["verified_after_saving_seconds"] == pytest.approx(0.8e-4)
+    assert "verified_after_change" not in out[0].details  # the top root cause's own change
+    assert asked == [table.key, FixSpec(table.arguments, mesh.mesh).key]
 
 
 def test_the_after_the_top_fix_figure_is_shown():
@@ -239,3 +263,22 @@ def test_the_after_the_top_fix_figure_is_shown():
                "verified_after_change": "batch['x'] -> P('data')", "verified_after_saving_seconds": 2.0e-5}
     said = verified_text(Diagnostic("HA101", "n", "m", saving_seconds=5.6e-5, details=details))
     assert said.endswith("; after the top fix (batch['x'] -> P('data')) too: saved 20.0 µs")
+
+
+@pytest.mark.slow
+def test_a_resharded_argument_s_spec_recompiled_saves_its_promise():
+    """HA302 on an argument read in another layout than it arrives in (y [I, J_X] multiplied by x [I_X, J]): its
+    change is y's in-sharding, which the verifier applies; the reshard goes, and so does its time."""
+    import analyzer
+
+    m = AbstractMesh((4, 2), ("X", "Y"), axis_types=(AxisType.Auto,) * 2)
+
+    def a(spec):
+        return jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16, sharding=NamedSharding(m, spec))
+
+    fn = jax.jit(lambda x, y: jnp.tanh(x) * y, out_shardings=NamedSharding(m, P("X")))
+    args = (a(P("X")), a(P(None, "X")))
+    report = verify_fixes(analyzer.analyze(fn, *args, mesh=m, hardware="tpu-v5p"), fn, args, mesh=m)
+    (d,) = [x for x in report.diagnostics if x.code == "HA302"]
+    assert d.details["verified_change"] == "y -> P('X', None)"
+    assert d.details["verified_saving_seconds"] >= 0.5 * d.saving_seconds > 0
