@@ -15,7 +15,9 @@ audit report. The format follows the output file's extension: .html (one self-co
 .md, .json (schema: docs/report-schema.json), .txt; without -o the report prints to the terminal.
 
 What-if: --hardware/--topology price the same compile on other hardware; --what-if adds a table of the
-plan repriced on each alternative without recompiling.
+plan repriced on each alternative without recompiling. --verify-fixes (or `verify-fixes = true` in the config)
+applies each finding's proposed change, recompiles, and shows the predicted step after it beside the saving
+promised.
 
 exit status: 0 report written (findings do not fail it; use `hlo-analyzer check` as a gate), 2 bad usage,
 bad config or a program that could not be analysed."""
@@ -44,6 +46,7 @@ examples:
   hlo-analyzer report examples/configs/tp-h100-8.toml -o report.md
   hlo-analyzer report examples/configs/fsdp-v5e-8.toml --hardware tpu-v5p --topology v5p:2x2x2
   hlo-analyzer report examples/configs/fsdp-v5e-8.toml --what-if tpu-v5p,tpu-v6e,h100 -o whatif.html
+  hlo-analyzer report examples/configs/fsdp-tp-v5e-8.toml --verify-fixes -o verified.md
 """
 
 
@@ -67,6 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--what-if", metavar="HW[@SLICE],...", type=_alternatives, action="extend", default=[],
                    help="also price the same compile on these (comma-separated, repeatable), e.g. "
                    "tpu-v5p@v5p:2x2x2,h100")
+    p.add_argument("--verify-fixes", action="store_true",
+                   help="apply each finding's proposed change (an argument's PartitionSpec, a mesh's sizes), "
+                        "recompile with it and show the predicted step after it beside the promised saving "
+                        "(one compile per distinct change; --timeout covers them too); the config's "
+                        "`verify-fixes = true` does the same")
     p.add_argument("--limit", type=int, default=30, metavar="N", help="collectives listed in the terminal "
                    "report (default: 30)")
     from analyzer.cli._analysis_output import add_timeout_option, add_xla_flags_option
@@ -97,7 +105,9 @@ def _cached(args: argparse.Namespace, fmt: str):
     from analyzer.workflows.reportcache import open_report_cache
 
     options = {"hardware": args.hardware, "topology": args.topology, "what_if": list(args.what_if or ()),
-               "format": fmt, "timeout": args.timeout, "xla_flags": args.xla_flags}
+               "format": fmt, "timeout": args.timeout, "xla_flags": args.xla_flags,
+               # only when given: the keys of runs without it stay as they were
+               **({"verify_fixes": True} if getattr(args, "verify_fixes", False) else {})}
     return open_report_cache(args.config, options, no_cache=args.no_cache)
 
 
@@ -155,8 +165,17 @@ def run(args: argparse.Namespace) -> int:
         from analyzer.integrations.maxtext import request_cpu_devices
 
         request_cpu_devices(config.maxtext_argv)
+    if getattr(args, "verify_fixes", False) and config.maxtext_argv is not None:
+        from analyzer.errors import ConfigError
+
+        raise ConfigError("--verify-fixes with a maxtext: entry: MaxText builds its own arguments from its keys, so "
+                          "a finding's PartitionSpec cannot be applied to them", path=config.path)
     with time_limit(args.timeout, config.entry or config.title, hard_exit=True):
         report = analyze_config(config, hardware=args.hardware, topology=args.topology)
+        if getattr(args, "verify_fixes", False) or config.verify_fixes:
+            from analyzer.workflows.verify import verify_config_fixes
+
+            report = verify_config_fixes(report, config, hardware=args.hardware, topology=args.topology)
     whatif = None
     if args.what_if:
         from analyzer.workflows.whatif import compare

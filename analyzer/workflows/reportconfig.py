@@ -106,6 +106,7 @@ TOP_KEYS: Mapping[str, str] = MappingProxyType({
     "xla_flags": "the run's XLA flags: a string or list of --xla_<name>=<value>",
     "data_axes": "mesh axes that shard the batch (default: all but the last)",
     "model_axis": "mesh axis for tensor/expert parallelism (default: the last)",
+    "verify_fixes": "true: apply each finding's proposed change, recompile, and report the step after it",
     "mesh": "table of axis name = size",
     "model": "table of the built-in transformer's sizes",
     "rules": "table: select, ignore, per-rule options",
@@ -146,6 +147,8 @@ class ReportConfig:
       sweep_batch_sizes, sweep_remat, sweep_microbatches: template dimensions for `hlo-analyzer sweep`.
       sweep_executor: `local`, `ray` or `ray:ADDRESS` (None: local).
       sweep_ray_cpus, sweep_ray_memory: CPUs and bytes of memory one compile asks Ray for (None: defaults).
+      verify_fixes: `hlo-analyzer report` applies each finding's proposed change and recompiles
+        (`analyzer.workflows.verify`); `--verify-fixes` sets it from the command line.
     """
 
     mesh: Mapping[str, int]
@@ -170,6 +173,7 @@ class ReportConfig:
     sweep_ray_cpus: float | None = None
     sweep_ray_memory: int | None = None
     sweep_maxtext: tuple[tuple[str, tuple[str, ...]], ...] = ()  # MaxText key -> values, from [sweep.maxtext]
+    verify_fixes: bool = False
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         """Pickle as plain data (sweeps send configs to worker processes; mapping proxies do not pickle)."""
@@ -507,6 +511,10 @@ def _read_top(key: str, raw: str, value: Any, data: Mapping[str, Any], c: _Check
             raise c.error(e.message, raw) from None
     if key == "strategy":
         return {"strategy": _check_strategy(value, c.path, c)}
+    if key == "verify_fixes":
+        if not isinstance(value, bool):
+            raise c.error(f"{raw!r} must be true or false, got {value!r}", raw)
+        return {"verify_fixes": value}
     if key == "data_axes":
         if isinstance(value, str):
             value = [value]
@@ -617,6 +625,9 @@ def _check_maxtext(kwargs: dict[str, Any], data: Mapping[str, Any], c: _Checker)
     if "topology" in kwargs:
         raise c.error("a maxtext: entry lays its mesh on compile_topology: remove 'topology' (or set "
                       "compile_topology in the entry)", "topology")
+    if kwargs.get("verify_fixes"):
+        raise c.error("verify-fixes with a maxtext: entry: MaxText builds its own arguments from its keys, so a "
+                      "finding's PartitionSpec cannot be applied to them; remove 'verify-fixes'", "verify_fixes")
     target = str(kwargs.get("target", "cpu"))
     if target not in ("cpu", "tpu"):
         raise c.error(f"a maxtext: entry's target is cpu or tpu (the chips come from compile_topology), got "

@@ -45,6 +45,7 @@ __all__ = [
     "argument_names",
     "fix_spec_of",
     "parse_partition_spec",
+    "verify_config_fixes",
     "verify_fixes",
 ]
 
@@ -350,6 +351,24 @@ def verify_fixes(report: Report, fn: Callable[..., Any], args: Sequence[Any] | N
             "each finding shows the predicted step after its change beside the saving it promised."
             if n else "Fixes verified (--verify-fixes): no finding proposes a change the verifier can apply.")
     return replace(report, diagnostics=tuple(out), notes=(*report.notes, note))
+
+
+def verify_config_fixes(report: Report, config: Any, *, hardware: str | None = None,
+                        topology: str | None = None) -> Report:
+    """`verify_fixes` for a report config's program (`hlo-analyzer report --verify-fixes`, or `verify-fixes = true`
+    in the config): its entry point or the built-in template built again (`ReportConfig.build`), and on a mesh
+    change built on the new mesh (`ReportConfig.with_plan`), so the template's shardings follow the mesh as they
+    do in a sweep. `hardware`, `topology`: the report's overrides, as `analyze_config` took them (the config's
+    slice belongs to the config's hardware)."""
+    fn, args, kwargs = config.build()
+    if topology is None and hardware is None:
+        topology = config.topology
+
+    def rebuild(text: str) -> tuple[Callable[..., Any], Sequence[Any], Mapping[str, Any]]:
+        sizes = dict(item.split("=") for item in text.split(","))
+        return config.with_plan(tuple(int(sizes[a]) for a in config.mesh)).build()
+
+    return verify_fixes(report, fn, args, kwargs, mesh=config.mesh_text, rebuild=rebuild, topology=topology)
 
 
 def _after_top(out: list[Diagnostic], specs: Sequence[FixSpec | None], verify: Callable[[FixSpec], Verification]
