@@ -1356,10 +1356,9 @@ def known_valid(key: str, raw: str) -> bool:
 
 def validate(inst: Instruction) -> None:
     """Decode every known attribute of `inst` once; raise ValueError (with `.attribute`) on a bad one."""
-    for a in inst.attributes:
-        key = a.key
+    for key in inst.attribute_keys:
         if key in _VALIDATED:
-            raw = a.raw
+            raw = inst.attr(key)
             seen = _VALID[key]
             if raw in seen:
                 continue
@@ -1373,17 +1372,17 @@ def validate(inst: Instruction) -> None:
                 (_PARSE_CHECKS.get(key) or DECODERS[key])(raw)
                 seen.add(raw)
             except ValueError as e:
-                e.attribute = a  # type: ignore[attr-defined]
+                e.attribute = inst.attribute(key)  # type: ignore[attr-defined]
                 raise
             except AnalyzerError as e:  # the sharding parser's own errors (analyzer.hlo.sharding)
                 err = ValueError(getattr(e, "message", str(e)))
-                err.attribute = a  # type: ignore[attr-defined]
+                err.attribute = inst.attribute(key)  # type: ignore[attr-defined]
                 raise err from None
 
 
 def _decode(inst: Instruction, key: str, a: Any = None, decoder: Callable[[str], Any] | None = None) -> Any:
     if a is None:
-        a = inst.attrs.get(key)
+        a = inst.attribute(key)
         if a is None:
             return None
     try:
@@ -1426,7 +1425,7 @@ def source_target_pairs(inst: Instruction) -> tuple[tuple[int, int], ...] | None
 
 def int_list(inst: Instruction, key: str) -> tuple[int, ...] | None:
     """The integer list attribute `key` (`dimensions={0,1}` -> (0, 1)), or None when absent."""
-    a = inst.attrs.get(key)
+    a = inst.attribute(key)
     if a is None:
         return None
     try:
@@ -1441,37 +1440,22 @@ def int_list(inst: Instruction, key: str) -> tuple[int, ...] | None:
 
 def names_callee(inst: Instruction) -> bool:
     """Whether `inst` has an attribute that names called computations (one of `CALL_KEYS`)."""
-    return any(a.key in _CALL_KEY_SET for a in inst.attributes)
+    return not _CALL_KEY_SET.isdisjoint(inst.attribute_keys)
 
 
 def called_computations(inst: Instruction) -> tuple[str, ...]:
     """Every computation `inst` calls, in attribute order (to_apply, calls, body, condition, branches...)."""
-    found = None
-    for a in inst.attributes:  # (a loop, not a list comprehension: most instructions call nothing)
-        if a.key in _CALL_KEY_SET:
-            if found is None:
-                found = a
-            elif type(found) is list:
-                found.append(a)
-            else:
-                found = [found, a]
-    if found is None:
+    keys = inst.attribute_keys
+    if _CALL_KEY_SET.isdisjoint(keys):  # (most instructions call nothing)
         return ()
-    if type(found) is not list:  # one calling attribute, the common case: no walk over CALL_KEYS
-        raw = found.raw
-        if _ONE_NAME.fullmatch(raw):
-            return (raw[1:] if raw[0] == "%" else raw,)
-        return tuple(_decode(inst, found.key, found))
+    calling = [key for key in keys if key in _CALL_KEY_SET]
     out: list[str] = []
-    for key in CALL_KEYS:
-        for a in found:
-            if a.key == key:
-                raw = a.raw
-                if _ONE_NAME.fullmatch(raw):  # the common `to_apply=%add`: no decoder needed
-                    out.append(raw[1:] if raw[0] == "%" else raw)
-                else:
-                    out.extend(_decode(inst, key, a))
-                break
+    for key in calling if len(calling) == 1 else [key for key in CALL_KEYS if key in calling]:
+        raw = inst.attr(key)
+        if _ONE_NAME.fullmatch(raw):  # the common `to_apply=%add`: no decoder needed
+            out.append(raw[1:] if raw[0] == "%" else raw)
+        else:
+            out.extend(_decode(inst, key))
     return tuple(out)
 
 

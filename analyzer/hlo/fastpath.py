@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 
 from analyzer.hlo.attributes import _VALID, unquote
-from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, new_attribute, new_instruction,
-                             new_operand, packed)
+from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, attribute_row, new_instruction,
+                             new_operand, packed, row_attributes)
 from analyzer.hlo.shapes import ARRAY_PATTERN, Shape, decode_shape
 from analyzer.hlo import verifier
 from analyzer.hlo.transformer import (OPERAND_NAME as _OPERAND, HloTransformer, OperandNames,
@@ -193,33 +193,33 @@ class LineReader:
         if stop >= _MAX_COLUMN:
             return None  # a line longer than a packed column holds: the grammar path (it clamps) reads it
         at = lineno << _SHIFT
-        keys: list = []
-        attrs: list = []
+        keys: list | tuple = ()
+        row: tuple = ()
         if pos < stop:
             tiled = self._tiled_attributes(line, pos, stop, at)
             if tiled is not None:
-                keys, attrs = tiled
+                keys, row = tiled
             else:
                 attrs = _attributes_slow(line, pos, stop, lineno, self.attr_one, self.transformer)
                 if attrs is None:
                     return None
-                keys = [a.key for a in attrs]
+                row = attribute_row(attrs)
+                keys = row[:len(attrs)]
         name = percent + name
         if opcode == "constant":
             children = ([Token("ROOT", "ROOT", lineno, m.start(MARK + 1) - start + 1)] if root else []) + [
                 Token("NAME", name, lineno, m.start(PERCENT + 1) - start + 1), shape,
                 Token("CONSTANT_OPEN", "constant(", lineno, m.start(OPCODE + 1) - start + 1),
-                _literal(ops, lineno, column)] + attrs
+                _literal(ops, lineno, column), *row_attributes(row)]
             return self.transformer.constant_instruction(children)
         # What `HloTransformer.instruction` makes of the same line, without its generic loop over children.
-        attrs_t = tuple(attrs)
-        self.check_once(opcode, lineno, m.start(OPCODE + 1) - start + 1, n_operands, parameter, keys, attrs_t, shape)
-        return (bool(root), name, at + m.start(PERCENT + 1) - start + 1, shape, opcode, operands, attrs_t, parameter,
+        self.check_once(opcode, lineno, m.start(OPCODE + 1) - start + 1, n_operands, parameter, keys, row, shape)
+        return (bool(root), name, at + m.start(PERCENT + 1) - start + 1, shape, opcode, operands, row, parameter,
                 None)
 
-    def _tiled_attributes(self, line: str, start: int, end: int, at: int
-                          ) -> tuple[list[str], list[Attribute]] | None:
-        """The keys and attributes of `line[start:end]` read by one `findall` (the `, key=value` pattern of
+    def _tiled_attributes(self, line: str, start: int, end: int, at: int) -> tuple[list[str], tuple] | None:
+        """The keys and the attribute row (`Instruction.attribute_row`) of `line[start:end]` read by one
+        `findall` (the `, key=value` pattern of
         `parser._attr_regex`, through `_read_tail`), or None when its matches do not tile that text exactly (a
         gap, `key= value`, `device_ids`: then they are read one by one). When they tile it, each is what a match
         at its place gives (the first starts where the head ends, each next where the last ended). `at`: the
@@ -238,15 +238,17 @@ class LineReader:
         if read is None:
             return None
         keys: list[str] = []
-        attrs: list[Attribute] = []
+        raws: list[str] = []
+        ats: list[int] = []
         base = at + start + 1
         for off, key, raw, _ in read:
             keys.append(key)
-            attrs.append(new_attribute(key, raw, base + off))
-        return keys, attrs
+            raws.append(raw)
+            ats.append(base + off)
+        return keys, (*keys, *raws, *ats)
 
     def check_once(self, opcode: str, lineno: int, column: int, n_operands: int, parameter: int | None,
-                   keys: list[str], attrs: Sequence[Attribute], shape: Shape) -> bool:
+                   keys: Sequence[str], row: tuple, shape: Shape) -> bool:
         """`verifier.check_instruction` of an instruction read by the fast path, once per combination of what it
         depends on: the opcode, the operand count, whether a parameter number was given and the attribute keys
         (and one value, use_global_device_ids, when no channel_id is there; and a `tuple`'s shape: such lines
@@ -255,7 +257,8 @@ class LineReader:
         checked = self.checked
         if sig in checked:
             return True
-        verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, attrs, shape)
+        verifier.check_instruction(Token("NAME", opcode, lineno, column), n_operands, parameter, row_attributes(row),
+                                   shape)
         if opcode == "tuple" or ("use_global_device_ids" in sig and "channel_id" not in sig):
             return False
         if len(checked) >= _REMEMBERED:
@@ -459,7 +462,7 @@ class _Build:
         read = self.attributes(line, pos, at + 1)
         if read is None:
             return None
-        keys, attrs, clean = read
+        keys, row, clean = read
         opcode = _intern(opcode)
         parameter = None
         if not ops:
@@ -472,12 +475,11 @@ class _Build:
         else:  # parameter(N)
             parameter = int(ops)
             operands = ()
-        attrs = tuple(attrs)
-        if not self.vet(opcode, len(operands), parameter, keys, attrs, shape, lineno, opcode_column):
+        if not self.vet(opcode, len(operands), parameter, keys, row, shape, lineno, opcode_column):
             clean = False
-        return name, at + name_column, shape, opcode, operands, attrs, bool(root), parameter, None, clean
+        return name, at + name_column, shape, opcode, operands, row, bool(root), parameter, None, clean
 
-    def vet(self, opcode: str, n_operands: int, parameter: int | None, keys: list[str], attrs: tuple,
+    def vet(self, opcode: str, n_operands: int, parameter: int | None, keys: list[str], row: tuple,
             shape: Shape, lineno: int, column: int) -> bool:
         """`LineReader.check_once` of a commonest line; whether its signature is one `verify_instructions`
         passes unread (`verifier.signature_known`, remembered in `vetted` when `check_once` remembers it)."""
@@ -486,7 +488,7 @@ class _Build:
         isig = (opcode, n_operands, parameter is None, *keys)
         if isig in vetted:
             return True
-        remembered = reader.check_once(opcode, lineno, column, n_operands, parameter, keys, attrs, shape)
+        remembered = reader.check_once(opcode, lineno, column, n_operands, parameter, keys, row, shape)
         if not verifier.signature_known((opcode, *keys)):
             return False
         if remembered:  # (a signature checked each time is vetted each time)
@@ -495,8 +497,9 @@ class _Build:
             vetted.add(isig)
         return True
 
-    def attributes(self, line: str, p: int, at1: int) -> tuple[list[str], list[Attribute], bool] | None:
-        """The keys and attributes of `line` from `p` on, and whether every value is known valid (no `\\`
+    def attributes(self, line: str, p: int, at1: int) -> tuple[list[str], tuple, bool] | None:
+        """The keys and the attribute row (`Instruction.attribute_row`) of `line` from `p` on, and whether every
+        value is known valid (no `\\`
         in the line), by `findall`, whose matches must tile the rest of the line (each starts where the last
         ended); None when they do not (a gap, `key= value`, `device_ids`: `other` reads them one by one). Values
         repeat (metadata of unrolled layers, backend configs, shardings): a third or less of the attribute text of
@@ -504,11 +507,12 @@ class _Build:
         (metadata, then mostly a backend_config) is read once a computation (`_read_tail`). `at1`: the line's
         packed position of column 1."""
         keys: list[str] = []
-        attrs: list[Attribute] = []
+        raws: list[str] = []
+        ats: list[int] = []
         clean = "\\" not in line
         end = len(line)
         if p >= end:
-            return keys, attrs, clean
+            return keys, (), clean
         findall = self.reader.attr_all.findall
         valid_get, value_known, intern = _VALID.get, verifier.value_known, _intern
         s = line.rfind(", metadata=", p)
@@ -521,7 +525,8 @@ class _Build:
             key = intern(key)
             raw = intern(raw)
             keys.append(key)
-            attrs.append(new_attribute(key, raw, at1 + p))
+            raws.append(raw)
+            ats.append(at1 + p)
             p += len(raw)
             seen = valid_get(key)  # (`value_known`'s first test inline: most values were seen)
             if seen is not None and raw not in seen and not value_known(key, raw):
@@ -541,10 +546,11 @@ class _Build:
             base = at1 + s
             for off, key, raw, known in read:
                 keys.append(key)
-                attrs.append(new_attribute(key, raw, base + off))
+                raws.append(raw)
+                ats.append(base + off)
                 if not known and not value_known(key, raw):
                     clean = False
-        return keys, attrs, clean
+        return keys, (*keys, *raws, *ats), clean
 
     def other(self, source: str, start: int, end: int, lineno: int):
         """Any line but the commonest, as the two-step path reads it, its operands resolved: the instruction's

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -127,44 +127,110 @@ class Frame:
     parent: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class Instruction:
     """One HLO instruction: `[ROOT] %name = shape opcode(operands), attributes...`.
 
-    Slotted: a large module holds hundreds of thousands of these.
+    Immutable, slotted, compared by value (the position takes no part in `==`, as for every IR object). A large
+    module holds hundreds of thousands of these, so an instruction keeps its attributes as one tuple of strings
+    and ints, `attribute_row`: `(key_0, ..., key_n-1, raw_0, ..., raw_n-1, at_0, ..., at_n-1)` (`at` a value's
+    packed position, as `Attribute.at`). Python's cyclic collector stops tracking a tuple that holds only strings
+    and ints, so a parsed module gives it one object per instruction to walk on each full collection where an
+    `Attribute` per attribute and a tuple of them were four (the parse leaves the caller's collector as it is).
+    `attributes` makes the `Attribute`s on each read; `attr(key)` and `attribute_keys` read the row itself.
     """
+
+    __slots__ = ("name", "opcode", "shape", "operands", "attribute_row", "is_root", "at", "parameter_number",
+                 "literal")
+    __match_args__ = ("name", "opcode", "shape", "operands", "attributes", "is_root")
 
     name: str
     opcode: str
     shape: Shape
     operands: tuple[Operand, ...]
-    attributes: tuple[Attribute, ...] = ()
-    is_root: bool = False
+    # The attributes as one flat tuple (see above); `attributes` gives them as `Attribute`s.
+    attribute_row: tuple
+    is_root: bool
     # Where the instruction's name is, packed (`packed(line, column)`; 0 when unknown): see `position`.
-    at: int = field(default=0, compare=False, repr=False)
+    at: int
     # Parameters: parameter(N). Constants: the literal text. Other opcodes with a bare argument
     # (get-tuple-element index is an attribute, not this) keep None.
-    parameter_number: int | None = None
-    literal: str | None = None
-    _attrs: dict[str, Attribute] | None = field(default=None, init=False, repr=False, compare=False)
+    parameter_number: int | None
+    literal: str | None
+
+    def __init__(self, name: str, opcode: str, shape: Shape, operands: tuple[Operand, ...],
+                 attributes: tuple[Attribute, ...] = (), is_root: bool = False, at: int = 0,
+                 parameter_number: int | None = None, literal: str | None = None) -> None:
+        for field_name, value in (("name", name), ("opcode", opcode), ("shape", shape), ("operands", operands),
+                                  ("attribute_row", attribute_row(attributes)), ("is_root", is_root), ("at", at),
+                                  ("parameter_number", parameter_number), ("literal", literal)):
+            object.__setattr__(self, field_name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple:  # (copy and pickle: through the builder, as `__setattr__` refuses)
+        return (new_instruction, (self.name, self.opcode, self.shape, self.operands, self.attribute_row,
+                                  self.is_root, self.at, self.parameter_number, self.literal))
+
+    def _compared(self) -> tuple:
+        """What `==` and `hash` read: every field but the positions (the instruction's and its values')."""
+        row = self.attribute_row
+        return (self.name, self.opcode, self.shape, self.operands, row[:len(row) // 3 * 2], self.is_root,
+                self.parameter_number, self.literal)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self is other or self._compared() == other._compared()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        return (f"Instruction(name={self.name!r}, opcode={self.opcode!r}, shape={self.shape!r}, "
+                f"operands={self.operands!r}, attributes={self.attributes!r}, is_root={self.is_root!r}, "
+                f"parameter_number={self.parameter_number!r}, literal={self.literal!r})")
 
     @property
     def position(self) -> Position | None:
         return _position(self.at)
 
     @property
-    def attrs(self) -> Mapping[str, Attribute]:
-        """The attributes by key (built on first use)."""
-        cached = self._attrs
-        if cached is None:
-            cached = {a.key: a for a in self.attributes}
-            object.__setattr__(self, "_attrs", cached)
-        return cached
+    def attributes(self) -> tuple[Attribute, ...]:
+        """The attributes in the order written, each an `Attribute` (made on each read: `attr`, `attribute` and
+        `attribute_keys` read less)."""
+        return row_attributes(self.attribute_row)
+
+    @property
+    def attribute_keys(self) -> tuple[str, ...]:
+        """The attributes' keys, in the order written."""
+        row = self.attribute_row
+        return row[:len(row) // 3]
 
     def attr(self, key: str) -> str | None:
         """The raw text of attribute `key`, or None."""
-        a = self.attrs.get(key)
-        return a.raw if a is not None else None
+        row = self.attribute_row
+        n = len(row) // 3
+        keys = row[:n]
+        return row[n + keys.index(key)] if key in keys else None
+
+    def attribute(self, key: str) -> Attribute | None:
+        """Attribute `key` (its text and position), or None."""
+        row = self.attribute_row
+        n = len(row) // 3
+        keys = row[:n]
+        if key not in keys:
+            return None
+        k = keys.index(key)
+        return new_attribute(key, row[n + k], row[2 * n + k])
+
+    @property
+    def attrs(self) -> Mapping[str, Attribute]:
+        """The attributes by key (a dict made on each read: `attr` and `attribute` look one up without it)."""
+        return {a.key: a for a in self.attributes}
 
     @property
     def operand_names(self) -> tuple[str, ...]:
@@ -469,11 +535,11 @@ class HloModule:
 
 
 # ---------------------------------------------------------------------------------------------- builders
-# The parser makes one Instruction, one Operand and two or three Attributes per line of a module. A frozen
+# The parser makes one Instruction and one Operand per line of a module, and its attributes' row. A frozen
 # dataclass's `__init__` sets each field through `object.__setattr__` by name; these make the same object of the
 # same class (`object.__new__`) and set each field once through its slot's own descriptor, bound once here: about
 # half the time of the constructor (test_fastpath checks they equal what the constructors make). This is the one
-# place, besides the dataclasses' own `__init__`, that sets an IR object's fields; nothing changes one after.
+# place, besides the classes' own `__init__`, that sets an IR object's fields; nothing changes one after.
 
 
 def _setters(cls: type, *names: str) -> tuple:
@@ -482,8 +548,8 @@ def _setters(cls: type, *names: str) -> tuple:
 
 _ATTRIBUTE_FIELDS = _setters(Attribute, "key", "raw", "at")
 _OPERAND_FIELDS = _setters(Operand, "name", "shape")
-_INSTRUCTION_FIELDS = _setters(Instruction, "name", "opcode", "shape", "operands", "attributes", "is_root", "at",
-                               "parameter_number", "literal", "_attrs")
+_INSTRUCTION_FIELDS = _setters(Instruction, "name", "opcode", "shape", "operands", "attribute_row", "is_root", "at",
+                               "parameter_number", "literal")
 
 
 def new_attribute(key: str, raw: str, at: int, _new=object.__new__, _cls=Attribute,
@@ -506,21 +572,35 @@ def new_operand(name: str, shape: Shape | None, _new=object.__new__, _cls=Operan
     return o
 
 
-def new_instruction(name: str, opcode: str, shape: Shape, operands: tuple, attributes: tuple, is_root: bool,
+def new_instruction(name: str, opcode: str, shape: Shape, operands: tuple, row: tuple, is_root: bool,
                     at: int, parameter_number: int | None, literal: str | None, _new=object.__new__,
                     _cls=Instruction, _fields=_INSTRUCTION_FIELDS) -> Instruction:
-    """`Instruction(name, opcode, shape, operands, attributes, is_root, at, parameter_number, literal)`, faster."""
+    """`Instruction(name, opcode, shape, operands, attributes, is_root, at, parameter_number, literal)`, faster;
+    the attributes as their row (`attribute_row`; a tuple of `Attribute`s is made one)."""
     i = _new(_cls)
-    set_name, set_opcode, set_shape, set_operands, set_attributes, set_root, set_at, set_number, set_literal, \
-        set_attrs = _fields
+    set_name, set_opcode, set_shape, set_operands, set_row, set_root, set_at, set_number, set_literal = _fields
     set_name(i, name)
     set_opcode(i, opcode)
     set_shape(i, shape)
     set_operands(i, operands)
-    set_attributes(i, attributes)
+    set_row(i, row if not row or type(row[0]) is str else attribute_row(row))
     set_root(i, is_root)
     set_at(i, at)
     set_number(i, parameter_number)
     set_literal(i, literal)
-    set_attrs(i, None)
     return i
+
+
+def attribute_row(attrs: tuple | list) -> tuple:
+    """`Instruction.attribute_row` of attributes `attrs` (`Attribute`s; a row is given back as it is)."""
+    if not attrs or type(attrs[0]) is str:
+        return tuple(attrs)
+    return (*(a.key for a in attrs), *(a.raw for a in attrs), *(a.at for a in attrs))
+
+
+def row_attributes(row: tuple) -> tuple[Attribute, ...]:
+    """The `Attribute`s of an `Instruction.attribute_row`."""
+    if not row:
+        return ()
+    n = len(row) // 3
+    return tuple(map(new_attribute, row[:n], row[n:2 * n], row[2 * n:]))

@@ -7,7 +7,6 @@ objects that meet them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 __all__ = ["AttributeLike", "InstructionLike", "ModuleLike"]
@@ -36,7 +35,9 @@ class InstructionLike(Protocol):
     def attributes(self) -> tuple[AttributeLike, ...]: ...
 
     @property
-    def attrs(self) -> Mapping[str, AttributeLike]: ...
+    def attribute_keys(self) -> tuple[str, ...]: ...
+
+    def attribute(self, key: str) -> AttributeLike | None: ...
 
     def attr(self, key: str) -> str | None: ...
 

@@ -14,7 +14,6 @@ another size) are not checked here; the attribute decoders the analysis reads ap
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Callable, Sequence
 from difflib import get_close_matches
@@ -154,17 +153,12 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
                     _check_done_channel(inst, instructions[j if j < k else k])
             else:
                 rule(inst)
-        if not inst.attributes:
+        if not inst.attribute_row:
             continue
         rule = _ATTRIBUTE_RULES.get(op)
         if rule is not None:
             rule(inst)
-        # (a loop, not `inst.attrs`: that builds and keeps a dict per instruction)
-        a = None
-        for x in inst.attributes:
-            if x.key == "control-predecessors":
-                a = x
-                break
+        a = inst.attribute("control-predecessors")
         if a is not None:
             if index is None:
                 index = _places(instructions)
@@ -239,7 +233,7 @@ def _check_done_channel(inst: Instruction, operand: Instruction) -> None:
     def value(raw: str | None) -> Any:
         return None if raw is None else int(raw) if raw.strip().lstrip("-").isdigit() else raw
     if value(mine) != value(theirs):
-        a = inst.attrs.get("channel_id")
+        a = inst.attribute("channel_id")
         at = a.position if a is not None and a.position is not None else inst.position
         raise HloSemanticError(f"{inst.name!r} has channel_id={mine if mine is not None else '(none)'}, but its "
                                f"{operand.opcode} {operand.name!r} has channel_id="
@@ -310,7 +304,6 @@ _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 # (opcode, *attribute keys) of instructions whose opcode is known and whose keys the opcode allows, each once.
 _SIGNATURES_OK: set[tuple] = set()
-_KEY = operator.attrgetter("key")
 
 
 def signature_known(sig: tuple) -> bool:
@@ -355,18 +348,18 @@ def vetted(inst: Instruction) -> bool:
     report: a known opcode with keys it allows, each once (`signature_known`), and every value known valid
     (`value_known`) with no backslash in it. What `fastpath.LineReader.build` tests of each line it reads, for an
     instruction already built (a lazily read row). Never raises."""
-    attrs = inst.attributes
-    return signature_known((inst.opcode, *map(_KEY, attrs))) and _values_known(attrs)
+    return signature_known((inst.opcode, *inst.attribute_keys)) and _values_known(inst.attribute_row)
 
 
-def _values_known(attrs: Sequence[Attribute]) -> bool:
-    """Whether every value of `attrs` is known valid (`value_known`, its first test inline: most values were seen
-    before) and none holds a backslash (escapes are checked in full). Never raises."""
+def _values_known(row: tuple) -> bool:
+    """Whether every value of an attribute row (`Instruction.attribute_row`) is known valid (`value_known`, its
+    first test inline: most values were seen before) and none holds a backslash (escapes are checked in full).
+    Never raises."""
     valid = attributes._VALID
-    for a in attrs:
-        raw = a.raw
-        seen = valid.get(a.key)
-        if "\\" in raw or (seen is not None and raw not in seen and not value_known(a.key, raw)):
+    n = len(row) // 3
+    for key, raw in zip(row[:n], row[n:2 * n]):
+        seen = valid.get(key)
+        if "\\" in raw or (seen is not None and raw not in seen and not value_known(key, raw)):
             return False
     return True
 
@@ -398,10 +391,10 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             notes.append(f"{_key_at(a, None)['line']}:{_key_at(a, None)['column']}: {msg}; kept as written")
     for inst in comp.instructions:
         opcode = inst.opcode
-        attrs = inst.attributes
+        row = inst.attribute_row
         # A known opcode with keys it allows, each once, passes whatever the values (`signature_known`, which
         # remembers each such combination; its values are still checked, below).
-        sig = (opcode, *map(_KEY, attrs))
+        sig = (opcode, *inst.attribute_keys)
         known = sig in _SIGNATURES_OK or signature_known(sig)
         if not known and not is_known_opcode(opcode):
             col = _opcode_column(inst, source)
@@ -409,14 +402,14 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
             if not lenient:
                 raise HloSyntaxError(msg, line=inst.position.line if inst.position else None, column=col)
             notes.append(f"{inst.position.line if inst.position else '?'}:{col}: {msg}; kept as written")
-        if not attrs:
+        if not row:
             continue
-        if known and not check_ints and _values_known(attrs):
+        if known and not check_ints and _values_known(row):
             continue  # nothing left to check: every value known valid (most: values repeat)
         if not known:
             _check_unique_keys(inst)
         allowed = None if known else allowed_attributes(opcode)
-        for a in attrs:
+        for a in inst.attributes:
             note = _check_attribute(a, inst, allowed, lenient, check_ints)
             if note:
                 notes.append(note)
@@ -426,10 +419,10 @@ def verify_instructions(comp: Computation, *, lenient: bool = False, source: str
 
 def _check_unique_keys(inst: Instruction) -> None:
     """No attribute key twice on `inst` (XLA takes each once)."""
-    attrs = inst.attributes
-    if len(attrs) > 1 and len({a.key for a in attrs}) != len(attrs):
+    keys = inst.attribute_keys
+    if len(keys) > 1 and len(set(keys)) != len(keys):
         seen: set[str] = set()
-        for a in attrs:
+        for a in inst.attributes:
             if a.key in seen:
                 raise HloSyntaxError(f"attribute {a.key} appears twice on {inst.name!r}; XLA takes each once",
                                      **_key_at(a, inst))
@@ -661,7 +654,7 @@ def _reshape(inst: Instruction) -> None:
 def _broadcast(inst: Instruction) -> None:
     """XLA's parser fills in `dimensions={}` only for a broadcast of a scalar; of an array it needs them written
     (measured: `f32[10,10] broadcast(f32[10] p)` without them is a syntax error there)."""
-    if len(inst.operands) != 1 or any(a.key == "dimensions" for a in inst.attributes):
+    if len(inst.operands) != 1 or "dimensions" in inst.attribute_keys:
         return
     shape = inst.operands[0].shape
     if shape is not None and not shape.is_tuple and shape.rank:
@@ -679,7 +672,7 @@ _SHAPE_RULES: dict[str, Callable] = {
 
 def _check_index(inst: Instruction) -> None:
     """get-tuple-element's index names an element of its tuple operand (XLA aborts otherwise)."""
-    a = next((x for x in inst.attributes if x.key == "index"), None)
+    a = inst.attribute("index")
     raw = a.raw if a is not None else None
     if raw is None or not inst.operands or not raw.lstrip("-").isdigit():
         return
@@ -690,10 +683,10 @@ def _check_index(inst: Instruction) -> None:
                                f"({shape})", **_at(a.position or inst.position))
 
 
-def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
-    """XLA: the selector is a scalar; s32 with branch_computations, pred with true/false_computation."""
+def _check_conditional(iname: str, tok, ops: list, keys: tuple[str, ...]) -> None:
+    """XLA: the selector is a scalar; s32 with branch_computations, pred with true/false_computation (`keys`: the
+    attribute keys)."""
     sel = ops[0].shape
-    keys = {a.key for a in attrs}
     want = "s32" if "branch_computations" in keys else "pred"
     if sel is not None and (sel.is_tuple or sel.dims or sel.element_type != want):
         raise HloSemanticError(f"the first operand of conditional {iname!r} must be a {want}[] scalar "
@@ -701,9 +694,8 @@ def _check_conditional(iname: str, tok, ops: list, attrs: tuple) -> None:
                                f"got {sel}", line=tok.line, column=tok.column)
 
 
-def _check_parameter_replication(iname: str, shape: Shape, attrs: tuple) -> None:
-    """parameter_replication={...} has one entry per leaf buffer of the parameter."""
-    a = next((x for x in attrs if x.key == "parameter_replication"), None)
+def _check_parameter_replication(iname: str, shape: Shape, a: Attribute | None) -> None:
+    """parameter_replication={...} (`a`, None when not written) has one entry per leaf buffer of the parameter."""
     if a is None:
         return
     body = a.raw.strip()[1:-1].strip()
@@ -715,9 +707,9 @@ def _check_parameter_replication(iname: str, shape: Shape, attrs: tuple) -> None
                                column=a.position.column if a.position else None)
 
 
-def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:
-    """A custom-call's operand_layout_constraints: one shape per operand, each compatible with it."""
-    a = next((x for x in attrs if x.key == "operand_layout_constraints"), None)
+def _check_layout_constraints(iname: str, ops: list, a: Attribute | None) -> None:
+    """A custom-call's operand_layout_constraints (`a`, None when not written): one shape per operand, each
+    compatible with it."""
     if a is None:
         return
     try:
@@ -738,15 +730,17 @@ def _check_layout_constraints(iname: str, ops: list, attrs: tuple) -> None:
 
 def _conditional_selector(inst: Instruction) -> None:
     if inst.operands:
-        _check_conditional(inst.name, inst.position, inst.operands, inst.attributes)
+        _check_conditional(inst.name, inst.position, inst.operands, inst.attribute_keys)
 
 
 # Rules XLA's parser applies to the attributes of single opcodes (run on instructions that have attributes).
 _ATTRIBUTE_RULES: dict[str, Callable[[Instruction], None]] = {
     "get-tuple-element": _check_index,
-    "custom-call": lambda inst: _check_layout_constraints(inst.name, inst.operands, inst.attributes),
+    "custom-call": lambda inst: _check_layout_constraints(inst.name, inst.operands,
+                                                          inst.attribute("operand_layout_constraints")),
     "conditional": _conditional_selector,
-    "parameter": lambda inst: _check_parameter_replication(inst.name, inst.shape, inst.attributes)}
+    "parameter": lambda inst: _check_parameter_replication(inst.name, inst.shape,
+                                                           inst.attribute("parameter_replication"))}
 
 def compatible(a: Shape, b: Shape) -> bool:
     """XLA's `ShapeUtil::Compatible`: same element types and dims (tuples element-wise), layouts ignored."""

@@ -59,7 +59,7 @@ def test_fast_path_equals_grammar(path):
 
 
 def test_fast_builders_set_every_field():
-    """`ir.new_instruction/new_operand/new_attribute` make what the dataclass constructors make, every field set
+    """`ir.new_instruction/new_operand/new_attribute` make what the constructors make, every field set
     (a field added to the IR without its builder fails here, not as a missing slot deep in an analysis)."""
     import dataclasses
 
@@ -77,9 +77,13 @@ def test_fast_builders_set_every_field():
     ]
     for fast, slow in cases:
         assert type(fast) is type(slow)
-        for f in dataclasses.fields(slow):
-            assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+        names = [f.name for f in dataclasses.fields(slow)] if dataclasses.is_dataclass(slow) else slow.__slots__
+        for name in names:
+            assert getattr(fast, name) == getattr(slow, name), name
         assert fast == slow and hash(fast) == hash(slow)
+    # Every slot of an Instruction set by both (a slot added without its builder raises AttributeError above).
+    assert set(ir.Instruction.__slots__) == {"name", "opcode", "shape", "operands", "attribute_row", "is_root", "at",
+                                             "parameter_number", "literal"}
 
 
 _SELECTED = ("all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
@@ -354,10 +358,9 @@ def _fields(comp):
     these objects through `ir.new_*`, slot by slot: a field it leaves unset fails here)."""
     import dataclasses
 
-    def every(obj):  # (each field read, so an unset one raises; `_attrs`, a cache filled on use, not compared)
-        fields = dataclasses.fields(obj)
-        values = [getattr(obj, f.name) for f in fields]
-        return tuple(v for f, v in zip(fields, values) if f.name != "_attrs")
+    def every(obj):  # (each field read, so an unset one raises; an Instruction's fields are its slots)
+        names = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else obj.__slots__
+        return tuple(getattr(obj, name) for name in names)
 
     return [(comp.name, comp.position, comp.result_shape, comp.parameter_shapes)] + [
         every(i) + (tuple(map(every, i.attributes)), tuple(map(every, i.operands))) for i in comp.instructions]
