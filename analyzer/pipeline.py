@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import AnalyzerError, MeshError, valid_choices
 from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals
 from analyzer.theory.mesh import MeshInfo
+from analyzer.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -200,16 +201,21 @@ def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target
     beside it as `cpu_compiler_temp_bytes`; otherwise what the compiler said."""
     if target != "cpu" or getattr(hw, "kind", "") != "tpu":
         return memory
-    from analyzer.analysis.tpumemory import estimate_tpu_memory
+    from analyzer.analysis.tpumemory import estimate_tpu_memory, vmem_budget
 
     estimate = estimate_tpu_memory(module)
     if estimate is None:
         return memory
+    estimate = estimate.in_vmem(vmem_budget(hw))
     # (beyond 1,024 devices the cpu target stops after partitioning: no CPU compiler figures, the estimate stands)
     cpu = None if memory is None else memory.get("cpu_compiler_temp_bytes", memory.get("temp_bytes"))
     notes.append("Memory per device: an estimate of the TPU's (its layouts' padding, the TPU compiler's fusion, "
                  "buffers live over the program's order), not the CPU compiler's buffer assignment "
                  "(cpu_compiler_temp_bytes); generated code not counted.")
+    if estimate.vmem_temp_bytes:
+        notes.append(f"The temporaries' peak ({format_bytes(estimate.vmem_temp_bytes)}) fits in the "
+                     f"{format_bytes(vmem_budget(hw))} of a {hw.name} TensorCore's VMEM that the TPU compiler "
+                     "may keep them in (memory-space assignment), so none are counted in HBM (vmem_temp_bytes).")
     return {**estimate.as_memory(), **({"cpu_compiler_temp_bytes": int(cpu)} if cpu is not None else {})}
 
 

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from analyzer.analysis.tpumemory import vmem_budget as tpu_vmem_budget
 from analyzer.diagnostics import Diagnostic
 from analyzer.rules.messages import Message
 from analyzer.rules.arguments import ArgumentArray, argument_arrays, batch_axes
@@ -82,7 +83,8 @@ class MemoryEstimate:
 
 
 def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentArray], now: Mapping[str, int],
-                    after: Mapping[str, int], batch_factor: float, hbm_bytes: float) -> MemoryEstimate | None:
+                    after: Mapping[str, int], batch_factor: float, hbm_bytes: float,
+                    vmem_budget: float = 0.0) -> MemoryEstimate | None:
     """Per-device bytes of the plan with the mesh at `after` sizes and the global batch times `batch_factor`.
 
     Args:
@@ -91,6 +93,7 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
       now, after: mesh axis sizes before and after the change (an axis missing from `after` keeps its size).
       batch_factor: what the global batch is multiplied by.
       hbm_bytes: the limit to judge against.
+      vmem_budget: the VMEM the TPU compiler may keep temporaries in (`tpumemory.vmem_budget`); 0: none.
 
     Returns:
       None when XLA's figures are unknown.
@@ -114,7 +117,8 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
     ratio = arg_after / arg_now if arg_now > 0 else 1.0
     args = memory_part(memory, "arguments")
     outs = memory_part(memory, "outputs") - memory_part(memory, "aliased")
-    temps = memory_part(memory, "temporaries")
+    # the temporaries' peak wherever it lives: the TPU estimate puts a peak that fits in VMEM there (tpumemory)
+    temps = memory_part(memory, "temporaries") + float(memory.get("vmem_temp_bytes") or 0)
     code = memory_part(memory, "code")
     if not (args or outs or temps):  # only a total is known: it is taken as temporaries
         temps = used - code
@@ -128,6 +132,8 @@ def estimate_memory(memory: Mapping[str, Any] | None, arrays: Sequence[ArgumentA
         if new < old or a in axes:
             scale *= old / max(new, 1)
     temps_after = temps * scale * float(batch_factor)
+    if temps_after <= vmem_budget:  # still in VMEM after the change: none of it in HBM
+        temps_after = 0.0
     return MemoryEstimate(now_bytes=used, arguments=args * ratio, outputs=outs * ratio, temporaries=temps_after,
                           code=code, hbm_bytes=hbm_bytes, batch_axes=axes)
 
@@ -198,7 +204,7 @@ def judge_fit(diagnostics: Sequence[Diagnostic], report: Any, hardware: Any, fra
         if not arrays:  # an HLO dump: how its arguments are sharded over the mesh is not known, so no estimate
             out.append(d)
             continue
-        est = estimate_memory(report.memory, arrays, now, new_mesh, factor, hbm)
+        est = estimate_memory(report.memory, arrays, now, new_mesh, factor, hbm, tpu_vmem_budget(hardware))
         if est is None:
             out.append(d)
             continue

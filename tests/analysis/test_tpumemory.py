@@ -90,3 +90,39 @@ ENTRY e {
     # the stacked state (8 x 64 KiB) and the counter's tile; the body's one 64 KiB dot while it runs; the
     # invariant broadcast mask is sunk into the body; the stack is updated in place
     assert est.temp_bytes == 8 * 128 * 128 * 4 + 512 + 128 * 128 * 4
+
+
+def test_temporaries_that_fit_in_vmem_leave_hbm_and_a_larger_peak_stays():
+    """libtpu keeps a peak that fits in VMEM (less the fusions' scoped 16 MiB) out of HBM (module doc: the
+    chapter's fsdp step on v5e, 18.4 MiB of temporaries, got 1.0 MiB of HBM temporaries)."""
+    from analyzer.analysis.tpumemory import SCOPED_VMEM_BYTES, TpuMemory, vmem_budget
+    from analyzer.theory.hardware import load_hardware
+
+    budget = vmem_budget(load_hardware("tpu-v5e"))
+    assert budget == (128 << 20) - SCOPED_VMEM_BYTES  # v5e: 128 MiB per TensorCore
+    small = TpuMemory(argument_bytes=1 << 20, output_bytes=1 << 20, alias_bytes=0, temp_bytes=18 << 20)
+    kept = small.in_vmem(budget)
+    assert (kept.temp_bytes, kept.vmem_temp_bytes) == (0, 18 << 20)
+    assert kept.as_memory()["vmem_temp_bytes"] == 18 << 20 and kept.total_bytes == 2 << 20
+    edge = TpuMemory(argument_bytes=0, output_bytes=0, alias_bytes=0, temp_bytes=budget + 1)
+    assert edge.in_vmem(budget) == edge and "vmem_temp_bytes" not in edge.as_memory()
+    assert small.in_vmem(vmem_budget(load_hardware("h100"))) == small  # no VMEM in a GPU's spec: nothing moves
+
+
+def test_the_cpu_target_report_says_where_the_temporaries_live():
+    """The report's memory on the cpu target for a TPU: the peak in VMEM, stated in a note from its fields."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import analyzer
+    from analyzer.compile.lower import make_mesh
+    from analyzer.units import format_bytes
+
+    mesh = make_mesh("X=1")
+    a = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P()))
+    report = analyzer.analyze(jax.jit(lambda x: jnp.tanh(x @ x) @ x), a, mesh="X=1", hardware="tpu-v5e")
+    assert report.memory["temp_bytes"] == 0 and report.memory["vmem_temp_bytes"] > 0
+    (note,) = [n for n in report.notes if "VMEM" in n]
+    assert f"({format_bytes(report.memory['vmem_temp_bytes'])})" in note and "112 MiB of a tpu-v5e" in note
