@@ -535,9 +535,14 @@ def build_report(
     # what each instruction costs on `hw`, asked by all that follows
     costs = ProgramCosts(module, dots, hw, flash_attention=bool(context.get("flash_attention")))
     notes.extend(_flash_note(costs, bool(context.get("flash_attention"))))
+    host = _host_offload(before, module, g, hw, mesh, chips)
     step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops, costs=costs,
-                        xla_flags=context.get("xla_flags"))
+                        xla_flags=context.get("xla_flags"), host=host)
     notes.extend(n for n in (step.flags_note, step.axes_note) if n)
+    if host is not None:
+        from analyzer.analysis.offload import HOST_TRACK
+
+        notes.append(host.note(step.exposed_by_axis.get(HOST_TRACK, 0.0)))
     totals = _totals(rows, dots, costs, step)
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, costs, flops, step.chips)
@@ -552,6 +557,18 @@ def build_report(
         analysis=analysis, warnings=tuple(warnings),
     )
     return _run_rules(report, config) if rules else report
+
+
+def _host_offload(before: HloModule | None, module: HloModule, graph: CallGraph, hw: HardwareSpec,
+                  mesh: MeshInfo | None, chips: int | None) -> Any:
+    """The program's host-offload copies (`analyzer.analysis.offload`) read from the program before partitioning,
+    for the overlap model of an unscheduled module (a scheduled one has its copies in its own schedule); or None."""
+    if before is None or module.attributes.get("is_scheduled", "false") == "true":
+        return None
+    from analyzer.analysis.offload import host_offload
+
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
+    return host_offload(before, module, graph, hw, sizes, chips or 1)
 
 
 def _before_partitioning(lowered: Any, problems: list[str]) -> HloModule | None:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.costs import ProgramCosts
 from analyzer.analysis.graph import branch_sum
+from analyzer.analysis.offload import HOST_TRACK, HostOffload
 from analyzer.compile.xlaflags import OverlapFlags, overlap_flags
 from analyzer.hlo.opcodes import COLLECTIVES, DOTS, LINK, NOP, PASS_THROUGH, SLICING, UNFUSED
 
@@ -99,7 +100,8 @@ class StepPrediction:
       compute_seconds: all compute (dots, fusions, elementwise, copies), run back to back.
       memory_bound_seconds: the part of `compute_seconds` spent in instructions bound by HBM bandwidth.
       exposed_comm_seconds: step - compute: the time the compute stream waits for communication.
-      exposed_by_axis: exposed seconds by mesh axis set (the keys of `Totals.by_axis`).
+      exposed_by_axis: exposed seconds by mesh axis set (the keys of `Totals.by_axis`), and under `HOST_TRACK`
+        the waits for host-offload copies (analyzer.analysis.offload), when the program makes any.
       busy: seconds each track is busy per step (compute and every link).
       exposed_rows: exposed seconds per collective row (all executions of the step), in row order.
       model_flops, executed_flops: FLOPs per step over all chips: the model's (its dots at global size, once
@@ -164,9 +166,11 @@ class _Timeline:
     # and their (start, end, row) runs
     trailing_end: dict[int, float] = field(default_factory=dict)
     trailing_runs: list[tuple[float, float, int]] = field(default_factory=list)
+    host_wait: float = 0.0  # seconds the compute stream waits for host-offload copies (analyzer.analysis.offload)
 
     def add_child(self, other: _Timeline, offset: float, times: float = 1.0) -> None:
         self.compute += other.compute * times
+        self.host_wait += other.host_wait * times
         self.bubble += other.bubble * times
         self.pipelines.extend(other.pipelines)
         self.has_dots = self.has_dots or other.has_dots
@@ -180,8 +184,11 @@ class _Timeline:
 class _Walker:
     def __init__(self, module: HloModule, graph: CallGraph, collectives: Sequence[Collective],
                  dots: Sequence[Dot], hw: HardwareSpec, topology: Any, max_spans: int,
-                 costs: ProgramCosts | None = None, flags: OverlapFlags | None = None):
+                 costs: ProgramCosts | None = None, flags: OverlapFlags | None = None,
+                 host: HostOffload | None = None):
         self.module = module
+        # seconds of host-offload copies per iteration of a loop body (analyzer.analysis.offload)
+        self.host = dict(host.per_iteration) if host is not None else {}
         self.flags = flags if flags is not None else OverlapFlags()
         self.graph = graph
         self.scheduled = module.attributes.get("is_scheduled", "false") == "true"
@@ -410,6 +417,9 @@ class _Walker:
             queues[self.queue(k)] = queues.get(self.queue(k), 0.0) + v
         busiest = max(queues.items(), key=lambda kv: kv[1], default=("", 0.0))
         iteration = max(own, busiest[1])
+        # host-offload copies run on the DMA engines beside compute: an iteration lasts at least as long as they do
+        transfer = self.host.get(body, 0.0)
+        host_wait = max(0.0, transfer - iteration)
         trailing_end = b.trailing_end
         drain = max((e - b.duration for e in trailing_end.values()), default=0.0)
         drain = max(0.0, drain)
@@ -418,6 +428,10 @@ class _Walker:
         tl.add_child(b, t, n)
         tl.add_child(c, t, n)
         excess = iteration - own
+        iteration += host_wait
+        if transfer > 0 and n:
+            tl.busy[HOST_TRACK] = tl.busy.get(HOST_TRACK, 0.0) + transfer * n
+            tl.host_wait += host_wait * n
         if excess > 0 and n:
             on = [r for r in range(len(self.rows)) if self.queue(self.row_track[r]) == busiest[0] and
                   self.rows[r].computation == body]
@@ -429,7 +443,8 @@ class _Walker:
             _charge(tl, drain, b.duration, b.duration + drain, [last], b.trailing_runs,
                     self.row_seconds)
         start = t
-        self._unroll(tl, b, c, start, n, iteration, excess, f"wait for {busiest[0]} ({inst.name})", comp.name)
+        self._unroll(tl, b, c, start, n, iteration, excess, f"wait for {busiest[0]} ({inst.name})", comp.name,
+                     (transfer, host_wait))
         if b.has_dots and n:
             label = _loop_label(self.module.by_name[body], self.holds_dot)
             tl.windows.append((f"{label} ({inst.name}, iteration 1 of {n})", start, start + iteration))
@@ -445,9 +460,10 @@ class _Walker:
         return t + total
 
     def _unroll(self, tl: _Timeline, body: _Timeline, cond: _Timeline, start: float, n: int, iteration: float,
-                excess: float, wait_label: str, comp_name: str) -> None:
+                excess: float, wait_label: str, comp_name: str, host: tuple[float, float] = (0.0, 0.0)) -> None:
         """The spans of `n` iterations of a loop from `start` (while spans are kept), each body then condition, and
-        the wait for the busiest link (`excess` per iteration) at each iteration's end."""
+        the wait for the busiest link (`excess` per iteration) at each iteration's end; with `host` (seconds of
+        host-offload copies per iteration, the wait for them) their span on the host link and that wait."""
         own = body.duration + cond.duration
         for k in range(n):
             if len(tl.spans) >= self.max_spans:
@@ -457,6 +473,12 @@ class _Walker:
             tl.spans.extend((s[0], s[1] + offset + body.duration, *s[2:]) for s in cond.spans)
             if excess > 0:
                 tl.spans.append((COMPUTE_TRACK, offset + own, excess, wait_label, comp_name, "wait", None, None))
+            if host[0] > 0:
+                tl.spans.append((HOST_TRACK, offset, host[0], "host-offload copies", comp_name, "transfer", None,
+                                 None))
+            if host[1] > 0:
+                tl.spans.append((COMPUTE_TRACK, offset + own + max(excess, 0.0), host[1],
+                                 "wait for the host-offload copies", comp_name, "wait", None, None))
 
     # -------------------------------------------------------------- the overlap model of unscheduled modules
     def _plan(self, comp: Computation, loop: bool, users: Mapping[str, tuple[str, ...]] | None):
@@ -828,7 +850,8 @@ def _first_repeat(keys: Sequence[tuple], repeated: set, max_offset: int = 8) -> 
 def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Collective], dots: Sequence[Dot],
                  hardware: HardwareSpec, topology: Any, *, chips: int | None = None,
                  max_spans: int = 200_000, model: ModelFlops | None = None,
-                 costs: ProgramCosts | None = None, xla_flags: Mapping[str, Any] | None = None) -> StepPrediction:
+                 costs: ProgramCosts | None = None, xla_flags: Mapping[str, Any] | None = None,
+                 host: HostOffload | None = None) -> StepPrediction:
     """The predicted step of `module` on `hardware` (see the module doc for the model).
 
     Args:
@@ -846,6 +869,9 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
       xla_flags: the user's XLA flags ({name: value}, `Report.analysis.xla_flags`): what they change in the
         overlap model of unscheduled modules (`analyzer.compile.xlaflags.overlap_flags`; docs/step.md, "The
         user's XLA flags"); `StepPrediction.flags_note` says which were modelled.
+      host: the program's host-offload copies (`analyzer.analysis.offload.host_offload`; unscheduled modules): a
+        loop iteration lasts at least its copies' time on the host link, copies outside loops bound the step;
+        the waits are `exposed_by_axis[HOST_TRACK]` (docs/step.md, "Host offload").
 
     Returns:
       `StepPrediction`.
@@ -859,8 +885,13 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     from analyzer.analysis.mapping import pass_of  # noqa: F401  (documented dependency of _loop_label)
 
     flags = overlap_flags(xla_flags)
-    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans, costs, flags)
+    w = _Walker(module, graph, collectives, dots, hardware, topology, max_spans, costs, flags, host)
     tl = w.timeline(module.entry.name)
+    if host is not None and host.outside_seconds > 0:  # copies outside loops: the step lasts at least as long
+        tl.busy[HOST_TRACK] = tl.busy.get(HOST_TRACK, 0.0) + host.outside_seconds
+        if host.outside_seconds > tl.duration:
+            tl.host_wait += host.outside_seconds - tl.duration
+            tl.duration = host.outside_seconds
     n = chips if chips is not None else max(1, module.num_partitions * max(1, module.replica_count))
     peak = float(hardware.peak_flops)
     from analyzer.analysis.dots import is_remat
@@ -874,6 +905,8 @@ def predict_step(module: HloModule, graph: CallGraph, collectives: Sequence[Coll
     for r, c in enumerate(collectives):
         key = ",".join(c.axes) if c.axes else "(none)"
         by_axis[key] = by_axis.get(key, 0.0) + exposed_rows[r]
+    if tl.host_wait > 0:
+        by_axis[HOST_TRACK] = tl.host_wait
     busy = {COMPUTE_TRACK: tl.compute, **tl.busy}
     spans = tuple(Span(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]) for s in tl.spans)
     windows = tuple(tl.windows) or tuple(_repeat_windows(tl.spans, w.holds_dot))

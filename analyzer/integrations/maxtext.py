@@ -377,6 +377,41 @@ class _SliceDevice:
         return f"{self.device!r} (slice {self.slice_index})"
 
 
+@contextlib.contextmanager
+def _host_placements_kept() -> Iterator[bool]:
+    """On the cpu target, lower `device_put` to a memory kind as jax lowers it for TPU: the remat policy's host
+    offload (MaxText's `remat_policy=custom` with `NAME=offload`, `qkv_proj_offloaded`, `minimal_offloaded`:
+    `save_and_offload_only_these_names(..., offload_dst="pinned_host")`) then stays in the program jax hands
+    XLA as the TPU's program has it, `annotate_device_placement` custom calls with `_xla_buffer_placement=
+    "pinned_host"` (to host) and `"device"` (back), which `analyzer.analysis.offload` reads and prices.
+
+    jax lowers `device_put` on CPU to nothing (jax/_src/dispatch.py: `_common_device_put_lowering` returns its
+    operands; the annotating rule `_tpu_gpu_device_put_lowering` is registered for "tpu" and "gpu" only), so
+    without this the cpu program has no trace of the offload. XLA:CPU drops the annotations before SPMD
+    partitioning: the partitioned program, its collectives and its compute are the same either way. Yields
+    whether the rule was installed (False on a jax without these internals); the previous rule is put back."""
+    try:
+        from jax._src import dispatch
+        from jax._src.interpreters import mlir
+
+        table = mlir._platform_specific_lowerings  # noqa: SLF001 - jax's per-platform lowering rules
+        tpu_rule = table["tpu"][dispatch.device_put_p]
+    except (ImportError, AttributeError, KeyError):
+        yield False
+        return
+    cpu = table["cpu"]
+    had = dispatch.device_put_p in cpu
+    saved = cpu.get(dispatch.device_put_p)
+    cpu[dispatch.device_put_p] = tpu_rule
+    try:
+        yield True
+    finally:
+        if had:
+            cpu[dispatch.device_put_p] = saved
+        else:
+            cpu.pop(dispatch.device_put_p, None)
+
+
 def request_cpu_devices(argv: Sequence[str] | str | int) -> None:
     """For a command's own process (`hlo-analyzer maxtext`, `report`/`sweep` of a `maxtext:` config): ask for one
     fake CPU device per chip of the command line's `compile_topology` (or for `argv` devices, a count) before jax
@@ -468,7 +503,8 @@ def maxtext_step(argv: Sequence[str] | str, target: str = "cpu") -> Iterator[Max
     check_available()
     args = parse_args(argv)
     the_plan = plan(args)
-    with _train_compile_settings(target):
+    with _train_compile_settings(target), \
+            (_host_placements_kept() if target == "cpu" else contextlib.nullcontext(False)):
         step = _build(args, target, the_plan)
         if target == "tpu" and step.config.compile_xla_flags:
             # MaxText passes compile_xla_flags as compiler options; libtpu reads the same flags from

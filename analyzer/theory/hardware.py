@@ -166,7 +166,8 @@ class HardwareSpec:
       hbm_bytes, hbm_bandwidth: HBM capacity and bandwidth per chip.
       ici: the TPU torus, or None for GPUs.
       dcn_bandwidth_per_chip: TPU data-center network egress per chip, or None.
-      pcie_bandwidth_per_chip: host link per chip, or None.
+      pcie_bandwidth_per_chip: host link per chip and direction, bytes/s (what host-offload copies are priced on,
+        analyzer.analysis.offload), or None.
       nvlink, scale_out: the GPU networks, or None.
       mxu: the TPU matrix unit's tile and VMEM (`[mxu]`), or None (then matmuls are priced at peak).
       path: the file the spec was read from.
