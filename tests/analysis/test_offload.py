@@ -96,6 +96,20 @@ def test_copies_are_priced_on_the_host_link_and_bound_the_layer(offloaded):
     parts = step_breakdown(report)
     assert sum(p.seconds for p in parts if p.on_step) == pytest.approx(report.totals.step_seconds)
     assert any(HOST_TRACK in p.label for p in parts if p.on_step)
+    # every report format shows the waits as a part of the step; JSON keeps them
+    from analyzer.analysis.report import report_from_dict, report_to_dict
+    from analyzer.formats import names
+    from analyzer.render import render
+
+    for fmt in names("report"):
+        out = render(report, fmt)
+        assert fmt not in ("text", "markdown", "html") or HOST_TRACK in out, fmt
+    from analyzer.render.trace import trace_events
+
+    events = trace_events(report)["traceEvents"]
+    assert any(e.get("cat") == "transfer" for e in events)  # the copies on their own track of the trace
+    again = report_from_dict(report_to_dict(report))
+    assert again.totals.exposed_by_axis[HOST_TRACK] == pytest.approx(step.exposed_by_axis[HOST_TRACK])
     # a host link four times as fast (nothing else changed): the same copies take a quarter of the time
     fast_hw = dataclasses.replace(hw, pcie_bandwidth_per_chip=4 * hw.pcie_bandwidth_per_chip)
     fast = analyze_lowered(with_copies, hardware=fast_hw)
