@@ -102,9 +102,11 @@ _CACHED_SHAPE = 4096
 _LONG_OPERANDS = 4096
 _decode_shape_once = decode_shape.__wrapped__
 # What a `LineReader` remembers, each at most this many (emptied when full): the checked signatures, the vetted
-# ones, the whole attribute texts read (of at most `_CACHED_TEXT` characters) and a computation's line tails.
+# ones, the whole attribute texts read (of at most `_CACHED_TEXT` characters), the operand shape tuples, and a
+# computation's line tails.
 _REMEMBERED = 4096
 _CACHED_TEXT = 256
+_SHARED_OPERANDS = 16  # (`LineReader.shared`)
 _UNREAD = object()  # a line tail or an attribute text not read yet
 _BLANK = object()  # `_Build.other`'s answer for a blank line
 
@@ -148,10 +150,11 @@ class LineReader:
     callbacks, the grammar's reading of a single line (`read_line`), and what it remembers from line to line,
     owned by the parse (a lazily parsed module keeps it for the computations it reads later) and bounded: the
     `(opcode, operand count, no parameter number, *keys)` signatures that passed `verifier.check_instruction`
-    (`checked`) and those of them `verifier.signature_known` knows too (`vetted`), and the whole attribute texts
-    read (`texts`: 8,057 dot lines of an unrolled model have 13)."""
+    (`checked`) and those of them `verifier.signature_known` knows too (`vetted`), the whole attribute texts
+    read (`texts`: 8,057 dot lines of an unrolled model have 13), and the instructions' operand shape tuples
+    (`shape_tuples`, see `shared`)."""
 
-    __slots__ = ("attr_one", "attr_all", "transformer", "read_line", "checked", "vetted", "texts")
+    __slots__ = ("attr_one", "attr_all", "transformer", "read_line", "checked", "vetted", "texts", "shape_tuples")
 
     def __init__(self, attr_res: tuple[re.Pattern, re.Pattern], transformer: HloTransformer, read_line) -> None:
         self.attr_one, self.attr_all = attr_res
@@ -159,6 +162,25 @@ class LineReader:
         self.checked: set[tuple] = set()
         self.vetted: set[tuple] = set()
         self.texts: dict[str, tuple | None] = {}
+        self.shape_tuples: dict[tuple[int, ...], tuple] = {}
+
+    def shared(self, shapes: tuple) -> tuple:
+        """`shapes` (an instruction's `operand_shapes`), or an equal tuple of the same `Shape` objects made before
+        in this parse: one tuple for all the instructions whose operands have the same shapes (53 tuples for the
+        94,000 instructions with operands of the synthetic module), so that the collector has one object an
+        instruction to walk, not two. Keyed by the shapes' ids (the kept tuple holds them, so no id is reused
+        while its key is here): a `Shape`'s own hash walks its fields. A tuple of more than `_SHARED_OPERANDS`
+        (a tuple instruction's thousands) is its own."""
+        if not shapes or len(shapes) > _SHARED_OPERANDS:
+            return shapes
+        key = tuple(map(id, shapes))
+        tuples = self.shape_tuples
+        found = tuples.get(key)
+        if found is None:
+            if len(tuples) >= _REMEMBERED:
+                tuples.clear()
+            found = tuples[key] = shapes
+        return found
 
     # ------------------------------------------------------------------------------------ one line
     def instruction(self, source: str, start: int, end: int, lineno: int):
@@ -400,16 +422,18 @@ def _read_tail(tail: str, findall) -> tuple[tuple[int, str, str, bool], ...] | N
 
 
 class _Build:
-    """One computation as `LineReader.build` reads it, line by line: the instructions so far (`insts`) and the
-    operand each defined (`defined`), and the shapes and line tails read so far (a computation repeats them:
-    the tail from `, metadata=` on of 15 of 16 lines of an unrolled model's code is one already read)."""
+    """One computation as `LineReader.build` reads it, line by line: the instructions so far (`insts`), the shape
+    of each name defined (`defined`) and the name's own string (`named`: an operand's name is the definition's
+    string, not the one its reader's line holds), and the shapes and line tails read so far (a computation repeats
+    them: the tail from `, metadata=` on of 15 of 16 lines of an unrolled model's code is one already read)."""
 
-    __slots__ = ("reader", "params", "unvetted", "insts", "defined", "shapes", "tails")
+    __slots__ = ("reader", "params", "unvetted", "insts", "defined", "named", "shapes", "tails")
 
     def __init__(self, reader: LineReader, params: tuple, unvetted: list[Instruction]) -> None:
         self.reader, self.params, self.unvetted = reader, params, unvetted
         self.insts: list[Instruction] = []
-        self.defined: dict[str, Operand] = {}
+        self.defined: dict[str, Shape] = {}
+        self.named: dict[str, str] = {}
         self.shapes: dict[str, Shape] = {}
         self.tails: dict[str, tuple | None] = {}
 
@@ -427,14 +451,15 @@ class _Build:
             fields = self.other(source, start, end, lineno)
             if fields is _BLANK:
                 return
-        iname, at, shape, opcode, ops, attrs, is_root, parameter, literal, clean = fields
+        iname, at, shape, opcode, names, shapes, attrs, is_root, parameter, literal, clean = fields
         if iname in self.defined:
             raise _Declined  # defined twice: the two-step path reports it
         params = self.params
-        if not ops and parameter is not None and 0 <= parameter < len(params) and params[parameter][0] == iname:
+        if not names and parameter is not None and 0 <= parameter < len(params) and params[parameter][0] == iname:
             iname = params[parameter][0]  # the signature's string: one per parameter name, not two
-        self.defined[iname] = new_operand(iname, shape)
-        inst = new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal)
+        self.defined[iname] = shape
+        self.named[iname] = iname
+        inst = new_instruction(iname, opcode, shape, names, shapes, attrs, is_root, at, parameter, literal)
         self.insts.append(inst)
         if not clean:
             self.unvetted.append(inst)
@@ -465,19 +490,23 @@ class _Build:
         keys, row, clean = read
         opcode = _intern(opcode)
         parameter = None
+        names: tuple = ()
+        shapes: tuple = ()
         if not ops:
-            operands: tuple = ()
+            pass
         elif ops[0] == "%":
+            split = ops[1:].split(", %")
             try:
-                operands = tuple(map(self.defined.__getitem__, ops[1:].split(", %")))
+                shapes = tuple(map(self.defined.__getitem__, split))
             except KeyError:
                 raise _Declined from None  # not defined before: the two-step path says which
+            names = tuple(map(self.named.__getitem__, split))
+            shapes = self.reader.shared(shapes)
         else:  # parameter(N)
             parameter = int(ops)
-            operands = ()
-        if not self.vet(opcode, len(operands), parameter, keys, row, shape, lineno, opcode_column):
+        if not self.vet(opcode, len(names), parameter, keys, row, shape, lineno, opcode_column):
             clean = False
-        return name, at + name_column, shape, opcode, operands, row, bool(root), parameter, None, clean
+        return name, at + name_column, shape, opcode, names, shapes, row, bool(root), parameter, None, clean
 
     def vet(self, opcode: str, n_operands: int, parameter: int | None, keys: list[str], row: tuple,
             shape: Shape, lineno: int, column: int) -> bool:
@@ -577,21 +606,25 @@ class _Build:
         is_root, iname, at, shape, opcode, operands, attrs, parameter, literal = pending
         if iname[0] != "%" or shape is None:
             raise _Declined  # a name without `%` (maybe a keyword), a shape to infer
-        defined = self.defined
-        refs = []
+        defined, named = self.defined, self.named
+        names, shapes = [], []
         if type(operands) is tuple:  # the fast path's (names, line, column, text), or ()
             for oname in operands[0] if operands else ():
-                ref = defined.get(oname)
-                if ref is None:
+                oshape = defined.get(oname)
+                if oshape is None:
                     raise _Declined
-                refs.append(ref)
+                names.append(named[oname])
+                shapes.append(oshape)
         else:  # the grammar's (token, shape written with it or None) pairs
-            for otok, oshape in operands:
-                ref = defined.get(otok[1:] if otok[0] == "%" else str(otok))
-                if ref is None or (oshape is not None and not verifier.compatible(oshape, ref.shape)):
+            for otok, written in operands:
+                oname = otok[1:] if otok[0] == "%" else str(otok)
+                oshape = defined.get(oname)
+                if oshape is None or (written is not None and not verifier.compatible(written, oshape)):
                     raise _Declined
-                refs.append(ref)
-        return iname[1:], at, shape, opcode, tuple(refs), attrs, is_root, parameter, literal, False
+                names.append(named[oname])
+                shapes.append(oshape)
+        return (iname[1:], at, shape, opcode, tuple(names), reader.shared(tuple(shapes)), attrs, is_root, parameter,
+                literal, False)
 
 
 _ELEMENT_TYPES = frozenset(verifier.ELEMENT_BITS)

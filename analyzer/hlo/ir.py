@@ -130,23 +130,32 @@ class Frame:
 class Instruction:
     """One HLO instruction: `[ROOT] %name = shape opcode(operands), attributes...`.
 
-    Immutable, slotted, compared by value (the position takes no part in `==`, as for every IR object). A large
-    module holds hundreds of thousands of these, so an instruction keeps its attributes as one tuple of strings
-    and ints, `attribute_row`: `(key_0, ..., key_n-1, raw_0, ..., raw_n-1, at_0, ..., at_n-1)` (`at` a value's
-    packed position, as `Attribute.at`). Python's cyclic collector stops tracking a tuple that holds only strings
-    and ints, so a parsed module gives it one object per instruction to walk on each full collection where an
-    `Attribute` per attribute and a tuple of them were four (the parse leaves the caller's collector as it is).
-    `attributes` makes the `Attribute`s on each read; `attr(key)` and `attribute_keys` read the row itself.
+    Immutable, slotted, compared by value (the position takes no part in `==`, as for every IR object).
+
+    A large module holds hundreds of thousands of these, and Python's cyclic collector walks every object that
+    may hold another on each full collection (the parse leaves the caller's collector as it is), so an
+    instruction holds no object of its own that the collector tracks:
+    - its operands as two tuples, `operand_names` (strings) and `operand_shapes` (the `Shape`s; a parse shares
+      one tuple among the instructions whose operands have the same shapes); `operands` makes the `Operand`s on
+      each read;
+    - its attributes as one tuple of strings and ints, `attribute_row`: `(key_0, ..., key_n-1, raw_0, ...,
+      raw_n-1, at_0, ..., at_n-1)` (`at` a value's packed position, as `Attribute.at`); `attributes` makes the
+      `Attribute`s on each read; `attr(key)`, `attribute(key)` and `attribute_keys` read the row.
+    The collector stops tracking a tuple that holds only strings and ints at its first young collection: a parsed
+    instruction is one object to walk, where an `Attribute` per attribute, an `Operand` per definition and the
+    tuples of both were five.
     """
 
-    __slots__ = ("name", "opcode", "shape", "operands", "attribute_row", "is_root", "at", "parameter_number",
-                 "literal")
+    __slots__ = ("name", "opcode", "shape", "operand_names", "operand_shapes", "attribute_row", "is_root", "at",
+                 "parameter_number", "literal")
     __match_args__ = ("name", "opcode", "shape", "operands", "attributes", "is_root")
 
     name: str
     opcode: str
     shape: Shape
-    operands: tuple[Operand, ...]
+    # The operands' names and shapes, in order (`operands` gives them as `Operand`s).
+    operand_names: tuple[str, ...]
+    operand_shapes: tuple[Shape | None, ...]
     # The attributes as one flat tuple (see above); `attributes` gives them as `Attribute`s.
     attribute_row: tuple
     is_root: bool
@@ -160,8 +169,10 @@ class Instruction:
     def __init__(self, name: str, opcode: str, shape: Shape, operands: tuple[Operand, ...],
                  attributes: tuple[Attribute, ...] = (), is_root: bool = False, at: int = 0,
                  parameter_number: int | None = None, literal: str | None = None) -> None:
-        for field_name, value in (("name", name), ("opcode", opcode), ("shape", shape), ("operands", operands),
-                                  ("attribute_row", attribute_row(attributes)), ("is_root", is_root), ("at", at),
+        names, shapes = operand_fields(tuple(operands))
+        for field_name, value in (("name", name), ("opcode", opcode), ("shape", shape), ("operand_names", names),
+                                  ("operand_shapes", shapes), ("attribute_row", attribute_row(attributes)),
+                                  ("is_root", is_root), ("at", at),
                                   ("parameter_number", parameter_number), ("literal", literal)):
             object.__setattr__(self, field_name, value)
 
@@ -172,14 +183,14 @@ class Instruction:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __reduce__(self) -> tuple:  # (copy and pickle: through the builder, as `__setattr__` refuses)
-        return (new_instruction, (self.name, self.opcode, self.shape, self.operands, self.attribute_row,
-                                  self.is_root, self.at, self.parameter_number, self.literal))
+        return (new_instruction, (self.name, self.opcode, self.shape, self.operand_names, self.operand_shapes,
+                                  self.attribute_row, self.is_root, self.at, self.parameter_number, self.literal))
 
     def _compared(self) -> tuple:
         """What `==` and `hash` read: every field but the positions (the instruction's and its values')."""
         row = self.attribute_row
-        return (self.name, self.opcode, self.shape, self.operands, row[:len(row) // 3 * 2], self.is_root,
-                self.parameter_number, self.literal)
+        return (self.name, self.opcode, self.shape, self.operand_names, self.operand_shapes, row[:len(row) // 3 * 2],
+                self.is_root, self.parameter_number, self.literal)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -197,6 +208,12 @@ class Instruction:
     @property
     def position(self) -> Position | None:
         return _position(self.at)
+
+    @property
+    def operands(self) -> tuple[Operand, ...]:
+        """The operands in order, each an `Operand` (its name and shape; made on each read: `operand_names` and
+        `operand_shapes` read less)."""
+        return tuple(map(new_operand, self.operand_names, self.operand_shapes))
 
     @property
     def attributes(self) -> tuple[Attribute, ...]:
@@ -231,10 +248,6 @@ class Instruction:
     def attrs(self) -> Mapping[str, Attribute]:
         """The attributes by key (a dict made on each read: `attr` and `attribute` look one up without it)."""
         return {a.key: a for a in self.attributes}
-
-    @property
-    def operand_names(self) -> tuple[str, ...]:
-        return tuple(o.name for o in self.operands)
 
     # Typed views live in analyzer.hlo.attributes; these properties delegate so callers can write
     # `inst.replica_groups` without knowing where the decoding happens.
@@ -378,8 +391,8 @@ class Computation:
     def _users(self) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
         users: dict[str, list[tuple[Instruction, int]]] = {}
         for inst in self.instructions:
-            for k, operand in enumerate(inst.operands):
-                users.setdefault(operand.name, []).append((inst, k))
+            for k, operand in enumerate(inst.operand_names):
+                users.setdefault(operand, []).append((inst, k))
         return {name: tuple(found) for name, found in users.items()}
 
     def line_head(self, name: str | None = None) -> LineHead | None:
@@ -388,7 +401,7 @@ class Computation:
         inst = self.root if name is None else self.by_name.get(name)
         if inst is None:
             return None
-        return LineHead(inst.opcode, inst.shape, inst.operands[0].name if inst.operands else None)
+        return LineHead(inst.opcode, inst.shape, inst.operand_names[0] if inst.operand_names else None)
 
     @property
     def is_parsed(self) -> bool:
@@ -535,7 +548,7 @@ class HloModule:
 
 
 # ---------------------------------------------------------------------------------------------- builders
-# The parser makes one Instruction and one Operand per line of a module, and its attributes' row. A frozen
+# The parser makes one Instruction per line of a module (with its tuples of operand names and attributes). A frozen
 # dataclass's `__init__` sets each field through `object.__setattr__` by name; these make the same object of the
 # same class (`object.__new__`) and set each field once through its slot's own descriptor, bound once here: about
 # half the time of the constructor (test_fastpath checks they equal what the constructors make). This is the one
@@ -548,8 +561,8 @@ def _setters(cls: type, *names: str) -> tuple:
 
 _ATTRIBUTE_FIELDS = _setters(Attribute, "key", "raw", "at")
 _OPERAND_FIELDS = _setters(Operand, "name", "shape")
-_INSTRUCTION_FIELDS = _setters(Instruction, "name", "opcode", "shape", "operands", "attribute_row", "is_root", "at",
-                               "parameter_number", "literal")
+_INSTRUCTION_FIELDS = _setters(Instruction, "name", "opcode", "shape", "operand_names", "operand_shapes",
+                               "attribute_row", "is_root", "at", "parameter_number", "literal")
 
 
 def new_attribute(key: str, raw: str, at: int, _new=object.__new__, _cls=Attribute,
@@ -572,23 +585,31 @@ def new_operand(name: str, shape: Shape | None, _new=object.__new__, _cls=Operan
     return o
 
 
-def new_instruction(name: str, opcode: str, shape: Shape, operands: tuple, row: tuple, is_root: bool,
-                    at: int, parameter_number: int | None, literal: str | None, _new=object.__new__,
+def new_instruction(name: str, opcode: str, shape: Shape, names: tuple[str, ...], shapes: tuple, row: tuple,
+                    is_root: bool, at: int, parameter_number: int | None, literal: str | None, _new=object.__new__,
                     _cls=Instruction, _fields=_INSTRUCTION_FIELDS) -> Instruction:
-    """`Instruction(name, opcode, shape, operands, attributes, is_root, at, parameter_number, literal)`, faster;
-    the attributes as their row (`attribute_row`; a tuple of `Attribute`s is made one)."""
+    """`Instruction(name, opcode, shape, operands, attributes, is_root, at, parameter_number, literal)`, faster:
+    the operands as their names and shapes (`operand_names`, `operand_shapes`), the attributes as their row
+    (`attribute_row`; a tuple of `Attribute`s is made one)."""
     i = _new(_cls)
-    set_name, set_opcode, set_shape, set_operands, set_row, set_root, set_at, set_number, set_literal = _fields
+    set_name, set_opcode, set_shape, set_names, set_shapes, set_row, set_root, set_at, set_number, set_literal = \
+        _fields
     set_name(i, name)
     set_opcode(i, opcode)
     set_shape(i, shape)
-    set_operands(i, operands)
+    set_names(i, names)
+    set_shapes(i, shapes)
     set_row(i, row if not row or type(row[0]) is str else attribute_row(row))
     set_root(i, is_root)
     set_at(i, at)
     set_number(i, parameter_number)
     set_literal(i, literal)
     return i
+
+
+def operand_fields(operands: tuple[Operand, ...] | list[Operand]) -> tuple[tuple[str, ...], tuple]:
+    """`(operand_names, operand_shapes)` of `Operand`s."""
+    return tuple([o.name for o in operands]), tuple([o.shape for o in operands])
 
 
 def attribute_row(attrs: tuple | list) -> tuple:

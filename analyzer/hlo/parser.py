@@ -35,8 +35,7 @@ from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, GROUPS, INSTRUCTION_LINE, MARK, NAME, OPCODE, OPERANDS, SHAPE, LineReader,
                                    parse_head_fast, parse_tables_fast, parse_tables_lenient)
-from analyzer.hlo.ir import (Computation, HloModule, Instruction, LineHead, Position, new_instruction, new_operand,
-                             packed)
+from analyzer.hlo.ir import Computation, HloModule, Instruction, LineHead, Position, new_instruction, packed
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import transformer as _transformer_module
 from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, NeedsModuleParse, build_computation,
@@ -1457,7 +1456,8 @@ def _row_instruction(lines: LineReader, source: str, start: int, end: int, linen
     else:  # a constant, as the grammar's callback gives it
         is_root, tok, shape, opcode, operands, attrs, parameter, literal = pending
         name, at = str(tok), packed(tok.line, tok.column)
-    ops = []
+    names = []
+    shapes = []
     if operands:  # (either form has none, or the fast path's names first)
         by_name, cells = index.by_name, index.cells
         for oname in operands[0]:
@@ -1465,8 +1465,9 @@ def _row_instruction(lines: LineReader, source: str, start: int, end: int, linen
             if not 0 <= j < k:
                 return None  # not defined once, by an earlier row
             try:
-                ops.append(new_operand(oname, decode_shape(cells[GROUPS * j + SHAPE])))
+                shapes.append(decode_shape(cells[GROUPS * j + SHAPE]))
             except ValueError:
                 return None
-    return new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(ops), attrs, is_root, at,
-                           parameter, literal)
+            names.append(cells[GROUPS * j + NAME])  # (the defining row's string)
+    return new_instruction(name[1:] if name[0] == "%" else name, opcode, shape, tuple(names),
+                           lines.shared(tuple(shapes)), attrs, is_root, at, parameter, literal)

@@ -22,7 +22,7 @@ from lark import Token, Transformer
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
 from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape,
-                             new_instruction, new_operand, packed)
+                             new_instruction, new_operand, operand_fields, packed)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
@@ -462,7 +462,8 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
         if shape is None:
             shape = _infer_shape(iname, Position(at >> _SHIFT, at & _COLUMN), opcode, ops, attrs)
         defined[iname] = new_operand(iname, shape)
-        insts.append(new_instruction(iname, opcode, shape, ops, attrs, is_root, at, parameter, literal))
+        names, shapes = operand_fields(ops)
+        insts.append(new_instruction(iname, opcode, shape, names, shapes, attrs, is_root, at, parameter, literal))
     # What the last line made (a 200,000-operand tuple's list) and the names go before the checks that follow.
     if not _ELEMENT_TYPES.isdisjoint(defined):
         verifier.check_instruction_names(insts)

@@ -146,10 +146,10 @@ def verify_computation(comp: Computation, *, signed: bool) -> None:
         rule = _SHAPE_RULES.get(op)
         if rule is not None:
             if rule is _check_done_channel:  # needs the operand's own instruction
-                if len(inst.operands) == 1:
+                if len(inst.operand_names) == 1:
                     if index is None:
                         index = _places(instructions)
-                    j = index.get(inst.operands[0].name, k)
+                    j = index.get(inst.operand_names[0], k)
                     _check_done_channel(inst, instructions[j if j < k else k])
             else:
                 rule(inst)
@@ -617,9 +617,9 @@ def _check_required(opcode: str, attrs: list[Attribute], tok: Any) -> None:
 
 
 def _dynamic_reshape(inst: Instruction) -> None:
-    if len(inst.operands) != 1 + inst.shape.rank:
+    if len(inst.operand_names) != 1 + inst.shape.rank:
         raise HloSemanticError(f"dynamic-reshape {inst.name!r} takes the operand and one size per dimension of "
-                               f"{inst.shape}: {1 + inst.shape.rank} operands, not {len(inst.operands)}",
+                               f"{inst.shape}: {1 + inst.shape.rank} operands, not {len(inst.operand_names)}",
                                **_at(inst.position))
 
 
@@ -635,10 +635,10 @@ _NOT_ARRAY = frozenset({"tuple", "token", "buffer"})
 def _reshape(inst: Instruction) -> None:
     """A reshape keeps the element count of its operand (dynamic dims at their bound; XLA's parser aborts
     otherwise, unless a dim of the operand is unbounded `?`)."""
-    ops = inst.operands
+    ops = inst.operand_shapes
     if len(ops) != 1:
         return
-    a, b = inst.shape, ops[0].shape
+    a, b = inst.shape, ops[0]
     if a is None or b is None:
         return
     if a.element_type in _NOT_ARRAY or b.element_type in _NOT_ARRAY:
@@ -654,9 +654,9 @@ def _reshape(inst: Instruction) -> None:
 def _broadcast(inst: Instruction) -> None:
     """XLA's parser fills in `dimensions={}` only for a broadcast of a scalar; of an array it needs them written
     (measured: `f32[10,10] broadcast(f32[10] p)` without them is a syntax error there)."""
-    if len(inst.operands) != 1 or "dimensions" in inst.attribute_keys:
+    if len(inst.operand_shapes) != 1 or "dimensions" in inst.attribute_keys:
         return
-    shape = inst.operands[0].shape
+    shape = inst.operand_shapes[0]
     if shape is not None and not shape.is_tuple and shape.rank:
         raise HloSyntaxError(f"broadcast {inst.name!r} of {shape} needs `dimensions={{...}}` (which dimension of "
                              f"{inst.shape} each operand dimension becomes); only a scalar's may be left out",
@@ -674,9 +674,9 @@ def _check_index(inst: Instruction) -> None:
     """get-tuple-element's index names an element of its tuple operand (XLA aborts otherwise)."""
     a = inst.attribute("index")
     raw = a.raw if a is not None else None
-    if raw is None or not inst.operands or not raw.lstrip("-").isdigit():
+    if raw is None or not inst.operand_shapes or not raw.lstrip("-").isdigit():
         return
-    shape = inst.operands[0].shape
+    shape = inst.operand_shapes[0]
     n = len(shape.tuple_shapes) if shape is not None and shape.is_tuple else 0
     if not 0 <= int(raw) < n:
         raise HloSemanticError(f"index={raw} of {inst.name!r} is outside its operand's {n} tuple elements "

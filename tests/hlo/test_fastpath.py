@@ -69,10 +69,11 @@ def test_fast_builders_set_every_field():
     cases = [
         (ir.new_attribute("dimensions", "{0}", 7), ir.Attribute("dimensions", "{0}", 7)),
         (ir.new_operand("x", shape), ir.Operand("x", shape)),
-        (ir.new_instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None,
-                            None),
+        (ir.new_instruction("a", "add", shape, ("x",), (shape,), ("k", "v", 3), True, 9, None, None),
          ir.Instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None, None)),
-        (ir.new_instruction("p", "parameter", shape, (), (), False, 4, 0, None),
+        (ir.new_instruction("a", "add", shape, ("x",), (shape,), (ir.Attribute("k", "v", 3),), True, 9, None, None),
+         ir.Instruction("a", "add", shape, (ir.Operand("x", shape),), (ir.Attribute("k", "v", 3),), True, 9, None, None)),
+        (ir.new_instruction("p", "parameter", shape, (), (), (), False, 4, 0, None),
          ir.Instruction("p", "parameter", shape, (), (), False, 4, 0, None)),
     ]
     for fast, slow in cases:
@@ -82,8 +83,8 @@ def test_fast_builders_set_every_field():
             assert getattr(fast, name) == getattr(slow, name), name
         assert fast == slow and hash(fast) == hash(slow)
     # Every slot of an Instruction set by both (a slot added without its builder raises AttributeError above).
-    assert set(ir.Instruction.__slots__) == {"name", "opcode", "shape", "operands", "attribute_row", "is_root", "at",
-                                             "parameter_number", "literal"}
+    assert set(ir.Instruction.__slots__) == {"name", "opcode", "shape", "operand_names", "operand_shapes",
+                                             "attribute_row", "is_root", "at", "parameter_number", "literal"}
 
 
 _SELECTED = ("all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
