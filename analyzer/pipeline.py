@@ -195,15 +195,16 @@ def _flash_note(costs: Any, asked: bool) -> tuple[str, ...]:
 
 
 def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target: str,
-            notes: list[str]) -> Mapping[str, int] | None:
+            notes: list[str], flash: Any = None) -> Mapping[str, int] | None:
     """The per-device memory the report states: libtpu's own analysis on a TPU target; on the cpu target for a
     TPU, the estimate of the TPU's memory (`analyzer.analysis.tpumemory`), the CPU compiler's temporaries kept
-    beside it as `cpu_compiler_temp_bytes`; otherwise what the compiler said."""
+    beside it as `cpu_compiler_temp_bytes`; otherwise what the compiler said. `flash`: the scores of an attention
+    the TPU runs as a flash kernel (`ProgramCosts.flash`), kept in VMEM by the kernel."""
     if target != "cpu" or getattr(hw, "kind", "") != "tpu":
         return memory
     from analyzer.analysis.tpumemory import estimate_tpu_memory, vmem_budget
 
-    estimate = estimate_tpu_memory(module)
+    estimate = estimate_tpu_memory(module, flash)
     if estimate is None:
         return memory
     estimate = estimate.in_vmem(vmem_budget(hw))
@@ -211,7 +212,9 @@ def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target
     cpu = None if memory is None else memory.get("cpu_compiler_temp_bytes", memory.get("temp_bytes"))
     notes.append("Memory per device: an estimate of the TPU's (its layouts' padding, the TPU compiler's fusion, "
                  "buffers live over the program's order), not the CPU compiler's buffer assignment "
-                 "(cpu_compiler_temp_bytes); generated code not counted.")
+                 "(cpu_compiler_temp_bytes); generated code not counted"
+                 + ("; attention's S x S scores and their stacks left out, as the flash kernel never writes them to "
+                    "HBM." if flash is not None else "."))
     if estimate.vmem_temp_bytes:
         notes.append(f"The temporaries' peak ({format_bytes(estimate.vmem_temp_bytes)}) fits in the "
                      f"{format_bytes(vmem_budget(hw))} of a {hw.name} TensorCore's VMEM that the TPU compiler "
@@ -547,7 +550,7 @@ def build_report(
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, costs, flops, step.chips)
     warnings = (*warnings, *_lenient_warnings(module))  # (after the analysis: what it read of a lazy parse counts)
-    memory = _memory(module, memory, hw, target, notes)
+    memory = _memory(module, memory, hw, target, notes, flash=costs.flash)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
                                collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, costs=costs,
                                **context)

@@ -25,7 +25,10 @@ HLO right after SPMD partitioning (per-device shapes, the program's order), in t
 - **flash attention and remat as the TPU compiles them**: both are visible in the partitioned program: remat
   is recomputation jax already wrote into the backward pass (checkpointed residuals are the only buffers the
   forward loop stacks), and a blockwise (flash) attention keeps per-block scores inside its loop's body, so
-  no S x S buffer exists outside it.
+  no S x S buffer exists outside it. A program whose attention was lowered as dot-product but runs on the TPU
+  as a flash kernel (MaxText's `attention=flash` on the cpu target: `costs.FlashScores`) gets no buffer for its
+  scores, nor for the forward loop's stacks of them: the kernel keeps them in VMEM and saves its row statistics
+  for the backward instead (`flash_held`).
 - **VMEM**: temporaries whose peak fits in what memory-space assignment may use of one TensorCore's VMEM (the
   hardware spec's `[mxu] vmem_bytes`, from jax's own table of TPU generations, less the 16 MiB the compiler keeps
   for the fusions' tiles, `SCOPED_VMEM_BYTES`) are kept there, and libtpu counts none of them in HBM: the
@@ -48,7 +51,7 @@ with it, 3-39% under, 1.0-1.4 MiB in absolute terms, libtpu's HBM index tables o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,10 +165,19 @@ def _aliased_outputs(module: Any) -> set[int]:
 class _Peaks:
     """Peak live bytes of each computation (its own buffers; parameters are the caller's), memoised per call."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, held: Callable[[Any], bool] | None = None) -> None:
         self.module = module
         self.by_name = module.by_name
         self.memo: dict[str, int] = {}
+        self.held = held
+
+    def bytes_of(self, shape: Any) -> int:
+        """`tpu_bytes` of `shape` less the arrays a kernel keeps in VMEM (`held`: a flash kernel's scores)."""
+        if self.held is None:
+            return tpu_bytes(shape)
+        if shape.is_tuple or shape.is_buffer:
+            return sum(self.bytes_of(s) for s in shape.tuple_shapes)
+        return 0 if self.held(shape) else tpu_bytes(shape)
 
     def callee_peak(self, inst: Any) -> int:
         names = [n for n in inst.called_computations if n in self.by_name]
@@ -199,7 +211,7 @@ class _Peaks:
                 continue
             if _from_parameter(comp, start):
                 continue
-            sunk += tpu_bytes(comp.by_name[start].shape)
+            sunk += self.bytes_of(comp.by_name[start].shape)
         return sunk
 
     def peak(self, name: str, exclude: frozenset[str] = frozenset()) -> int:
@@ -247,7 +259,7 @@ class _Peaks:
                    exclude: frozenset[str]) -> int:
         """The bytes of the buffer `inst` makes: none for an update in place of a parameter's buffer; a loop's
         less the state the compiler sinks into its body."""
-        size = 0 if inst.name in exclude else tpu_bytes(inst.shape)
+        size = 0 if inst.name in exclude else self.bytes_of(inst.shape)
         if inst.opcode in ("dynamic-update-slice", "scatter") and ops and not sources.get(ops[0]):
             size = 0  # written in place into a parameter's buffer (a loop's stacked state)
         if inst.opcode == "while" and inst.name not in exclude:
@@ -287,9 +299,24 @@ def _reused(opcode: str, own: int, freed: list[int]) -> int:
     return min(reuse, own)
 
 
-def estimate_tpu_memory(module: Any) -> TpuMemory | None:
+def flash_held(flash: Any) -> Callable[[Any], bool]:
+    """Whether an array is what a flash kernel keeps in VMEM: the scores `flash` (`costs.FlashScores`) names, or a
+    stack of them (the forward loop's residuals for the backward: a whole number of score arrays, S in two
+    dims), which a flash kernel never writes (it saves its row statistics instead)."""
+    def held(shape: Any) -> bool:
+        if flash.holds(shape):
+            return True
+        dims = list(shape.dims) if shape.is_array else []
+        n = shape.num_elements if dims else 0
+        return (len(dims) >= 4 and any(dims.count(s) >= 2 for s in flash.lengths)
+                and any(n % e == 0 and n > e for e in flash.elements))
+    return held
+
+
+def estimate_tpu_memory(module: Any, flash: Any = None) -> TpuMemory | None:
     """The per-device memory a TPU would need for a partitioned module (see the module doc), or None when the
-    module has no entry computation.
+    module has no entry computation. `flash`: the scores of an attention the TPU runs as a flash kernel
+    (`costs.FlashScores`), which then make no HBM buffer.
 
     Example:
         >>> from analyzer.hlo.parser import parse_hlo
@@ -316,7 +343,8 @@ def estimate_tpu_memory(module: Any) -> TpuMemory | None:
     # The entry's outputs are counted as outputs: the buffers the root reads (through fused ops) are left out
     # of the temporaries.
     out_names = _root_sources(entry)
-    temps = _Peaks(module).peak(entry.name, exclude=frozenset(out_names))
+    temps = _Peaks(module, flash_held(flash) if flash is not None else None).peak(entry.name,
+                                                                               exclude=frozenset(out_names))
     return TpuMemory(argument_bytes=arguments, output_bytes=outputs, alias_bytes=alias, temp_bytes=temps)
 
 

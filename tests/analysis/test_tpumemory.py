@@ -126,3 +126,33 @@ def test_the_cpu_target_report_says_where_the_temporaries_live():
     assert report.memory["temp_bytes"] == 0 and report.memory["vmem_temp_bytes"] > 0
     (note,) = [n for n in report.notes if "VMEM" in n]
     assert f"({format_bytes(report.memory['vmem_temp_bytes'])})" in note and "112 MiB of a tpu-v5e" in note
+
+
+def test_a_flash_kernels_scores_and_their_stack_make_no_hbm_buffer():
+    """Attention lowered as dot-product that the TPU runs as flash: the scores [B, S, S] and a stack of them for
+    the backward stay in VMEM; Q, K and the outputs do not."""
+    from analyzer.analysis.costs import FlashScores
+
+    m = parse_hlo("""HloModule m
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT c = bf16[] add(a, b)
+}
+ENTRY e {
+  q = bf16[2,512,64] parameter(0)
+  k = bf16[2,512,64] parameter(1)
+  s = bf16[2,512,512] dot(q, k), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}
+  x = bf16[2,512,512] exponential(s)
+  st = bf16[4,2,512,512] custom-call(x), custom_call_target="stack"
+  o = bf16[2,512,64] dot(x, q), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  z = bf16[] constant(0)
+  r = bf16[4,2,512] reduce(st, z), dimensions={3}, to_apply=add
+  ROOT t = (bf16[2,512,64], bf16[4,2,512]) tuple(o, r)
+}""")
+    flash = FlashScores(lengths=frozenset({512}), elements=frozenset({2 * 512 * 512}))
+    plain, held = estimate_tpu_memory(m), estimate_tpu_memory(m, flash)
+    scores = 2 * 512 * 512 * 2
+    assert plain.temp_bytes == scores + 4 * scores  # s is read by o after the stack is made: both live then
+    assert held.temp_bytes == 0
+    assert (held.argument_bytes, held.output_bytes) == (plain.argument_bytes, plain.output_bytes)
