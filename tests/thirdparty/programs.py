@@ -149,13 +149,13 @@ _HF_SPECS: dict[str, tuple[tuple[str, P], ...]] = {
 _HF_SPECS["llama"] = _HF_SPECS["mistral"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hf_model(name: str) -> Any:
     """The library's model class built from its own config class: one layer, small dims, no dropout (built once per
     process: a mesh change under verification rebuilds the step, not the model)."""
     import transformers as t
 
-    common = dict(vocab_size=VOCAB)
+    common = {"vocab_size": VOCAB}
     if name == "gpt2":
         cfg = t.GPT2Config(n_positions=SEQ, n_embd=D_MODEL, n_layer=1, n_head=HEADS, n_inner=D_FF, resid_pdrop=0.0,
                            embd_pdrop=0.0, attn_pdrop=0.0, **common)
@@ -200,7 +200,7 @@ def _hf_program(name: str, plan: str) -> Program:
     params, opt_state = _placed(mesh, shapes, spec_of)
     ids = jax.ShapeDtypeStruct((BATCH, SEQ), jnp.int32, sharding=NamedSharding(mesh, PLAN_SPECS[name][plan]))
     batch = {"input_ids": ids} if causal else {"input_ids": ids, "labels": ids}
-    return Program(jax.jit(_adamw_step(loss_fn)), (params, opt_state, batch), dict(mesh=mesh, hardware=HARDWARE),
+    return Program(jax.jit(_adamw_step(loss_fn)), (params, opt_state, batch), {"mesh": mesh, "hardware": HARDWARE},
                    "batch['input_ids']", "P('data', None)")
 
 
@@ -247,7 +247,7 @@ def _shard_map_program(plan: str) -> Program:
             h = h + mlp(h, params[f"layer{i}"]["w_in"], params[f"layer{i}"]["w_out"])
         return jnp.mean(jnp.square(h - batch["y"]).astype(jnp.float32))
 
-    return Program(jax.jit(_adamw_step(loss_fn)), _mlp_args(mesh, x_spec), dict(mesh=mesh, hardware=HARDWARE),
+    return Program(jax.jit(_adamw_step(loss_fn)), _mlp_args(mesh, x_spec), {"mesh": mesh, "hardware": HARDWARE},
                    "batch['x']", "P('data', None, None)", {"in_specs": str(body_spec)})
 
 
@@ -267,7 +267,7 @@ def _wsc_program(plan: str) -> Program:
             h = h + z @ params[f"layer{i}"]["w_out"]
         return jnp.mean(jnp.square(h - batch["y"]).astype(jnp.float32))
 
-    return Program(jax.jit(_adamw_step(loss_fn)), _mlp_args(mesh, P("data")), dict(mesh=mesh, hardware=HARDWARE),
+    return Program(jax.jit(_adamw_step(loss_fn)), _mlp_args(mesh, P("data")), {"mesh": mesh, "hardware": HARDWARE},
                    "batch['x']", "P('data', None, None)", {"constraint": str(WSC_SPECS["good"])})
 
 
@@ -301,7 +301,7 @@ def _moe_program(plan: str) -> Program:
 
     opt_state = jax.tree_util.tree_map_with_path(place, jax.eval_shape(_optimizer().init, shapes))
     batch = {"x": _arg(mesh, (G, GS, D), groups), "y": _arg(mesh, (G, GS, D), groups)}
-    return Program(jax.jit(_adamw_step(loss_fn)), (params, opt_state, batch), dict(mesh=mesh, hardware=HARDWARE),
+    return Program(jax.jit(_adamw_step(loss_fn)), (params, opt_state, batch), {"mesh": mesh, "hardware": HARDWARE},
                    "batch['x']", "P(('data', 'expert'), None, None)")
 
 
