@@ -195,16 +195,18 @@ def _flash_note(costs: Any, asked: bool) -> tuple[str, ...]:
 
 
 def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target: str,
-            notes: list[str], flash: Any = None) -> Mapping[str, int] | None:
+            notes: list[str], flash: Any = None,
+            host: Mapping[str, frozenset[int]] | None = None) -> Mapping[str, int] | None:
     """The per-device memory the report states: libtpu's own analysis on a TPU target; on the cpu target for a
     TPU, the estimate of the TPU's memory (`analyzer.analysis.tpumemory`), the CPU compiler's temporaries kept
     beside it as `cpu_compiler_temp_bytes`; otherwise what the compiler said. `flash`: the scores of an attention
-    the TPU runs as a flash kernel (`ProgramCosts.flash`), kept in VMEM by the kernel."""
+    the TPU runs as a flash kernel (`ProgramCosts.flash`), kept in VMEM by the kernel; `host`: the loop-state
+    elements a remat policy offloads to host memory (`offload.host_loop_state`)."""
     if target != "cpu" or getattr(hw, "kind", "") != "tpu":
         return memory
     from analyzer.analysis.tpumemory import estimate_tpu_memory, vmem_budget
 
-    estimate = estimate_tpu_memory(module, flash)
+    estimate = estimate_tpu_memory(module, flash, host)
     if estimate is None:
         return memory
     estimate = estimate.in_vmem(vmem_budget(hw))
@@ -214,7 +216,8 @@ def _memory(module: HloModule, memory: Mapping[str, int] | None, hw: Any, target
                  "buffers live over the program's order), not the CPU compiler's buffer assignment "
                  "(cpu_compiler_temp_bytes); generated code not counted"
                  + ("; attention's S x S scores and their stacks left out, as the flash kernel never writes them to "
-                    "HBM." if flash is not None else "."))
+                    "HBM" if flash is not None else "")
+                 + ("; the activations the remat policy offloads kept in host memory, not HBM" if host else "") + ".")
     if estimate.vmem_temp_bytes:
         notes.append(f"The temporaries' peak ({format_bytes(estimate.vmem_temp_bytes)}) fits in the "
                      f"{format_bytes(vmem_budget(hw))} of a {hw.name} TensorCore's VMEM that the TPU compiler "
@@ -550,7 +553,7 @@ def build_report(
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, costs, flops, step.chips)
     warnings = (*warnings, *_lenient_warnings(module))  # (after the analysis: what it read of a lazy parse counts)
-    memory = _memory(module, memory, hw, target, notes, flash=costs.flash)
+    memory = _memory(module, memory, hw, target, notes, flash=costs.flash, host=_host_state(before, module, g))
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
                                collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, costs=costs,
                                **context)
@@ -572,6 +575,15 @@ def _host_offload(before: HloModule | None, module: HloModule, graph: CallGraph,
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
     return host_offload(before, module, graph, hw, sizes, chips or 1)
+
+
+def _host_state(before: HloModule | None, module: HloModule, graph: CallGraph) -> Mapping[str, frozenset[int]]:
+    """The loop-state elements of `module` a remat policy keeps in host memory (`offload.host_loop_state`)."""
+    if before is None:
+        return {}
+    from analyzer.analysis.offload import host_loop_state
+
+    return host_loop_state(before, module, graph)
 
 
 def _before_partitioning(lowered: Any, problems: list[str]) -> HloModule | None:

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from analyzer.hlo.opcodes import RELABEL  # (a value passes them unchanged in size and shards)
+from analyzer.hlo.opcodes import RELABEL, SLICING  # (RELABEL: a value passes them unchanged in size and shards)
 
 if TYPE_CHECKING:
     from analyzer.analysis.graph import CallGraph
@@ -352,3 +352,133 @@ def host_offload(before: HloModule | None, module: HloModule, graph: CallGraph, 
     per_iteration = {body: max(d.values()) / bw for body, d in per_dir.items() if body}
     outside = max(per_dir.get("", {}).values(), default=0.0) / bw
     return HostOffload(tuple(transfers), bw, per_iteration, outside, tuple(unmatched))
+
+
+# ------------------------------------------------------------------------------- what lives in host memory
+def _stack_op(module: HloModule, inst: Instruction, opcode: str) -> bool:
+    """`inst` is `opcode` (dynamic-update-slice, dynamic-slice), or a call of a computation whose root is (jax's
+    `dynamic_update_index_in_dim` and `dynamic_index_in_dim` before partitioning)."""
+    if inst.opcode == opcode:
+        return True
+    if inst.opcode != "call":
+        return False
+    callee = module.by_name.get((inst.attr("to_apply") or "").lstrip("%"))
+    root = callee.root if callee is not None else None
+    while root is not None and root.opcode in RELABEL and root.operand_names:  # (a reshape dropping the index dim)
+        root = callee.by_name.get(root.operand_names[0])
+    return root is not None and root.opcode == opcode
+
+
+def _host_elements(module: HloModule, body: Computation) -> frozenset[int]:
+    """The loop-state elements of a loop body (the program before partitioning) that live in host memory: an element
+    the body writes from a copy to `pinned_host` (the forward loop stacking what the remat policy offloads), or
+    one it reads only to copy back to the device (the backward loop taking the stack apart)."""
+    by = body.by_name
+    users: dict[str, list[Instruction]] = {}
+    for inst in body.instructions:
+        for o in inst.operand_names:
+            users.setdefault(o, []).append(inst)
+
+    def passes(inst: Instruction) -> bool:  # the value passes unchanged (or is written into / sliced from a stack)
+        return (_is_sharding_call(inst) or inst.opcode in RELABEL or inst.opcode in SLICING
+                or _stack_op(module, inst, "dynamic-update-slice") or _stack_op(module, inst, "dynamic-slice"))
+
+    def reaches(start: Instruction, placement: str, forward: bool) -> bool:
+        seen, todo = {start.name}, [start]
+        while todo:
+            inst = todo.pop()
+            if _placement(inst) == placement:
+                return True
+            nxt = users.get(inst.name, []) if forward else [by[o] for o in inst.operand_names[:2] if o in by]
+            for n in nxt:
+                if n.name not in seen and (passes(n) or _placement(n) == placement):
+                    seen.add(n.name)
+                    todo.append(n)
+        return False
+
+    out = set()
+    root = body.root
+    if root is not None and root.opcode == "tuple":
+        for k, name in enumerate(root.operand_names):
+            inst = by.get(name)
+            if inst is not None and _stack_op(module, inst, "dynamic-update-slice") and \
+                    reaches(inst, "pinned_host", False):
+                out.add(k)
+    for inst in body.instructions:
+        if inst.opcode == "get-tuple-element" and inst.operand_names and \
+                by.get(inst.operand_names[0]) is not None and by[inst.operand_names[0]].opcode == "parameter":
+            readers = [r for r in users.get(inst.name, []) if r is not root]  # (the root passes it on)
+            if readers and all(_stack_op(module, r, "dynamic-slice") and reaches(r, "device", True) for r in readers):
+                out.add(int(inst.attr("index") or 0))
+    return frozenset(out)
+
+
+def host_loop_state(before: HloModule | None, module: HloModule, graph: CallGraph,
+                    before_graph: CallGraph | None = None) -> dict[str, frozenset[int]]:
+    """For each while loop of `module` (the partitioned program), the elements of its state that live in host
+    memory. A loop that writes what it offloads (`_host_elements`) is matched to the loop before partitioning with
+    the same jax op name and trip count, the k-th to the k-th (as `host_offload` places copies), its elements
+    kept where the partitioned loop's element has the same rank and leading dimension (the layers); a loop the
+    partitioned program hands such an element to (the backward loop) holds it in host memory too. Empty when the
+    program offloads nothing."""
+    if before is None or not _any_host_placement(before):
+        return {}
+    from analyzer.analysis.graph import CallGraph
+
+    bg = before_graph or CallGraph.build(before)
+    by_key: dict[tuple[str, int], list[str]] = {}
+    for key, _, name in _loops(module, graph):
+        by_key.setdefault(key, []).append(name)
+    loops = {i.name: (c, i) for c in module.computations for i in c.instructions if i.opcode == "while"}
+    taken: dict[tuple[str, int], int] = {}
+    out: dict[str, set[int]] = {}
+    for key, body, name in _loops(before, bg):
+        k = taken.get(key, 0)
+        taken[key] = k + 1
+        comp = before.by_name.get(body)
+        if comp is None or k >= len(by_key.get(key, [])) or by_key[key][k] not in loops:
+            continue
+        was = next((i for i in comp.instructions if i.opcode == "parameter"), None)
+        now = loops[by_key[key][k]][1]
+        if was is None or not was.shape.is_tuple or not now.shape.is_tuple:
+            continue
+        old, new = was.shape.tuple_shapes, now.shape.tuple_shapes
+        host = {e for e in _host_elements(before, comp) if e < len(old) and e < len(new) and _same_stack(old[e], new[e])}
+        if host:
+            out.setdefault(now.name, set()).update(host)
+    for name, elements in list(out.items()):  # the loops the stacks are handed to
+        for loop, element in _handed_to(loops[name][0], name, elements):
+            out.setdefault(loop, set()).add(element)
+    return {name: frozenset(e) for name, e in out.items()}
+
+
+def _same_stack(before: Any, after: Any) -> bool:
+    """A loop-state element before and after partitioning is the same stack: same element type, rank and leading
+    dimension (the layers), each other dimension the global one or a whole share of it."""
+    return (before.is_array and after.is_array and before.element_type == after.element_type
+            and len(before.dims) == len(after.dims) >= 2 and before.dims[0] == after.dims[0]
+            and all(a and b % a == 0 for b, a in zip(before.dims[1:], after.dims[1:])))
+
+
+def _handed_to(comp: Computation, loop: str, elements: set[int]) -> list[tuple[str, int]]:
+    """(while, element) of the loops in `comp` whose initial state takes `loop`'s result element from `elements`
+    (through get-tuple-element, relabelling ops and the state's tuple)."""
+    out = []
+    for inst in comp.instructions:
+        if inst.opcode != "get-tuple-element" or list(inst.operand_names[:1]) != [loop] or \
+                int(inst.attr("index") or -1) not in elements:
+            continue
+        todo, seen = [inst.name], {inst.name}
+        while todo:
+            value = todo.pop()
+            for user in comp.instructions:
+                if value not in user.operand_names or user.name in seen:
+                    continue
+                if user.opcode in RELABEL or _is_sharding_call(user):
+                    seen.add(user.name)
+                    todo.append(user.name)
+                elif user.opcode == "tuple":
+                    for w in comp.instructions:
+                        if w.opcode == "while" and list(w.operand_names[:1]) == [user.name]:
+                            out.extend((w.name, k) for k, o in enumerate(user.operand_names) if o == value)
+    return out

@@ -29,6 +29,10 @@ HLO right after SPMD partitioning (per-device shapes, the program's order), in t
   as a flash kernel (MaxText's `attention=flash` on the cpu target: `costs.FlashScores`) gets no buffer for its
   scores, nor for the forward loop's stacks of them: the kernel keeps them in VMEM and saves its row statistics
   for the backward instead (`flash_held`).
+- **host offload**: the stacks a remat policy offloads (`save_and_offload_only_these_names`; MaxText's
+  `NAME=offload`) live in host memory: the forward loop's state elements written from copies to `pinned_host`, and
+  the backward loop's elements they are handed to (`offload.host_loop_state`, read from the program before
+  partitioning), take no HBM.
 - **VMEM**: temporaries whose peak fits in what memory-space assignment may use of one TensorCore's VMEM (the
   hardware spec's `[mxu] vmem_bytes`, from jax's own table of TPU generations, less the 16 MiB the compiler keeps
   for the fusions' tiles, `SCOPED_VMEM_BYTES`) are kept there, and libtpu counts none of them in HBM: the
@@ -165,11 +169,13 @@ def _aliased_outputs(module: Any) -> set[int]:
 class _Peaks:
     """Peak live bytes of each computation (its own buffers; parameters are the caller's), memoised per call."""
 
-    def __init__(self, module: Any, held: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, module: Any, held: Callable[[Any], bool] | None = None,
+                 host: Mapping[str, frozenset[int]] | None = None) -> None:
         self.module = module
         self.by_name = module.by_name
         self.memo: dict[str, int] = {}
         self.held = held
+        self.host = host or {}
 
     def bytes_of(self, shape: Any) -> int:
         """`tpu_bytes` of `shape` less the arrays a kernel keeps in VMEM (`held`: a flash kernel's scores)."""
@@ -260,6 +266,9 @@ class _Peaks:
         """The bytes of the buffer `inst` makes: none for an update in place of a parameter's buffer; a loop's
         less the state the compiler sinks into its body."""
         size = 0 if inst.name in exclude else self.bytes_of(inst.shape)
+        if inst.opcode == "while" and inst.name in self.host and inst.name not in exclude:  # stacks in host memory
+            size -= sum(self.bytes_of(inst.shape.tuple_shapes[k]) for k in self.host[inst.name]
+                        if k < len(inst.shape.tuple_shapes))
         if inst.opcode in ("dynamic-update-slice", "scatter") and ops and not sources.get(ops[0]):
             size = 0  # written in place into a parameter's buffer (a loop's stacked state)
         if inst.opcode == "while" and inst.name not in exclude:
@@ -313,10 +322,12 @@ def flash_held(flash: Any) -> Callable[[Any], bool]:
     return held
 
 
-def estimate_tpu_memory(module: Any, flash: Any = None) -> TpuMemory | None:
+def estimate_tpu_memory(module: Any, flash: Any = None,
+                        host: Mapping[str, frozenset[int]] | None = None) -> TpuMemory | None:
     """The per-device memory a TPU would need for a partitioned module (see the module doc), or None when the
     module has no entry computation. `flash`: the scores of an attention the TPU runs as a flash kernel
-    (`costs.FlashScores`), which then make no HBM buffer.
+    (`costs.FlashScores`), which then make no HBM buffer. `host`: the loop-state elements in host memory, by while
+    loop (`offload.host_loop_state`: the stacks a remat policy offloads), which take no HBM.
 
     Example:
         >>> from analyzer.hlo.parser import parse_hlo
@@ -343,8 +354,8 @@ def estimate_tpu_memory(module: Any, flash: Any = None) -> TpuMemory | None:
     # The entry's outputs are counted as outputs: the buffers the root reads (through fused ops) are left out
     # of the temporaries.
     out_names = _root_sources(entry)
-    temps = _Peaks(module, flash_held(flash) if flash is not None else None).peak(entry.name,
-                                                                               exclude=frozenset(out_names))
+    peaks = _Peaks(module, flash_held(flash) if flash is not None else None, host)
+    temps = peaks.peak(entry.name, exclude=frozenset(out_names))
     return TpuMemory(argument_bytes=arguments, output_bytes=outputs, alias_bytes=alias, temp_bytes=temps)
 
 
