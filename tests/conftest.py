@@ -30,6 +30,10 @@ if not os.environ.get("HLO_ANALYZER_TEST_LLVM_OPT"):
 
 import pytest  # noqa: E402
 
+# `pytester` runs a user's pytest session inside this process (tests/workflow/test_testing.py: the snapshot
+# plugin), where a child pytest would import jax and the analyzer again.
+pytest_plugins = ("pytester",)
+
 
 @pytest.fixture(scope="session")
 def planned():
@@ -58,6 +62,9 @@ def planned():
 def pytest_addoption(parser):
     parser.addoption("--count-compiles", action="store_true",
                      help="after the run, list each program compiled more than once and the tests that did it")
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="after the run, list the N tests that used the most CPU time (this process and the "
+                          "child processes it waited for; setup, call and teardown together), and the sum per file")
 
 
 class _CompileCounter:
@@ -114,7 +121,47 @@ class _CompileCounter:
                 write(f"    {seconds:6.1f} s  {node}")
 
 
+class _CpuTimer:
+    """CPU seconds per test, this process's and its waited-for children's (`resource.getrusage`): on a shared
+    machine wall time measures the neighbours, CPU time the test."""
+
+    def __init__(self, top: int):
+        self.top = top
+        self.rows: list[tuple[float, float, str]] = []  # (own, children's seconds, test id)
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        import resource
+
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        own, kids = self._now()
+        yield
+        own2, kids2 = self._now()
+        self.rows.append((own2 - own, kids2 - kids, item.nodeid))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        from collections import defaultdict
+
+        write = terminalreporter.write_line
+        total = sum(a + b for a, b, _ in self.rows)
+        write(f"CPU time of the tests: {total:.1f} s ({sum(b for _, b, _ in self.rows):.1f} s in child processes)")
+        for own, kids, node in sorted(self.rows, key=lambda r: -(r[0] + r[1]))[:self.top]:
+            write(f"  {own + kids:7.2f} s cpu ({kids:6.2f} s children)  {node}")
+        per_file: dict[str, float] = defaultdict(float)
+        for own, kids, node in self.rows:
+            per_file[node.split("::")[0]] += own + kids
+        write("CPU time per file:")
+        for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
+            write(f"  {seconds:7.1f} s  {name}")
+
+
 def pytest_configure(config):
+    if config.getoption("--cpu-durations") is not None:
+        config.pluginmanager.register(_CpuTimer(config.getoption("--cpu-durations")), "hlo-analyzer-cpu-timer")
     if config.getoption("--count-compiles"):
         from analyzer.compile import lower
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -90,25 +87,20 @@ SNAPSHOT_TESTS = textwrap.dedent("""\
     """)
 
 
-def _pytest(folder, *args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    env["JAX_PLATFORMS"] = "cpu"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=folder,
-                          env=env, capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
-def test_snapshot_fixture_records_then_fails_on_new_collectives(tmp_path):
-    (tmp_path / "test_model.py").write_text(SNAPSHOT_TESTS)
-    recorded = _pytest(tmp_path, "--hlo-snapshot-update", "-k", "test_step and not contraction")
-    assert recorded.returncode == 0, recorded.stdout
-    snapshot = tmp_path / "__hlo_snapshots__" / "test_model" / "step.json"
+def test_snapshot_fixture_records_then_fails_on_new_collectives(pytester):
+    # A pytest session of the user's tests, run in this process (pytester): the plugin comes in through its
+    # pytest11 entry point as in a user's run, and the programs compile on this process's 8 CPU devices.
+    pytester.makepyfile(test_model=SNAPSHOT_TESTS)
+    recorded = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--hlo-snapshot-update",
+                                            "-k", "test_step and not contraction")
+    assert recorded.ret == 0, recorded.stdout.str()
+    snapshot = pytester.path / "__hlo_snapshots__" / "test_model" / "step.json"
     assert snapshot.is_file()
 
-    compared = _pytest(tmp_path, "-rA")
-    out = compared.stdout
-    assert compared.returncode == 1, out
+    compared = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rA")
+    out = compared.stdout.str()
+    assert compared.ret == 1, out
     assert "PASSED test_model.py::test_step" in out  # same program, same snapshot
     assert "FAILED test_model.py::test_step_sharded_on_the_contraction" in out
     assert "gained collectives" in out and "+ AllReduce_X" in out
