@@ -8,6 +8,16 @@ claims about any hardware; tests that check physics live with the cost model and
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -310,3 +320,129 @@ def empty_report() -> Report:
         target="dump",
         name="empty",
     )
+
+
+# ------------------------------------------------------------------------------------ one headless Chromium
+
+CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+class Chromium:
+    """One headless Chromium for the session, driven over the DevTools protocol on a pipe
+    (`--remote-debugging-pipe`: commands on its fd 3, replies on its fd 4, each a JSON message ended by NUL).
+    Each `load` opens the page in a tab of its own and closes it after; starting the browser once, not twice per
+    page, is what made the Chromium tests cheap."""
+
+    TIMEOUT = 120.0
+
+    def __init__(self, path: str, profile: Path):
+        import fcntl
+
+        to_browser, from_us = os.pipe()
+        to_us, from_browser = os.pipe()
+        # Above 9 in this process, so that the shell's `3<&N 4>&M` cannot clobber one with the other.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser, from_browser)]
+        os.close(to_browser)
+        os.close(from_browser)
+        cmd = [path, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
+               "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
+               "--force-device-scale-factor=1", "--remote-debugging-pipe", "about:blank"]
+        self.proc = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{high[0]} 4>&{high[1]} {high[0]}<&- {high[1]}>&-', *cmd],
+            pass_fds=tuple(high), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        for fd in high:
+            os.close(fd)
+        self._out, self._in = from_us, to_us
+        self._buffer = b""
+        self._id = 0
+        self._events: list[dict] = []
+
+    def _message(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([self._in], [], [], left)[0], "Chromium stopped answering"
+            chunk = os.read(self._in, 1 << 20)
+            assert chunk, f"Chromium exited (status {self.proc.poll()})"
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def send(self, method: str, session: str | None = None, **params) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self.TIMEOUT
+        while True:
+            reply = self._message(deadline)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply.get("result", {})
+            self._events.append(reply)
+
+    def _wait_for(self, method: str, session: str) -> dict:
+        deadline = time.monotonic() + self.TIMEOUT
+        while True:
+            for i, event in enumerate(self._events):
+                if event.get("method") == method and event.get("sessionId") == session:
+                    return self._events.pop(i)
+            self._events.append(self._message(deadline))
+
+    def load(self, page: Path, script: str, *, width: int, height: int = 1000, screenshot: Path | None = None):
+        """Open `page` in a new tab at `width` x `height` CSS pixels; then evaluate `script` (an expression whose
+        value is JSON text) in it. With `screenshot`, the viewport is made as tall as the page plus 40 px (the
+        script's value must hold the page's `height`), `script` is evaluated again at that size, and the whole
+        page is written there as PNG. Returns the script's last value and the tab's console messages (console
+        calls, uncaught exceptions, failed loads: none are expected from the report's pages)."""
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        try:
+            for domain in ("Page", "Runtime", "Log"):
+                self.send(f"{domain}.enable", session)
+            self.send("Emulation.setDeviceMetricsOverride", session, width=width, height=height,
+                      deviceScaleFactor=1, mobile=False)
+            self.send("Page.navigate", session, url=page.as_uri())
+            self._wait_for("Page.loadEventFired", session)
+
+            def evaluate() -> dict:
+                result = self.send("Runtime.evaluate", session, expression=script, returnByValue=True)
+                assert "exceptionDetails" not in result, result["exceptionDetails"]
+                return json.loads(result["result"]["value"])
+
+            value = evaluate()
+            if screenshot is not None:
+                self.send("Emulation.setDeviceMetricsOverride", session, width=width,
+                          height=int(value["height"]) + 40, deviceScaleFactor=1, mobile=False)
+                value = evaluate()
+                shot = self.send("Page.captureScreenshot", session, format="png")
+                screenshot.write_bytes(base64.b64decode(shot["data"]))
+            console = [json.dumps(e["params"])[:400] for e in self._events if e.get("sessionId") == session
+                       and e.get("method") in ("Runtime.consoleAPICalled", "Runtime.exceptionThrown",
+                                               "Log.entryAdded")]
+            return value, console
+        finally:
+            self.send("Target.closeTarget", targetId=target)
+            self._events = [e for e in self._events if e.get("sessionId") != session]
+
+    def close(self) -> None:
+        try:
+            os.write(self._out, json.dumps({"id": self._id + 1, "method": "Browser.close"}).encode() + b"\0")
+            self.proc.wait(30)
+        except (OSError, subprocess.TimeoutExpired):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        finally:
+            os.close(self._out)
+            os.close(self._in)
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory) -> Chromium:
+    """The session's headless Chromium; the test skips, saying how to install it, when there is none."""
+    path = next((shutil.which(n) for n in CHROMIUM_CANDIDATES if shutil.which(n)), None)
+    if path is None:
+        pytest.skip("no Chromium found (looked for chromium, chromium-browser, google-chrome); on Debian: "
+                    "apt-get install -y chromium")
+    browser = Chromium(path, tmp_path_factory.mktemp("chromium-profile"))
+    yield browser
+    browser.close()

@@ -1,10 +1,11 @@
 """Acceptance: the HTML audit report renders in a real browser with its plots and tables visible.
 
 A training config goes through the real pipeline (`hlo-analyzer report`: compile on 8 fake CPU devices,
-analyse, price on TPU v5e, run the rules) into report.html; headless Chromium loads it, a probe script
-records where each plot and table landed, and a screenshot of the whole page is checked pixel by pixel:
-every plot's box holds drawn bars in the report's colours, every table has rows. The screenshots stay in
-test-artifacts/ (gitignored) for people to look at.
+analyse, price on TPU v5e, run the rules) into report.html; headless Chromium loads it (one browser for the
+session, a tab per page: tests/render/conftest.py), a probe script measures where each plot and table landed,
+and a screenshot of the whole page is checked pixel by pixel: every plot's box holds drawn bars in the
+report's colours, every table has rows. The screenshots stay in test-artifacts/ (gitignored) for people to
+look at.
 
 Needs Debian's `chromium` package (`apt-get install -y chromium`); skips with that reason without it.
 """
@@ -12,9 +13,7 @@ Needs Debian's `chromium` package (`apt-get install -y chromium`); skips with th
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,6 @@ from analyzer.render import html, plots
 from analyzer.workflows.sweep import SweepEntry, SweepResult, rank_entries
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDTH = 1280
 
 CONFIG = """\
@@ -51,11 +49,9 @@ dtype = "bf16"
 optimizer = "adam"
 """
 
-# Records each element's page box and visibility into the DOM, where --dump-dom shows it.
-PROBE = """<script>
-(function () {
+# Measures each element's page box and visibility, and the page's size, as JSON text.
+PROBE = """JSON.stringify((function (sel) {
   var out = {height: document.documentElement.scrollHeight, width: document.documentElement.scrollWidth, items: {}};
-  var sel = %s;
   sel.forEach(function (s) {
     var el = document.querySelector(s);
     if (!el) { return; }
@@ -64,48 +60,17 @@ PROBE = """<script>
                     visible: cs.visibility === 'visible' && cs.display !== 'none' && parseFloat(cs.opacity) > 0,
                     rows: el.querySelectorAll('tbody tr').length};
   });
-  var pre = document.createElement('pre');
-  pre.id = 'layout-probe'; pre.textContent = JSON.stringify(out); pre.style.display = 'none';
-  document.body.appendChild(pre);
-})();
-</script>"""
+  return out;
+})(%s))"""
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    for name in CANDIDATES:
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no Chromium found (looked for chromium, chromium-browser, google-chrome); on Debian: "
-                "apt-get install -y chromium")
-
-
-def _run(browser: str, args: list[str], profile: Path) -> subprocess.CompletedProcess:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
-           "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
-           "--force-device-scale-factor=1", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-
-
-def _render(browser: str, page: Path, selectors: list[str], shot: Path, tmp: Path) -> tuple[dict, np.ndarray]:
-    """Load the page with the probe; return the probe's layout and a full-page screenshot as RGB pixels."""
-    probed = tmp / f"probed-{page.name}"
-    text = page.read_text(encoding="utf-8")
-    probed.write_text(text.replace("</body>", PROBE % json.dumps(selectors) + "</body>"), encoding="utf-8")
-    dom = _run(browser, [f"--window-size={WIDTH},1000", "--enable-logging=stderr", "--v=0", "--dump-dom",
-                         probed.as_uri()], tmp / "profile-dom")
-    match = re.search(r'<pre id="layout-probe"[^>]*>(.*?)</pre>', dom.stdout, re.S)
-    assert match, f"Chromium did not run the page: {dom.stderr[-2000:]}"
-    # Chromium logs every console message (errors, failed loads) as `...:CONSOLE...] "text"`; the page has no
-    # script of its own and the probe logs nothing, so any such line is a fault of the page.
-    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
+def _render(chromium, page: Path, selectors: list[str], shot: Path) -> tuple[dict, np.ndarray]:
+    """Load the page in the session's Chromium (tests/render/conftest.py) at WIDTH; return the probe's layout
+    and a screenshot of the whole page (the viewport as tall as the page) as RGB pixels."""
+    layout, console = chromium.load(page, PROBE % json.dumps(selectors), width=WIDTH, screenshot=shot)
+    # The page has no script of its own: any console message (an error, a failed load) is a fault of the page.
     assert not console, f"console messages while loading {page.name}: {console[:5]}"
-    layout = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    height = int(layout["height"]) + 40
-    result = _run(browser, [f"--window-size={WIDTH},{height}", f"--screenshot={shot}", page.as_uri()],
-                  tmp / "profile-shot")
-    assert shot.exists(), f"no screenshot: {result.stderr[-2000:]}"
+    assert shot.exists(), "no screenshot"
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     return layout, pixels
 
@@ -158,7 +123,7 @@ def test_report_renders_in_chromium(chromium, tmp_path):
     selectors = ["#plot-kind svg", "#plot-axis svg", "#plot-layer svg", "#collectives-table", "#mesh-table",
                  "#what-if-table", "#summary", "#findings", "#plan", "#plot-breakdown svg", "#plot-timeline svg",
                  "#step-table"]
-    layout, pixels = _render(chromium, page, selectors, ARTIFACTS / "report-chromium.png", tmp_path)
+    layout, pixels = _render(chromium, page, selectors, ARTIFACTS / "report-chromium.png")
     assert layout["width"] <= WIDTH, "the page scrolls sideways"
     kinds = [plots.KIND_COLORS["all-gather"], plots.KIND_COLORS["reduce-scatter"]]
     _check_plot(pixels, layout, "#plot-kind svg", kinds)
@@ -190,7 +155,6 @@ def test_sweep_ranking_renders_in_chromium(chromium, report, tmp_path):
     page = tmp_path / "sweep.html"
     page.write_text(html.render(report, sweep=sweep), encoding="utf-8")
     ARTIFACTS.mkdir(exist_ok=True)
-    layout, pixels = _render(chromium, page, ["#plot-sweep svg", "#sweep-table"],
-                             ARTIFACTS / "sweep-chromium.png", tmp_path)
+    layout, pixels = _render(chromium, page, ["#plot-sweep svg", "#sweep-table"], ARTIFACTS / "sweep-chromium.png")
     _check_plot(pixels, layout, "#plot-sweep svg", [plots.COMM_COLOR, plots.COMPUTE_COLOR])
     _check_table(layout, "#sweep-table", 4)

@@ -124,19 +124,14 @@ def test_terminal_shows_every_column_when_there_is_room(deep):
 
 
 @pytest.mark.slow
-def test_html_of_a_12_layer_model_is_under_8000_px_in_chromium(deep, tmp_path):
+def test_html_of_a_12_layer_model_is_under_8000_px_in_chromium(deep, chromium, tmp_path):
     """The acceptance figure of issue 11: the page of a 12-layer model, groups folded, in a real browser."""
-    from .test_chromium import ARTIFACTS, CANDIDATES, _render
+    from .test_chromium import ARTIFACTS, _render
 
-    import shutil
-
-    browser = next((shutil.which(n) for n in CANDIDATES if shutil.which(n)), None)
-    if browser is None:
-        pytest.skip("no Chromium found; on Debian: apt-get install -y chromium")
     page = tmp_path / "deep.html"
     page.write_text(html.render(deep), encoding="utf-8")
     ARTIFACTS.mkdir(exist_ok=True)
-    layout, _ = _render(browser, page, ["#collectives-table", "#findings"], ARTIFACTS / "deep-chromium.png", tmp_path)
+    layout, _ = _render(chromium, page, ["#collectives-table", "#findings"], ARTIFACTS / "deep-chromium.png")
     assert layout["items"]["#collectives-table"]["rows"] == html.COLLECTIVES_OPEN
     assert layout["height"] < 8000, f"the page is {layout['height']} px tall"
 
