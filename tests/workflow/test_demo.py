@@ -12,7 +12,22 @@ from analyzer.workflows.demo import DEFAULT_PLAN, demo_model, plan_from
 pytestmark = pytest.mark.slow  # compiles the demo's training step (about 20 s on 2 cores)
 
 
-def test_demo_prints_the_audit_and_writes_the_html_report(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def demo_report():
+    """The demo's report, compiled and audited once for the module (`run_demo()` with the default plan)."""
+    from analyzer.workflows.demo import run_demo
+
+    return run_demo()
+
+
+def test_demo_prints_the_audit_and_writes_the_html_report(tmp_path, capsys, monkeypatch, demo_report):
+    from analyzer.workflows import demo
+
+    def compiled_once(plan=DEFAULT_PLAN, model=None):  # what the command asks for is what was compiled
+        assert plan == DEFAULT_PLAN and model is None
+        return demo_report
+
+    monkeypatch.setattr(demo, "run_demo", compiled_once)
     out_file = tmp_path / "demo-report.html"
     assert main(["demo", "-o", str(out_file)]) == 0
     text = capsys.readouterr().out
@@ -57,15 +72,14 @@ def test_next_steps_text():
     assert "Wrote" not in next_steps(None)
 
 
-def test_demo_step_between_busiest_track_and_compute_plus_comm():
+def test_demo_step_between_busiest_track_and_compute_plus_comm(demo_report):
     """Issue 10's acceptance on the demo: the busiest track (compute, or one link) <= step <= compute + comm,
     and the report's step sentence gives the figures that relate them (docs/step.md: max(compute, comm) is
     no lower bound on the TPU target, where links of different axes may run at once)."""
     from analyzer.render._common import step_sentence
     from analyzer.units import format_seconds
-    from analyzer.workflows.demo import run_demo
 
-    report = run_demo()
+    report = demo_report
     t, step = report.totals, report.analysis.step
     assert max(step.busy.values()) <= t.step_seconds * (1 + 1e-9)
     assert t.step_seconds <= (t.compute_seconds + t.comm_seconds) * (1 + 1e-9)
