@@ -580,7 +580,7 @@ def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
         if aliasing is not None:
             head = module.entry.line_head()
             if head is not None:
-                check_alias_outputs(reading.source[:records[0]._span[1]], aliasing, head.shape)
+                check_alias_outputs(reading.source[:records[0]._span[0]], aliasing, head.shape)
         comps = module.computations
         calls = [c.call_instructions() for c in comps]
         # (what writes an async op, and what one wraps, is checked whole: the async chains are checked on them)
@@ -1030,27 +1030,31 @@ class LazyComputation(Computation):
 
         A record's `__dict__` holds four keys, so that with its index (`_index`, the fifth) it still fits a dict's
         smallest table (five keys; a sixth doubled it, a fifth of the text kept over a large module's records):
-        `_span` (the shared `_Reading`, where its text is, the lines between its header and closing line, -1 when
-        not known, and whether the text holds a `/*`, None when not known: what `_split` found, for the index),
-        `name`, `is_entry` and `position`. What the questions keep goes in the index (`_Index.selected`,
-        `_Index.rows_read`, `_Index.root_head`), not here."""
-        new, position, top = object.__new__, int.__new__, Position._COLUMN
+        `_reading` (the parse's `_Reading`, shared), `_span` (where its text is, the lines between its header and
+        closing line, -1 when not known, whether the text holds a `/*`, None when not known: what `_split` found,
+        for the index; and its packed position, which `position` unpacks), `name` and `is_entry`. `_span` holds
+        only ints and bools, so the cyclic collector stops tracking it (as it does not a `Position`, an int
+        subclass): a record is two objects to walk on each full collection (three once indexed), not four. What
+        the questions keep goes in the index (`_Index.selected`, `_Index.rows_read`, `_Index.root_head`), not
+        here."""
+        new, top, shift = object.__new__, Position._COLUMN, Position._SHIFT
         records = []
         for start, end, line, column, name, is_entry, rows, commented in spans:
             record = new(cls)
-            record.__dict__.update({"_span": (reading, start, end, rows, commented), "name": name,
-                                    "is_entry": is_entry,
-                                    "position": position(Position, line << Position._SHIFT | min(column, top))})
+            record.__dict__.update({"_reading": reading, "_span": (start, end, rows, commented,
+                                                                   line << shift | min(column, top)),
+                                    "name": name, "is_entry": is_entry})
             records.append(record)
         return records
 
     @property
-    def _reading(self) -> _Reading:
-        return self._span[0]
+    def position(self) -> Position:  # type: ignore[override]
+        at = self._span[4]
+        return Position(at >> Position._SHIFT, at & Position._COLUMN)
 
     @property
     def _source(self) -> str:
-        return self._span[0].source
+        return self._reading.source
 
     @property
     def _path(self) -> str | None:
@@ -1059,8 +1063,8 @@ class LazyComputation(Computation):
     @property
     def text(self) -> str:
         """The computation's source text, unparsed."""
-        reading, start, end = self._span[:3]
-        return reading.source[start:end]
+        start, end = self._span[:2]
+        return self._reading.source[start:end]
 
     @property
     def is_parsed(self) -> bool:
@@ -1090,8 +1094,8 @@ class LazyComputation(Computation):
     def _index(self) -> _Index | None:
         """The index of the text's instruction lines; None when a line between the header and `}` is not
         `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
-        reading, start, end, rows, commented = self._span
-        return _Index.of(reading, start, end, rows, commented)
+        start, end, rows, commented = self._span[:4]
+        return _Index.of(self._reading, start, end, rows, commented)
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -1147,7 +1151,8 @@ class LazyComputation(Computation):
     def _mostly_calls(self) -> bool:
         """Whether `_CALLS_PARSED` or more of the lines between the header and `}` hold a call attribute, and at
         least half of them (counted without an index: call attributes, two on a line counted twice)."""
-        reading, start, end, rows, commented = self._span
+        start, end, rows, commented = self._span[:4]
+        reading = self._reading
         if 0 <= rows < 2 * _CALLS_PARSED:
             return False
         calls = len((_CALL_AT_SPACED if commented is not False else _CALL_AT).findall(reading.source, start, end))
@@ -1225,7 +1230,9 @@ class LazyComputation(Computation):
             memo = index.rows_read = {}
         missing = [k for k in ks if k not in memo] if memo else ks
         if missing:
-            reading, at, end = self._span[:3]
+            at, end = self._span[:2]
+            first = self._span[4] >> Position._SHIFT  # (the header's line)
+            reading = self._reading
             src = reading.source
             start, rows = at, index.rows
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
@@ -1243,7 +1250,7 @@ class LazyComputation(Computation):
                         at = src.find("\n", at, end) + 1
                         line += 1
                     nl = src.find("\n", at, end)
-                    inst = _row_instruction(reading.lines, src, at, nl, self.position.line + line, k, index)
+                    inst = _row_instruction(reading.lines, src, at, nl, first + line, k, index)
                     if inst is None:
                         return None
                     new.append(inst)
@@ -1266,7 +1273,7 @@ class LazyComputation(Computation):
 
     @cached_property
     def _parsed(self) -> Computation:
-        start, end = self._span[1:3]
+        start, end = self._span[:2]
         if "_parsing" in self.__dict__:  # a shape inferred from a callee that is this computation
             raise HloSemanticError(f"computation {self.name!r} calls itself", line=self.position.line,
                                    column=self.position.column, source_line=_source_line(self._source,
