@@ -7,7 +7,10 @@ op's forward dots in the program before partitioning to the arguments they read:
 argument is the activation (the batch: `x @ w`, `einsum('bsd,df->bsf', x, w)`, Flax's Dense), the right
 operand's is the weight. The mesh axes no weight uses are the batch's (data-parallel) axes; the finding
 names the batch argument by its pytree path, its PartitionSpec now and the one to write (its leading dim
-over those axes), the redundant FLOPs and the compute the change removes from each chip's step.
+over those axes), the redundant FLOPs and the compute the change removes from each chip's step. Where the
+dots' operands trace to no argument (the first layer's activation is computed from an embedding lookup and a layer
+norm, as in a Hugging Face model), the batch and the weights are the program's arguments by role
+(`analyzer.analysis.roles.Arguments`: the token ids, the right operands of forward dots).
 """
 
 from __future__ import annotations
@@ -187,7 +190,10 @@ def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | N
     if not ops:
         return None
     batch, weights = _arguments(mf, list(ops))
-    data_axes = _data_axes(report.mesh, weights)
+    extra: set[str] = set()
+    if batch is None or not weights:  # the repeated ops' activations are computed (an embedding lookup, a norm)
+        batch, extra = _by_role(mf.module, facts.arguments, batch, weights)
+    data_axes = _data_axes(report.mesh, weights, extra)
     name, now, proposed = _batch_spec(batch, data_axes, dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)))
     return RepeatedWork(ops=ops, seconds={k: seconds[k] for k in ops}, where={k: where[k] for k in ops},
                         argument=name, now=now, proposed=proposed, data_axes=data_axes, model_flops=mf.total)
@@ -211,11 +217,26 @@ def _work_by_op(analysis: Any, chips: int, costs: Any) -> tuple[dict[str, float]
     return executed, seconds, where
 
 
-def _data_axes(mesh: Any, weights: Sequence[Instruction]) -> tuple[str, ...]:
-    """The mesh axes (of more than one device) no weight is sharded over: the batch's."""
+def _data_axes(mesh: Any, weights: Sequence[Instruction], extra: set[str] | frozenset[str] = frozenset()
+               ) -> tuple[str, ...]:
+    """The mesh axes (of more than one device) no weight is sharded over (`extra`: more weights' axes): the
+    batch's."""
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
-    weight_axes = {a for w in weights for dims in (sharding_axes(w) or ()) for a in dims}
+    weight_axes = {a for w in weights for dims in (sharding_axes(w) or ()) for a in dims} | set(extra)
     return tuple(a for a in mesh.axis_names if a not in weight_axes and sizes[a] > 1)
+
+
+def _by_role(module: Any, args: Any, batch: Instruction | None, weights: Sequence[Instruction]
+             ) -> tuple[Instruction | None, set[str]]:
+    """Where the repeated matmuls' operands trace to no argument (the first layer's activations come from an
+    embedding lookup and a layer norm: a Hugging Face model's), the program's arguments by role
+    (`analyzer.analysis.roles.Arguments`): (the batch argument, its token ids as the report's per-chip batch reads
+    them, when `batch` is None; the mesh axes the weights are sharded over, when `weights` is empty)."""
+    if batch is None and args.batch_name and module is not None and module.entry is not None:
+        batch = next((p for p in module.entry.instructions if p.opcode == "parameter"
+                      and argument_name(p) == args.batch_name), None)
+    axes = set() if weights else {a for w in args.weights for dims in args.specs.get(w, ()) for a in dims}
+    return batch, axes
 
 
 def _op_location(module: Any, first: Any) -> Location:

@@ -120,16 +120,28 @@ def _embedding_loss(params: dict[str, Any], batch: dict[str, jax.Array]) -> jax.
     return jnp.mean(jnp.square(out - batch["y"]).astype(jnp.float32))
 
 
-def embedding_plan(table: P | None = None) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """The embedding model's step on data=4, model=2: ids and targets over 'data', the MLP Megatron-style over
-    'model', the table as `table` (default its features over 'data': the activation-layout mistake)."""
+def _normed_embedding_loss(params: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Array:
+    """The same with a layer norm between the lookup and the MLP, as a transformer has (Hugging Face's models):
+    the first matmul's activation is computed, no view of the ids."""
+    h = jnp.take(params["wte"]["embedding"], batch["ids"], axis=0)
+    h = (h - h.mean(-1, keepdims=True)) * jax.lax.rsqrt(h.var(-1, keepdims=True) + 1e-6)
+    out = jax.nn.relu(h @ params["w_in"]) @ params["w_out"]
+    return jnp.mean(jnp.square(out - batch["y"]).astype(jnp.float32))
+
+
+def embedding_plan(table: P | None = None, ids: P | None = None, norm: bool = False
+                   ) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The embedding model's step on data=4, model=2: ids and targets over 'data' (or `ids` for both), the MLP
+    Megatron-style over 'model', the table as `table` (default its features over 'data': the activation-layout
+    mistake); `norm`: a layer norm after the lookup."""
     m = _mesh()
     table = P("model", "data") if table is None else table
+    ids = P("data") if ids is None else ids
     params = {"wte": {"embedding": _arg(m, (V, D), table)}, "w_in": _arg(m, (D, F), P(None, "model")),
               "w_out": _arg(m, (F, D), P("model", None))}
-    ids = jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=NamedSharding(m, P("data")))
-    batch = {"ids": ids, "y": _arg(m, (B, S, D), P("data"))}
-    return jax.jit(jax.value_and_grad(_embedding_loss)), (params, batch), dict(mesh=m, hardware="tpu-v5p")
+    batch = {"ids": jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=NamedSharding(m, ids)), "y": _arg(m, (B, S, D), ids)}
+    loss = _normed_embedding_loss if norm else _embedding_loss
+    return jax.jit(jax.value_and_grad(loss)), (params, batch), dict(mesh=m, hardware="tpu-v5p")
 
 
 # The scanned MLP: L layers stacked on a leading dim, run by `jax.lax.scan` (one while loop; each layer's weights

@@ -130,3 +130,23 @@ def test_the_good_plan_keeps_its_mesh_change(planned):
     found = [d for d in report.diagnostics if d.code == "HA101"]
     assert found and all(d.details["fix_mesh"] == {"model": 1, "data": 8} and "repeat" not in d.details
                          for d in found)
+
+
+@pytest.mark.slow
+def test_a_batch_read_through_a_lookup_and_a_norm_is_named(planned):
+    """Token ids looked up, then a layer norm, then the matmuls (a transformer's first layer, Hugging Face's
+    models): the matmuls' activation traces to no argument, so the batch and the weights are read by role
+    (analysis.roles.Arguments): the ids replicated are named with their spec, the weights' 'model' is no data axis,
+    and HA101's matmul defers to that change (issue 26: the Hugging Face plans got 'split the batch over 'data',
+    'model'' and a mesh fold that made the step slower)."""
+    from analyzer.workflows.verify import verify_fixes
+
+    fn, args, kwargs = planned.plans.embedding_plan(P("model", None), ids=P(), norm=True)
+    report = verify_fixes(analyzer.analyze(fn, *args, **kwargs), fn, args, mesh=kwargs["mesh"])
+    (h,) = _ha104(report)
+    assert h.fix == "batch['ids']: P(None, None) -> P('data', None)" and h.details["data_axes"] == ["data"]
+    found = [d for d in report.diagnostics if d.code == "HA101"]
+    assert found and all(not d.details["fix_mesh"] and d.details["argument"] == "batch['ids']" for d in found)
+    for d in [h, *found]:
+        assert d.details["verified_change"] == "batch['ids'] -> P('data', None)"
+        assert d.details["verified_saving_seconds"] >= 0.5 * d.saving_seconds > 0
