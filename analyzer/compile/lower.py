@@ -76,6 +76,7 @@ __all__ = [
     "lower",
     "lower_entry",
     "load_entry",
+    "mark_flash_attention",
     "time_limit",
     "make_mesh",
     "mesh_info",
@@ -143,7 +144,8 @@ class Lowered:
         for the whole mesh; the model's work (`analyzer.analysis.dots.model_flops`) is counted on it. On a
         one-device mesh, where XLA runs no SPMD partitioner, it is also `spmd_hlo`.
       flash_attention: the program's attention is a flash kernel on the TPU, analysed here through a portable
-        substitute whose S x S scores go through HBM (MaxText's attention=flash on the cpu target).
+        substitute whose S x S scores go through HBM (MaxText's attention=flash on the cpu target; a function
+        marked by `mark_flash_attention`, such as the template's step with `flash_attention=True`).
     """
 
     spmd_hlo: str
@@ -939,6 +941,26 @@ def _trace_and_lower(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mappin
         return traced.lower(lowering_platforms=(platform,))
 
 
+# The attribute `mark_flash_attention` sets on a function, read by `lower` into `Lowered.flash_attention`.
+_FLASH_MARK = "_hlo_analyzer_flash_attention"
+
+
+def mark_flash_attention(fn: Any) -> Any:
+    """Mark `fn` (a function or a `jax.jit`-wrapped one) as one whose attention runs on the TPU as a flash kernel
+    but is written (or traced here) as dot-product attention: `lower(fn, ...)` then sets `Lowered.flash_attention`,
+    and the step model prices the S x S scores in VMEM (docs/step.md, "Flash attention"). Returns `fn`. The
+    template's `TransformerConfig(flash_attention=True)` marks its step so.
+
+    Example:
+        >>> import jax
+        >>> step = mark_flash_attention(jax.jit(lambda x: x))
+        >>> getattr(step, _FLASH_MARK)
+        True
+    """
+    setattr(fn, _FLASH_MARK, True)
+    return fn
+
+
 def lower(
     fn: Callable[..., Any],
     *args: Any,
@@ -1092,6 +1114,7 @@ def lower(
         global_hlo=result.get("global_hlo", ""),
         xla_flags=flags,
         xla_flags_passed=tuple(result.get("xla_flags_passed", ())),
+        flash_attention=getattr(fn, _FLASH_MARK, False) is True,
     )
 
 

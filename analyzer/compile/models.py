@@ -14,6 +14,29 @@ the blocks are what the sharding is about); with `vocab=V` the step is a languag
 embedding `W_emb[V, D]`, an unembedding `W_unemb[D, V]`, cross-entropy), configured like MaxText's runs in
 `examples/maxtext_v5p.py`.
 
+Knobs for the models of published runs (each a `TransformerConfig` field and a `[model]` key of report configs;
+the defaults give the programs the template always gave):
+- `block="parallel"`: attention and MLP read the same normed input and are added together,
+  `x + (mlp(norm x) + attn(norm x))` (GPT-J, PaLM; MaxText's default `DecoderLayer`).
+- `mlp`: the activation and the matrix count: "gelu", "relu", "silu" (W_in, W_out) or "gated_silu",
+  "gated_gelu", "gated_relu" (W_in, W_gate, W_out; MaxText's `mlp_activations: [act, "linear"]`).
+- `embedding="iota"`: the table is read as MaxText's `use_iota_embed=true` reads it, a one-hot matmul
+  `(ids[..., None] == iota(V)) @ W_emb` instead of a gather; `tied_embedding=True`: no W_unemb, the logits
+  are `out @ W_emb^T / sqrt(D)` (MaxText's `logits_via_embedding` with `normalize_embedding_logits`).
+- `embedding_sharding="pinned"`: the embedding read is partitioned the same way on every mesh (see
+  `_embed`); "xla" (default) leaves it to XLA's sharding propagation, whose choice for the gather depends on
+  the mesh shape (jax 0.10's XLA, with a replica axis such as a DCN `slice`, all-gathers the looked-up rows
+  over it).
+- `weight_dtype`: the parameters' dtype when it differs from `dtype`, the compute dtype (MaxText's
+  `weight_dtype: float32` with `dtype: bfloat16`): each weight is cast to `dtype` where it is used
+  (`jnp.asarray(kernel, dtype)`, as MaxText's layers write it), so matmuls run in `dtype` while the
+  parameters, their gradients and the update stay in `weight_dtype`.
+- `flash_attention=True`: on the TPU the attention is a flash kernel; the template still lowers dot-product
+  attention (portable to every target) and marks the step (`analyzer.compile.lower.mark_flash_attention`), so
+  `Lowered.flash_attention` is set and the step model prices the S x S scores in VMEM (docs/step.md, "Flash
+  attention").
+- `head_dim`: K independent of d_model / heads (e.g. 8 heads of 256 with d_model 2048).
+
 Mesh axes and roles. The mesh is the user's, with the user's axis names. Each strategy gives the axes roles:
 the *model* axis is the mesh's last axis, the *data* axes are all the others (override with `data_axes=` and
 `model_axis=`). In the chapter's notation, with data axis X and model axis Y (B batch, D d_model, F d_ff):
@@ -57,7 +80,8 @@ def _config_error(message: str, where: str = "TransformerConfig") -> ConfigError
     """A ConfigError that names the input (`TransformerConfig` or the strategy argument) as its place."""
     return ConfigError(message, path=where)
 
-__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "MLPS", "TransformerConfig", "Roles", "roles", "build",
+__all__ = ["STRATEGIES", "OPTIMIZERS", "REMAT_POLICIES", "MLPS", "BLOCKS", "EMBEDDINGS", "EMBEDDING_SHARDINGS",
+           "TransformerConfig", "Roles", "roles", "build",
            "param_specs"]
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp", "ep")
 OPTIMIZERS = ("sgd", "adam")
@@ -71,9 +95,27 @@ DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots", "minimal")
 # MLP of a block: "gelu" is GELU(x W_in) W_out; "gated_silu" is (SiLU(x W_in) * (x W_gate)) W_out, the gated
 # linear unit of LLaMA-style models (MaxText's `mlp_activations: ["silu", "linear"]`), a third matrix W_gate[D, F].
-MLPS = ("gelu", "gated_silu")
+# "gelu", "relu" and "silu" are the two-matrix MLP act(x W_in) W_out with that activation (MaxText's
+# `mlp_activations: ["relu"]`); "gated_gelu" and "gated_relu" the gated one with another activation (Gemma's
+# ["gelu", "linear"]).
+MLPS = ("gelu", "gated_silu", "relu", "silu", "gated_gelu", "gated_relu")
+# Blocks: "sequential" is x + attn(norm x), then + mlp(norm x); "parallel" is x + (mlp(norm x) + attn(norm x)),
+# one norm read by both (GPT-J, PaLM; MaxText's default DecoderLayer).
+BLOCKS = ("sequential", "parallel")
+# How token ids become the residual stream: "gather" (jnp.take of the rows) or "iota" (MaxText's use_iota_embed:
+# a one-hot [B, S, V] matmul with the table).
+EMBEDDINGS = ("gather", "iota")
+# Who partitions the embedding read: "xla" (sharding propagation; its choice depends on the mesh shape) or
+# "pinned" (the template's constraints fix it: the same collectives on every mesh, see `_embed`).
+EMBEDDING_SHARDINGS = ("xla", "pinned")
 # Fields where 0 means "not used" (no embedding; head dim from d_model // heads).
 _ZERO_MEANS_DEFAULT = ("vocab", "head_dim")
+# Fields with a fixed set of values: name -> (values, what to call them in an error).
+_CHOICES = {"dtype": (DTYPES, "dtypes"), "optimizer": (OPTIMIZERS, "optimizers"), "mlp": (MLPS, "MLPs"),
+            "remat": (REMAT_POLICIES, "remat policies"), "block": (BLOCKS, "blocks"),
+            "embedding": (EMBEDDINGS, "embeddings"), "embedding_sharding": (EMBEDDING_SHARDINGS, "embedding shardings")}
+# Fields that only mean something with an embedding (vocab > 0), with their default.
+_NEEDS_VOCAB = {"embedding": "gather", "tied_embedding": False, "embedding_sharding": "xla"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +132,8 @@ class TransformerConfig:
       layers: L, blocks in the `lax.scan`.
       seq: S, tokens per sequence.
       batch: B, sequences per step (global).
-      dtype: parameter and activation dtype: "bfloat16", "float32" or "float16".
+      dtype: the compute dtype (activations, matmul operands) and, unless `weight_dtype` is set, the parameters':
+        "bfloat16", "float32" or "float16".
       optimizer: "sgd" or "adam" (Adam keeps two moments sharded like the parameters).
       experts: E, experts of the `ep` block.
       capacity_factor: expert capacity = ceil(capacity_factor * tokens per group / experts) for `ep`.
@@ -101,11 +144,23 @@ class TransformerConfig:
       remat: what the backward pass keeps of each block's forward pass: one of `REMAT_POLICIES`.
       microbatches: gradient accumulation: the step runs forward and backward on `batch // microbatches`
         sequences at a time (a `lax.scan`), sums the gradients, then updates once; `batch` must be a multiple.
-      mlp: the MLP of a block, one of `MLPS`: "gelu" (two matrices) or "gated_silu" (three).
+      mlp: the MLP of a block, one of `MLPS`: "gelu", "relu", "silu" (two matrices, act(x W_in) W_out) or
+        "gated_silu", "gated_gelu", "gated_relu" (three, (act(x W_in) * x W_gate) W_out).
       vocab: V. 0 (default): the blocks alone, input and target are activations [B, S, D] and the loss is their
         mean squared error. V > 0: a language model: the input and target are token ids int32[B, S], an
         embedding table W_emb[V, D] turns ids into the residual stream (a gather), an unembedding W_unemb[D, V]
         turns the last block's (normed) output into logits, and the loss is the mean cross-entropy.
+      block: "sequential" (default) or "parallel": attention and MLP on the same normed input, summed
+        (`x + (mlp(norm x) + attn(norm x))`); needs `attention`.
+      weight_dtype: the parameters' dtype ("bfloat16", "float32", "float16"); "" (default) means `dtype`. With
+        f32 weights and bf16 `dtype` each weight is cast to bf16 where it is used, as MaxText's layers do.
+      embedding: "gather" (default) or "iota" (one-hot matmul, MaxText's `use_iota_embed`); needs `vocab`.
+      tied_embedding: the logits are read from the embedding table (`out @ W_emb^T / sqrt(D)`; MaxText's
+        `logits_via_embedding`); no W_unemb. Needs `vocab`.
+      embedding_sharding: "xla" (default: XLA partitions the embedding read, differently on different mesh
+        shapes) or "pinned" (the template fixes it; the same collectives on every mesh). Needs `vocab`.
+      flash_attention: the attention runs on the TPU as a flash kernel: the step is marked so the analysis prices
+        the S x S scores in VMEM (`Lowered.flash_attention`). Needs `attention`.
     """
 
     d_model: int = 256
@@ -127,37 +182,74 @@ class TransformerConfig:
     head_dim: int = 0
     mlp: str = "gelu"
     vocab: int = 0
+    block: str = "sequential"
+    weight_dtype: str = ""
+    embedding: str = "gather"
+    tied_embedding: bool = False
+    embedding_sharding: str = "xla"
+    flash_attention: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise _config_error(f"{f.name} must be true or false, got {value!r}")
             if f.type != "int":
                 continue
             low = 0 if f.name in _ZERO_MEANS_DEFAULT else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 what = "a non-negative integer (0: not used)" if low == 0 else "a positive integer"
                 raise _config_error(f"{f.name} must be {what}, got {value!r}")
-        if self.dtype not in DTYPES:
-            raise _config_error(f"dtype {self.dtype!r}: " + valid_choices(self.dtype, DTYPES,
-                                                                                           what="dtypes"))
-        if self.optimizer not in OPTIMIZERS:
-            raise _config_error(f"optimizer {self.optimizer!r}: "
-                              + valid_choices(self.optimizer, OPTIMIZERS, what="optimizers"))
+        for name, (choices, what) in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise _config_error(f"{name} {value!r}: " + valid_choices(str(value), choices, what=what))
+        if self.weight_dtype not in ("", *DTYPES):
+            raise _config_error(f"weight_dtype {self.weight_dtype!r}: "
+                                + valid_choices(str(self.weight_dtype), DTYPES, what="weight dtypes")
+                                + ' (or "": the same as dtype)')
         if not self.head_dim and self.d_model % self.heads:
             raise _config_error(f"d_model={self.d_model} is not a multiple of heads={self.heads} "
                                 "(or set head_dim)")
-        if self.mlp not in MLPS:
-            raise _config_error(f"mlp {self.mlp!r}: " + valid_choices(str(self.mlp), MLPS, what="MLPs"))
         if self.heads % self.kv_heads:
             raise _config_error(f"heads={self.heads} is not a multiple of "
                               f"kv_heads={self.kv_heads}")
         if not self.capacity_factor > 0:
             raise _config_error(f"capacity_factor must be positive, got {self.capacity_factor!r}")
-        if self.remat not in REMAT_POLICIES:
-            raise _config_error(f"remat {self.remat!r}: " + valid_choices(str(self.remat), REMAT_POLICIES,
-                                                                            what="remat policies"))
         if self.batch % self.microbatches:
             raise _config_error(f"batch={self.batch} is not a multiple of microbatches={self.microbatches}")
+        self._check_knobs()
+
+    def _check_knobs(self) -> None:
+        """The knobs that need another part of the model: an embedding knob needs `vocab`, the parallel block and
+        flash attention need `attention`."""
+        if not self.vocab:
+            for name, default in _NEEDS_VOCAB.items():
+                if getattr(self, name) != default:
+                    raise _config_error(f"{name}={getattr(self, name)!r} needs an embedding table: set vocab > 0 "
+                                        f"(vocab=0 is the blocks alone), or {name}={default!r}")
+        if not self.attention:
+            if self.block == "parallel":
+                raise _config_error("block='parallel' adds attention and MLP side by side: it needs attention=True "
+                                    "(without attention use block='sequential')")
+            if self.flash_attention:
+                raise _config_error("flash_attention=True marks the attention as a flash kernel: it needs "
+                                    "attention=True")
+
+    @property
+    def param_dtype(self) -> str:
+        """The parameters' dtype: `weight_dtype`, or `dtype` when it is ""."""
+        return self.weight_dtype or self.dtype
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP has a third matrix W_gate (`mlp` "gated_*")."""
+        return self.mlp.startswith("gated_")
+
+    @property
+    def activation(self) -> str:
+        """The MLP's activation: "gelu", "relu" or "silu"."""
+        return self.mlp.removeprefix("gated_")
 
     @property
     def k(self) -> int:
@@ -256,7 +348,8 @@ def param_specs(config: TransformerConfig, strategy: str, r: Roles,
 
     Returns:
       dict name -> PartitionSpec for "w_q", "w_k", "w_v", "w_o" (when `config.attention`), "w_in", "w_out",
-      "w_gate" (gated MLP), "w_r" for `ep`, and "w_emb", "w_unemb" (not stacked by layer) when `config.vocab`.
+      "w_gate" (gated MLP), "w_r" for `ep`, and "w_emb", "w_unemb" (not stacked by layer; no "w_unemb" with
+      `tied_embedding`) when `config.vocab`.
       The embedding tables are sharded as MaxText shards them: vocabulary over the model axis, d_model over
       the FSDP axes.
     """
@@ -281,7 +374,7 @@ def param_specs(config: TransformerConfig, strategy: str, r: Roles,
     else:  # ep: attention data parallel, experts over the model axis
         attn = dict(w_q=P(), w_k=P(), w_v=P(), w_o=P())
         mlp = dict(w_r=P(), w_in=P(None, m), w_out=P(None, m))
-    if config.mlp == "gated_silu":
+    if config.gated:
         mlp["w_gate"] = mlp["w_in"]
     if config.attention:
         specs.update(attn)
@@ -289,7 +382,9 @@ def param_specs(config: TransformerConfig, strategy: str, r: Roles,
     if config.vocab:
         fsdp_d = d if strategy in ("fsdp", "fsdp+tp") else None
         vocab_m = m if strategy in ("tp", "fsdp+tp") else None
-        specs.update(w_emb=P(vocab_m, fsdp_d), w_unemb=P(fsdp_d, vocab_m))
+        specs["w_emb"] = P(vocab_m, fsdp_d)
+        if not config.tied_embedding:
+            specs["w_unemb"] = P(fsdp_d, vocab_m)
     return specs
 
 
@@ -311,10 +406,12 @@ def _param_shapes(c: TransformerConfig, strategy: str) -> dict[str, tuple[int, .
         shapes.update(w_r=(L, D, E), w_in=(L, E, D, F), w_out=(L, E, F, D))
     else:
         shapes.update(w_in=(L, D, F), w_out=(L, F, D))
-    if c.mlp == "gated_silu":
+    if c.gated:
         shapes["w_gate"] = shapes["w_in"]
     if c.vocab:
-        shapes.update(w_emb=(c.vocab, D), w_unemb=(D, c.vocab))
+        shapes["w_emb"] = (c.vocab, D)
+        if not c.tied_embedding:
+            shapes["w_unemb"] = (D, c.vocab)
     return shapes
 
 
@@ -364,16 +461,29 @@ def _attention(x: Any, p: dict[str, Any], c: TransformerConfig) -> Any:
     return jnp.einsum("bshk,hkd->bsd", out, p["w_o"])
 
 
-def _mlp(x: Any, p: dict[str, Any], c: TransformerConfig) -> Any:
+def _activate(h: Any, gate: Callable[[], Any], c: TransformerConfig) -> Any:
+    """The MLP's nonlinearity on x W_in: act(h), or act(h) * (x W_gate) for a gated MLP (`gate()` computes
+    x W_gate), the activation a `jax.nn` function as MaxText takes it (`getattr(jax.nn, name)`)."""
     import jax
+
+    a = getattr(jax.nn, c.activation)(h)
+    return a * gate() if c.gated else a
+
+
+def _mlp(x: Any, p: dict[str, Any], c: TransformerConfig) -> Any:
     import jax.numpy as jnp
 
     h = jnp.einsum("bsd,df->bsf", x, p["w_in"])
-    if c.mlp == "gated_silu":
-        h = jax.nn.silu(h) * jnp.einsum("bsd,df->bsf", x, p["w_gate"])
-    else:
-        h = jax.nn.gelu(h)
+    h = _activate(h, lambda: jnp.einsum("bsd,df->bsf", x, p["w_gate"]), c)
     return jnp.einsum("bsf,fd->bsd", h, p["w_out"])
+
+
+def _as_compute(w: Any, c: TransformerConfig) -> Any:
+    """A weight in the compute dtype where it is used (MaxText's `jnp.asarray(kernel, self.dtype)`); the weight
+    itself when it already is (the defaults: no cast in the program)."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(w, c.dtype) if c.param_dtype != c.dtype else w
 
 
 def _moe(x: Any, p: dict[str, Any], c: TransformerConfig, r: Roles, groups: int) -> Any:
@@ -403,10 +513,7 @@ def _moe(x: Any, p: dict[str, Any], c: TransformerConfig, r: Roles, groups: int)
     expert_in = jax.lax.with_sharding_constraint(jnp.einsum("gtec,gtd->egcd", dispatch, tokens), by_group)
     expert_in = jax.lax.with_sharding_constraint(expert_in, by_expert)  # AllToAll: tokens to their experts
     h = jnp.einsum("egcd,edf->egcf", expert_in, p["w_in"])
-    if c.mlp == "gated_silu":
-        h = jax.nn.silu(h) * jnp.einsum("egcd,edf->egcf", expert_in, p["w_gate"])
-    else:
-        h = jax.nn.gelu(h)
+    h = _activate(h, lambda: jnp.einsum("egcd,edf->egcf", expert_in, p["w_gate"]), c)
     expert_out = jax.lax.with_sharding_constraint(jnp.einsum("egcf,efd->egcd", h, p["w_out"]), by_expert)
     expert_out = jax.lax.with_sharding_constraint(expert_out, by_group)  # AllToAll: results back home
     out = jnp.einsum("egcd,gtec->gtd", expert_out, combine)
@@ -469,12 +576,22 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
     tokens_spec = P(_spec_entry(r.batch), None)
     groups = math.prod(sizes[a] for a in r.batch) if r.batch else 1
 
+    param_specs_tree = {k: v.spec for k, v in shardings[0].items()}
+
     def block(x: Any, p: dict[str, Any]) -> tuple[Any, None]:
         norm = _rms_norm if c.norm else (lambda v: v)
-        if c.attention:
-            x = x + _attention(norm(x), p, c)
-        h = norm(x)
-        x = x + (_moe(h, p, c, r, groups) if strategy == "ep" else _mlp(h, p, c))
+        p = {k: _as_compute(w, c) for k, w in p.items()}
+
+        def ffn(h: Any) -> Any:
+            return _moe(h, p, c, r, groups) if strategy == "ep" else _mlp(h, p, c)
+
+        if c.block == "parallel":  # MaxText's DecoderLayer: mlp_lnx + attention_lnx, then + inputs
+            h = norm(x)
+            x = x + (ffn(h) + _attention(h, p, c))
+        else:
+            if c.attention:
+                x = x + _attention(norm(x), p, c)
+            x = x + ffn(norm(x))
         x = jax.lax.with_sharding_constraint(x, act)
         return x, None
 
@@ -483,17 +600,15 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
     def loss_fn(params: dict[str, Any], x: Any, y: Any) -> Any:
         stack = {k: v for k, v in params.items() if k not in _TOP_LEVEL}
         if c.vocab:
-            x = jnp.take(params["w_emb"], x, axis=0)  # token ids [B, S] -> [B, S, D]
+            x = _embed(params["w_emb"], x, c, r, act, param_specs_tree["w_emb"])  # ids [B, S] -> [B, S, D]
         x = jax.lax.with_sharding_constraint(x, act)
         out, _ = jax.lax.scan(block, x, stack)
         if not c.vocab:
             return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
         out = _rms_norm(out) if c.norm else out
-        logits = jnp.einsum("bsd,dv->bsv", out, params["w_unemb"]).astype(jnp.float32)
+        logits = _logits(out, params, c)
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.sum(logp * jax.nn.one_hot(y, c.vocab, dtype=jnp.float32), axis=-1))
-
-    param_specs_tree = {k: v.spec for k, v in shardings[0].items()}
 
     def step(params: dict[str, Any], opt_state: Any, batch: tuple[Any, Any]) -> tuple[Any, Any, Any]:
         grad_fn = jax.value_and_grad(loss_fn)
@@ -524,7 +639,72 @@ def _make_step(c: TransformerConfig, strategy: str, r: Roles, sizes: dict[str, i
     mesh = jax.tree.leaves(param_sh)[0].mesh
     step.__name__ = f"train_step_{strategy.replace('+', '_')}"
     step.__qualname__ = step.__name__
-    return jax.jit(step, out_shardings=(param_sh, opt_sh, NamedSharding(mesh, P())))
+    jitted = jax.jit(step, out_shardings=(param_sh, opt_sh, NamedSharding(mesh, P())))
+    if c.flash_attention:
+        from analyzer.compile.lower import mark_flash_attention
+
+        mark_flash_attention(jitted)
+    return jitted
+
+
+def _embed(table: Any, ids: Any, c: TransformerConfig, r: Roles, act: Any, table_spec: Any) -> Any:
+    """Token ids [B, S] -> the residual stream [B, S, D], read from the table W_emb[V, D] (sharded `table_spec`:
+    vocabulary over the model axis, d_model over the FSDP axes) in the compute dtype.
+
+    `embedding="gather"` takes the rows (`jnp.take`); "iota" multiplies a one-hot [B, S, V] by the table, as
+    MaxText's `use_iota_embed` writes it (`jnp.array(ids[..., None] == iota, dtype)`, then `jnp.dot`).
+
+    `embedding_sharding="xla"` leaves the partitioning to XLA's sharding propagation. For the gather it depends on
+    the mesh shape: the ids are split over every batch axis, the table's d_model over the FSDP axes, and the
+    partitioner picks a plan for each mesh anew: on `fsdp=4,tensor=2` jax 0.10's XLA moves the rows with
+    sub-axis collectives (an all-gather over `fsdp:(1)2`, an all-to-all over `fsdp:(2)2`), on
+    `slice=2,fsdp=2,tensor=2` (slice a replica axis, the DCN of a two-slice run) it all-gathers the looked-up rows
+    over `slice`, a DCN collective in the forward pass that the batch split does not need (jax 0.12's XLA
+    chooses other plans again).
+
+    "pinned" fixes it with sharding constraints, so every mesh gets the same kinds of collectives:
+    - gather: the ids are split over the batch axes that do not shard the table's d_model (all-gathered over the
+      FSDP axes, a few int32 per token), each device takes its rows of its slice of the table's d_model (the rows
+      of a vocabulary sharded over the model axis masked and all-reduced over it), and the rows
+      [B_(batch axes but FSDP), S, D_FSDP] are moved to the residual stream's layout by an all-to-all over the
+      FSDP axes. Nothing crosses a replica axis in the forward pass.
+    - iota: the table is all-gathered over the FSDP axes (as every FSDP weight is) and the one-hot keeps the
+      batch split and the vocabulary sharded as the table: a local matmul, summed over the model axis.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    table = _as_compute(table, c)  # MaxText: jnp.asarray(embedding, self.dtype)
+    pinned = c.embedding_sharding == "pinned"
+    vocab_axes, d_axes = (tuple(table_spec) + (None, None))[:2]
+    constrain = jax.lax.with_sharding_constraint
+    batch = _spec_entry(r.batch)
+    if c.embedding == "iota":
+        one_hot = jnp.array(ids[..., jnp.newaxis] == lax.iota(jnp.int32, c.vocab), dtype=c.dtype)
+        if pinned:
+            one_hot = constrain(one_hot, P(batch, None, vocab_axes))
+        x = jnp.dot(one_hot, table)
+        return constrain(x, act) if pinned else x
+    if not pinned:
+        return jnp.take(table, ids, axis=0)
+    fsdp = () if d_axes is None else (d_axes,) if isinstance(d_axes, str) else tuple(d_axes)
+    rows = _spec_entry(tuple(a for a in r.batch if a not in fsdp))
+    x = constrain(jnp.take(table, constrain(ids, P(rows, None)), axis=0), P(rows, None, d_axes))
+    return constrain(constrain(x, P(batch, None, None)), act)
+
+
+def _logits(out: Any, params: dict[str, Any], c: TransformerConfig) -> Any:
+    """The logits [B, S, V] in float32 of the last block's (normed) output: by W_unemb, or with `tied_embedding`
+    by the embedding table as MaxText's `logits_via_embedding` computes them (`attend_on_embedding`: the table in
+    the compute dtype, transposed; then divided by sqrt(D), `normalize_embedding_logits`)."""
+    import jax.numpy as jnp
+
+    if not c.tied_embedding:
+        return jnp.einsum("bsd,dv->bsv", out, _as_compute(params["w_unemb"], c)).astype(jnp.float32)
+    logits = jnp.dot(out, jnp.asarray(params["w_emb"], c.dtype).T, preferred_element_type=c.dtype)
+    return (logits / jnp.sqrt(out.shape[-1])).astype(jnp.float32)
 
 
 def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Sequence[str] | None = None,
@@ -575,6 +755,7 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
                             f"{r.model!r} ({sizes[r.model]} devices)")
     shapes = _param_shapes(c, strategy)
     dtype = jnp.dtype(c.dtype)
+    param_dtype = jnp.dtype(c.param_dtype)
     hints = {"w_q": "d_model and heads", "w_k": "d_model and kv_heads", "w_v": "d_model and kv_heads",
              "w_o": "heads and d_model", "w_in": "d_model, d_ff (and experts)", "w_out": "d_ff, d_model (and experts)",
              "w_r": "d_model and experts", "w_gate": "d_model, d_ff (and experts)",
@@ -583,7 +764,7 @@ def build(config: TransformerConfig, strategy: str, mesh: Any, *, data_axes: Seq
     for name, shape in shapes.items():
         _check_divides(shape, specs[name], sizes, f"{strategy}: parameter {name}",
                        f"choose {hints[name]} divisible by the mesh axes")
-        params[name] = jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(abstract, specs[name]))
+        params[name] = jax.ShapeDtypeStruct(shape, param_dtype, sharding=NamedSharding(abstract, specs[name]))
     act = _activation_spec(strategy, r)
     x_shape = (c.batch, c.seq, c.d_model)
     _check_divides(x_shape, act, sizes, f"{strategy}: activations [batch, seq, d_model]",

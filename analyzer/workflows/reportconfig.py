@@ -120,7 +120,8 @@ MODEL_KEYS: Mapping[str, tuple[type, ...]] = MappingProxyType({
     "d_model": (int,), "d_ff": (int,), "heads": (int,), "kv_heads": (int,), "layers": (int,), "seq": (int,),
     "batch": (int,), "dtype": (str,), "optimizer": (str,), "experts": (int,), "capacity_factor": (int, float),
     "attention": (bool,), "learning_rate": (int, float), "remat": (str,), "microbatches": (int,),
-    "head_dim": (int,), "mlp": (str,), "vocab": (int,),
+    "head_dim": (int,), "mlp": (str,), "vocab": (int,), "norm": (bool,), "block": (str,), "weight_dtype": (str,),
+    "embedding": (str,), "tied_embedding": (bool,), "embedding_sharding": (str,), "flash_attention": (bool,),
 })
 _RULES_KEYS = ("select", "ignore")
 _SWEEP_KEYS = ("mesh_shapes", "strategies", "batch_sizes", "remat", "microbatches", "maxtext", "executor",
@@ -647,12 +648,14 @@ def _model(table: Mapping[str, Any], c: _Checker) -> dict[str, Any]:
             kinds = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
             kind = " or ".join(kinds[t] for t in types)
             raise c.error(f"[model] {raw!r} must be {kind}, got {value!r}", raw, "model")
-        if key == "dtype":
+        if key == "dtype" or key == "weight_dtype" and value != "":  # (weight_dtype "": the same as dtype)
             if value.lower() not in DTYPE_ALIASES:
-                raise c.error(f"[model] dtype {value!r}; " + valid_choices(value, DTYPE_ALIASES, what="dtypes"),
+                raise c.error(f"[model] {key} {value!r}; " + valid_choices(value, DTYPE_ALIASES, what="dtypes"),
                               raw, "model")
             value = DTYPE_ALIASES[value.lower()]
-        if types == (int,) and value < 1:
+        if types == (int,) and key in ("head_dim", "vocab") and value < 0:  # (0: not used, as the template reads it)
+            raise c.error(f"[model] {raw!r} must be a non-negative integer (0: not used), got {value!r}", raw, "model")
+        if types == (int,) and key not in ("head_dim", "vocab") and value < 1:
             raise c.error(f"[model] {raw!r} must be a positive integer, got {value!r}", raw, "model")
         out[key] = value
     return out

@@ -28,7 +28,7 @@ def _ops(hlo: str) -> list[str]:
         ("kv_heads", 3, "heads=4 is not a multiple of kv_heads=3"),
         ("dtype", "bf16", "did you mean 'bfloat16'"),
         ("optimizer", "adamw", "did you mean 'adam'"),
-        ("mlp", "gated_gelu", "did you mean 'gated_silu'"),
+        ("mlp", "gatedsilu", "did you mean 'gated_silu'"),
         ("vocab", -1, "vocab must be a non-negative integer (0: not used)"),
         ("head_dim", 1.5, "head_dim must be a non-negative integer"),
         ("remat", "minimum", "did you mean 'minimal'"),
