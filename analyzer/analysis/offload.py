@@ -369,6 +369,19 @@ def _stack_op(module: HloModule, inst: Instruction, opcode: str) -> bool:
     return root is not None and root.opcode == opcode
 
 
+def _returned(module: HloModule, by: Mapping[str, Instruction], inst: Instruction) -> Instruction | None:
+    """For `get-tuple-element(call(...))`, the instruction of the callee's root tuple it reads; else None."""
+    call = by.get(inst.operand_names[0]) if inst.opcode == "get-tuple-element" and inst.operand_names else None
+    if call is None or call.opcode != "call":
+        return None
+    callee = module.by_name.get((call.attr("to_apply") or "").lstrip("%"))
+    root = callee.root if callee is not None else None
+    k = int(inst.attr("index") or 0)
+    if root is None or root.opcode != "tuple" or k >= len(root.operand_names):
+        return None
+    return callee.by_name.get(root.operand_names[k])
+
+
 def _host_elements(module: HloModule, body: Computation) -> frozenset[int]:
     """The loop-state elements of a loop body (the program before partitioning) that live in host memory: an element
     the body writes from a copy to `pinned_host` (the forward loop stacking what the remat policy offloads), or
@@ -390,6 +403,8 @@ def _host_elements(module: HloModule, body: Computation) -> frozenset[int]:
             if _placement(inst) == placement:
                 return True
             nxt = users.get(inst.name, []) if forward else [by[o] for o in inst.operand_names[:2] if o in by]
+            if not forward:  # a value a call returns: the callee's root element (jax 0.10 wraps a checkpointed layer)
+                nxt = [_returned(module, by, n) or n for n in nxt]
             for n in nxt:
                 if n.name not in seen and (passes(n) or _placement(n) == placement):
                     seen.add(n.name)

@@ -116,6 +116,28 @@ def test_copies_are_priced_on_the_host_link_and_bound_the_layer(offloaded):
     assert fast.analysis.step.busy[HOST_TRACK] == pytest.approx(seconds / 4)
 
 
+def test_the_offloaded_stack_is_left_out_of_the_memory_estimate(offloaded):
+    """The forward loop stacks the offloaded activation in host memory and the backward loop takes it apart there
+    (`offload.host_loop_state`): the TPU estimate's temporaries lose exactly that stack, L x one chip's [B, D]."""
+    from analyzer.analysis.offload import host_loop_state
+    from analyzer.hlo.parser import parse_hlo
+    from analyzer.pipeline import analyze_lowered
+
+    _, with_copies, plain = offloaded
+    report, before = analyze_lowered(with_copies, hardware="tpu-v6e"), analyze_lowered(plain, hardware="tpu-v6e")
+    state = host_loop_state(parse_hlo(with_copies.global_hlo, lenient=True), report.analysis.module,
+                            report.analysis.graph)
+    assert len(state) == 2 and all(len(e) == 1 for e in state.values())  # the forward loop's stack, the backward's
+    assert host_loop_state(parse_hlo(plain.global_hlo, lenient=True), before.analysis.module,
+                           before.analysis.graph) == {}
+
+    def temps(r):
+        return r.memory["temp_bytes"] + r.memory.get("vmem_temp_bytes", 0)
+
+    assert temps(before) - temps(report) == L * (B // 8) * D * 4
+    assert any("offloads kept in host memory" in n for n in report.notes)
+
+
 # ---------------------------------------------------------------------------------------------------- MaxText's step
 def _v6e_row(name: str):
     from tests.analysis.test_measured_v6e import v6e_fixtures
