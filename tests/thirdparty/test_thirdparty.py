@@ -46,10 +46,6 @@ STACK = "0.10" if tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 11
 # (check, program, plan) -> {stack: the failure as the analyzer gives it}; stack "0.10" (Python 3.11, jax 0.10.2),
 # "0.12" (jax 0.12) or "*" (both, figures of jax 0.10.2 unless said). Checks: "flops", "named", "opposite",
 # "verified" (the four tests below).
-_HF_NOT_NAMED = ("HA104 fires ({}x repeated matmuls, {} promised) but writes 'split the batch over 'data', 'model'', no "
-                 "argument: its batch search (analysis.roles.entry_argument) stops at the first matmul's activation, "
-                 "computed from the embedding lookup and a layer norm, so batch['input_ids'] is never found and 'model' "
-                 "(used by the weights) is taken for a data axis")
 _HF_WRONG_DIM = ("no finding writes batch['input_ids'] -> P('data', None) for ids split on the sequence dim: only HA101 "
                  "mesh folds ('model' -> 'data'), 'raise the batch per chip' and HA302 'give producer and consumer the "
                  "same PartitionSpec' (step {} against the good plan's {})")
@@ -58,10 +54,6 @@ _FOLD = ("HA101's mesh fold (model=1, data=8) on a replicated batch promised {} 
 XFAIL: dict[tuple[str, str, str], dict[str, str]] = {
     ("flops", "shard_map", ""): {"*": "model FLOPs count the shard_map body at its per-shard size on every chip: "
                                       "good 1.890e11, replicated (in_specs P()) 7.559e11 (+300%)"},
-    ("named", "gpt2", "replicated"): {"*": _HF_NOT_NAMED.format("4.0", "305 us")},
-    ("named", "bert", "replicated"): {"*": _HF_NOT_NAMED.format("4.0", "330 us")},
-    ("named", "mistral", "replicated"): {"*": _HF_NOT_NAMED.format("4.0", "337 us")},
-    ("named", "llama", "replicated"): {"*": _HF_NOT_NAMED.format("4.0", "337 us")},
     ("named", "gpt2", "wrong_dim"): {"*": _HF_WRONG_DIM.format("958 us", "859 us")},
     ("named", "bert", "wrong_dim"): {"*": _HF_WRONG_DIM.format("930 us", "842 us")},
     ("named", "mistral", "wrong_dim"): {"*": _HF_WRONG_DIM.format("839 us", "735 us")},
@@ -86,9 +78,6 @@ XFAIL: dict[tuple[str, str, str], dict[str, str]] = {
     ("named", "moe", "wrong_dim"): {"*": "no finding names batch['x'] (features over 'data'; step 115 us against "
                                          "the good plan's 120 us): the one finding is HA101 'raise the tokens each "
                                          "expert multiplies per chip 4.0x' (jax 0.12: no finding)"},
-    ("verified", "bert", "replicated"): {"*": _FOLD.format("616.8 us", "saved -157.8 us (slower)")},
-    ("verified", "mistral", "replicated"): {"*": _FOLD.format("598.2 us", "saved -279.5 us (slower)")},
-    ("verified", "llama", "replicated"): {"*": _FOLD.format("598.2 us", "saved -279.5 us (slower)")},
     ("verified", "shard_map", "replicated"): {"*": _FOLD.format("167.3 us", "saved -107.5 us (jax 0.12: -125.5 us)")},
     ("verified", "wsc", "replicated"): {"*": "HA303 is an error finding whose fix ('keep the producer's and "
                                              "consumer's shardings equal') the verifier cannot apply; and "
