@@ -185,14 +185,27 @@ def test_diff_of_a_revision_and_the_working_tree_again_is_the_same_bytes_without
 
     def diff(*extra: str) -> tuple[int, str, str]:
         proc = subprocess.run([sys.executable, "-c", PROBE, "diff", "HEAD:pyproject.toml", "pyproject.toml",
-                               "--json", *extra], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+                               *extra], cwd=root, env=env, capture_output=True, text=True, timeout=600)
         return proc.returncode, proc.stdout, proc.stderr
 
-    cold = diff()
+    cold = diff("--json")
     assert cold[0] == 0 and "jax" in imported(cold[2]), cold[2]
     assert any(c.get("why") for p in json.loads(cold[1])["programs"] for c in p["changes"])
-    warm = diff()
+    warm = diff("--json")
     assert warm[:2] == cold[:2] and imported(warm[2]) == ""
+    # The text of the same two sides (both hits) says what changed in the plan for each added collective: the
+    # argument with its old and new spec and the changed line (diff's explanation, tests/workflow/
+    # test_diff_explain.py, on these real compiles; that file's slow test compiled this same diff again).
+    code, out, err = diff()
+    assert code == 0 and imported(err) == "", err
+    line = next(i for i, text in enumerate((root / "toy" / "train.py").read_text().splitlines(), 1)
+                if '"w_out"' in text)
+    said = [s for s in out.splitlines() if "changed in the plan:" in s]
+    added = [s for s in out.splitlines() if s.startswith("  + ")]
+    assert added and len(said) == len(added), out
+    assert all("params['w_out']: P('model', None) -> P(None, 'model')" in s for s in said)
+    assert all(f"toy/train.py:{line}:" in s for s in said)
+    assert "toy/layers.py:" in out  # the collective's own line stays
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "spec")  # the same two trees, now HEAD~1 and HEAD: both sides hit
     moved = subprocess.run([sys.executable, "-c", PROBE, "diff", "HEAD~1:pyproject.toml", "HEAD:pyproject.toml",

@@ -1,18 +1,13 @@
 """diff says, for each added or grown collective, what changed in the plan between the sides (issue 29): the
 argument with its old and new PartitionSpec, a changed mesh or config value, and the changed line of the code,
-with check's own definition (`analyzer.workflows.check.plan_changes`). The slow test diffs a git revision
-against the working tree on real compiles.
+with check's own definition (`analyzer.workflows.check.plan_changes`). The same on real compiles, a git
+revision against the working tree, is checked in tests/workflow/test_diff_cache.py's slow test, which compiles
+that diff once for its cache checks too.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
 
 from analyzer.render import diff as render
 from analyzer.workflows.diff import Side, diff_sides
@@ -68,24 +63,3 @@ def test_sides_that_do_not_say_their_plan_explain_nothing():
     d = diff_sides(Side({"step": []}), Side({"step": rows}))
     assert d.programs[0].changes[0].why is None
     assert "changed in the plan" not in render.render_text(d)
-
-
-@pytest.mark.slow
-def test_a_revision_against_the_working_tree_names_the_spec_change(tmp_path):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_cache_real import TRAIN, write_toy
-
-    root = write_toy(tmp_path / "toy-project", commit=True)
-    train = root / "toy" / "train.py"
-    train.write_text(TRAIN.replace('"w_out": sds((F, D), P("model", None))', '"w_out": sds((F, D), P(None, "model"))'))
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-m", "analyzer", "diff", "HEAD:pyproject.toml", "pyproject.toml"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    line = next(i for i, text in enumerate(train.read_text().splitlines(), 1) if '"w_out"' in text)
-    said = [s for s in proc.stdout.splitlines() if "changed in the plan:" in s]
-    added = [s for s in proc.stdout.splitlines() if s.startswith("  + ")]
-    assert added and len(said) == len(added), proc.stdout
-    assert all("params['w_out']: P('model', None) -> P(None, 'model')" in s for s in said)
-    assert all(f"toy/train.py:{line}:" in s for s in said)
-    assert "toy/layers.py:" in proc.stdout  # the collective's own line stays
