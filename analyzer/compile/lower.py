@@ -1232,6 +1232,10 @@ def time_limit(seconds: float | None, entry: str, *, hard_exit: bool = False) ->
     if not seconds or seconds <= 0:
         yield
         return
+    # jax (and numpy under it) is imported before the limit is armed: an exception raised into the middle of their
+    # first import leaves them half-initialised (numpy's C core then fails to import, or the process crashes),
+    # where the limit is meant to stop the entry point and its compile with a clean CompileTimeout.
+    import jax  # noqa: F401
     message = (f"did not finish within {seconds:g} s (--timeout, or `timeout` in the config): an entry point "
                "that never returns, or a compile too large for the limit")
     done = threading.Event()

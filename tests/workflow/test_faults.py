@@ -179,6 +179,21 @@ def test_user_code_failures_name_the_entry_point_and_place(user_module, entry, m
         assert f"{entry.split(':')[0]}:{line}" in text
 
 
+def test_a_limit_never_interrupts_jaxs_first_import():
+    """A cold process whose limit would run out while jax is first imported (about a second): jax is imported
+    before the limit is armed, so the limit bounds what runs after it and jax stays whole (an exception raised
+    into numpy's first import left it unable to import, or crashed the process)."""
+    code = ("import sys\n"
+            "from analyzer.compile.lower import time_limit\n"
+            "assert 'jax' not in sys.modules and 'numpy' not in sys.modules\n"
+            "with time_limit(0.01, 'cold:start'):\n"
+            "    import jax.numpy as jnp\n"
+            "print(int(jnp.arange(3).sum()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0 and done.stdout.strip() == "3", done.stderr[-2000:]
+
+
 def test_a_hang_is_reported_as_such(user_module):
     from analyzer.compile.lower import load_entry, time_limit
 
