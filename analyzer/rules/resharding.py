@@ -13,7 +13,7 @@ from analyzer.rules.context import RuleContext
 from analyzer.analysis.dataflow import dot_uses, only_used_sliced
 from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
-from analyzer.hlo.opcodes import MOVING_COLLECTIVES
+from analyzer.hlo.opcodes import MOVING_COLLECTIVES, RELABEL
 
 __all__ = ["resharding_traffic", "full_rematerialization"]
 
@@ -74,9 +74,6 @@ def _reshard_fix(forced: str, before: str, spec: str, mesh_axes: tuple[str, ...]
     return "give producer and consumer the same PartitionSpec, with the mesh axes in the same order"
 
 
-_VIEWS = frozenset({"reshape", "bitcast", "copy", "transpose", "convert"})
-
-
 def _moved_parameter(c, facts) -> str:
     """The argument (its pytree path) whose value a collective of the entry computation moves through views alone
     (a reshape that splits the dim the all-to-all exchanges, a transpose), "" for a computed value."""
@@ -88,7 +85,7 @@ def _moved_parameter(c, facts) -> str:
     for _ in range(8):
         if inst is None or inst.opcode == "parameter":
             break
-        inst = c.comp.by_name.get(inst.operands[0].name) if inst.opcode in _VIEWS and inst.operands else None
+        inst = c.comp.by_name.get(inst.operands[0].name) if inst.opcode in RELABEL and inst.operands else None
     return argument_name(inst) if inst is not None and inst.opcode == "parameter" else ""
 
 
