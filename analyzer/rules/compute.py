@@ -7,7 +7,9 @@ op's forward dots in the program before partitioning to the arguments they read:
 argument is the activation (the batch: `x @ w`, `einsum('bsd,df->bsf', x, w)`, Flax's Dense), the right
 operand's is the weight. The mesh axes no weight uses are the batch's (data-parallel) axes; the finding
 names the batch argument by its pytree path, its PartitionSpec now and the one to write (its leading dim
-over those axes), the redundant FLOPs and the compute the change removes from each chip's step. Where the
+over those axes), the redundant FLOPs and the compute the change removes from each chip's step less the
+collectives the change brings (`change_comm`: an output's gather, the weight gradients' reduction), offered as a
+fix only where that net is a saving. Where the
 dots' operands trace to no argument (the first layer's activation is computed from an embedding lookup and a layer
 norm, as in a Hugging Face model), the batch and the weights are the program's arguments by role
 (`analyzer.analysis.roles.Arguments`: the token ids, the right operands of forward dots).
@@ -22,14 +24,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from analyzer.analysis.roles import argument_name, entry_argument, sharding_axes
 from analyzer.diagnostics import Diagnostic, Location, Severity
+from analyzer.errors import AnalyzerError
 from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
+from analyzer.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import Instruction
     from analyzer.rules.context import RuleContext
 
-__all__ = ["RepeatedWork", "redundant_compute", "repeated_work", "spec_text"]
+__all__ = ["RepeatedWork", "change_comm", "redundant_compute", "repeated_work", "spec_text"]
 
 
 def spec_text(dims: Sequence[Sequence[str]]) -> str:
@@ -55,15 +59,26 @@ class RedundantCompute(Message):
     saved_seconds: float
     change: str
     axes: str
+    comm_seconds: float = 0.0
+    brings: str = "none found"
+    net_seconds: float = 0.0
 
     template: ClassVar[str] = (
         "the chips repeat each other's work: the matmuls of {ops} source line(s) run up to {repeat:.1f}x their "
-        "model FLOPs, "
-        "{redundant_flops:.3g} FLOPs per step computed more than once ({share:.0%} of the model's "
-        "{model_flops:.3g}); the batch is not split over {where}. Change {change}: each chip then computes its "
-        "own part, {saved_seconds:time} less compute per chip per step (the matmuls alone; the change's "
-        "own collectives, such as the gradients' reduction over the batch axes, are not priced here)."
+        "model FLOPs, {redundant_flops:.3g} FLOPs per step computed more than once ({share:.0%} of the model's "
+        "{model_flops:.3g}); the batch is not split over {where}. {outcome}"
     )
+
+    @property
+    def outcome(self) -> str:
+        """The change with its net: the compute it saves less the collectives it brings (HA104 offers it only when
+        that is a saving)."""
+        saved, comm, net = (format_seconds(x) for x in (self.saved_seconds, self.comm_seconds, self.net_seconds))
+        if self.net_seconds > 0:
+            return (f"Change {self.change}: each chip then computes its own part, {saved} less compute per chip per "
+                    f"step, less {comm} of the collectives the change brings ({self.brings}): {net} saved.")
+        return (f"Splitting it ({self.change}) would take {saved} of compute off each chip but bring {comm} of "
+                f"collectives ({self.brings}): no saving on this plan, so no change is offered.")
 
     @property
     def share(self) -> float:
@@ -88,9 +103,12 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     program jax handed XLA, once per program). Where the chips do more, several of them compute the same
     rows: the batch (or another activation dimension) is replicated over a mesh axis, or split on a dimension
     that does not divide the work. It names the batch argument by its pytree path with its PartitionSpec now
-    and the one to write (its leading dim over the mesh axes no weight uses), the redundant FLOPs and the
-    compute the change removes from each chip's step. The report's "HFU (repeated work)" line and the dots'
-    `redundancy` column show the same repeat.
+    and the one to write (its leading dim over the mesh axes no weight uses), the redundant FLOPs and what the
+    change saves: the compute it removes from each chip's step less the collectives it brings, priced with the
+    report's cost model on its topology (an output wanted whole over a data axis is gathered over it; a weight's
+    gradient, now a partial sum per chip, is all-reduced over the data axes). Where that net is no saving, the
+    repeat is reported as information with its figures and no change is offered. The report's "HFU (repeated
+    work)" line and the dots' `redundancy` column show the same repeat.
 
     ## Why is this bad?
     A chip that computes another chip's tokens spends its FLOPs on nothing: MFU falls by the repeat factor,
@@ -119,22 +137,31 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     ops = [(key, done, model) for key, (done, model) in work.ops.items()]
     seconds = work.seconds
     redundant = sum(done - model for _, done, model in ops)
-    saved = sum(seconds[key] * (1 - model / done) for key, done, model in ops)
     repeat = max(done / model for _, done, model in ops)
     first = work.where[max(ops, key=lambda o: o[1] - o[2])[0]]
     name, now, proposed = work.argument, work.now, work.proposed
     data_axes = work.data_axes
     fix = (f"{name}: {now} -> {proposed}" if name else
            f"split the batch over {', '.join(repr(a) for a in data_axes) or 'the mesh axes no weight uses'}")
+    total = sum(seconds[key] for key, _, _ in ops)
+    brings = "; ".join(work.collectives) or "none found"
+    details = {"redundant_flops": redundant, "repeat": repeat, "argument": name, "partition_spec": now,
+               "proposed_partition_spec": proposed, "data_axes": list(data_axes),
+               "ops": [key for key, _, _ in ops], "compute_saved_seconds": work.compute_saved,
+               "change_comm_seconds": work.comm_seconds, "change_collectives": list(work.collectives)}
+    message = RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=work.model_flops,
+                               saved_seconds=work.compute_saved, change=fix,
+                               axes=", ".join(repr(a) for a in data_axes), comm_seconds=work.comm_seconds,
+                               brings=brings, net_seconds=work.net_saving)
+    if work.net_saving <= 0:  # the change's collectives cost more than the compute it saves: no fix to offer
+        yield ctx.diagnostic(message, location=_op_location(report.analysis.module, first), seconds=total,
+                             severity=Severity.INFO, details={**details, "proposed_partition_spec": "",
+                                                              "considered_partition_spec": proposed})
+        return
     yield ctx.diagnostic(
-        RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=work.model_flops,
-                         saved_seconds=saved, change=fix, axes=", ".join(repr(a) for a in data_axes)),
-        location=_op_location(report.analysis.module, first), seconds=sum(seconds[key] for key, _, _ in ops),
+        message, location=_op_location(report.analysis.module, first), seconds=total,
         alternative=f"each chip computes its own {1 / repeat:.0%} of these matmuls" if repeat > 0 else None,
-        alternative_seconds=sum(seconds[key] for key, _, _ in ops) - saved, saving_seconds=saved, fix=fix,
-        details={"redundant_flops": redundant, "repeat": repeat, "argument": name, "partition_spec": now,
-                 "proposed_partition_spec": proposed, "data_axes": list(data_axes),
-                 "ops": [key for key, _, _ in ops]},
+        alternative_seconds=total - work.net_saving, saving_seconds=work.net_saving, fix=fix, details=details,
     )
 
 
@@ -152,6 +179,10 @@ class RepeatedWork:
         the change cannot be written: no batch argument, no data axis, a leading dim that does not divide).
       data_axes: the mesh axes no weight uses (the batch's).
       model_flops: the model's FLOPs per step.
+      compute_saved: seconds per chip per step the change takes off these matmuls (their repeats).
+      comm_seconds: seconds per step of the collectives the change brings (`change_comm`): an output the user
+        wants whole over some of the data axes gathered over them, a weight's gradient reduced over them.
+      collectives: those collectives in words (`AllGather_Y of 8.00 MiB: 373 µs`).
     """
 
     ops: Mapping[str, tuple[float, float]]
@@ -162,6 +193,19 @@ class RepeatedWork:
     proposed: str
     data_axes: tuple[str, ...]
     model_flops: float
+    compute_saved: float = 0.0
+    comm_seconds: float = 0.0
+    collectives: tuple[str, ...] = ()
+
+    @property
+    def net_saving(self) -> float:
+        """The compute the change saves less the communication it brings, per chip per step."""
+        return self.compute_saved - self.comm_seconds
+
+    @property
+    def offered(self) -> bool:
+        """Whether the change can be written and saves time once its collectives are priced."""
+        return bool(self.argument) and self.net_saving > 0
 
     def repeat(self, key: str) -> float:
         """How many times its model FLOPs op `key` runs on the chips (1.0 for an op under the threshold)."""
@@ -194,9 +238,128 @@ def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | N
     if batch is None or not weights:  # the repeated ops' activations are computed (an embedding lookup, a norm)
         batch, extra = _by_role(mf.module, facts.arguments, batch, weights)
     data_axes = _data_axes(report.mesh, weights, extra)
-    name, now, proposed = _batch_spec(batch, data_axes, dict(zip(report.mesh.axis_names, report.mesh.axis_sizes)))
+    sizes = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
+    name, now, proposed = _batch_spec(batch, data_axes, sizes)
+    saved = sum(seconds[key] * (1 - model / done) for key, (done, model) in ops.items())
+    comm, said = change_comm(report, facts, ops, weights, data_axes, sizes) if data_axes else (0.0, [])
     return RepeatedWork(ops=ops, seconds={k: seconds[k] for k in ops}, where={k: where[k] for k in ops},
-                        argument=name, now=now, proposed=proposed, data_axes=data_axes, model_flops=mf.total)
+                        argument=name, now=now, proposed=proposed, data_axes=data_axes, model_flops=mf.total,
+                        compute_saved=saved, comm_seconds=comm, collectives=tuple(said))
+
+
+def change_comm(report: Any, facts: Any, ops: Mapping[str, tuple[float, float]], weights: Sequence[Instruction],
+                data_axes: tuple[str, ...], sizes: Mapping[str, int]) -> tuple[float, list[str]]:
+    """(seconds per step, the collectives in words) that splitting the batch over `data_axes` brings, priced with
+    the report's cost model on its topology (`Facts.price`):
+      - a program output a repeated forward matmul makes, which each chip then computes 1/repeat of while the
+        user's output sharding keeps more of it per chip: an AllGather of the output over the data axes its
+        sharding does not split (the output's per-chip size read from the partitioned program's result);
+      - a repeated backward matmul whose result is a weight's gradient (a weight argument's shape): each chip
+        then sums its own tokens only, so the gradient is all-reduced over the data axes.
+    A report whose topology cannot price (rebuilt from JSON) brings nothing it can say: (0, [])."""
+    from analyzer.analysis.mapping import pass_of
+
+    mf = report.analysis.model_flops
+    chips = report.analysis.step.chips
+    repeat_of = {d.instruction.name: (done / model, d) for key, (done, model) in ops.items()
+                 for d in mf.dots.get(key, ())}
+    found = _output_gathers(report, repeat_of, data_axes, sizes, chips)  # (kind, bytes, axes, times per step)
+    # weight gradients: a repeated backward matmul of a weight's shape
+    # (a dot may write the gradient transposed; a scanned layer's is one layer's slice of the stacked weight)
+    shapes = {tuple(sorted(dims)): w for w in weights
+              for dims in (w.shape.dims, w.shape.dims[1:] if len(w.shape.dims) > 2 else w.shape.dims)}
+    for _, record in repeat_of.values():
+        md = record.instruction.metadata
+        w = shapes.get(tuple(sorted(record.instruction.shape.dims)))
+        if w is None or pass_of(md.op_name if md else None) != "backward":
+            continue
+        split = math.prod(sizes[a] for dims in (sharding_axes(w) or ()) for a in dims)
+        found.append(("all-reduce", record.instruction.shape.byte_size / split, data_axes, float(record.count)))
+    total, said = 0.0, []
+    for kind, nbytes, axes, times in found:
+        try:
+            price = facts.price(kind, nbytes, axes)
+        except AnalyzerError:
+            return 0.0, []
+        total += price.seconds * times
+        name = f"{'AllGather' if kind == 'all-gather' else 'AllReduce'}_{','.join(axes)} of {format_bytes(nbytes)}"
+        said.append(f"less the {name} made already: -{format_seconds(price.seconds)}" if times < 0 else
+                    f"{name}{f' x{times:g}' if times != 1 else ''}: {format_seconds(price.seconds * times)}")
+    return total, said
+
+
+def _output_gathers(report: Any, repeat_of: Mapping[str, tuple[float, Any]], data_axes: tuple[str, ...],
+                    sizes: Mapping[str, int], chips: int) -> list[tuple[str, float, tuple[str, ...], float]]:
+    """The AllGathers (kind, bytes, axes, times per step; -1: one made already, which the change replaces) that
+    bring a repeated forward matmul's program output, computed 1/repeat as much per chip after the change, back to
+    what the user's output sharding holds per chip (see `change_comm`)."""
+    from analyzer.analysis.mapping import pass_of
+
+    module = report.analysis.model_flops.module
+    part = getattr(report.analysis, "module", None)
+    found: list[tuple[str, float, tuple[str, ...], float]] = []
+    # outputs: the entry's result, element by element, in the program before partitioning and after
+    if part is not None and part.entry is not None and module.entry is not None:
+        outs = _outputs(module.entry)
+        held = list(part.entry.root.shape.leaves())
+        for i, inst in enumerate(outs if len(outs) == len(held) else []):
+            dot = _producer_dot(module.entry, inst)
+            if dot is None or dot.name not in repeat_of:
+                continue
+            repeat, record = repeat_of[dot.name]
+            if pass_of(record.instruction.metadata.op_name if record.instruction.metadata else None) == "backward":
+                continue
+            out_ways = inst.shape.byte_size / max(held[i].byte_size, 1)  # how many ways the output is split
+            # each chip's part of it now (the repeated chips hold the same part) and after the change; the user's
+            # output holds `held`: the part a chip computes is gathered up to it (over the axes that make the ways)
+            now_ways, new_ways = chips / repeat, float(chips)
+            after = _axes_for(data_axes, sizes, new_ways / out_ways)
+            if after:
+                found.append(("all-gather", held[i].byte_size, after, 1.0))
+                before = _axes_for(data_axes, sizes, now_ways / out_ways)
+                if before:  # gathered already before the change: only the difference is the change's
+                    found.append(("all-gather", held[i].byte_size, before, -1.0))
+    return found
+
+
+def _outputs(entry: Any) -> list[Any]:
+    """The entry's result, one instruction per array (a tuple's elements; a tuple element read back by
+    get-tuple-element, as jax 0.10's program before partitioning writes it, is the element)."""
+    by_name = entry.by_name
+    root = entry.root
+    while root.opcode == "get-tuple-element" and root.operands:
+        tup = by_name.get(root.operands[0].name)
+        if tup is None or tup.opcode != "tuple":
+            break
+        root = by_name[tup.operands[int(root.attr("index") or 0)].name]
+    return [by_name[o.name] for o in root.operands] if root.opcode == "tuple" else [root]
+
+
+def _producer_dot(entry: Any, inst: Any, depth: int = 0) -> Any:
+    """The dot whose result `inst` is, through ops of one operand that keep its elements (a cast, a copy, a
+    reshape, jax's sharding annotations), else None."""
+    while depth < 16 and inst is not None:
+        if inst.opcode == "dot":
+            return inst
+        if len(inst.operands) != 1 or inst.operands[0].shape.num_elements != inst.shape.num_elements:
+            return None
+        inst, depth = entry.by_name.get(inst.operands[0].name), depth + 1
+    return None
+
+
+def _axes_for(data_axes: Sequence[str], sizes: Mapping[str, int], ways: float) -> tuple[str, ...]:
+    """The minor-most data axes whose sizes multiply to `ways` (the group a collective over `ways` devices runs
+    over), () when `ways` is 1 or less."""
+    if ways <= 1.0 + 1e-9:
+        return ()
+    axes: list[str] = []
+    n = 1
+    for a in reversed(data_axes):
+        if n >= ways - 1e-9:
+            break
+        axes.insert(0, a)
+        n *= sizes[a]
+    return tuple(axes)
 
 
 def _work_by_op(analysis: Any, chips: int, costs: Any) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:

@@ -480,12 +480,13 @@ def _deferred(facts: Any, roof: _Roof, colls: Sequence[Coll], change: RooflineFi
 
 def _batch_first(facts: Any, scope: _Scope, dots: Sequence[Instruction]) -> tuple[float, RepeatedWork] | None:
     """(how many times their model FLOPs the chips run `dots`, the repeated work) when every one of them is
-    repeated (the batch not split over the mesh axes no weight uses) and the batch's change can be written; None
-    otherwise. The repeat is the smallest of the dots' (each by its op, `analyzer.analysis.dots.op_key`)."""
+    repeated (the batch not split over the mesh axes no weight uses) and the batch's change can be written and saves
+    time once its own collectives are priced (`RepeatedWork.offered`); None otherwise. The repeat is the smallest of
+    the dots' (each by its op, `analyzer.analysis.dots.op_key`)."""
     from analyzer.analysis.dots import op_key
 
     work = scope.repeated
-    if work is None or not work.argument or facts.module is None:
+    if work is None or not work.offered or facts.module is None:
         return None
     repeats = []
     for dot in dots:
