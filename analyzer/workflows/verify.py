@@ -273,6 +273,11 @@ def _verify_one(fix: FixSpec, report: Report, fn: Callable[..., Any], args: Sequ
         new_fn, new_args, new_kwargs, new_mesh = apply_fix(fix, fn, args, kwargs, mesh, rebuild)
     except AnalyzerError as e:
         return Verification(fix.text(), before, reason=f"cannot be applied: {e}")
+    # The output shardings `analyze` was given stay what the user asked for (a change of the program's arguments
+    # must not also change what it returns); on a resized mesh they name the old one, so they go with the mesh.
+    outs = report.analysis.out_shardings
+    if outs is not None and not fix.mesh and "out_shardings" not in options:
+        options = {**options, "out_shardings": outs}
     try:
         after = analyze(new_fn, *new_args, mesh=new_mesh, **options, **new_kwargs)
     except (AnalyzerError, LoweringError) as e:

@@ -282,3 +282,29 @@ def test_a_resharded_argument_s_spec_recompiled_saves_its_promise():
     (d,) = [x for x in report.diagnostics if x.code == "HA302"]
     assert d.details["verified_change"] == "y -> P('X', None)"
     assert d.details["verified_saving_seconds"] >= 0.5 * d.saving_seconds > 0
+
+
+def test_a_recompile_keeps_the_output_shardings_the_report_was_made_with(monkeypatch):
+    """`analyze(fn, ..., out_shardings=...)`: the recompile of an argument's change returns what the user asked
+    for (without them a bare matmul's change looked 107 us better than it is); a mesh change drops them (they
+    name the old mesh)."""
+    from types import SimpleNamespace
+
+    import analyzer.pipeline
+    from analyzer.workflows.verify import _verify_one
+
+    outs = NamedSharding(_mesh(), P("data", None, None))
+    report = SimpleNamespace(totals=SimpleNamespace(step_seconds=2e-4),
+                             analysis=SimpleNamespace(out_shardings=outs))
+    asked = []
+
+    def analyze(fn, *args, mesh=None, **options):
+        asked.append(options.get("out_shardings"))
+        return SimpleNamespace(totals=SimpleNamespace(step_seconds=1e-4))
+
+    monkeypatch.setattr(analyzer.pipeline, "analyze", analyze)
+    spec = FixSpec({"batch['x']": "P('data', None, None)"})
+    got = _verify_one(spec, report, _step, _args(), {}, "data=4,model=2", None, {})
+    assert got.step_after == pytest.approx(1e-4) and asked == [outs]
+    _verify_one(FixSpec(mesh={"data": 8, "model": 1}), report, _step, _args(), {}, "data=4,model=2", None, {})
+    assert asked[1] is None
