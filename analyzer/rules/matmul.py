@@ -402,6 +402,8 @@ def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Inst
     # first, and is this finding's change; a mesh change weighed on this plan would not split the batch either.
     first_batch = None if layout or roof.strategy in ("layout", "expert") else _batch_first(facts, scope, dots)
     deferred: dict[str, Any] = {}
+    if first_batch is not None and not any(_carries_tokens(roof, c, first_batch[1]) for c in colls):
+        first_batch = None  # (weights' gradients: the batch's change leaves them as they are, the roofline stands)
     if first_batch is not None:
         found = _deferred(facts, roof, colls, change, *first_batch)
         if found[1].seconds < scope.min_saving:
