@@ -400,10 +400,9 @@ def _finding(ctx: RuleContext, scope: _Scope, colls: list[Coll], dots: list[Inst
     change = _layout_fix(roof, main, scope.args, layout) or change
     # The chips repeat these matmuls (the batch whole on every chip of a 'data' group): the batch's change comes
     # first, and is this finding's change; a mesh change weighed on this plan would not split the batch either.
-    first_batch = None if layout or roof.strategy in ("layout", "expert") else _batch_first(facts, scope, dots)
+    first_batch = None if layout or roof.strategy in ("layout", "expert") else _batch_first(facts, scope, dots,
+                                                                                             roof, colls)
     deferred: dict[str, Any] = {}
-    if first_batch is not None and not any(_carries_tokens(roof, c, first_batch[1]) for c in colls):
-        first_batch = None  # (weights' gradients: the batch's change leaves them as they are, the roofline stands)
     if first_batch is not None:
         found = _deferred(facts, roof, colls, change, *first_batch)
         if found[1].seconds < scope.min_saving:
@@ -480,15 +479,18 @@ def _deferred(facts: Any, roof: _Roof, colls: Sequence[Coll], change: RooflineFi
     return fix, facts.step_saving(shrunk), details
 
 
-def _batch_first(facts: Any, scope: _Scope, dots: Sequence[Instruction]) -> tuple[float, RepeatedWork] | None:
+def _batch_first(facts: Any, scope: _Scope, dots: Sequence[Instruction], roof: _Roof,
+                 colls: Sequence[Coll]) -> tuple[float, RepeatedWork] | None:
     """(how many times their model FLOPs the chips run `dots`, the repeated work) when every one of them is
-    repeated (the batch not split over the mesh axes no weight uses) and the batch's change can be written and saves
-    time once its own collectives are priced (`RepeatedWork.offered`); None otherwise. The repeat is the smallest of
-    the dots' (each by its op, `analyzer.analysis.dots.op_key`)."""
+    repeated (the batch not split over the mesh axes no weight uses), the batch's change can be written and saves
+    time once its own collectives are priced (`RepeatedWork.offered`), and it shrinks some of `colls` (a weight
+    gradient's reduction carries no tokens: the batch's change leaves it as it is, and the roofline stands); None
+    otherwise. The repeat is the smallest of the dots' (each by its op, `analyzer.analysis.dots.op_key`)."""
     from analyzer.analysis.dots import op_key
 
     work = scope.repeated
-    if work is None or not work.offered or facts.module is None:
+    if work is None or not work.offered or facts.module is None or \
+            not any(_carries_tokens(roof, c, work) for c in colls):
         return None
     repeats = []
     for dot in dots:
