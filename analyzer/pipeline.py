@@ -541,7 +541,7 @@ def build_report(
     # what each instruction costs on `hw`, asked by all that follows
     costs = ProgramCosts(module, dots, hw, flash_attention=bool(context.get("flash_attention")))
     notes.extend(_flash_note(costs, bool(context.get("flash_attention"))))
-    host = _host_offload(before, module, g, hw, mesh, chips)
+    host, host_state = _host(before, module, g, hw, mesh, chips)
     step = predict_step(module, g, rows, dots, hw, topo, chips=chips, model=flops, costs=costs,
                         xla_flags=context.get("xla_flags"), host=host)
     notes.extend(n for n in (step.flags_note, step.axes_note) if n)
@@ -553,7 +553,7 @@ def build_report(
     collectives_df = _collectives_frame(rows, step.exposed_rows)
     dots_df = _dots_frame(dots, module, costs, flops, step.chips)
     warnings = (*warnings, *_lenient_warnings(module))  # (after the analysis: what it read of a lazy parse counts)
-    memory = _memory(module, memory, hw, target, notes, flash=costs.flash, host=_host_state(before, module, g))
+    memory = _memory(module, memory, hw, target, notes, flash=costs.flash, host=host_state)
     analysis = AnalysisContext(module=module, graph=g, hardware=hw, topology=topo, cost_model=model,
                                collectives=tuple(rows), dots=tuple(dots), step=step, model_flops=flops, costs=costs,
                                **context)
@@ -565,25 +565,25 @@ def build_report(
     return _run_rules(report, config) if rules else report
 
 
-def _host_offload(before: HloModule | None, module: HloModule, graph: CallGraph, hw: HardwareSpec,
-                  mesh: MeshInfo | None, chips: int | None) -> Any:
-    """The program's host-offload copies (`analyzer.analysis.offload`) read from the program before partitioning,
-    for the overlap model of an unscheduled module (a scheduled one has its copies in its own schedule); or None."""
-    if before is None or module.attributes.get("is_scheduled", "false") == "true":
-        return None
-    from analyzer.analysis.offload import host_offload
-
-    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
-    return host_offload(before, module, graph, hw, sizes, chips or 1)
-
-
-def _host_state(before: HloModule | None, module: HloModule, graph: CallGraph) -> Mapping[str, frozenset[int]]:
-    """The loop-state elements of `module` a remat policy keeps in host memory (`offload.host_loop_state`)."""
+def _host(before: HloModule | None, module: HloModule, graph: CallGraph, hw: HardwareSpec, mesh: MeshInfo | None,
+          chips: int | None) -> tuple[Any, Mapping[str, frozenset[int]]]:
+    """What the program keeps in host memory, read from the program before partitioning with one call graph of it
+    (`analyzer.analysis.offload`): its host-offload copies, for the overlap model of an unscheduled module (a
+    scheduled one has its copies in its own schedule), or None; and the loop-state elements of `module` a remat
+    policy keeps in host memory, for the memory estimate."""
     if before is None:
-        return {}
-    from analyzer.analysis.offload import host_loop_state
+        return None, {}
+    from analyzer.analysis.graph import CallGraph
+    from analyzer.analysis.offload import host_loop_state, host_offload, places_on_host
 
-    return host_loop_state(before, module, graph)
+    if not places_on_host(before):
+        return None, {}
+    before_graph = CallGraph.build(before)
+    copies = None
+    if module.attributes.get("is_scheduled", "false") != "true":
+        sizes = dict(zip(mesh.axis_names, mesh.axis_sizes)) if mesh is not None else {}
+        copies = host_offload(before, module, graph, hw, sizes, chips or 1, before_graph=before_graph)
+    return copies, host_loop_state(before, module, graph, before_graph=before_graph)
 
 
 def _before_partitioning(lowered: Any, problems: list[str]) -> HloModule | None:

@@ -250,6 +250,12 @@ def host_transfers(before: HloModule, axis_sizes: Mapping[str, int], chips: int,
     return out if any(t.direction == "to_host" for t in out) or _host_arguments(before) else []
 
 
+def places_on_host(before: HloModule) -> bool:
+    """Whether the program before partitioning puts anything in host memory: a copy there, or an argument that lives
+    there (cheap: its custom calls and entry parameters only)."""
+    return _any_host_placement(before) or _host_arguments(before)
+
+
 def _any_host_placement(before: HloModule) -> bool:
     """Whether any instruction is placed in host memory (cheap: the program's custom calls only)."""
     return any(_placement(i) in _HOST_PLACEMENTS for c in before.computations if c.mentions("custom-call")
@@ -313,8 +319,7 @@ def host_offload(before: HloModule | None, module: HloModule, graph: CallGraph, 
     A loop of the program before partitioning is matched to the loop of `module` with the same jax op name
     (`.../jvp()/while`, `.../transpose(jvp())/while`) and trip count, the k-th with that key to the k-th.
     """
-    if before is None or not hw.pcie_bandwidth_per_chip or not (_any_host_placement(before) or
-                                                                 _host_arguments(before)):
+    if before is None or not hw.pcie_bandwidth_per_chip or not places_on_host(before):
         return None
     from analyzer.analysis.graph import CallGraph
 

@@ -342,7 +342,7 @@ def offload_table() -> str:
     import dataclasses
     from unittest import mock
 
-    from analyzer import pipeline
+    from analyzer.analysis import offload
     from analyzer.pipeline import analyze_lowered
     from analyzer.theory.hardware import load_hardware
 
@@ -357,7 +357,7 @@ def offload_table() -> str:
         windows = {label.split(" (")[0]: end - start for label, start, end in _report(row).analysis.step.windows}
         forward, backward = windows["forward layer"], windows["backward layer"]
         lowered = v6e_fixtures.lowered_from_fixtures(row.name)
-        with mock.patch.object(pipeline, "_host_offload", lambda *a: None):  # the term switched off
+        with mock.patch.object(offload, "host_offload", lambda *a, **k: None):  # the term switched off
             off = analyze_lowered(lowered, hardware=hw, topology=row.topology, flash_attention=True)
         half = analyze_lowered(lowered, hardware=dataclasses.replace(hw, pcie_bandwidth_per_chip=link / 2),
                                topology=row.topology, flash_attention=True)
