@@ -28,18 +28,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Template programs (analyzer.compile.models.TransformerConfig fields), data parallel on one device.
+_LM = {"vocab": 32_000, "optimizer": "adam", "mlp": "gated_silu"}
 STEPS = {
-    "lm-d1024-l4": dict(d_model=1024, d_ff=4096, heads=8, kv_heads=8, layers=4, seq=1024, batch=16, vocab=32_000,
-                        optimizer="adam", mlp="gated_silu"),
-    "lm-d2048-l8": dict(d_model=2048, d_ff=8192, heads=16, kv_heads=16, layers=8, seq=2048, batch=8,
-                        vocab=32_000, optimizer="adam", mlp="gated_silu"),
-    "lm-d2048-l8-remat": dict(d_model=2048, d_ff=8192, heads=16, kv_heads=16, layers=8, seq=2048, batch=8,
-                              vocab=32_000, optimizer="adam", mlp="gated_silu", remat="full"),
-    "llama8b-shape-l4": dict(d_model=4096, d_ff=14336, heads=32, kv_heads=8, layers=4, seq=2048, batch=4,
-                             vocab=32_000, optimizer="adam", mlp="gated_silu"),
+    "lm-d1024-l4": {**_LM, "d_model": 1024, "d_ff": 4096, "heads": 8, "kv_heads": 8, "layers": 4, "seq": 1024,
+                    "batch": 16},
+    "lm-d2048-l8": {**_LM, "d_model": 2048, "d_ff": 8192, "heads": 16, "kv_heads": 16, "layers": 8, "seq": 2048,
+                    "batch": 8},
+    "lm-d2048-l8-remat": {**_LM, "d_model": 2048, "d_ff": 8192, "heads": 16, "kv_heads": 16, "layers": 8, "seq": 2048,
+                          "batch": 8, "remat": "full"},
+    "llama8b-shape-l4": {**_LM, "d_model": 4096, "d_ff": 14336, "heads": 32, "kv_heads": 8, "layers": 4, "seq": 2048,
+                         "batch": 4},
 }
-QUICK_STEPS = {"tiny": dict(d_model=128, d_ff=256, heads=4, kv_heads=4, layers=2, seq=64, batch=4, vocab=512,
-                            optimizer="adam", mlp="gated_silu")}
+QUICK_STEPS = {"tiny": {**_LM, "vocab": 512, "d_model": 128, "d_ff": 256, "heads": 4, "kv_heads": 4, "layers": 2,
+                        "seq": 64, "batch": 4}}
 # bf16 matmuls (M, K, N): squares, and a transformer's forward, input-gradient and weight-gradient shapes.
 MATMULS = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384),
            (8192, 4096, 14336), (8192, 14336, 4096), (4096, 8192, 14336), (16384, 4096, 4096), (512, 4096, 4096),
@@ -83,7 +84,8 @@ def _gpu_state() -> dict:
     """The GPU's clocks and power as nvidia-smi reports them (empty where there is none)."""
     query = "name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu"
     try:
-        line = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
+        line = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], check=False,
+                              capture_output=True,
                               text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {}
