@@ -247,6 +247,55 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def _dcn(report) -> tuple[float, float, float, float]:
+    """(executions, bytes per chip, busy seconds, exposed seconds) of a report's collectives over the DCN `slice` axis
+    per step."""
+    df = report.collectives
+    over = df[df["axes"].apply(lambda axes: "slice" in axes)]
+    step = report.analysis.step
+    busy = sum(v for k, v in step.busy.items() if k.startswith("DCN"))
+    exposed = sum(v for k, v in step.exposed_by_axis.items() if "slice" in k.split(","))
+    return float(over["count"].sum()), float((over["per_device_bytes"] * over["count"]).sum()), busy, exposed
+
+
+def dcn_table() -> str:
+    """What a second slice costs, per pair of runs (`python tests/analysis/test_measured.py --dcn`): the step each
+    published MFU implies (the predicted step x predicted MFU / published MFU; the same chips' work on one slice
+    and two) on one slice and two, the difference against the model's, and the model's DCN collectives: executions
+    and bytes per chip per step, their time on the DCN track and the part exposed; the last column is the measured
+    loss the model lacks per DCN collective, and beside it the error with the DCN's bytes doubled (MaxText's f32
+    gradients: the bandwidth halved)."""
+    import dataclasses
+
+    from analyzer.theory.hardware import load_hardware
+
+    hw = load_hardware("tpu-v5p")
+    half = dataclasses.replace(hw, dcn_bandwidth_per_chip=hw.dcn_bandwidth_per_chip / 2)
+    lines = [("| two slices | implied step 1 -> 2 slices (s) | published loss (s) | predicted loss (s) | DCN collectives "
+              "per step | DCN bytes per chip (GB) | DCN busy (s) | DCN exposed (s) | loss not predicted per DCN "
+              "collective (ms) | error now -> with f32 gradients over DCN (points) |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    by_name = {r.name: r for r in ROWS}
+    for row in ROWS:
+        if "-2x-" not in row.name or row.name.replace("-2x-", "-1x-") not in by_name:
+            continue
+        one = by_name[row.name.replace("-2x-", "-1x-")]
+        implied = {}
+        for r in (one, row):
+            t = _report(r).totals
+            implied[r.name] = (t.step_seconds * 100 * t.mfu / PUBLISHED_MFU[r.name], t.step_seconds)
+        (m1, p1), (m2, p2) = implied[one.name], implied[row.name]
+        count, nbytes, busy, exposed = _dcn(_report(row))
+        slow = analyzer.analyze_hlo(_fixture(row), mesh=row.mesh, hardware=half, topology=row.topology,
+                                    xla_flags=_flags)
+        now = 100 * _report(row).totals.mfu - PUBLISHED_MFU[row.name]
+        f32 = 100 * slow.totals.mfu - PUBLISHED_MFU[row.name]
+        lines.append(f"| {row.name} | {m1:.2f} -> {m2:.2f} | {m2 - m1:.2f} | {p2 - p1:.2f} | {count:.0f} | "
+                     f"{nbytes / 1e9:.2f} | {busy:.3f} | {exposed:.3f} | {1e3 * ((m2 - m1) - (p2 - p1)) / count:.2f} | "
+                     f"{now:+.2f} -> {f32:+.2f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     # --xla-flags=FLAGS: the table under other flags than the runs' (--xla-flags= for none), e.g. to see one
     # flag's effect; not with --write-calibration (the calibration is the runs' own flags)
@@ -258,3 +307,5 @@ if __name__ == "__main__":
     if "--write-calibration" in sys.argv[1:]:
         print(f"wrote {write_calibration().relative_to(ROOT)}")
     print(table())
+    if "--dcn" in sys.argv[1:]:  # what a second slice costs, measured against modelled (docs/measurements.md)
+        print(dcn_table())
