@@ -10,10 +10,13 @@ land on real input), from dim_labels and window. `dot_flops` is the one FLOPs co
 
 Model FLOPs (`model_flops`): the work of the model, whatever the plan: the dots of the program as jax handed it
 to XLA (`Lowered.global_hlo`, global shapes), counted once per program, remat recompute left out. A dot in a
-shard_map body (Shardy's `xla.sdy.manual_computation_body`) has per-shard shapes: it counts once per shard of
-the body's manual axes. The partitioned module's FLOPs times the chips is the hardware's work; where it is
-larger, the plan computes some dots on several chips at once (a batch replicated over a mesh axis), and the
-ratio, per op, is the dot's redundancy (`ModelFlops.redundancy`).
+shard_map body (Shardy's `xla.sdy.manual_computation_body`) has per-shard shapes: it counts once per distinct
+shard, the product over the body's manual axes of the ways its operands are split over them (a `P()` batch
+operand on every chip is one piece of data: the chips of 'data' compute the same values, the model's work once;
+every shard where the operands' shardings cannot be read or the body reads its device's id). The partitioned
+module's FLOPs times the chips is the hardware's work; where it is larger, the plan computes some dots on several
+chips at once (a batch replicated over a mesh axis), and the ratio, per op, is the dot's redundancy
+(`ModelFlops.redundancy`).
 """
 
 from __future__ import annotations
@@ -21,16 +24,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.graph import CallGraph
-from analyzer.hlo.opcodes import DOTS
+from analyzer.hlo.opcodes import DEVICE_VARYING, DOTS
 
 if TYPE_CHECKING:
     from analyzer.hlo.ir import HloModule, Instruction
 
 __all__ = ["Dot", "ModelFlops", "dot_flops", "extract_dots", "contracting_dims", "batch_dims", "is_remat",
-           "model_flops", "executed_by_op", "op_key"]
+           "model_flops", "executed_by_op", "op_key", "is_global_to_local", "manual_operand_axes", "MANUAL_BODY"]
 
 _DOT_LIST = tuple(sorted(DOTS))  # (the TPU compiler spells many dots as convolutions)
 
@@ -268,7 +271,7 @@ class ModelFlops:
         return executed / model if model > 0 else float("nan")
 
 
-_MANUAL_BODY = "xla.sdy.manual_computation_body"
+MANUAL_BODY = "xla.sdy.manual_computation_body"
 _MANUAL_AXES = re.compile(r'manual_axes\{([^}]*)\}')
 
 
@@ -288,32 +291,127 @@ def _manual_axes(graph: CallGraph, caller: str, inst: Instruction) -> tuple[str,
     return None
 
 
-def _shard_factors(graph: CallGraph, axis_sizes: Mapping[str, int]) -> dict[str, float]:
-    """Per computation, how many shards of a shard_map run it (1 outside any shard_map)."""
-    factors: dict[str, float] = {}
+_G2L = "xla.sdy.GlobalToLocalShape"
+# one value's sharding in jax 0.10's `xla.sdy.in_shardings` (`<@mesh, [{}, {\"model\"}]>`): its dims' axes
+_SDY_VALUE = re.compile(r'<@[^,\[\]]+, \[([^\[\]]*)\]')
+# an axis in it, a sub-axis with its size (`\"data\":(1)2`)
+_SDY_AXIS = re.compile(r'\\?"([^"\\]+)\\?"(?::\(\d+\)(\d+))?')
+
+
+def is_global_to_local(inst: Instruction | None) -> bool:
+    """Whether `inst` is the `xla.sdy.GlobalToLocalShape` custom-call that hands a shard_map body its pieces."""
+    return inst is not None and inst.opcode == "custom-call" and \
+        inst.attr("custom_call_target") in (_G2L, f'"{_G2L}"')
+
+
+def _global_to_local(graph: CallGraph, caller: str, inst: Instruction) -> Instruction | None:
+    """The `xla.sdy.GlobalToLocalShape` custom-call whose pieces the shard_map body call `inst` reads (through the
+    get-tuple-elements that take them apart), or None."""
+    for op in graph.operands(caller, inst):
+        for near in (op, *graph.operands(caller, op)):
+            if is_global_to_local(near):
+                return near
+    return None
+
+
+def manual_operand_axes(comp: Any, g2l: Instruction, index: int) -> tuple[tuple[str, ...], ...] | None:
+    """The mesh axes each dim of operand `index` of a shard_map is split over (its in_specs as jax wrote them),
+    read from the `xla.sdy.GlobalToLocalShape` custom-call `g2l` of computation `comp` that hands the pieces to the
+    body: jax 0.10 writes them on it (`xla.sdy.in_shardings`), jax 0.11+ on each operand (`sharding={mesh[...],
+    [{}, {'model'}]}`, a `Sharding` custom-call's); a sub-axis counts as its axis. None when they cannot be read.
+
+    Example:
+        `xla.sdy.in_shardings="#sdy.sharding_per_value<[<@mesh, [{}, {}]>, <@mesh, [{}, {\"model\"}]>]>"`,
+        index 1 -> ((), ('model',))
+    """
+    text = g2l.frontend_attributes.get("xla.sdy.in_shardings", "")
+    if text:
+        values = _SDY_VALUE.findall(text)
+        if index >= len(values):
+            return None
+        return tuple(tuple(a for a, _ in _SDY_AXIS.findall(d)) for d in re.findall(r"\{([^{}]*)\}", values[index]))
+    from analyzer.hlo.sharding import named_axes
+
+    names = g2l.operand_names
+    op = comp.by_name.get(names[index]) if index < len(names) else None
+    return named_axes(op.attr("sharding") or "") if op is not None else None
+
+
+def _split_ways(graph: CallGraph, caller: str, g2l: Instruction, axis_sizes: Mapping[str, int]
+                ) -> dict[str, int] | None:
+    """Per mesh axis, how many ways the shard_map's operands (those `g2l` hands its body) are split over it (the
+    most of any operand; `manual_operand_axes`). None when their shardings cannot be read."""
+    ways: dict[str, int] = {}
+    text = g2l.frontend_attributes.get("xla.sdy.in_shardings", "")
+    if text:  # (jax 0.10: a sub-axis by its own size)
+        for dims in _SDY_VALUE.findall(text):
+            for axis, sub in _SDY_AXIS.findall(dims):
+                ways[axis] = max(ways.get(axis, 1), int(sub) if sub else axis_sizes.get(axis, 1))
+        return ways
+    comp = graph.computation(caller)
+    for i in range(len(g2l.operand_names)):
+        dims = manual_operand_axes(comp, g2l, i)
+        if dims is None:
+            return None
+        for axis in (a for d in dims for a in d):
+            ways[axis] = axis_sizes.get(axis, 1)
+    return ways
+
+
+def _reads_device_id(graph: CallGraph, body: str) -> bool:
+    """Whether the shard_map body `body` (or a computation it calls) reads its device's id (`axis_index`): its
+    shards then differ whatever their operands."""
+    seen, todo = set(), [body]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if any(i.opcode in DEVICE_VARYING and i.opcode != "custom-call" for i in graph.computation(name).instructions):
+            return True
+        todo.extend(site.callee for site in graph.callees(name))
+    return False
+
+
+def _distinct_shards(graph: CallGraph, caller: str, site: Any, axis_sizes: Mapping[str, int]) -> float:
+    """How many distinct shards of the shard_map whose body `site` calls run: the product over its manual axes
+    (every mesh axis where the program does not say) of the ways its operands are split over them. Shards that
+    differ only over an axis no operand is split over compute the same values (a `P()` operand on every chip):
+    that work is the model's once. Every shard of the manual axes where the operands' shardings cannot be read
+    or the body reads its device's id."""
+    inst = graph.computation(caller).by_name.get(site.instruction)
+    axes = _manual_axes(graph, caller, inst) if inst is not None else None
+    manual = tuple(axis_sizes) if axes is None else axes
     every = 1.0
-    for size in axis_sizes.values():
-        every *= size
+    for a in manual:
+        every *= axis_sizes.get(a, 1)
+    g2l = _global_to_local(graph, caller, inst) if inst is not None else None
+    ways = _split_ways(graph, caller, g2l, axis_sizes) if g2l is not None else None
+    if ways is None or _reads_device_id(graph, site.callee):
+        return every
+    distinct = 1.0
+    for a in manual:
+        distinct *= min(ways.get(a, 1), axis_sizes.get(a, 1))
+    return distinct
+
+
+def _shard_factors(graph: CallGraph, axis_sizes: Mapping[str, int]) -> dict[str, float]:
+    """Per computation, how many distinct shards of a shard_map run it (1 outside any shard_map)."""
+    factors: dict[str, float] = {}
     for name in graph.executed():
         mine = factors.setdefault(name, 1.0)
         for site in graph.callees(name):
             f = mine
-            if site.callee.startswith(_MANUAL_BODY):
-                comp = graph.computation(name)
-                inst = comp.by_name.get(site.instruction)
-                axes = _manual_axes(graph, name, inst) if inst is not None else None
-                if axes is None:
-                    f *= every
-                else:
-                    for a in axes:
-                        f *= axis_sizes.get(a, 1)
+            if site.callee.startswith(MANUAL_BODY):
+                f *= _distinct_shards(graph, name, site, axis_sizes)
             factors[site.callee] = max(factors.get(site.callee, 0.0), f)
     return factors
 
 
 def model_flops(module: HloModule, axis_sizes: Mapping[str, int], graph: CallGraph | None = None) -> ModelFlops:
     """The model FLOPs of the program jax handed XLA (`Lowered.global_hlo`): every dot at its global size,
-    once per step, remat recompute left out; a shard_map body's dots once per shard of its manual axes.
+    once per step, remat recompute left out; a shard_map body's dots once per distinct shard of its
+    manual axes (`_distinct_shards`).
 
     Args:
       module: the parsed program before partitioning (global shapes).

@@ -41,6 +41,42 @@ def test_replicated_batch_shows_redundancy(planned):
     assert "HFU (repeated work)" not in good.to_text()
 
 
+def _shard_map_flops(x_spec, *, device_id: bool = False) -> float:
+    """Model FLOPs of `x @ w` written per shard with jax.shard_map (x's in_specs `x_spec`, w's P(None, 'model')) on
+    data=4, model=2, counted on the program jax hands XLA (lowered only: no compile)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from analyzer.analysis.dots import model_flops
+    from analyzer.hlo.parser import parse_hlo
+
+    mesh = jax.sharding.AbstractMesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+    def body(x, w):
+        y = x @ w
+        return y * jax.lax.axis_index("data").astype(y.dtype) if device_id else y
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(x_spec, P(None, "model")), out_specs=P("data", "model")))
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=NamedSharding(mesh, x_spec))
+    w = jax.ShapeDtypeStruct((512, 128), jnp.float32, sharding=NamedSharding(mesh, P(None, "model")))
+    text = f.trace(x, w).lower(lowering_platforms=("cpu",)).as_text(dialect="hlo")
+    return model_flops(parse_hlo(text, lenient=True), {"data": 4, "model": 2}).total
+
+
+def test_shard_map_body_counts_once_per_distinct_shard():
+    from jax.sharding import PartitionSpec as P
+
+    by_hand = 2 * 256 * 512 * 128
+    # x split over 'data': 8 distinct shards, each 1/8 of the work
+    assert _shard_map_flops(P("data")) == pytest.approx(by_hand)
+    # x whole on every chip (in_specs P()): the 4 chips of a 'data' group compute the same values, the model's once
+    assert _shard_map_flops(P()) == pytest.approx(by_hand)
+    # a body that reads its device's id differs on every chip whatever its operands: every shard counts
+    assert _shard_map_flops(P(), device_id=True) == pytest.approx(4 * by_hand)
+
+
 @pytest.mark.slow
 def test_shard_map_dots_count_once_per_shard(planned):
     r = planned("shard_map")
