@@ -46,6 +46,9 @@ MATMULS = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 81
            (8192, 4096, 14336), (8192, 14336, 4096), (4096, 8192, 14336), (16384, 4096, 4096), (512, 4096, 4096),
            (2048, 8192, 2048), (8192, 2048, 32000)]
 QUICK_MATMULS = [(256, 256, 256)]
+# `compiled.memory_analysis()`'s per-device parts, as the report keeps them.
+_MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+                  "generated_code_size_in_bytes")
 
 
 def _timed(fn, *args, repeats: int, inner: int) -> float:
@@ -123,8 +126,12 @@ def measure(out: Path, quick: bool) -> None:
             seconds = _timed(compiled, *args, repeats=repeats, inner=max(1, inner // 2))
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
+        memory = compiled.memory_analysis()
         result["steps"][name] = {"config": fields, "seconds": seconds,
-                                 "xla_flops": float(cost.get("flops", 0.0)) if cost else None}
+                                 "xla_flops": float(cost.get("flops", 0.0)) if cost else None,
+                                 "memory_analysis": {key: int(getattr(memory, key)) for key in _MEMORY_FIELDS
+                                                     if memory is not None and hasattr(memory, key)},
+                                 "peak_bytes_in_use_so_far": (device.memory_stats() or {}).get("peak_bytes_in_use")}
         print(f"step {name}: {1e3 * seconds:.2f} ms", flush=True)
         del args, compiled
     result["gpu_after"] = _gpu_state()
@@ -137,6 +144,7 @@ def measure(out: Path, quick: bool) -> None:
 def compare(measured: Path, hardware: str) -> None:
     import analyzer
     from analyzer.compile.models import TransformerConfig, build
+    from analyzer.rules.memory import per_device_bytes
     from analyzer.theory.hardware import load_hardware
 
     data = json.loads(measured.read_text())
@@ -153,8 +161,8 @@ def compare(measured: Path, hardware: str) -> None:
         print(f"| {m} x {k} x {n} | {1e3 * row['seconds']:.3f} | {row['tflops']:.0f} | {1e3 * roof:.3f} | "
               f"{row['seconds'] / roof:.2f} |")
     print("\n| program | measured ms | predicted ms | error | predicted compute ms | model TFLOP | MFU measured |"
-          " MFU predicted |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          " MFU predicted | GPU compiler's bytes | predicted bytes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, row in data["steps"].items():
         step, args = build(TransformerConfig(**row["config"]), "dp", {"data": 1})
         report = analyzer.analyze(step, *args, mesh={"data": 1}, hardware=hardware)
@@ -162,7 +170,13 @@ def compare(measured: Path, hardware: str) -> None:
         flops = t.model_flops
         print(f"| {name} | {1e3 * row['seconds']:.2f} | {1e3 * t.step_seconds:.2f} | "
               f"{100 * (t.step_seconds / row['seconds'] - 1):+.1f}% | {1e3 * t.compute_seconds:.2f} | "
-              f"{flops / 1e12:.2f} | {100 * flops / row['seconds'] / peak:.1f}% | {100 * t.mfu:.1f}% |", flush=True)
+              f"{flops / 1e12:.2f} | {100 * flops / row['seconds'] / peak:.1f}% | {100 * t.mfu:.1f}% | "
+              f"{_gb(per_device_bytes(row.get('memory_analysis')))} | {_gb(per_device_bytes(report.memory))} |",
+              flush=True)
+
+
+def _gb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.2f} GB"
 
 
 def main() -> None:
