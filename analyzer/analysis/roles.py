@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.analysis.dots import is_global_to_local
 from analyzer.hlo.opcodes import ELEMENTWISE, MOVING_COLLECTIVES, RELABEL
 
 __all__ = ["Arguments", "arguments", "argument_name", "dot_role", "entry_argument", "sharding_axes", "ROLES"]
@@ -111,7 +112,8 @@ def _traced(comp: Any, inst: Any, depth: int = 0) -> Any:
 
 def entry_argument(module: Any, comp: Any, inst: Any, callers_of: Mapping[str, Any] | None = None) -> Any:
     """The entry parameter `inst` reads, followed through views, casts, slices and gathers (an embedding lookup's
-    ids), `call`s (jax 0.12's `jit(dynamic_index_in_dim)` of a stacked weight) and loops: a loop body's tuple
+    ids), `call`s (jax 0.12's `jit(dynamic_index_in_dim)` of a stacked weight), a shard_map body's pieces (the
+    operand its `GlobalToLocalShape` cuts up) and loops: a loop body's tuple
     element is what the loop starts from, so a scanned layer's weight slice reads the stacked weight and its
     activations the batch the first layer is given. None for a computed value.
 
@@ -145,6 +147,8 @@ def entry_argument(module: Any, comp: Any, inst: Any, callers_of: Mapping[str, A
             cur = comp.by_name.get(cur.operand_names[1])  # the ids of an embedding lookup: the batch
         elif op == "call" and index is None:
             cur = _call_operand(module, comp, cur)
+        elif index is not None and is_global_to_local(cur) and index < len(cur.operand_names):
+            cur, index = comp.by_name.get(cur.operand_names[index]), None  # a shard_map's piece: what it cuts up
         elif (op in _THROUGH or op == "custom-call" and len(cur.operand_names) == 1) and cur.operand_names:
             cur = comp.by_name.get(cur.operand_names[0])
         else:

@@ -12,7 +12,10 @@ collectives the change brings (`change_comm`: an output's gather, the weight gra
 fix only where that net is a saving. Where the
 dots' operands trace to no argument (the first layer's activation is computed from an embedding lookup and a layer
 norm, as in a Hugging Face model), the batch and the weights are the program's arguments by role
-(`analyzer.analysis.roles.Arguments`: the token ids, the right operands of forward dots).
+(`analyzer.analysis.roles.Arguments`: the token ids, the right operands of forward dots). Where the repeated matmuls
+run in a shard_map body whose in_specs leave the batch whole, the change is those in_specs with the argument's spec
+(the argument's alone would gather the batch into the same body): code, which `--verify-fixes` cannot apply, so the
+finding carries no structured spec (`details.in_specs`, `details.proposed_in_specs` say what to write).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
     from analyzer.hlo.ir import Instruction
     from analyzer.rules.context import RuleContext
 
-__all__ = ["RepeatedWork", "change_comm", "redundant_compute", "repeated_work", "spec_text"]
+__all__ = ["RepeatedWork", "change_comm", "dot_pass", "redundant_compute", "repeated_work", "spec_text"]
 
 
 def spec_text(dims: Sequence[Sequence[str]]) -> str:
@@ -141,12 +144,14 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     first = work.where[max(ops, key=lambda o: o[1] - o[2])[0]]
     name, now, proposed = work.argument, work.now, work.proposed
     data_axes = work.data_axes
-    fix = (f"{name}: {now} -> {proposed}" if name else
+    fix = (work.change if name else
            f"split the batch over {', '.join(repr(a) for a in data_axes) or 'the mesh axes no weight uses'}")
     total = sum(seconds[key] for key, _, _ in ops)
     brings = "; ".join(work.collectives) or "none found"
     details = {"redundant_flops": redundant, "repeat": repeat, "argument": name, "partition_spec": now,
-               "proposed_partition_spec": proposed, "data_axes": list(data_axes),
+               # (for `--verify-fixes`: "" where part of the change is a shard_map's in_specs, code it cannot rewrite)
+               "proposed_partition_spec": work.arguments.get(name, ""), "data_axes": list(data_axes),
+               **({"in_specs": work.in_specs[0], "proposed_in_specs": work.in_specs[1]} if work.in_specs else {}),
                "ops": [key for key, _, _ in ops], "compute_saved_seconds": work.compute_saved,
                "change_comm_seconds": work.comm_seconds, "change_collectives": list(work.collectives)}
     message = RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=work.model_flops,
@@ -196,6 +201,7 @@ class RepeatedWork:
     compute_saved: float = 0.0
     comm_seconds: float = 0.0
     collectives: tuple[str, ...] = ()
+    in_specs: tuple[str, str] | None = None
 
     @property
     def net_saving(self) -> float:
@@ -214,8 +220,22 @@ class RepeatedWork:
 
     @property
     def change(self) -> str:
-        """`batch['x']: P(None, None, None) -> P('data', None, None)`, "" when it cannot be written."""
-        return f"{self.argument}: {self.now} -> {self.proposed}" if self.argument else ""
+        """`batch['x']: P(None, None, None) -> P('data', None, None)`, "" when it cannot be written; where a
+        shard_map's body does the repeated matmuls, its in_specs for the batch too (`in_specs`)."""
+        if not self.argument:
+            return ""
+        text = f"{self.argument}: {self.now} -> {self.proposed}"
+        if self.in_specs:  # (as the user writes them: no trailing None; code first: the verifier cannot apply it)
+            old, new = (spec.replace(", None", "").replace("None", "") for spec in self.in_specs)
+            text = f"the shard_map's in_specs and out_specs for {self.argument}: {old} -> {new}, and {text}"
+        return text
+
+    @property
+    def arguments(self) -> dict[str, str]:
+        """The change as argument -> PartitionSpec, for `--verify-fixes`: {} when it cannot be written or part of it
+        is code (a shard_map's in_specs, which the verifier cannot rewrite: the argument's spec alone would gather
+        the batch into the same body)."""
+        return {self.argument: self.proposed} if self.argument and not self.in_specs else {}
 
 
 def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | None:
@@ -237,14 +257,16 @@ def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | N
     extra: set[str] = set()
     if batch is None or not weights:  # the repeated ops' activations are computed (an embedding lookup, a norm)
         batch, extra = _by_role(mf.module, facts.arguments, batch, weights)
+        weights = weights or _role_weights(mf.module, facts.arguments)  # (their gradients, for `change_comm`)
     data_axes = _data_axes(report.mesh, weights, extra)
     sizes = dict(zip(report.mesh.axis_names, report.mesh.axis_sizes))
     name, now, proposed = _batch_spec(batch, data_axes, sizes)
+    in_specs = _shard_map_specs(mf, list(ops), batch, data_axes) if name else None
     saved = sum(seconds[key] * (1 - model / done) for key, (done, model) in ops.items())
     comm, said = change_comm(report, facts, ops, weights, data_axes, sizes) if data_axes else (0.0, [])
     return RepeatedWork(ops=ops, seconds={k: seconds[k] for k in ops}, where={k: where[k] for k in ops},
                         argument=name, now=now, proposed=proposed, data_axes=data_axes, model_flops=mf.total,
-                        compute_saved=saved, comm_seconds=comm, collectives=tuple(said))
+                        compute_saved=saved, comm_seconds=comm, collectives=tuple(said), in_specs=in_specs)
 
 
 def change_comm(report: Any, facts: Any, ops: Mapping[str, tuple[float, float]], weights: Sequence[Instruction],
@@ -257,24 +279,31 @@ def change_comm(report: Any, facts: Any, ops: Mapping[str, tuple[float, float]],
       - a repeated backward matmul whose result is a weight's gradient (a weight argument's shape): each chip
         then sums its own tokens only, so the gradient is all-reduced over the data axes.
     A report whose topology cannot price (rebuilt from JSON) brings nothing it can say: (0, [])."""
-    from analyzer.analysis.mapping import pass_of
+    from analyzer.analysis.dataflow import callers
 
     mf = report.analysis.model_flops
     chips = report.analysis.step.chips
+    callers_of = callers(mf.module)
     repeat_of = {d.instruction.name: (done / model, d) for key, (done, model) in ops.items()
                  for d in mf.dots.get(key, ())}
     found = _output_gathers(report, repeat_of, data_axes, sizes, chips)  # (kind, bytes, axes, times per step)
-    # weight gradients: a repeated backward matmul of a weight's shape
+    # weight gradients: a repeated backward matmul of a weight's shape, or of its per-chip piece (a shard_map
+    # body's); the weight's split is what each chip holds of a global-shape gradient, 1 of a piece
     # (a dot may write the gradient transposed; a scanned layer's is one layer's slice of the stacked weight)
-    shapes = {tuple(sorted(dims)): w for w in weights
-              for dims in (w.shape.dims, w.shape.dims[1:] if len(w.shape.dims) > 2 else w.shape.dims)}
+    shapes: dict[tuple[int, ...], float] = {}
+    for w in weights:
+        axes = sharding_axes(w) or ()
+        split = math.prod(sizes.get(a, 1) for dims in axes for a in dims)
+        local = tuple(n // math.prod(sizes.get(a, 1) for a in dims) if dims else n
+                      for n, dims in zip(w.shape.dims, (*axes, *([()] * len(w.shape.dims)))))
+        for dims, ways in ((w.shape.dims, split), (local, 1.0)):
+            for d in (dims, dims[1:] if len(dims) > 2 else dims):
+                shapes.setdefault(tuple(sorted(d)), ways)
     for _, record in repeat_of.values():
-        md = record.instruction.metadata
-        w = shapes.get(tuple(sorted(record.instruction.shape.dims)))
-        if w is None or pass_of(md.op_name if md else None) != "backward":
+        ways = shapes.get(tuple(sorted(record.instruction.shape.dims)))
+        if ways is None or dot_pass(callers_of, record) != "backward":
             continue
-        split = math.prod(sizes[a] for dims in (sharding_axes(w) or ()) for a in dims)
-        found.append(("all-reduce", record.instruction.shape.byte_size / split, data_axes, float(record.count)))
+        found.append(("all-reduce", record.instruction.shape.byte_size / ways, data_axes, float(record.count)))
     total, said = 0.0, []
     for kind, nbytes, axes, times in found:
         try:
@@ -288,14 +317,31 @@ def change_comm(report: Any, facts: Any, ops: Mapping[str, tuple[float, float]],
     return total, said
 
 
+def dot_pass(callers_of: Mapping[str, Any], record: Any) -> str:
+    """The pass of a `Dot` record (`analyzer.analysis.mapping.pass_of`): its op_name's, else (a shard_map body's
+    dot is named `dot_general` alone) that of the call that runs its computation, up the one-caller chain."""
+    from analyzer.analysis.mapping import pass_of
+
+    md = record.instruction.metadata
+    found, name = pass_of(md.op_name if md else None), record.computation
+    for _ in range(16):
+        sites = callers_of.get(name, ())
+        if found or len(sites) != 1:
+            break
+        caller, call = sites[0]
+        found, name = pass_of(call.metadata.op_name if call.metadata else None), caller.name
+    return found
+
+
 def _output_gathers(report: Any, repeat_of: Mapping[str, tuple[float, Any]], data_axes: tuple[str, ...],
                     sizes: Mapping[str, int], chips: int) -> list[tuple[str, float, tuple[str, ...], float]]:
     """The AllGathers (kind, bytes, axes, times per step; -1: one made already, which the change replaces) that
     bring a repeated forward matmul's program output, computed 1/repeat as much per chip after the change, back to
     what the user's output sharding holds per chip (see `change_comm`)."""
-    from analyzer.analysis.mapping import pass_of
+    from analyzer.analysis.dataflow import callers
 
     module = report.analysis.model_flops.module
+    callers_of = callers(module)
     part = getattr(report.analysis, "module", None)
     found: list[tuple[str, float, tuple[str, ...], float]] = []
     # outputs: the entry's result, element by element, in the program before partitioning and after
@@ -307,7 +353,7 @@ def _output_gathers(report: Any, repeat_of: Mapping[str, tuple[float, Any]], dat
             if dot is None or dot.name not in repeat_of:
                 continue
             repeat, record = repeat_of[dot.name]
-            if pass_of(record.instruction.metadata.op_name if record.instruction.metadata else None) == "backward":
+            if dot_pass(callers_of, record) == "backward":
                 continue
             out_ways = inst.shape.byte_size / max(held[i].byte_size, 1)  # how many ways the output is split
             # each chip's part of it now (the repeated chips hold the same part) and after the change; the user's
@@ -402,6 +448,13 @@ def _by_role(module: Any, args: Any, batch: Instruction | None, weights: Sequenc
     return batch, axes
 
 
+def _role_weights(module: Any, args: Any) -> list[Instruction]:
+    """The entry parameters of the weights read by role (`analyzer.analysis.roles.Arguments.weights`)."""
+    if module is None or module.entry is None:
+        return []
+    return [p for p in module.entry.instructions if p.opcode == "parameter" and argument_name(p) in args.weights]
+
+
 def _op_location(module: Any, first: Any) -> Location:
     """Where a finding about the op of `Dot` record `first` points: the user's line its metadata leads to."""
     from analyzer.analysis.mapping import source_frames
@@ -431,22 +484,80 @@ def _batch_spec(batch: Instruction | None, data_axes: tuple[str, ...], sizes: di
     return argument_name(batch), spec_text(dims), spec_text(new)
 
 
+def _shard_map_specs(mf: Any, keys: Sequence[str], batch: Instruction | None, data_axes: tuple[str, ...]
+                     ) -> tuple[str, str] | None:
+    """(the in_specs now, the in_specs to write) of the shard_map operand that hands the batch to the body where
+    the ops' forward dots run, when they run in a shard_map body and read the batch through its operand; None
+    otherwise (the batch's argument spec is then the whole change)."""
+    from analyzer.analysis.dataflow import callers
+    from analyzer.analysis.dots import MANUAL_BODY, manual_operand_axes
+
+    module = mf.module
+    if batch is None or module is None:
+        return None
+    callers_of = callers(module)
+    for key in keys:
+        for d in mf.dots.get(key, ()):
+            if not d.computation.startswith(MANUAL_BODY) or dot_pass(callers_of, d) == "backward":
+                continue
+            for operand in d.instruction.operands[:2]:
+                piece = _body_piece(callers_of, module.by_name.get(d.computation), operand.name)
+                if piece is None:
+                    continue
+                caller, g2l, index = piece
+                dims = manual_operand_axes(caller, g2l, index)
+                source = caller.by_name.get(g2l.operand_names[index])
+                if dims is None or entry_argument(module, caller, source, callers_of) is not batch:
+                    continue
+                new = [tuple(a for a in dim if a not in data_axes) for dim in dims]
+                if not new:
+                    return None
+                new[0] = tuple(data_axes) + new[0]
+                return spec_text(dims), spec_text(new)
+    return None
+
+
+def _body_piece(callers_of: Mapping[str, Any], comp: Any, name: str) -> tuple[Any, Any, int] | None:
+    """(the caller, its `GlobalToLocalShape`, the operand's index) of the shard_map piece that value `name` of body
+    `comp` is (a body parameter, through relabellings), else None."""
+    from analyzer.analysis.dots import is_global_to_local
+    from analyzer.hlo.opcodes import RELABEL
+
+    inst = comp.by_name.get(name) if comp is not None else None
+    for _ in range(16):
+        if inst is None or inst.opcode != "parameter" and not (inst.opcode in RELABEL and inst.operand_names):
+            return None
+        if inst.opcode == "parameter":
+            break
+        inst = comp.by_name.get(inst.operand_names[0])
+    sites = callers_of.get(comp.name, ())
+    number = inst.parameter_number or 0 if inst is not None else 0
+    if inst is None or len(sites) != 1 or number >= len(sites[0][1].operand_names):
+        return None
+    caller, call = sites[0]
+    gte = caller.by_name.get(call.operand_names[number])
+    if gte is None or gte.opcode != "get-tuple-element" or not gte.operand_names:
+        return None
+    g2l = caller.by_name.get(gte.operand_names[0])
+    return (caller, g2l, int(gte.attr("index") or 0)) if is_global_to_local(g2l) else None
+
+
 def _arguments(mf: Any, keys: Sequence[str]) -> tuple[Instruction | None, list[Instruction]]:
     """The batch argument (the entry parameter the left operand of the ops' dots reads; token ids before an
-    embedding lookup) and the weight arguments (those their right operands read), in the program before
-    partitioning; a scanned layer's dots read them through its loop (`roles.entry_argument`)."""
+    embedding lookup) and the weight arguments (those their right operands read, whether the left operand is an
+    argument or a computed activation: a later layer's input, an expert's tokens after the dispatch; never an
+    argument some dot reads on the left), in the program before partitioning; a scanned layer's dots read them through its loop (`roles.entry_argument`)."""
     from analyzer.analysis.dataflow import callers
-    from analyzer.analysis.mapping import pass_of
 
     module = mf.module
     callers_of = callers(module)
     lhs: dict[str, tuple[int, Instruction]] = {}
     rhs: dict[str, Instruction] = {}
+    alone: dict[str, Instruction] = {}
     for key in keys:
         for d in mf.dots.get(key, ()):
-            md = d.instruction.metadata
             comp = module.by_name.get(d.computation)
-            if comp is None or pass_of(md.op_name if md else None) == "backward":
+            if comp is None or dot_pass(callers_of, d) == "backward":
                 continue  # the forward dots: activation on the left, weight on the right
             # (in the entry, or a scanned layer's loop body: a stacked weight's slice, the carried activations)
             found = [entry_argument(module, comp, comp.by_name.get(o.name), callers_of)
@@ -456,6 +567,8 @@ def _arguments(mf: Any, keys: Sequence[str]) -> tuple[Instruction | None, list[I
                 n, _ = lhs.get(a.name, (0, a))
                 lhs[a.name] = (n + 1, a)
                 rhs[w.name] = w
+            elif len(found) == 2 and found[0] is None and found[1] is not None:
+                alone[found[1].name] = found[1]  # a computed activation times an argument: a later layer's weight
     candidates = [a for n, a in sorted(lhs.values(), key=lambda v: -v[0]) if a.name not in rhs]
-    weights = [w for k, w in rhs.items() if k not in lhs]
+    weights = [w for k, w in {**alone, **rhs}.items() if k not in lhs]
     return (candidates[0] if candidates else None), weights

@@ -475,7 +475,7 @@ def _deferred(facts: Any, roof: _Roof, colls: Sequence[Coll], change: RooflineFi
         f"these tokens, which takes that much off these collectives; no mesh change is offered on this plan: "
         f"with the batch whole on every chip of a '{axes_text(work.data_axes)}' group, moving devices between the "
         "mesh axes would not split it either (the roofline is weighed again when the plan is analysed with the "
-        "batch split)", arguments={work.argument: work.proposed})
+        "batch split)", arguments=work.arguments)
     return fix, facts.step_saving(shrunk), details
 
 

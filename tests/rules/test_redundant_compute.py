@@ -82,6 +82,10 @@ def test_a_scanned_models_batch_is_found_in_its_loop(planned):
     assert d.details["argument"] == "batch['x']" and d.details["data_axes"] == ["data"]
     assert d.fix == "batch['x']: P(None, None, None) -> P('data', None, None)"
     assert d.details["repeat"] == pytest.approx(4.0)
+    # the split brings each layer's weight gradients' reduction over 'data' (a slice of the stacked weight, in the
+    # loop: once per layer; before: none found, the promise was the compute alone)
+    assert [c.split(":")[0] for c in d.details["change_collectives"]] == ["AllReduce_data of 1.00 MiB x4"] * 2
+    assert d.saving_seconds == pytest.approx(d.details["compute_saved_seconds"] - d.details["change_comm_seconds"])
     from analyzer.analysis.roles import arguments
 
     args = arguments(report.analysis.model_flops, {"data": 4, "model": 2}, report.analysis.module)
@@ -145,6 +149,8 @@ def test_a_batch_read_through_a_lookup_and_a_norm_is_named(planned):
     report = verify_fixes(analyzer.analyze(fn, *args, **kwargs), fn, args, mesh=kwargs["mesh"])
     (h,) = _ha104(report)
     assert h.fix == "batch['ids']: P(None, None) -> P('data', None)" and h.details["data_axes"] == ["data"]
+    # the weights read by role: their gradients' reduction over 'data' is what the split brings (before: none found)
+    assert [c.split(" of ")[0] for c in h.details["change_collectives"]] == ["AllReduce_data"] * 2
     found = [d for d in report.diagnostics if d.code == "HA101"]
     assert found and all(not d.details["fix_mesh"] and d.details["argument"] == "batch['ids']" for d in found)
     for d in [h, *found]:
