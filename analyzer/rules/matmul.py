@@ -148,6 +148,11 @@ class CommBoundMatmul(Message):
 
     @property
     def layout(self) -> str:
+        if self.batch_argument and self.role == "attention":
+            return (f" The batch argument {self.batch_argument} is split over '{self.batch_axes}' on a dimension other "
+                    f"than its batch dimension (the sequence), so attention moves the keys and values (and their "
+                    f"gradients) over '{self.batch_axes}': the batch's layout is the cause, not the split between the "
+                    "two strategies.")
         if self.batch_argument:
             return (f" The collective moves the batch argument {self.batch_argument} itself, split over "
                     f"'{self.batch_axes}' on a feature dimension: the batch's layout is the cause, not the split "
@@ -209,8 +214,11 @@ def comm_bound_matmul(ctx: RuleContext) -> Iterator[Diagnostic]:
     operand of a forward matmul is the batch and the right one a weight: a weight gradient's reduction is
     FSDP's even where it reads the batch argument itself; the batch argument gathered (split on a feature
     dim) is the batch's layout, whose fix is its PartitionSpec (`batch['x']: P(None, None, 'data') ->
-    P('data', None, None)`); an all-to-all, or tokens sent to an expert's stacked weights, is expert
-    parallelism's cost, with its own advice and no move of devices between data and model; the FSDP
+    P('data', None, None)`), and so is attention's keys and values moved over an axis the token ids hold on their
+    sequence dim (`batch['input_ids']: P(None, 'data') -> P('data', None)`); an all-to-all at an expert's matmuls
+    (batched over the experts), or tokens sent to an expert's stacked weights, is expert parallelism's cost, with
+    its own advice and no move of devices between data and model (an all-to-all into a plain layer's matmul is a
+    reshard, read from the operands as a gather is); the FSDP
     quantity of an expert's weights (stacked over experts: a batched dot) is the tokens each expert multiplies
     per chip, named so, not the per-chip batch. Every finding
     of a report states one per-chip batch, in tokens (`details.per_chip_batch`: the batch argument's tokens
@@ -561,9 +569,13 @@ def _layout_fix(roof: _Roof, main: Coll, args: Arguments, layout: bool) -> Roofl
     batch moved on a feature dim), or the activations' (Megatron traffic over the batch's own axes); else None."""
     quoted = axes_text(main.axes)
     if roof.strategy == "layout":
-        text, new = _batch_spec_fix(args.specs.get(roof.argument), roof.argument, main.axes)
+        # attention's case: every batch argument split so (the labels beside the token ids) moves with them
+        names = [roof.argument, *(n for n in _batch_off_its_dim(args, main.axes, every=True)
+                                  if roof.role == "attention" and n != roof.argument)]
+        fixes = [_batch_spec_fix(args.specs.get(n), n, main.axes) for n in names]
+        text = "; ".join(t for t, _ in fixes if t)
         return RooflineFix(text or f"keep {roof.argument} split over '{quoted}' on its batch dimension only",
-                           arguments={roof.argument: new} if new else {})
+                           arguments={n: new for n, (_, new) in zip(names, fixes) if new})
     if layout:
         return RooflineFix(
             f"keep the activations sharded over '{quoted}' on their batch dimension only, as the tokens are: find "
@@ -635,6 +647,7 @@ _QUANTITY = {
     ("expert", True): ("FLOPs / (2 x elements moved)", "for each token element sent to its expert over"),
     ("expert", False): ("FLOPs / (2 x elements moved)", "for each token element sent to its expert over"),
     ("layout", True): ("FLOPs / (2 x elements moved)", "for each batch element gathered over"),
+    ("layout", False): ("FLOPs / (2 x elements moved)", "for each batch element reduced over"),
     ("", False): ("FLOPs / (2 x elements moved)", "for each element reduced over"),
 }
 # FSDP's quantity for a weight stacked over experts (is a gather): the tokens each expert multiplies on a chip,
@@ -682,8 +695,9 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
         return dot_role(module, comp, dot, args, moved_by_all_to_all=a2a, is_argument=is_arg) if module else ""
 
     local = [(dot, use) for dot, use in uses if comp.by_name.get(dot.name) is dot]  # not inside a fusion
-    if main.kind == "all-to-all":
-        return _Roof("expert", role=role(local[0][0], True) if local else "moe dispatch/combine")
+    first = _by_role(main, local, role, arg, args)
+    if first is not None:
+        return first
     for dot, use in local:
         if main.kind in MOVING_COLLECTIVES and use is not None and role(dot) == "moe dispatch/combine":
             return _Roof("expert", role="moe dispatch/combine")  # tokens moved to or from their experts
@@ -709,6 +723,38 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
             return _Roof("fsdp" if r in ("weight gradient", "forward", "") else "", role=r,
                          per_expert=r == "weight gradient" and bool(batch_dims(dot)))
     return _Roof("")
+
+
+def _by_role(main: Coll, local: Sequence[tuple[Instruction, Any]], role: Any, arg: Any, args: Arguments
+             ) -> _Roof | None:
+    """The roofline the dots' roles decide before their operands do: an all-to-all at an expert's matmuls (batched
+    over the experts: their FFN, or the dispatch/combine) is expert parallelism's token exchange, while one that
+    feeds a plain matmul reshards its operand (a layout's cost, read from the operands as a gather's is); attention's
+    keys and values moved over an axis the batch holds on its sequence dim are the batch's layout. None otherwise."""
+    if main.kind == "all-to-all" and (not local or any(_at_an_expert(dot, role, arg) for dot, _ in local)):
+        return _Roof("expert", role=role(local[0][0], True) if local else "moe dispatch/combine")
+    for dot, _ in local:
+        seq = _batch_off_its_dim(args, main.axes) if role(dot) == "attention" else ""
+        if seq:
+            return _Roof("layout", role="attention", argument=seq)
+    return None
+
+
+def _batch_off_its_dim(args: Arguments, axes: Sequence[str], every: bool = False) -> Any:
+    """The batch argument that holds one of `axes` on a dim other than its leading (batch) dim: token ids split
+    over 'data' on their sequence dim, whose attention then gathers keys and values over 'data' (and reduces their
+    gradients); "" when none does. `every`: the list of all such arguments (the labels beside the ids)."""
+    bases = {a.split(":(")[0] for a in axes}
+    found = [name for name in sorted(args.batch)
+             if any(bases & {a.split(":(")[0] for a in d} for d in (args.specs.get(name) or ())[1:])]
+    return found if every else (found[0] if found else "")
+
+
+def _at_an_expert(dot: Instruction, role: Any, arg: Any) -> bool:
+    """Whether a dot is an expert's: batched (over the experts) and reading a weight stacked over them (their FFN),
+    or routing tokens to or from one (`dot_role`'s "moe dispatch/combine"). Attention's batched dots and a plain
+    layer's matmul are not."""
+    return bool(batch_dims(dot)) and (arg(dot, 0) or arg(dot, 1) or role(dot) == "moe dispatch/combine")
 
 
 def _batch_spec_fix(spec: Sequence[Sequence[str]] | None, name: str, axes: Sequence[str]) -> tuple[str, str]:

@@ -15,9 +15,7 @@ from analyzer.rules.messages import Message
 from analyzer.rules.registry import Option, rule
 from analyzer.hlo.opcodes import MOVING_COLLECTIVES, RELABEL
 
-__all__ = ["resharding_traffic", "full_rematerialization"]
-
-
+__all__ = ["resharding_traffic", "full_rematerialization", "constraint_reshard", "constraint_changes"]
 
 
 def _location(c) -> Location:
@@ -260,4 +258,120 @@ def full_rematerialization(ctx: RuleContext) -> Iterator[Diagnostic]:
                 "(each step an all-to-all)",
             details={"before": before, "after": after, "bytes": c.bytes, "count": c.count,
                      **({"forced_by": _forced_by(c)} if _forced_by(c) else {})},
+        )
+
+
+@dataclass(frozen=True)
+class ConstraintReshard(Message):
+    """HA304: a with_sharding_constraint whose layout is not the one its value has, and the collectives it forces."""
+
+    now: str
+    natural: str
+    axes: str
+    collectives: int
+    seconds: float
+
+    template: ClassVar[str] = (
+        "with_sharding_constraint asks for {now} where its value comes {natural} from its operands (the arguments' "
+        "PartitionSpecs through the matmuls that make it): XLA reshards it over {axes} on the way in and out, "
+        "{collectives} collective(s) at the matmuls around it, {seconds:time} per step."
+    )
+
+
+def constraint_changes(facts) -> list[tuple[object, str, list]]:
+    """[(the constraint, the PartitionSpec to write there, the collectives it forces)] for each with_sharding_constraint
+    (`analyzer.analysis.constraints`) whose spec differs from its value's own layout: the collectives over the mesh
+    axes it moves, at the matmuls that make or use its value (forward and backward: the lines they share), a weight
+    gradient's reduction aside (the weights' own, whatever the activations' layout)."""
+    from analyzer.analysis.constraints import constraints
+    from analyzer.analysis.roles import dot_role
+    from analyzer.rules.compute import spec_text
+
+    if facts.model_flops is None:
+        return []
+    out = []
+    for k in constraints(facts.model_flops, facts.arguments.specs):
+        moved = k.moved_axes
+        if not moved or k.natural is None:
+            continue
+        lines = k.lines | {k.line}
+        forced = []
+        for c in facts.collectives:
+            loc = c.location()
+            if f"{loc.file}:{loc.line}" not in lines or not {a.split(":(")[0] for a in c.axes} & moved:
+                continue
+            dot = getattr(c.record, "dot", None) if c.record is not None else None
+            if (c.kind not in MOVING_COLLECTIVES and dot is not None and c.comp is not None
+                    and dot_role(facts.module, c.comp, dot, facts.arguments) == "weight gradient"):
+                continue
+            forced.append(c)
+        if forced:
+            out.append((k, spec_text(k.natural), forced))
+    return out
+
+
+@rule(
+    code="HA304",
+    name="constraint-reshard",
+    severity=Severity.WARNING,
+    summary="A with_sharding_constraint whose layout differs from its value's own: XLA reshards around it.",
+    options=(Option("min_saving_seconds", 1e-7, "Ignore constraints whose change saves less than this per step."),),
+)
+def constraint_reshard(ctx: RuleContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Reads each `jax.lax.with_sharding_constraint` of the program jax handed XLA and the layout its value has
+    without it: the arguments' PartitionSpecs followed through the ops and matmuls that make the value
+    (`relu(x @ w_in)` with `x: P('data')` and `w_in: P(None, 'model')` is `P('data', None, 'model')`). Where the
+    constraint asks for another layout, XLA reshards the value on the way in and out: the collectives over the
+    mesh axes the constraint moves, at the matmuls that make or use the value (forward and backward), are the
+    constraint's. The finding points at the constraint's own line and names the PartitionSpec to write there;
+    the other findings of those collectives (HA101, HA302, HA303, HA201) take the same change
+    (analyzer.rules.rootcause), and `--verify-fixes` rewrites the constraint and recompiles.
+
+    ## Why is this bad?
+    A constraint that drops the batch's axis (`P(None, None, 'model')` on activations split over 'data') makes
+    every chip of a 'data' group gather the whole batch and repeat the layer's matmuls; one that puts 'data' on
+    the features moves every activation twice per layer. Neither buys anything the value's own layout lacks.
+
+    ## Example
+    ```python
+    z = jax.nn.relu(x @ w_in)                                              # [B_data, S, F_model]
+    z = jax.lax.with_sharding_constraint(z, NamedSharding(mesh, P(None, None, "model")))  # gathers B
+    ```
+
+    ## Use instead
+    ```python
+    z = jax.lax.with_sharding_constraint(z, NamedSharding(mesh, P("data", None, "model")))
+    ```
+
+    ## References
+    "How to Scale Your Model", sharding chapter, "Our final communication primitive: the AllToAll"; JAX's
+    "Distributed arrays and automatic parallelization" (with_sharding_constraint).
+    """
+    from analyzer.diagnostics import short_source
+    from analyzer.rules.compute import spec_text
+
+    facts = ctx.facts
+    min_saving = float(ctx.option("min_saving_seconds"))
+    for k, spec, forced in constraint_changes(facts):
+        step = facts.step_saving([(c, 0.0) for c in forced])
+        if step.seconds < min_saving:
+            continue
+        now = spec_text(k.spec)
+        file, _, line = k.line.rpartition(":")
+        axes = sorted(k.moved_axes)
+        yield ctx.diagnostic(
+            ConstraintReshard(now=now, natural=f"as {spec}", axes=", ".join(f"'{a}'" for a in axes),
+                              collectives=len(forced), seconds=sum(c.seconds * c.count for c in forced)),
+            location=Location(file, int(line)),
+            notation=max(forced, key=lambda c: c.seconds).notation or None,
+            seconds=sum(c.seconds * c.count for c in forced),
+            alternative=f"the constraint as {spec}: no reshard around it",
+            alternative_seconds=0.0,
+            step=step,
+            fix=(f"write {spec} in the with_sharding_constraint at {short_source(k.line)} (today {now}): the layout "
+                 "its value already has, so XLA reshards nothing around it"),
+            details={"constraint": k.line, "partition_spec": now, "constraint_spec": spec,
+                     "axes": axes, "collectives": [c.instruction for c in forced],
+                     "lines": sorted(k.lines), "fix_spec": {"constraints": {k.line: spec}}},
         )

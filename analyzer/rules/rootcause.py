@@ -8,6 +8,11 @@ is judged and ranked:
 
   - an argument's spec: findings about collectives that move one argument, layers folded together
     (`params['layers_*']['w_in']['kernel']`: the plan shards every layer's kernel the same way);
+  - a with_sharding_constraint: HA304's finding at the constraint's line and every finding about the collectives
+    it forces (HA101, HA201, HA302, HA303 at the matmuls around it; HA104's repeated matmuls there when no
+    argument is to blame), all taking its change: the PartitionSpec to write in the constraint (`details.fix_spec`'s
+    `constraints`); a reshard (HA302, HA303) points at the constraint's line, and a mesh change proposed for those
+    matmuls waits for it (`details["superseded_by"]`: its promise was weighed on the layout the constraint forces);
   - an activation layout: resharding findings (HA3xx) over one mesh axis (the layout two ops disagree on);
   - a mesh axis: findings about how an axis lies on the hardware (HA2xx);
   - else the rule, its mesh axes and the user's line (no decision in common is known: one line, one cause).
@@ -51,7 +56,8 @@ __all__ = ["RootCause", "cause_of", "group_findings", "annotate", "reconcile", "
 
 _LAYOUT_RULES = frozenset({"HA302", "HA303"})  # resharding: two ops disagree on a value's layout
 _PLACEMENT_RULES = frozenset({"HA201", "HA202", "HA203", "HA204"})  # how a mesh axis lies on the links
-_COMPUTE_RULES = frozenset({"HA104"})  # savings of compute, not of exposed communication: never capped by it
+_COMPUTE_RULES = frozenset({"HA104"})
+_CONSTRAINT_RULE = "HA304"  # a with_sharding_constraint whose layout is not its value's (rules/resharding.py)  # savings of compute, not of exposed communication: never capped by it
 _LAYER_INDEX = re.compile(r"(?<=[_\[\.'])\d+(?=['\]_\.]|$)")
 _AXES = re.compile(r"^[A-Za-z]+_([^:\s]+):")
 
@@ -61,8 +67,9 @@ class RootCause:
     """One sharding decision and the findings it causes.
 
     Attributes:
-      kind: "argument", "activation layout", "mesh axis" or "rule".
-      subject: what was decided: the argument's path (layers as `*`), the mesh axis, or the rule code.
+      kind: "argument", "constraint", "activation layout", "mesh axis" or "rule".
+      subject: what was decided: the argument's path (layers as `*`), the constraint's `file:line`, the mesh axis,
+        or the rule code.
       findings: its findings, largest saving first.
       saving_seconds: their summed predicted saving per step, each collective once.
     """
@@ -77,6 +84,8 @@ class RootCause:
         """The decision in words: `the sharding of params['layers_*']['w_in']['kernel']`."""
         if self.kind == "argument":
             return f"the sharding of {self.subject}"
+        if self.kind == "constraint":
+            return f"the with_sharding_constraint at {short_source(self.subject)}"
         if self.kind == "activation layout":
             return f"the activations' layout over '{self.subject}'"
         if self.kind == "mesh axis":
@@ -111,8 +120,42 @@ def _axes_of(notation: str | None) -> str:
     return m.group(1).split(",")[0].strip("{}") if m else ""
 
 
-def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
-    """(kind, subject) of the decision behind one finding (see the module docstring).
+def _constraints(diagnostics: Sequence[Diagnostic]) -> tuple[dict[str, str], dict[str, str]]:
+    """({collective instruction: constraint `file:line`}, {matmul line: constraint}) from HA304's findings."""
+    by_inst: dict[str, str] = {}
+    by_line: dict[str, str] = {}
+    for d in diagnostics:
+        key = str(d.details.get("constraint") or "") if d.code == _CONSTRAINT_RULE else ""
+        if key:
+            for name in d.details.get("collectives", ()):
+                by_inst.setdefault(str(name), key)
+            for line in (*d.details.get("lines", ()), key):
+                by_line.setdefault(str(line), key)
+    return by_inst, by_line
+
+
+def _constraint_of(d: Diagnostic, constraints: tuple[Mapping[str, str], Mapping[str, str]]) -> str:
+    """The with_sharding_constraint (`file:line`) behind a finding: HA304's own; one whose collectives it forces;
+    HA104's repeated matmuls at its lines when no argument is named; else ""."""
+    by_inst, by_line = constraints
+    if d.code == _CONSTRAINT_RULE:
+        return str(d.details.get("constraint") or "")
+    if d.code in _PLACEMENT_RULES - {"HA201"}:  # where an axis lies on the links: its own decision
+        return ""
+    names = [n for n in (d.location.instruction or "").split(",") if n]
+    for key in ("merged_instructions", "collectives"):
+        listed = d.details.get(key, ())
+        names += [str(n) for n in listed if n] if isinstance(listed, (list, tuple)) else []
+    hit = next((by_inst[n] for n in names if n in by_inst), "")
+    if hit or d.code not in _COMPUTE_RULES or d.details.get("argument") or not d.location.file:
+        return hit
+    return by_line.get(f"{d.location.file}:{d.location.line}", "")
+
+
+def cause_of(d: Diagnostic, arrays: Mapping[str, str],
+             constraints: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})) -> tuple[str, str]:
+    """(kind, subject) of the decision behind one finding (see the module docstring); `constraints` from HA304's
+    findings (`_constraints`).
 
     Example:
         >>> from analyzer.diagnostics import Location
@@ -122,6 +165,9 @@ def cause_of(d: Diagnostic, arrays: Mapping[str, str]) -> tuple[str, str]:
         >>> cause_of(replace(d, code="HA302", notation="AllToAll_data: [I_data, J] -> [I, J_data]"), {})
         ('activation layout', 'data')
     """
+    constraint = _constraint_of(d, constraints)
+    if constraint:  # the collectives a with_sharding_constraint forces, and its own finding
+        return "constraint", constraint
     if d.details.get("layout_axis"):  # a matmul rule that found activations laid over the batch's axis
         return "activation layout", str(d.details["layout_axis"])
     if d.details.get("argument"):  # a rule that named the argument whose spec to change (HA104)
@@ -187,9 +233,10 @@ def group_findings(diagnostics: Sequence[Diagnostic], report: Any = None) -> lis
         None groups by rule and axis only.
     """
     arrays = _arrays_by_instruction(report) if report is not None else {}
+    constraints = _constraints(diagnostics)
     groups: dict[tuple[str, str], list[Diagnostic]] = {}
     for d in diagnostics:
-        groups.setdefault(cause_of(d, arrays), []).append(d)
+        groups.setdefault(cause_of(d, arrays, constraints), []).append(d)
     cap = _exposed_cap(report)
     out = [RootCause(kind, subject, tuple(sorted(members, key=lambda d: -(d.saving_seconds or 0.0))),
                      min(_summed([d for d in members if d.code not in _COMPUTE_RULES]), cap)
@@ -238,7 +285,8 @@ def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[Roo
     """
     adopted: list[tuple[RootCause, Diagnostic, dict[str, int]]] = []
     out = []
-    for g in map(_one_spec_change, groups):
+    waits = _constraint_lines(groups)
+    for g in map(_one_constraint_change, map(_one_spec_change, groups)):
         own: Diagnostic | None = None
         members = []
         for d in g.findings:
@@ -246,6 +294,10 @@ def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[Roo
             dirs = _directions(mesh, sizes)
             if not dirs:
                 members.append(d)
+                continue
+            first_constraint = waits.get(f"{d.location.file}:{d.location.line}") if g.kind != "constraint" else None
+            if first_constraint is not None:
+                members.append(_waits_for(d, first_constraint))
                 continue
             if own is None:
                 clash = next((a for a in adopted if any(a[2][x] * dirs[x] < 0 for x in a[2].keys() & dirs.keys())),
@@ -271,6 +323,66 @@ def reconcile(groups: Sequence[RootCause], sizes: Mapping[str, int]) -> list[Roo
                 members.append(d)
         out.append(replace(g, findings=tuple(members)))
     return _no_opposite_specs(out)
+
+
+def _constraint_lines(groups: Sequence[RootCause]) -> dict[str, RootCause]:
+    """{matmul line: the constraint root cause whose reshards land there} (HA304's `details["lines"]`)."""
+    out: dict[str, RootCause] = {}
+    for g in groups:
+        if g.kind != "constraint":
+            continue
+        for d in g.findings:
+            if d.code == _CONSTRAINT_RULE:
+                for line in d.details.get("lines", ()):
+                    out.setdefault(str(line), g)
+    return out
+
+
+def _waits_for(d: Diagnostic, first: RootCause) -> Diagnostic:
+    """A mesh change proposed for matmuls a with_sharding_constraint reshards around: none until the constraint is
+    changed (its promise was weighed on the layout the constraint forces: folding 'model' into 'data' beside a
+    constraint that drops 'data' made the step slower, verified)."""
+    lead = next((x for x in first.findings if x.code == _CONSTRAINT_RULE), first.findings[0])
+    fix = (f"no mesh change for this one yet: {first.title} reshards these matmuls' operands ({lead.fix}); make "
+           "that change first and re-analyse (this roofline was weighed on the layout the constraint forces)")
+    return replace(d, fix=fix, details={**d.details, "fix_mesh": {}, "fix_batch_factor": 1.0,
+                                        "superseded_by": first.title, "superseded_fix": d.fix})
+
+
+def _one_constraint_change(g: RootCause) -> RootCause:
+    """A with_sharding_constraint's root cause: its finding's change (the PartitionSpec to write there) is every
+    member's (`details["reconciled"]`, their own fix kept as `details["reconciled_fix"]`); a reshard (HA302, HA303)
+    points at the constraint's line, with the matmul's line it lands at as its context."""
+    lead = next((d for d in g.findings if d.code == _CONSTRAINT_RULE), None) if g.kind == "constraint" else None
+    if lead is None:
+        return g
+    spec = dict(lead.details.get("fix_spec") or {})
+    members = []
+    for d in g.findings:
+        if d is lead or not d.fix or d.saving_seconds is None:
+            members.append(d)
+            continue
+        location = d.location
+        if d.code in _LAYOUT_RULES and location.line != lead.location.line:
+            at = f"reshards for the matmul at line {location.line}" if location.line else ""
+            location = replace(lead.location, instruction=location.instruction, computation=location.computation,
+                               hlo_line=location.hlo_line,
+                               context="; ".join(x for x in (location.context, at) if x) or None)
+        members.append(replace(d, location=location,
+                               fix=f"{lead.fix} (the one change for {g.title}: {_why(d)})",
+                               details={**d.details, "fix_spec": spec, "fix_mesh": {}, "fix_batch_factor": 1.0,
+                                        "proposed_partition_spec": "", "reconciled": True, "reconciled_fix": d.fix,
+                                        "forced_by": lead.details.get("constraint", "")}))
+    return replace(g, findings=tuple(members))
+
+
+def _why(d: Diagnostic) -> str:
+    """Why a finding of a constraint's root cause takes the constraint's change, in words."""
+    if d.code in _COMPUTE_RULES:
+        return "the layout it asks for makes the chips repeat these matmuls"
+    if d.code in _LAYOUT_RULES:
+        return "this reshard is one it forces"
+    return "these collectives are among those it forces"
 
 
 def _no_opposite_specs(groups: Sequence[RootCause]) -> list[RootCause]:

@@ -2,10 +2,12 @@
 it, and the predicted step after the change set beside the saving the finding promised.
 
 A finding states its change for people in `Diagnostic.fix`; the verifier reads its structured form:
-  - `details.fix_spec`: `{"arguments": {PATH: SPEC}, "mesh": {AXIS: SIZE}}`, either part optional. PATH is the
-    argument's pytree path as jax names it in the program (`batch['x']`, `params['w_in']`), SPEC the
-    PartitionSpec to write, as the user writes it (`P('data', None, None)`); the mesh part gives the new size
-    of each axis it changes (the others keep theirs);
+  - `details.fix_spec`: `{"arguments": {PATH: SPEC}, "mesh": {AXIS: SIZE}, "constraints": {LINE: SPEC}}`, each
+    part optional. PATH is the argument's pytree path as jax names it in the program (`batch['x']`,
+    `params['w_in']`), SPEC the PartitionSpec to write, as the user writes it (`P('data', None, None)`); the mesh
+    part gives the new size of each axis it changes (the others keep theirs); LINE is the `file:line` of a
+    `jax.lax.with_sharding_constraint` whose spec to write (`model.py:42`: every constraint jax traced from that
+    line, the backward pass's included, takes SPEC on the constraint's own mesh);
   - else HA104's `details.argument` and `details.proposed_partition_spec`;
   - else a mesh change in `details.fix_mesh` (HA101's roofline split, after root-cause reconciliation);
   - else a fix written `PATH: P(...) -> P(...)`.
@@ -60,20 +62,27 @@ class FixSpec:
 
     arguments: Mapping[str, str] = field(default_factory=dict)
     mesh: Mapping[str, int] = field(default_factory=dict)
+    constraints: Mapping[str, str] = field(default_factory=dict)  # with_sharding_constraint `file:line` -> spec
 
     @property
-    def key(self) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, int], ...]]:
-        return tuple(sorted(self.arguments.items())), tuple(sorted(self.mesh.items()))
+    def key(self) -> tuple[tuple[Any, ...], ...]:
+        return (tuple(sorted(self.arguments.items())), tuple(sorted(self.mesh.items())),
+                tuple(sorted(self.constraints.items())))
 
     def text(self) -> str:
-        """The change in words: `batch['x'] -> P('data', None, None)`, `mesh data=2, model=4`."""
+        """The change in words: `batch['x'] -> P('data', None, None)`, `mesh data=2, model=4`,
+        `with_sharding_constraint at model.py:42 -> P('data', None, 'model')`."""
         parts = [f"{path} -> {spec}" for path, spec in self.arguments.items()]
+        parts += [f"with_sharding_constraint at {line} -> {spec}" for line, spec in self.constraints.items()]
         if self.mesh:
             parts.append("mesh " + ", ".join(f"{a}={n}" for a, n in self.mesh.items()))
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"arguments": dict(self.arguments), "mesh": {a: int(n) for a, n in self.mesh.items()}}
+        out: dict[str, Any] = {"arguments": dict(self.arguments), "mesh": {a: int(n) for a, n in self.mesh.items()}}
+        if self.constraints:
+            out["constraints"] = dict(self.constraints)
+        return out
 
 
 @dataclass(frozen=True)
@@ -130,9 +139,10 @@ def fix_spec_of(d: Diagnostic, sizes: Mapping[str, int]) -> FixSpec | str:
         return (f"no change of its own: the change for {details['superseded_by']} comes first (re-analyse after "
                 "it)")
     given = details.get("fix_spec")
-    if isinstance(given, Mapping) and (given.get("arguments") or given.get("mesh")):
+    if isinstance(given, Mapping) and (given.get("arguments") or given.get("mesh") or given.get("constraints")):
         return FixSpec(dict(given.get("arguments") or {}), {str(a): int(n) for a, n in
-                                                           (given.get("mesh") or {}).items()})
+                                                           (given.get("mesh") or {}).items()},
+                       {str(k): str(v) for k, v in (given.get("constraints") or {}).items()})
     if details.get("argument") and details.get("proposed_partition_spec"):
         return FixSpec({str(details["argument"]): str(details["proposed_partition_spec"])})
     mesh = {str(a): int(n) for a, n in (details.get("fix_mesh") or {}).items()}
@@ -248,7 +258,79 @@ def apply_fix(fix: FixSpec, fn: Callable[..., Any], args: Sequence[Any], kwargs:
                 raise AnalyzerError(f"{text} has {len(spec)} entries for {path} of rank {len(leaf.shape)}")
             leaves[hits[0]] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(sh.mesh, spec))
         args = tuple(jax.tree_util.tree_unflatten(tree, leaves))
+    if fix.constraints:
+        fn = _with_constraints(fn, args, kwargs, fix.constraints)
     return fn, args, dict(kwargs), mesh
+
+
+def _constraint_site(line: str) -> tuple[str, int]:
+    """`path/to/model.py:42` -> ("path/to/model.py", 42); AnalyzerError naming it otherwise."""
+    path, _, number = line.rpartition(":")
+    if not path or not number.isdigit():
+        raise AnalyzerError(f"with_sharding_constraint site {line!r}: write it as file:line (model.py:42)")
+    return path, int(number)
+
+
+def _with_constraints(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any],
+                      changes: Mapping[str, str]) -> Callable[..., Any]:
+    """`fn` with the with_sharding_constraints traced from each `file:line` of `changes` given that line's spec
+    (on the constraint's own mesh): `fn`'s program as jax traces it (`jax.make_jaxpr`), every `sharding_constraint`
+    whose user frame is that line (the backward pass's, which jax traces from the same line, included) rewritten,
+    and evaluated again under `jax.jit` with `fn`'s signature. Raises AnalyzerError when no constraint of the
+    program comes from a line."""
+    import jax
+    from jax._src import source_info_util
+
+    sites = {line: (_constraint_site(line), parse_partition_spec(text)) for line, text in changes.items()}
+    found: set[str] = set()
+
+    def at(eqn: Any) -> str:
+        frame = source_info_util.user_frame(eqn.source_info.traceback) if eqn.source_info else None
+        if frame is None:
+            return ""
+        name = frame.file_name.replace("\\", "/")
+        return next((line for line, ((path, number), _) in sites.items() if frame.start_line == number
+                     and (name == path or name.endswith("/" + path.lstrip("./")))), "")
+
+    def rewrite(jaxpr: Any) -> Any:
+        eqns = []
+        for eqn in jaxpr.eqns:
+            params = {k: _rewritten(v, rewrite) for k, v in eqn.params.items()}
+            line = at(eqn) if eqn.primitive.name == "sharding_constraint" else ""
+            if line:
+                sharding = params["sharding"]
+                params["sharding"] = type(sharding)(sharding.mesh, sites[line][1])
+                found.add(line)
+            eqns.append(eqn.replace(params=params))
+        return jaxpr.replace(eqns=eqns)
+
+    traced, shapes = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
+    closed = traced.replace(jaxpr=rewrite(traced.jaxpr))
+    missing = sorted(set(changes) - found)
+    if missing:
+        raise AnalyzerError(f"no with_sharding_constraint of the program comes from {', '.join(missing)}")
+    out_tree = jax.tree_util.tree_structure(shapes)
+
+    def changed(*a: Any, **k: Any) -> Any:
+        flat = jax.tree_util.tree_leaves((a, k))
+        return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
+
+    try:
+        changed.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]  # the arguments keep their names
+    except (TypeError, ValueError):
+        pass
+    return jax.jit(changed)
+
+
+def _rewritten(value: Any, rewrite: Callable[[Any], Any]) -> Any:
+    """An equation's parameter with the jaxprs in it (a nested jit's, a loop's body, a cond's branches) rewritten."""
+    if hasattr(value, "jaxpr") and hasattr(value, "consts") and hasattr(value.jaxpr, "eqns"):  # a ClosedJaxpr
+        return value.replace(jaxpr=rewrite(value.jaxpr))
+    if hasattr(value, "eqns"):
+        return rewrite(value)
+    if isinstance(value, tuple) and any(hasattr(v, "eqns") or hasattr(v, "consts") for v in value):
+        return tuple(_rewritten(v, rewrite) for v in value)
+    return value
 
 
 def _options(report: Report, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -69,8 +69,9 @@ def test_the_embedding_table_split_over_data_is_named_with_its_spec(embedding):
     assert layout_change(report, "model") is None  # the table's rows on 'model' index it: no feature dim
     layout = [d for d in report.diagnostics if d.details.get("root_cause") == "the activations' layout over 'data'"]
     assert layout and all(d.details["root_cause_fix"] == CHANGE for d in layout)
-    (named,) = [d for d in layout if d.details.get("layout_axis")]
-    assert named.fix.startswith(CHANGE)
+    # (the weight gradient's gather, and the all-to-all into the forward matmul: a reshard, not an expert's)
+    named = [d for d in layout if d.details.get("layout_axis")]
+    assert named and all(d.fix.startswith(CHANGE) for d in named)
     assert what_to_do(report).startswith("Fix the activations' layout over 'data' first")
     assert f"Change: {CHANGE}: the embedding table" in what_to_do(report)
 
@@ -81,9 +82,11 @@ def test_the_named_change_recompiled_saves_at_least_half_its_promise(embedding):
 
     report, (fn, args, kwargs) = embedding
     after = verify_fixes(report, fn, args, mesh=kwargs["mesh"])
-    (named,) = [d for d in after.diagnostics if d.details.get("layout_axis")]
-    assert named.details["verified_change"] == "params['wte']['embedding'] -> P('model', None)"
-    assert named.details["verified_saving_seconds"] >= 0.5 * named.saving_seconds > 0
+    every = [d for d in after.diagnostics if d.details.get("layout_axis")]
+    for named in every:
+        assert named.details["verified_change"] == "params['wte']['embedding'] -> P('model', None)"
+        assert named.details["verified_saving_seconds"] >= 0.5 * named.saving_seconds > 0
+    named = max(every, key=lambda d: d.saving_seconds)
     # the layout's reshards (HA302) propose the same change: verified with it, each saves half its promise
     reshards = [d for d in after.diagnostics if d.code == "HA302" and d.details.get("reconciled")]
     for d in reshards:
