@@ -46,33 +46,12 @@ STACK = "0.10" if tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 11
 # (check, program, plan) -> {stack: the failure as the analyzer gives it}; stack "0.10" (Python 3.11, jax 0.10.2),
 # "0.12" (jax 0.12) or "*" (both, figures of jax 0.10.2 unless said). Checks: "flops", "named", "opposite",
 # "verified" (the four tests below).
-_HF_WRONG_DIM = ("no finding writes batch['input_ids'] -> P('data', None) for ids split on the sequence dim: only HA101 "
-                 "mesh folds ('model' -> 'data'), 'raise the batch per chip' and HA302 'give producer and consumer the "
-                 "same PartitionSpec' (step {} against the good plan's {})")
-_FOLD = ("HA101's mesh fold (model=1, data=8) on a replicated batch promised {} and, applied and recompiled, {} "
-         "(the promise assumes the batch is split: issue 26 leftover, HA101 mesh-fold promise)")
 XFAIL: dict[tuple[str, str, str], dict[str, str]] = {
-    ("named", "gpt2", "wrong_dim"): {"*": _HF_WRONG_DIM.format("958 us", "859 us")},
-    ("named", "bert", "wrong_dim"): {"*": _HF_WRONG_DIM.format("930 us", "842 us")},
-    ("named", "mistral", "wrong_dim"): {"*": _HF_WRONG_DIM.format("839 us", "735 us")},
-    ("named", "llama", "wrong_dim"): {"*": _HF_WRONG_DIM.format("839 us", "735 us")},
-    ("named", "wsc", "replicated"): {"*": "no finding at the constraint's line gives P('data', None, 'model'): HA303 "
-                                          "(error) points at the matmul's line with 'keep the producer's and "
-                                          "consumer's shardings equal', HA104 says 'split the batch over 'data', "
-                                          "'model'' (the batch is already P('data'))"},
-    ("named", "wsc", "wrong_dim"): {"*": "no finding gives the constraint's spec P('data', None, 'model'): HA302 "
-                                         "'give producer and consumer the same PartitionSpec' (step 1.53 ms against "
-                                         "175 us), and HA101 reads the MLP's matmul as expert parallelism's all-to-all "
-                                         "and offers 'give the 2 devices of 'data:(1)2' to 'model''"},
     ("named", "moe", "wrong_dim"): {"0.12": "no finding writes batch['x'] -> P('data', None, None) (features over "
                                             "'data'; step 150 us against the good plan's 88 us): HA104 weighs the "
                                             "change at 26.4 us of compute saved against 37.1 us of collectives it "
                                             "brings (the experts' gradient AllReduce_data, 2 x 4 MiB) and offers no "
                                             "change (info); jax 0.10 names it through HA101 and HA201"},
-    ("verified", "wsc", "replicated"): {"*": "HA303 is an error finding whose fix ('keep the producer's and "
-                                             "consumer's shardings equal') the verifier cannot apply; and "
-                                             + _FOLD.format("37.2 us and 13.9 us", "saved -28.6 us (jax 0.12: "
-                                                                                    "-73.0 us)")},
 }
 
 
