@@ -95,11 +95,41 @@ def instruction_hbm_bytes(inst: Instruction, module: HloModule | None = None, *,
         parts = inst.shape.tuple_shapes if inst.shape is not None and inst.shape.is_tuple else ()
         moved = parts[1] if op == "slice-start" and len(parts) > 1 else (parts[0] if parts else inst.shape)
         return 2 * _bytes(moved)
-    if op in ("slice-done", "copy-done"):
+    if op in ("slice-done", "copy-done") or op in _ASYNC_SLICE_DONES:
         return 0
+    if op in _ASYNC_SLICE_STARTS:
+        return _async_slice_bytes(inst)
     if op == "fusion" and module is not None:
         return _fusion_bytes(inst, module, not_plain)
     return sum(_bytes(o.shape) for o in inst.operands) + _bytes(inst.shape)
+
+
+# Asynchronous dynamic slices and updates (`dynamic-slice-start` / `dynamic-update-slice-start`, each with its
+# `-done`): the TPU compiler's form of a remat policy's host offload, a layer's activation written into, or read back
+# from, a stacked buffer in host memory by the DMA engines while the core computes. The pair moves the slice (the
+# update) once; the `-done` moves nothing more.
+_ASYNC_SLICE_STARTS = frozenset({"dynamic-slice-start", "dynamic-update-slice-start"})
+_ASYNC_SLICE_DONES = frozenset({"dynamic-slice-done", "dynamic-update-slice-done"})
+# XLA's memory space of host memory in a layout's `S(n)` (xla/layout.h, `Layout::kHostMemorySpace = 5`).
+HOST_MEMORY_SPACE = 5
+
+
+def _in_host_memory(shape: Any) -> bool:
+    layout = getattr(shape, "layout", None) if shape is not None else None
+    return getattr(layout, "memory_space", None) == HOST_MEMORY_SPACE
+
+
+def _async_slice_bytes(inst: Instruction) -> int:
+    """HBM bytes of an asynchronous dynamic slice or update (`_ASYNC_SLICE_STARTS`): the slice (the update) read and
+    written once; where the sliced buffer is in host memory, only its HBM side (the update read, the slice written):
+    the other side crosses the host link (priced with the host offload, docs/step.md "Host offload")."""
+    buffer = inst.operands[0].shape if inst.operands else None
+    if inst.opcode == "dynamic-update-slice-start":
+        moved = inst.operands[1].shape if len(inst.operands) > 1 else None
+    else:  # ((operand, indices...), result, context...)
+        parts = inst.shape.tuple_shapes if inst.shape is not None and inst.shape.is_tuple else ()
+        moved = parts[1] if len(parts) > 1 else None
+    return (1 if _in_host_memory(buffer) else 2) * _bytes(moved)
 
 
 # Collectives inside a fusion (async collective fusions, collective matmuls) move their data on the link (`LINK`): it
