@@ -110,8 +110,10 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     change saves: the compute it removes from each chip's step less the collectives it brings, priced with the
     report's cost model on its topology (an output wanted whole over a data axis is gathered over it; a weight's
     gradient, now a partial sum per chip, is all-reduced over the data axes). Where that net is no saving, the
-    repeat is reported as information with its figures and no change is offered. The report's "HFU (repeated
-    work)" line and the dots' `redundancy` column show the same repeat.
+    repeat is reported as information with its figures and no change is offered. Where the repeated matmuls run
+    in a shard_map body whose in_specs leave the batch whole, the change names those in_specs too (the argument's
+    spec alone would gather the batch into the same body); that part is code, which `--verify-fixes` cannot apply.
+    The report's "HFU (repeated work)" line and the dots' `redundancy` column show the same repeat.
 
     ## Why is this bad?
     A chip that computes another chip's tokens spends its FLOPs on nothing: MFU falls by the repeat factor,
