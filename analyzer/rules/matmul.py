@@ -722,7 +722,7 @@ def _roofline(module: Any, main: Coll, uses: list[tuple[Instruction, Any]], call
             # sent to that expert, not the per-chip batch
             return _Roof("fsdp" if r in ("weight gradient", "forward", "") else "", role=r,
                          per_expert=r == "weight gradient" and bool(batch_dims(dot)))
-    return _Roof("")
+    return _Roof("", role=role(local[0][0]) if local else "")  # no roofline of the chapter, the role still said
 
 
 def _by_role(main: Coll, local: Sequence[tuple[Instruction, Any]], role: Any, arg: Any, args: Arguments
