@@ -321,13 +321,18 @@ class LineHead(NamedTuple):
     operand: str | None  # the first operand's name; None without operands (or for a constant's literal)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Computation:
     """A named computation: its parameters, instructions in printed order, and its root.
 
     The questions the analysis asks of a computation are methods here (`select`, `mentions`/`written`,
     `users_of`, `call_instructions`, `line_head`, `parameter_name`): a computation a lazy parse has not read yet
     (`analyzer.hlo.parser`) answers the same from its lines, reading only what each question needs.
+
+    Slotted: a large module has tens of thousands of computations, and Python's cyclic collector walks each
+    object that may hold another on every full collection; without a `__dict__` a computation is one such object,
+    not two. What the questions keep once asked (`by_name`, `root`, `written`, the users of each value) is in
+    fields of their own, outside `==`, `hash` and `repr`.
     """
 
     name: str
@@ -340,18 +345,27 @@ class Computation:
     attributes: tuple[Attribute, ...] = ()
     # What a lenient parse kept as written (an opcode or attribute this XLA does not know), `line:column: ...`.
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # (what the questions keep, made on the first)
+    _by_name: dict[str, Instruction] | None = field(default=None, init=False, repr=False, compare=False)
+    _root: Instruction | None = field(default=None, init=False, repr=False, compare=False)
+    _written: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _users: dict[str, tuple[tuple[Instruction, int], ...]] | None = field(default=None, init=False, repr=False,
+                                                                          compare=False)
 
-    @cached_property
+    @property
     def by_name(self) -> Mapping[str, Instruction]:
-        return {i.name: i for i in self.instructions}
+        found = self._by_name
+        if found is None:
+            found = _keep(self, "_by_name", {i.name: i for i in self.instructions})
+        return found
 
-    @cached_property
+    @property
     def root(self) -> Instruction:
-        # Cached (like `by_name`): the step model asks for it once per value it follows, a scan each time.
-        for inst in self.instructions:
-            if inst.is_root:
-                return inst
-        return self.instructions[-1]
+        # Kept (like `by_name`): the step model asks for it once per value it follows, a scan each time.
+        found = self._root
+        if found is None:
+            found = _keep(self, "_root", next((i for i in self.instructions if i.is_root), self.instructions[-1]))
+        return found
 
     def __getitem__(self, name: str) -> Instruction:
         return self.by_name[name]
@@ -365,10 +379,13 @@ class Computation:
         """Whether any instruction has one of `opcodes` (a test of `written`)."""
         return not self.written.isdisjoint(opcodes)
 
-    @cached_property
+    @property
     def written(self) -> frozenset[str]:
         """The opcodes of the instructions. (A lazily parsed computation reads them from its lines: no parse.)"""
-        return frozenset(i.opcode for i in self.instructions)
+        found = self._written
+        if found is None:
+            found = _keep(self, "_written", frozenset(i.opcode for i in self.instructions))
+        return found
 
     def parameter_name(self, number: int) -> str | None:
         """The name of `parameter(number)`; None when there is none. (A lazily parsed computation answers from
@@ -385,15 +402,14 @@ class Computation:
     def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
         """The instructions that read the value `name`, each with the operand index it reads it at, in order.
         (A lazily parsed computation reads only the lines whose operands may name it.)"""
-        return self._users.get(name, ())
-
-    @cached_property
-    def _users(self) -> Mapping[str, tuple[tuple[Instruction, int], ...]]:
-        users: dict[str, list[tuple[Instruction, int]]] = {}
-        for inst in self.instructions:
-            for k, operand in enumerate(inst.operand_names):
-                users.setdefault(operand, []).append((inst, k))
-        return {name: tuple(found) for name, found in users.items()}
+        found = self._users
+        if found is None:
+            users: dict[str, list[tuple[Instruction, int]]] = {}
+            for inst in self.instructions:
+                for k, operand in enumerate(inst.operand_names):
+                    users.setdefault(operand, []).append((inst, k))
+            found = _keep(self, "_users", {value: tuple(read) for value, read in users.items()})
+        return found.get(name, ())
 
     def line_head(self, name: str | None = None) -> LineHead | None:
         """The opcode, shape and first operand of the instruction `name` (None: the root); None when no
@@ -413,6 +429,12 @@ class Computation:
 
     def __len__(self) -> int:
         return len(self.instructions)
+
+
+def _keep(comp: Computation, slot: str, value: Any) -> Any:
+    """`value` kept in `comp`'s field `slot` (one of the answers a computation keeps), and given back."""
+    object.__setattr__(comp, slot, value)
+    return value
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left
 from itertools import chain
 from dataclasses import replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from sys import intern as _intern
@@ -45,6 +45,8 @@ from analyzer.hlo import verifier as _verifier
 from analyzer.hlo.verifier import check_alias_outputs, check_computations, verify_header, verify_instructions, vetted
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from lark import Lark
 
 __all__ = ["parse_hlo", "parse_hlo_file", "parse_instruction", "parse_shape", "LazyComputation",
@@ -588,7 +590,7 @@ def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
         for c, insts in zip(comps, calls):
             if c.name in whole:
                 whole.update(n for i in insts if i.opcode not in _SYNC for n in i.called_computations)
-        check_computations([c._parsed if c.name in whole or "_parsed" in c.__dict__
+        check_computations([c._parsed if c.name in whole or c.is_parsed
                             else _CallView(c.name, insts, c.is_entry, c.position) for c, insts in zip(comps, calls)])
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, reading.source, reading.path) from None
@@ -772,7 +774,7 @@ class _Reading:
     the bodies indexed, one object each: most fusion bodies write one of a few dozen). All of it lives as long as
     the parse, or the lazily parsed module, does."""
 
-    __slots__ = ("source", "path", "lenient", "check_ints", "callees", "lines", "written_sets")
+    __slots__ = ("source", "path", "lenient", "check_ints", "callees", "lines", "written_sets", "parsing")
 
     def __init__(self, source: str, path: str | None, lenient: bool, check_ints: bool | None,
                  callees: weakref.ref | None) -> None:
@@ -780,6 +782,7 @@ class _Reading:
         self.callees = callees
         self.lines = _line_reader()
         self.written_sets: dict[frozenset[str], frozenset[str]] = {}
+        self.parsing: set[str] = set()  # (the computations being parsed: one that needs itself parsed calls itself)
 
 
 class _CalleeTable:
@@ -998,52 +1001,38 @@ def _found_computation(name: str, found: tuple[Instruction, ...], attributes: tu
     return Computation(name, found, attributes=attributes)
 
 
-class _kept:
-    """`functools.cached_property` without its lock (Python 3.11 takes an RLock on each first read; 3.12 dropped
-    it): the first read stores the value in the instance's `__dict__`, where later reads find it. For
-    `LazyComputation._index`, read first on each of a large module's 21,000 computations; two threads reading one
-    computation at once would at worst both compute the same index."""
-
-    def __init__(self, func) -> None:
-        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return self
-        value = obj.__dict__[self.name] = self.func(obj)
-        return value
-
-
 class LazyComputation(Computation):
-    """A computation whose instructions are parsed on first use; `text` holds its source meanwhile."""
+    """A computation whose instructions are parsed on first use; `text` holds its source meanwhile.
 
-    def __init__(self, reading: _Reading, start: int, end: int, line: int, column: int, name: str,
-                 is_entry: bool, rows: int = -1, commented: bool | None = None) -> None:
-        # (a parse makes its records in bulk, `_records`, which says what each holds)
-        self.__dict__.update(LazyComputation._records(
-            reading, [(start, end, line, column, name, is_entry, rows, commented)])[0].__dict__)
+    A record per computation of a lazily parsed module (a parse makes them in bulk, `_records`), slotted as its
+    base is: `name` and `is_entry` (its base's fields); `_reading`, the parse's `_Reading` (shared); `_span`,
+    where its text is, the lines between its header and closing line (-1 when not known), whether the text holds
+    a `/*` (None when not known) and its packed position, which `position` unpacks (only ints and bools: the
+    collector stops tracking the tuple); `_indexed`, its `_Index` once asked for (`_UNINDEXED` before; None when
+    its lines are not all instruction lines, or once parsed); `_computation`, the parsed `Computation` once
+    parsed, None before. What the questions keep goes in the index, not here. Its base's other fields and kept
+    answers stay unset: each is read from the parsed computation (`instructions`, `by_name`...), and questions
+    of an unparsed one are answered from its index, or by parsing it.
+    """
+
+    __slots__ = ("_reading", "_span", "_indexed", "_computation")
 
     @classmethod
     def _records(cls, reading: _Reading, spans: list[tuple]) -> list[LazyComputation]:
-        """A record per span of `_split`, made without an `__init__` and a `Position` call each (they were a quarter
-        of a lazy parse's time after the split: 21,000 records in a large module).
-
-        A record's `__dict__` holds four keys, so that with its index (`_index`, the fifth) it still fits a dict's
-        smallest table (five keys; a sixth doubled it, a fifth of the text kept over a large module's records):
-        `_reading` (the parse's `_Reading`, shared), `_span` (where its text is, the lines between its header and
-        closing line, -1 when not known, whether the text holds a `/*`, None when not known: what `_split` found,
-        for the index; and its packed position, which `position` unpacks), `name` and `is_entry`. `_span` holds
-        only ints and bools, so the cyclic collector stops tracking it (as it does not a `Position`, an int
-        subclass): a record is two objects to walk on each full collection (three once indexed), not four. What
-        the questions keep goes in the index (`_Index.rows_read`), not
-        here."""
+        """A record per span of `_split`, each its six fields set through its slots' own descriptors (no
+        `__init__` and `Position` call each: they were a quarter of a lazy parse's time after the split, 21,000
+        records in a large module)."""
         new, top, shift = object.__new__, Position._COLUMN, Position._SHIFT
+        set_name, set_entry, set_reading, set_span, set_indexed, set_parsed = _RECORD_FIELDS
         records = []
         for start, end, line, column, name, is_entry, rows, commented in spans:
             record = new(cls)
-            record.__dict__.update({"_reading": reading, "_span": (start, end, rows, commented,
-                                                                   line << shift | min(column, top)),
-                                    "name": name, "is_entry": is_entry})
+            set_name(record, name)
+            set_entry(record, is_entry)
+            set_reading(record, reading)
+            set_span(record, (start, end, rows, commented, line << shift | min(column, top)))
+            set_indexed(record, _UNINDEXED)
+            set_parsed(record, None)
             records.append(record)
         return records
 
@@ -1068,34 +1057,34 @@ class LazyComputation(Computation):
 
     @property
     def is_parsed(self) -> bool:
-        return "_parsed" in self.__dict__
+        return self._computation is not None
 
     def mentions(self, *opcodes: str) -> bool:
         """Whether any of `opcodes` is an opcode here (`written`; no parse of a computation in XLA's form).
 
         Example: `comp.mentions("all-gather", "all-gather-start", "dot")`.
         """
-        index = None if "_parsed" in self.__dict__ else self._index  # (`written`, inlined)
-        return not (index.written if index is not None else self._opcodes).isdisjoint(opcodes)
+        return not self.written.isdisjoint(opcodes)
 
     @property
     def written(self) -> frozenset[str]:
         """The opcodes of the instructions: read by the index (`_Index`, one regex pass over the text, kept) when
         every line is in XLA's form and the computation is not parsed yet, else from the parsed instructions.
         `mentions` and `select` answer "not here" by a set test."""
-        index = None if "_parsed" in self.__dict__ else self._index
-        return index.written if index is not None else self._opcodes
+        index = None if self._computation is not None else self._index
+        return index.written if index is not None else self._parsed.written
 
-    @cached_property
-    def _opcodes(self) -> frozenset[str]:
-        return frozenset(i.opcode for i in self.instructions)
-
-    @_kept
+    @property
     def _index(self) -> _Index | None:
-        """The index of the text's instruction lines; None when a line between the header and `}` is not
-        `[ROOT ]name = shape opcode(...` (then every question parses the computation)."""
-        start, end, rows, commented = self._span[:4]
-        return _Index.of(self._reading, start, end, rows, commented)
+        """The index of the text's instruction lines, made on the first read; None when a line between the header
+        and `}` is not `[ROOT ]name = shape opcode(...` (then every question parses the computation), or once the
+        computation is parsed (its instructions answer)."""
+        index = self._indexed
+        if index is _UNINDEXED:
+            start, end, rows, commented = self._span[:4]
+            index = _Index.of(self._reading, start, end, rows, commented)
+            _SET_INDEXED(self, index)
+        return index
 
     def select(self, *opcodes: str) -> tuple[Instruction, ...]:
         """The instructions with one of `opcodes`, in order, each with its operands' shapes.
@@ -1106,7 +1095,7 @@ class LazyComputation(Computation):
 
         Example: `fusion_comp.select("dot", "all-gather")`.
         """
-        index = None if "_parsed" in self.__dict__ else self._index
+        index = None if self._computation is not None else self._index
         if index is not None:
             if index.written.isdisjoint(opcodes):
                 return ()  # (most fusions: none written, nothing read)
@@ -1115,7 +1104,7 @@ class LazyComputation(Computation):
             found = self._read(index.rows_of(index.written.intersection(opcodes)))
             if found is not None:
                 return found
-        return tuple(i for i in self.instructions if i.opcode in opcodes)
+        return self._parsed.select(*opcodes)
 
     def call_instructions(self) -> tuple[Instruction, ...]:
         """The instructions that name a called computation (an attribute of `attributes.CALL_KEYS`: `calls=`,
@@ -1128,18 +1117,18 @@ class LazyComputation(Computation):
         of fusions: the analysis reads those whole, and a parse reads a line for less than a row read alone; such
         a computation is not indexed first: its call attributes are counted by one search of its text).
         """
-        if "_parsed" not in self.__dict__ and "_index" not in self.__dict__ and self._mostly_calls():
-            return super().call_instructions()
-        index = None if "_parsed" in self.__dict__ else self._index
+        if self._computation is None and self._indexed is _UNINDEXED and self._mostly_calls():
+            return self._parsed.call_instructions()
+        index = None if self._computation is not None else self._index
         if index is not None and index.calls is not None:
             if not index.calls:
                 return ()
             if len(index.calls) >= _CALLS_PARSED and 2 * len(index.calls) >= index.rows:
-                return super().call_instructions()
+                return self._parsed.call_instructions()
             found = self._read(index.calls)
             if found is not None:
                 return tuple(i for i in found if names_callee(i))
-        return super().call_instructions()
+        return self._parsed.call_instructions()
 
     def _mostly_calls(self) -> bool:
         """Whether `_CALLS_PARSED` or more of the lines between the header and `}` hold a call attribute, and at
@@ -1160,28 +1149,28 @@ class LazyComputation(Computation):
         module 25,095 questions, 22,862 different), and a kept `LineHead` is one more object for the collector to
         walk per body.
         """
-        index = None if "_parsed" in self.__dict__ else self._index
+        index = None if self._computation is not None else self._index
         if index is None:
-            return super().line_head(name)
+            return self._parsed.line_head(name)
         k = index.root if name is None else index.by_name.get(name)
         if k is None:
             return None
         head = index.head(k)
         if head is None:  # (the rows cannot tell: the parse says, or reports what is wrong)
-            return super().line_head(name)
+            return self._parsed.line_head(name)
         return head
 
     def parameter_name(self, number: int) -> str | None:
         """The name of `parameter(number)`, None when there is none. Unparsed: from the index, no line read (a
         row `name = shape parameter(N)`; the parse when two rows give the number)."""
-        index = None if "_parsed" in self.__dict__ else self._index
+        index = None if self._computation is not None else self._index
         if index is None or "parameter" not in index.written:
-            return super().parameter_name(number) if index is None else None
+            return self._parsed.parameter_name(number) if index is None else None
         cells = index.cells
         found = [k for k in index.rows_of(("parameter",))
                  if (text := cells[GROUPS * k + OPERANDS].strip()).isdigit() and int(text) == number]
         if len(found) != 1:
-            return super().parameter_name(number) if found else None
+            return self._parsed.parameter_name(number) if found else None
         return cells[GROUPS * found[0] + NAME]
 
     def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
@@ -1189,10 +1178,10 @@ class LazyComputation(Computation):
         `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: only the rows whose operand text
         may name it (`_Index.readers`) are read; the rest stays text.
         """
-        index = None if "_parsed" in self.__dict__ else self._index
+        index = None if self._computation is not None else self._index
         found = self._read(index.readers(name)) if index is not None else None
         if found is None:
-            return super().users_of(name)
+            return self._parsed.users_of(name)
         return tuple((i, k) for i in found for k, o in enumerate(i.operand_names) if o == name)
 
     def _read(self, ks: list[int] | tuple[int, ...]) -> tuple[Instruction, ...] | None:
@@ -1250,45 +1239,53 @@ class LazyComputation(Computation):
             memo.update(zip(missing, new))
         return tuple([memo[k] for k in ks])
 
-    @cached_property
+    @property
     def _parsed(self) -> Computation:
+        """The parsed computation, parsed on the first read (`_parse`) and kept."""
+        parsed = self._computation
+        if parsed is None:
+            parsed = self._parse()
+            _SET_PARSED(self, parsed)
+            _SET_INDEXED(self, None)  # (the parsed instructions answer from now on)
+        return parsed
+
+    def _parse(self) -> Computation:
         start, end = self._span[:2]
-        if "_parsing" in self.__dict__:  # a shape inferred from a callee that is this computation
+        reading = self._reading
+        if self.name in reading.parsing:  # a shape inferred from a callee that is this computation
             raise HloSemanticError(f"computation {self.name!r} calls itself", line=self.position.line,
                                    column=self.position.column, source_line=_source_line(self._source,
                                                                                          self.position.line))
-        self.__dict__["_parsing"] = True  # (the record's own state, as its cached answers)
+        reading.parsing.add(self.name)
         # The module's computations for shapes inferred from a callee; none when the module was dropped (only a
         # call, while or conditional written without its shape needs them, and then says so). (`CALLEES.set`, not
         # `with callee_table(...)`: a context manager per computation cost 5% of a large parse.)
-        reading = self._reading
         table = reading.callees() if reading.callees is not None else None
         token = CALLEES.set(table.by_name if table is not None else DroppedModule())
         try:
-            parsed = _parse_chunk(reading, start, end, self.position.line)
-            self.__dict__.pop("_index", None)  # (the parsed instructions answer from now on)
-            return parsed
+            return _parse_chunk(reading, start, end, self.position.line)
         except (HloSyntaxError, HloSemanticError) as e:
             raise _positioned(e, self._source, self._path) from None
         except Exception as e:
             raise _translate(e, self._source, self._path) from None
         finally:
             CALLEES.reset(token)
-            del self.__dict__["_parsing"]
+            reading.parsing.discard(self.name)
 
-    @cached_property
+    # The parsed computation's fields and kept answers (the record leaves its own unset).
+    @property
     def instructions(self) -> tuple[Instruction, ...]:  # type: ignore[override]
         return self._parsed.instructions
 
-    @cached_property
+    @property
     def parameter_shapes(self):  # type: ignore[override]
         return self._parsed.parameter_shapes
 
-    @cached_property
+    @property
     def result_shape(self):  # type: ignore[override]
         return self._parsed.result_shape
 
-    @cached_property
+    @property
     def attributes(self):  # type: ignore[override]
         return self._parsed.attributes
 
@@ -1296,9 +1293,24 @@ class LazyComputation(Computation):
     def notes(self):  # type: ignore[override]
         return self._parsed.notes if self.is_parsed else ()
 
+    @property
+    def by_name(self) -> Mapping[str, Instruction]:
+        return self._parsed.by_name
+
+    @property
+    def root(self) -> Instruction:
+        return self._parsed.root
+
     def __repr__(self) -> str:
         state = "parsed" if self.is_parsed else "unparsed"
         return f"LazyComputation({self.name!r}, {state}, line {self.position.line})"
+
+
+_RECORD_FIELDS = tuple(cls.__dict__[name].__set__ for cls, name in (
+    (Computation, "name"), (Computation, "is_entry"), (LazyComputation, "_reading"), (LazyComputation, "_span"),
+    (LazyComputation, "_indexed"), (LazyComputation, "_computation")))
+_SET_INDEXED, _SET_PARSED = _RECORD_FIELDS[4:]
+_UNINDEXED = object()  # `LazyComputation._indexed` before the index is asked for
 
 
 # `, key=` of an attribute that names called computations: where the fast path reads attribute keys (a superset
@@ -1326,7 +1338,7 @@ class _Index:
     one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
     `by_name`: each name's row (-1 for a name two rows define). `rows_read`: the instructions `_read` read, by row
     (None before).
-    (The computation's answers are kept here, in slots, so that its record's `__dict__` stays at its smallest.)
+    (The computation's answers are kept here, in slots.)
     """
 
     __slots__ = ("cells", "rows", "written", "calls", "root", "_by_name", "rows_read")
