@@ -29,7 +29,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from sys import intern as _intern
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from analyzer.errors import AnalyzerError, HloSemanticError, HloSyntaxError
 from analyzer.hlo.attributes import CALL_KEYS, names_callee
@@ -555,15 +555,6 @@ def parse_hlo_file(path: str | Path, *, lazy: bool = False, lenient: bool = Fals
 _SYNC = frozenset(_verifier.OPCODES) - frozenset(_verifier._ASYNC_GENERIC)
 
 
-class _CallView(NamedTuple):
-    """What `check_computations` reads of a computation not parsed: its name, call instructions and place."""
-
-    name: str
-    instructions: tuple[Instruction, ...]
-    is_entry: bool
-    position: Position | None
-
-
 def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
     """The module-level checks of a full parse (`verifier.check_computations`: one ENTRY, every called
     computation defined before its caller, the async-op structure) on a lazily parsed module, by what they need
@@ -584,14 +575,13 @@ def _check_read(module: HloModule, records: list[LazyComputation]) -> None:
             if head is not None:
                 check_alias_outputs(reading.source[:records[0]._span[0]], aliasing, head.shape)
         comps = module.computations
-        calls = [c.call_instructions() for c in comps]
+        calls = {c.name: c.call_instructions() for c in comps}
         # (what writes an async op, and what one wraps, is checked whole: the async chains are checked on them)
         whole = {c.name for c in comps if not _SYNC.issuperset(c.written)}
-        for c, insts in zip(comps, calls):
+        for c in comps:
             if c.name in whole:
-                whole.update(n for i in insts if i.opcode not in _SYNC for n in i.called_computations)
-        check_computations([c._parsed if c.name in whole or c.is_parsed
-                            else _CallView(c.name, insts, c.is_entry, c.position) for c, insts in zip(comps, calls)])
+                whole.update(n for i in calls[c.name] if i.opcode not in _SYNC for n in i.called_computations)
+        check_computations(comps, lambda c: c.instructions if c.name in whole or c.is_parsed else calls[c.name])
     except (HloSyntaxError, HloSemanticError) as e:
         raise _positioned(e, reading.source, reading.path) from None
 

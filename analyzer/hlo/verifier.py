@@ -752,8 +752,13 @@ def compatible(a: Shape, b: Shape) -> bool:
 
 # ---------------------------------------------------------------------------------------------- module
 
-def check_computations(comps: list[Computation]) -> Computation | None:
+def check_computations(comps: Sequence[Computation],
+                       instructions_of: Callable[[Computation], Sequence[Instruction]] | None = None
+                       ) -> Computation | None:
     """Module-level checks: unique computation names, at most one ENTRY, every called computation defined.
+
+    `instructions_of(c)`: the instructions of `c` the checks read (None: all of them; a lazily parsed module
+    gives an unparsed computation's call instructions, `parser._check_read`).
 
     Returns:
       The ENTRY computation, or None when none is marked.
@@ -774,7 +779,7 @@ def check_computations(comps: list[Computation]) -> Computation | None:
                                        line=c.position.line, column=c.position.column)
             entry = c
         chains: dict[str, tuple[str, str | None, str]] | None = None
-        for inst in c.instructions:
+        for inst in c.instructions if instructions_of is None else instructions_of(c):
             op = inst.opcode
             if op not in OPCODES or op in _ASYNC_GENERIC:
                 chains = {} if chains is None else chains
