@@ -156,3 +156,77 @@ ENTRY e {
     assert plain.temp_bytes == scores + 4 * scores  # s is read by o after the stack is made: both live then
     assert held.temp_bytes == 0
     assert (held.argument_bytes, held.output_bytes) == (plain.argument_bytes, plain.output_bytes)
+
+
+_ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+"""
+
+
+def test_an_instruction_that_frees_memory_runs_before_a_loop_it_does_not_need():
+    """The loss's reduction printed after the backward loop (MaxText's Llama 3.1 70B step): it is the last reader
+    of the logits, so it runs as soon as they exist, and they are not live while the loop runs: the estimate is
+    the one of the same program printed with the reduction before the loop."""
+    loop = """cond {
+  p = (s32[], f32[256,256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[256,256]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  h = f32[256,256] get-tuple-element(p), index=1
+  d = f32[256,256] dot(h, h), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e = f32[256,256] dot(d, h), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], f32[256,256]) tuple(j, e)
+}
+"""
+    head = """ENTRY e {
+  x = f32[256,256] parameter(0)
+  logits = f32[256,1024] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  g = f32[256,256] dot(logits, x), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  zero = f32[] constant(0)
+"""
+    loss = "  loss = f32[] reduce(logits, zero), dimensions={0,1}, to_apply=add\n"
+    run = """  z = s32[] constant(0)
+  init = (s32[], f32[256,256]) tuple(z, g)
+  w = (s32[], f32[256,256]) while(init), condition=cond, body=body
+  out = f32[256,256] get-tuple-element(w), index=1
+"""
+    tail = "  ROOT r = (f32[256,256], f32[]) tuple(out, loss)\n}"
+    after = estimate_tpu_memory(parse_hlo("HloModule m\n" + _ADD + loop + head + run + loss + tail))
+    before = estimate_tpu_memory(parse_hlo("HloModule m\n" + _ADD + loop + head + loss + run + tail))
+    logits = 256 * 1024 * 4
+    assert after.temp_bytes == before.temp_bytes
+    assert after.temp_bytes < logits + 256 * 256 * 4 * 3  # the logits never live beside the loop's buffers
+
+
+def test_an_expensive_value_saved_to_a_stack_and_read_again_is_written_to_memory():
+    """XLA never duplicates an expensive producer (exp) into several consumers: saved to the loop's stack and summed,
+    it is a buffer of its own; a cheap one (a multiply) or an exp read once is fused into its consumers."""
+    def module(op):
+        return parse_hlo("HloModule m\n" + _ADD + f"""ENTRY e {{
+  x = f32[512,512] parameter(0)
+  st = f32[4,512,512] parameter(1)
+  s = f32[512,512] dot(x, x), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  e = f32[512,512] {op}(s, s)
+  e3 = f32[1,512,512] reshape(e)
+  i = s32[] constant(0)
+  upd = f32[4,512,512] dynamic-update-slice(st, e3, i, i, i)
+  zero = f32[] constant(0)
+  sum = f32[512] reduce(e, zero), dimensions={{1}}, to_apply=add
+  ROOT r = (f32[4,512,512], f32[512]) tuple(upd, sum)
+}}""".replace("(s, s)", "(s)" if op == "exponential" else "(s, s)"))
+    block = 512 * 512 * 4
+    expensive, cheap = estimate_tpu_memory(module("exponential")), estimate_tpu_memory(module("multiply"))
+    assert expensive.temp_bytes == cheap.temp_bytes + block  # the exp's own buffer beside the dot's
+    assert cheap.temp_bytes == block  # the dot's output, read through the fused multiply
+    from analyzer.analysis.tpumemory import _materialised
+
+    assert _materialised(module("exponential").entry) == {"e"}
