@@ -7,7 +7,13 @@ program the arguments, outputs and temporaries of both, and the estimate's error
 (arguments + outputs + HBM temporaries - aliased bytes; generated code left out: it is the size of the TPU
 program, which the cpu target cannot see). Needs libtpu (`pip install -e '.[tpu]'`).
 
-    JAX_PLATFORMS=cpu python scripts/tpu_memory_check.py [--only NAME] [--json OUT.json]
+    JAX_PLATFORMS=cpu python scripts/tpu_memory_check.py [--only NAME] [--json OUT.json] [--dump DIR]
+
+`--dump DIR` keeps libtpu's dumps of each TPU compile in DIR/<program> (`xla_dump_to`): its buffer assignment
+(`*after_optimizations-buffer-assignment.txt`), the final schedule's live ranges (`*-live-range.txt`) and the
+final HLO, which is where the estimate's rules come from (tpumemory.py's docstring); the table then also gives
+the size of libtpu's HBM heap of temporaries (the `preallocated-temp` allocation of color 0) and how many
+16 KiB slots of it hold tuple index tables.
 
 The programs: the chapter's training steps (examples/chapter.py) on 8 devices, and the template's MaxText-like
 runs named in tpumemory.py's docstring (d_model 2048, d_ff 8192, 16 heads, 4 layers, sequence 2048, batch 16,
@@ -17,10 +23,12 @@ Adam; FSDP over 8 with and without full remat; FSDP 4 x TP 2 with a 32,000 vocab
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +76,59 @@ def _total(memory: dict[str, int]) -> int:
     return memory["argument_bytes"] + memory["output_bytes"] + memory["temp_bytes"] - memory["alias_bytes"]
 
 
-def measure(name: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def _libtpu_dumps(folder: Path | None) -> Iterator[None]:
+    """While inside, each TPU compile writes libtpu's dumps into `folder` (the compile job's own `dump_dir`)."""
+    if folder is None:
+        yield
+        return
+    from analyzer.compile import lower
+
+    compile_job = lower._compile_job  # noqa: SLF001 - a measuring script reading the compiler's own dumps
+
+    def dumping(job: Any, devices: Any = None, after_spmd: Any = None) -> Any:
+        if job.get("platform") == "tpu":
+            folder.mkdir(parents=True, exist_ok=True)
+            job = {**job, "dump_dir": str(folder)}
+        return compile_job(job, devices, after_spmd)
+
+    lower._compile_job = dumping  # noqa: SLF001
+    try:
+        yield
+    finally:
+        lower._compile_job = compile_job  # noqa: SLF001
+
+
+def heap_of(folder: Path) -> dict[str, int] | None:
+    """libtpu's HBM heap of temporaries from its buffer-assignment dump: its bytes, and how many 16 KiB-aligned
+    slots of it hold a tuple's index table (a 512-byte value of tuple shape)."""
+    found = sorted(folder.glob("*after_optimizations-buffer-assignment.txt"))
+    if not found:
+        return None
+    heap, slots, in_heap = 0, set(), False
+    for line in found[0].read_text().splitlines():
+        m = re.match(r"allocation \d+: size (\d+),(.*):$", line)
+        if m:
+            in_heap = "preallocated-temp" in m.group(2) and "color" not in m.group(2)
+            heap += int(m.group(1)) if in_heap else 0
+        elif in_heap:
+            v = re.match(r" value: <\d+ \S+ (?:\(phi\) )?@0> \(size=(\d+),offset=(\d+)\): \(", line)
+            if v:
+                slots.add(int(v.group(2)))
+    return {"heap_bytes": heap, "tuple_slots": len(slots)}
+
+
+def measure(name: str, dump: Path | None = None) -> dict[str, Any]:
     from analyzer import analyze
 
     mesh, make = PROGRAMS[name]
     fn, args = make()[:2]
     cpu = analyze(fn, *args, mesh=mesh).memory
-    tpu = analyze(fn, *args, mesh=mesh, target=TPU_TARGET).memory
-    return {"program": name, "estimate": dict(cpu), "libtpu": dict(tpu),
+    folder = dump / re.sub(r"[^A-Za-z0-9]+", "_", name) if dump is not None else None
+    with _libtpu_dumps(folder):
+        tpu = analyze(fn, *args, mesh=mesh, target=TPU_TARGET).memory
+    heap = heap_of(folder) if folder is not None else None
+    return {"program": name, "estimate": dict(cpu), "libtpu": dict(tpu), "libtpu_heap": heap,
             "error": _total(cpu) / _total(tpu) - 1.0,
             "cpu_compiler_error": ((_total({**cpu, "temp_bytes": cpu["cpu_compiler_temp_bytes"]}) / _total(tpu) - 1.0)
                                    if "cpu_compiler_temp_bytes" in cpu else None)}
@@ -89,12 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="a program's name (repeatable); default: all")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    parser.add_argument("--dump", type=Path, help="keep libtpu's dumps (buffer assignment) in DIR/<program>")
     ns = parser.parse_args(argv)
     names = ns.only or list(PROGRAMS)
     unknown = [n for n in names if n not in PROGRAMS]
     if unknown:
         parser.error(f"unknown program(s) {unknown}; known: {list(PROGRAMS)}")
-    rows = [measure(n) for n in names]
+    rows = [measure(n, ns.dump) for n in names]
     print(f"estimate (cpu target) against libtpu's memory analysis ({TPU_TARGET}), MiB per device")
     print("| program | args est / libtpu | outputs est / libtpu | HBM temps est / libtpu | temps in VMEM (est) | "
           "total error | total error, MiB | CPU compiler's total error |")
@@ -106,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{_mib(e['output_bytes'])} / {_mib(t['output_bytes'])} | {_mib(e['temp_bytes'])} / "
               f"{_mib(t['temp_bytes'])} | {_mib(e.get('vmem_temp_bytes', 0))} | {r['error']:+.1%} | "
               f"{(_total(e) - _total(t)) / 2**20:+,.1f} | {cpu_err} |")
+    heaps = [(r["program"], r["libtpu_heap"]) for r in rows if r.get("libtpu_heap")]
+    if heaps:
+        print("\nlibtpu's HBM heap of temporaries (buffer assignment), MiB; tuple index tables: 16 KiB slots")
+        for program, h in heaps:
+            print(f"  {program}: heap {_mib(h['heap_bytes'])}, {h['tuple_slots']} tuple slots")
     if ns.json:
         ns.json.write_text(json.dumps(rows, indent=1))
     return 0
