@@ -14,9 +14,13 @@ HLO right after SPMD partitioning (per-device shapes, the program's order), in t
 - **arguments and outputs**: the entry's parameters, the entry root's leaves; donated outputs
   (`input_output_alias`) are the aliased bytes.
 - **temporaries: liveness over the program's order**. The instructions run in the order printed (a
-  topological order, which is what the partitioned module has before scheduling). Element-wise ops, layout
+  topological order, which is what the partitioned module has before scheduling), except that one which frees
+  more bytes than it makes runs as soon as its operands have, as a memory-aware scheduler runs it
+  (`_Peaks._schedule`). Element-wise ops, layout
   changes, broadcasts, iotas, slices and tuples are fused into their consumers as the TPU compiler fuses them:
-  they hold no buffer, and the buffers they read stay live until the consumer that reads through them. Every
+  they hold no buffer, and the buffers they read stay live until the consumer that reads through them; an
+  expensive one (exp, log, divide, ...) read by several consumers and saved to a loop's stack is written to
+  memory, as XLA never duplicates an expensive producer (`_materialised`). Every
   other instruction (dots, convolutions, reductions, collectives, gathers, scatters, custom calls, sorts,
   loops) makes one buffer, live from its instruction to its last reader. An instruction whose output has the
   shape of an operand that dies there writes in place (loop state, dynamic-update-slice, element-wise
@@ -38,19 +42,26 @@ HLO right after SPMD partitioning (per-device shapes, the program's order), in t
   for the fusions' tiles, `SCOPED_VMEM_BYTES`) are kept there, and libtpu counts none of them in HBM: the
   chapter's fsdp step on v5e (18.4 MiB of temporaries by this estimate) got one 22.9 MiB VMEM allocation (`color
   1` in libtpu's buffer-assignment dump) and 1.0 MiB of HBM temporaries (index tables of tuple-shaped values, not
-  modelled). Then the estimate's temporaries are 0 and the peak is reported as `vmem_temp_bytes`. A larger peak
+  modelled: each tuple-shaped value of the final TPU program, a loop's state, a multi-output fusion, an async
+  copy or collective, gets a 512-byte table in its own 16 KiB slot, `xla_jf_program_hbm_alignment_in_kib: 16`,
+  33-43 slots on the chapter's steps; most of those values are made by libtpu's passes after partitioning, and
+  libtpu's `temp_size_in_bytes` was twice the heap holding them on all five steps, for no reason the dumps
+  show). Then the estimate's temporaries are 0 and the peak is reported as `vmem_temp_bytes`. A larger peak
   stays in HBM whole: assignment then only stages some buffers through VMEM, which this estimate does not model
   (at most one VMEM's worth, under 1% of any HBM).
 - **generated code**: not estimated (libtpu's figure for it is the size of the compiled TPU program); 0 here.
 
 Measured against libtpu's own analysis (the TPU target, ahead of time, v5e:2x4, jax 0.10.2; arguments + outputs
 + temporaries, code left out), on the template's d_model 2048 / d_ff 8192 / 16 heads, 4 layers, seq 2048,
-batch 16, Adam: FSDP over 8 without remat 6.13 GiB estimated against 6.99 (-12%), with full remat 1.41 against
-1.40 (+0.2%); FSDP 4 x TP 2 with a 32,000 vocabulary and gated SiLU 6.93 against 7.69 (-10%). The CPU compiler
+batch 16, Adam: FSDP over 8 without remat -1.4% (-13.2% before the rule for expensive values saved to a
+stack), with full remat -4.5% (-1.4% in the printed order); FSDP 4 x TP 2 with a 32,000 vocabulary and gated
+SiLU 6.93 against 7.69 (-10%, before both rules). The CPU compiler
 said 10.4, 2.8 and 11.2 GiB. The chapter's training steps (examples/chapter.py, 8 devices; a few MiB each): before
 the VMEM rule the estimate was 105-472% over libtpu's total (temporaries of 18-40 MiB that libtpu keeps in VMEM);
 with it, 3-39% under, 1.0-1.4 MiB in absolute terms, libtpu's HBM index tables of tuple-shaped values
-(`python scripts/tpu_memory_check.py` prints the table).
+(`python scripts/tpu_memory_check.py` prints the table; `--dump DIR` keeps libtpu's buffer assignment). MaxText's
+Llama 3.1 70B step on v6e (libtpu: 3.3 GB of arguments and a 23.6 GB heap of temporaries) is estimated at 30.0
+GB; 32.1 GB in the printed order, which kept its 10 GB logits live through the backward loop.
 """
 
 from __future__ import annotations
