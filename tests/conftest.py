@@ -38,7 +38,8 @@ pytest_plugins = ("pytester",)
 @pytest.fixture(scope="session")
 def planned():
     """`planned("replicated_batch")` -> the Report of that plan of tests/rules/plans.py (one small MLP step,
-    several plans), analysed once per session for the analysis and the rule tests."""
+    several plans; "embedding" is its `embedding_plan()`), analysed once per session for the analysis and the
+    rule tests."""
     import importlib.util
     from pathlib import Path
 
@@ -51,7 +52,7 @@ def planned():
 
     def get(name: str):
         if name not in cache:
-            fn, args, kwargs = plans.plan(name)
+            fn, args, kwargs = plans.embedding_plan() if name == "embedding" else plans.plan(name)
             cache[name] = analyzer.analyze(fn, *args, **kwargs)
         return cache[name]
 

@@ -4,7 +4,8 @@ with_sharding_constraint that puts 'data' on a feature dimension" names the tabl
 the report's first sentence says it, and `--verify-fixes` applies it.
 
 The program is tests/rules/plans.py's `embedding_plan` (token ids looked up with `jnp.take`, then the MLP, on
-data=4, model=2), compiled once per module here.
+data=4, model=2), compiled once per session (tests/conftest.py's `planned("embedding")`, which test_roles.py
+also reads).
 """
 
 from __future__ import annotations
@@ -58,8 +59,7 @@ def test_the_first_sentence_names_the_root_cause_s_change():
 
 @pytest.fixture(scope="module")
 def embedding(planned):
-    fn, args, kwargs = planned.plans.embedding_plan()
-    return analyzer.analyze(fn, *args, **kwargs), (fn, args, kwargs)
+    return planned("embedding"), planned.plans.embedding_plan()
 
 
 @pytest.mark.slow
