@@ -55,13 +55,14 @@ Measured against libtpu's own analysis (the TPU target, ahead of time, v5e:2x4, 
 + temporaries, code left out), on the template's d_model 2048 / d_ff 8192 / 16 heads, 4 layers, seq 2048,
 batch 16, Adam: FSDP over 8 without remat -1.4% (-13.2% before the rule for expensive values saved to a
 stack), with full remat -4.5% (-1.4% in the printed order); FSDP 4 x TP 2 with a 32,000 vocabulary and gated
-SiLU 6.93 against 7.69 (-10%, before both rules). The CPU compiler
+SiLU 7.29 GiB against 7.54, -3.4% (-10.5% before). The CPU compiler
 said 10.4, 2.8 and 11.2 GiB. The chapter's training steps (examples/chapter.py, 8 devices; a few MiB each): before
 the VMEM rule the estimate was 105-472% over libtpu's total (temporaries of 18-40 MiB that libtpu keeps in VMEM);
 with it, 3-39% under, 1.0-1.4 MiB in absolute terms, libtpu's HBM index tables of tuple-shaped values
 (`python scripts/tpu_memory_check.py` prints the table; `--dump DIR` keeps libtpu's buffer assignment). MaxText's
-Llama 3.1 70B step on v6e (libtpu: 3.3 GB of arguments and a 23.6 GB heap of temporaries) is estimated at 30.0
-GB; 32.1 GB in the printed order, which kept its 10 GB logits live through the backward loop.
+Llama 3.1 70B step on v6e (libtpu, tpu:v6e:16x16: 29.1 GB, 3.3 GB of donated arguments and 25.7 GB of
+temporaries) is estimated at 30.0 GB (+3.2%); 32.1 GB in the printed order, which kept its 10 GB logits live
+through the backward loop.
 """
 
 from __future__ import annotations

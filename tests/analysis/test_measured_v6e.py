@@ -352,7 +352,7 @@ def test_a_published_run_gets_no_memory_finding(row):
     from copies to pinned_host, and the backward loop's they are handed to). Before both, every row was estimated at
     44-153 GB against 32 GB. Llama 3.1 70B was then 32.1 GB of 32 (its loss's reduction and weight gradient printed
     after the backward loop kept the 10 GB logits live through it; run early, as they free them, 30.0 GB; libtpu's
-    own buffer assignment: 3.3 GB of arguments and a 23.6 GB heap)."""
+    own memory analysis of the step, tpu:v6e:16x16: 29.1 GB)."""
     report = _report(row)
     assert any("offloads kept in host memory" in n for n in report.notes if n.startswith("Memory per device"))
     found = [d.message for d in report.diagnostics if d.code == "HA401"]
