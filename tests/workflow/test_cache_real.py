@@ -101,6 +101,16 @@ def toy(tmp_path: Path) -> Path:
     return write_toy(tmp_path / "toy-project")
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a `report` or `diff` run in a fresh process (test_report_cache.py, test_diff_cache.py):
+    the session's, less HLO_ANALYZER_NO_CACHE. The session's XLA_FLAGS (8 fake devices, tests/conftest.py) stay,
+    so a cold run compiles in its own process rather than starting a second child that imports jax again
+    (tests/lower/test_lower.py covers that path): what those tests check, what is cached, replayed and
+    recomputed, is the same. (`check` below prepares its own devices before jax starts, as a user's does, so
+    its runs here keep the environment without XLA_FLAGS: the session's would save nothing there.)"""
+    return {k: v for k, v in os.environ.items() if k != "HLO_ANALYZER_NO_CACHE"}
+
+
 def check(root: Path, *argv: str) -> tuple[int, str, str]:
     """`hlo-analyzer check ARGV` in a fresh process at `root`; (exit status, stdout, stderr less the probe)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "HLO_ANALYZER_NO_CACHE")}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -176,12 +175,12 @@ def test_a_damaged_entry_or_a_lost_source_text_is_a_miss_and_an_unwritable_cache
 
 @pytest.mark.slow
 def test_diff_of_a_revision_and_the_working_tree_again_is_the_same_bytes_without_jax(tmp_path):
-    from test_cache_real import PROBE, TRAIN as REAL_TRAIN, imported
+    from test_cache_real import PROBE, TRAIN as REAL_TRAIN, child_env, imported
 
     root = write_toy(tmp_path / "toy-project", commit=True)
     (root / "toy" / "train.py").write_text(REAL_TRAIN.replace('"w_out": sds((F, D), P("model", None))',
                                                               '"w_out": sds((F, D), P(None, "model"))'))
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "HLO_ANALYZER_NO_CACHE")}
+    env = child_env()
 
     def diff(*extra: str) -> tuple[int, str, str]:
         proc = subprocess.run([sys.executable, "-c", PROBE, "diff", "HEAD:pyproject.toml", "pyproject.toml",

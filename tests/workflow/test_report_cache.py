@@ -6,7 +6,6 @@ without importing jax; a changed config or entry point's module recomputes and r
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,12 +39,11 @@ def step(mesh):
 """
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cache_real import PROBE, imported  # noqa: E402  (the probe that runs the CLI and names heavy imports)
+from test_cache_real import PROBE, child_env, imported  # noqa: E402  (the probe that runs the CLI, names heavy imports)
 
 
 def report(root: Path, *argv: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "HLO_ANALYZER_NO_CACHE")}
-    proc = subprocess.run([sys.executable, "-c", PROBE, "report", "plan.toml", *argv], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-c", PROBE, "report", "plan.toml", *argv], cwd=root, env=child_env(),
                           capture_output=True, text=True, timeout=600)
     return proc.returncode, proc.stdout, imported(proc.stderr)
 
