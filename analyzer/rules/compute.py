@@ -7,9 +7,10 @@ op's forward dots in the program before partitioning to the arguments they read:
 argument is the activation (the batch: `x @ w`, `einsum('bsd,df->bsf', x, w)`, Flax's Dense), the right
 operand's is the weight. The mesh axes no weight uses are the batch's (data-parallel) axes; the finding
 names the batch argument by its pytree path, its PartitionSpec now and the one to write (its leading dim
-over those axes), the redundant FLOPs and the compute the change removes from each chip's step less the
-collectives the change brings (`change_comm`: an output's gather, the weight gradients' reduction), offered as a
-fix only where that net is a saving. Where the
+over those axes), the redundant FLOPs and the compute the change removes from each chip's step, with the
+collectives it takes away (`removed_comm`: a batch split over data axes on a feature dim, the plan's collectives
+over those axes alone), less the collectives the change brings (`change_comm`: an output's gather, the weight
+gradients' reduction), offered as a fix only where that net is a saving. Where the
 dots' operands trace to no argument (the first layer's activation is computed from an embedding lookup and a layer
 norm, as in a Hugging Face model), the batch and the weights are the program's arguments by role
 (`analyzer.analysis.roles.Arguments`: the token ids, the right operands of forward dots). Where the repeated matmuls
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from analyzer.hlo.ir import Instruction
     from analyzer.rules.context import RuleContext
 
-__all__ = ["RepeatedWork", "change_comm", "dot_pass", "redundant_compute", "repeated_work", "spec_text"]
+__all__ = ["RepeatedWork", "change_comm", "dot_pass", "redundant_compute", "removed_comm", "repeated_work",
+           "spec_text"]
 
 
 def spec_text(dims: Sequence[Sequence[str]]) -> str:
@@ -65,6 +67,8 @@ class RedundantCompute(Message):
     comm_seconds: float = 0.0
     brings: str = "none found"
     net_seconds: float = 0.0
+    removed_seconds: float = 0.0
+    removes: str = ""
 
     template: ClassVar[str] = (
         "the chips repeat each other's work: the matmuls of {ops} source line(s) run up to {repeat:.1f}x their "
@@ -77,10 +81,12 @@ class RedundantCompute(Message):
         """The change with its net: the compute it saves less the collectives it brings (HA104 offers it only when
         that is a saving)."""
         saved, comm, net = (format_seconds(x) for x in (self.saved_seconds, self.comm_seconds, self.net_seconds))
+        gone = (f" and {format_seconds(self.removed_seconds)} of the collectives it takes away ({self.removes})"
+                if self.removed_seconds > 0 else "")
         if self.net_seconds > 0:
             return (f"Change {self.change}: each chip then computes its own part, {saved} less compute per chip per "
-                    f"step, less {comm} of the collectives the change brings ({self.brings}): {net} saved.")
-        return (f"Splitting it ({self.change}) would take {saved} of compute off each chip but bring {comm} of "
+                    f"step{gone}, less {comm} of the collectives the change brings ({self.brings}): {net} saved.")
+        return (f"Splitting it ({self.change}) would take {saved} of compute off each chip{gone} but bring {comm} of "
                 f"collectives ({self.brings}): no saving on this plan, so no change is offered.")
 
     @property
@@ -107,9 +113,11 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
     rows: the batch (or another activation dimension) is replicated over a mesh axis, or split on a dimension
     that does not divide the work. It names the batch argument by its pytree path with its PartitionSpec now
     and the one to write (its leading dim over the mesh axes no weight uses), the redundant FLOPs and what the
-    change saves: the compute it removes from each chip's step less the collectives it brings, priced with the
-    report's cost model on its topology (an output wanted whole over a data axis is gathered over it; a weight's
-    gradient, now a partial sum per chip, is all-reduced over the data axes). Where that net is no saving, the
+    change saves: the compute it removes from each chip's step and the collectives it takes away (where the batch
+    splits a feature dim over data axes, the plan's collectives over those axes alone), less the collectives it
+    brings, priced with the report's cost model on its topology (an output wanted whole over a data axis is
+    gathered over it; a weight's gradient, now a partial sum per chip, is all-reduced over the data axes). Where
+    that net is no saving, the
     repeat is reported as information with its figures and no change is offered. Where the repeated matmuls run
     in a shard_map body whose in_specs leave the batch whole, the change names those in_specs too (the argument's
     spec alone would gather the batch into the same body); that part is code, which `--verify-fixes` cannot apply.
@@ -155,11 +163,13 @@ def redundant_compute(ctx: RuleContext) -> Iterator[Diagnostic]:
                "proposed_partition_spec": work.arguments.get(name, ""), "data_axes": list(data_axes),
                **({"in_specs": work.in_specs[0], "proposed_in_specs": work.in_specs[1]} if work.in_specs else {}),
                "ops": [key for key, _, _ in ops], "compute_saved_seconds": work.compute_saved,
-               "change_comm_seconds": work.comm_seconds, "change_collectives": list(work.collectives)}
+               "change_comm_seconds": work.comm_seconds, "change_collectives": list(work.collectives),
+               "removed_comm_seconds": work.removed_seconds, "removed_collectives": list(work.removed)}
     message = RedundantCompute(ops=len(ops), repeat=repeat, redundant_flops=redundant, model_flops=work.model_flops,
                                saved_seconds=work.compute_saved, change=fix,
                                axes=", ".join(repr(a) for a in data_axes), comm_seconds=work.comm_seconds,
-                               brings=brings, net_seconds=work.net_saving)
+                               brings=brings, net_seconds=work.net_saving, removed_seconds=work.removed_seconds,
+                               removes="; ".join(work.removed))
     if work.net_saving <= 0:  # the change's collectives cost more than the compute it saves: no fix to offer
         yield ctx.diagnostic(message, location=_op_location(report.analysis.module, first), seconds=total,
                              severity=Severity.INFO, details={**details, "proposed_partition_spec": "",
@@ -190,6 +200,10 @@ class RepeatedWork:
       comm_seconds: seconds per step of the collectives the change brings (`change_comm`): an output the user
         wants whole over some of the data axes gathered over them, a weight's gradient reduced over them.
       collectives: those collectives in words (`AllGather_Y of 8.00 MiB: 373 µs`).
+      removed_seconds: seconds per step of the collectives the change takes away (`removed_comm`): where the batch
+        is split over data axes on a feature dim, the plan's collectives over those axes alone, which the batch
+        split on its leading dim over them no longer needs.
+      removed: those collectives in words.
     """
 
     ops: Mapping[str, tuple[float, float]]
@@ -204,11 +218,14 @@ class RepeatedWork:
     comm_seconds: float = 0.0
     collectives: tuple[str, ...] = ()
     in_specs: tuple[str, str] | None = None
+    removed_seconds: float = 0.0
+    removed: tuple[str, ...] = ()
 
     @property
     def net_saving(self) -> float:
-        """The compute the change saves less the communication it brings, per chip per step."""
-        return self.compute_saved - self.comm_seconds
+        """The compute the change saves and the communication it takes away, less the communication it brings,
+        per chip per step."""
+        return self.compute_saved + self.removed_seconds - self.comm_seconds
 
     @property
     def offered(self) -> bool:
@@ -266,9 +283,33 @@ def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | N
     in_specs = _shard_map_specs(mf, list(ops), batch, data_axes) if name else None
     saved = sum(seconds[key] * (1 - model / done) for key, (done, model) in ops.items())
     comm, said = change_comm(report, facts, ops, weights, data_axes, sizes) if data_axes else (0.0, [])
+    # the data axes the batch now holds on a feature dim: the collectives over them alone are that split's
+    feature_axes = tuple(a for dims in (sharding_axes(batch) or ())[1:] for a in dims if a in data_axes) \
+        if name and batch is not None else ()
+    removed, gone = removed_comm(facts, feature_axes) if feature_axes else (0.0, [])
     return RepeatedWork(ops=ops, seconds={k: seconds[k] for k in ops}, where={k: where[k] for k in ops},
                         argument=name, now=now, proposed=proposed, data_axes=data_axes, model_flops=mf.total,
-                        compute_saved=saved, comm_seconds=comm, collectives=tuple(said), in_specs=in_specs)
+                        compute_saved=saved, comm_seconds=comm, collectives=tuple(said), in_specs=in_specs,
+                        removed_seconds=removed, removed=tuple(gone))
+
+
+def removed_comm(facts: Any, feature_axes: tuple[str, ...]) -> tuple[float, list[str]]:
+    """(seconds per step, the collectives in words) that moving the batch's `feature_axes` (data axes it now splits
+    a feature dim over) to its leading dim takes away, as the report prices them now (seconds x executions per
+    step): the plan's collectives over those axes alone. No weight uses them, so every collective over them alone
+    comes from the features split over them (the batch gathered, partial sums over the features reduced); on the
+    changed plan the only collectives over them are the ones `change_comm` prices (a weight gradient's reduction,
+    an output's gather) and a scalar's reduction (the loss's mean over the tokens), which stays and is not
+    counted. A plan whose batch holds no data axis on a feature dim (replicated, or split on its leading dim)
+    takes nothing away here."""
+    total, said = 0.0, []
+    for c in facts.collectives:
+        if not c.axes or not set(c.axes) <= set(feature_axes) or c.inst is None or not c.inst.shape.dims:
+            continue
+        total += c.seconds * c.count
+        said.append(f"{c.notation.split(':')[0] or c.kind} of {format_bytes(c.bytes)}"
+                    f"{f' x{c.count:g}' if c.count != 1 else ''}: {format_seconds(c.seconds * c.count)}")
+    return total, said
 
 
 def change_comm(report: Any, facts: Any, ops: Mapping[str, tuple[float, float]], weights: Sequence[Instruction],

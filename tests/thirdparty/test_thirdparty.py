@@ -46,13 +46,7 @@ STACK = "0.10" if tuple(int(x) for x in jax.__version__.split(".")[:2]) < (0, 11
 # (check, program, plan) -> {stack: the failure as the analyzer gives it}; stack "0.10" (Python 3.11, jax 0.10.2),
 # "0.12" (jax 0.12) or "*" (both, figures of jax 0.10.2 unless said). Checks: "flops", "named", "opposite",
 # "verified" (the four tests below).
-XFAIL: dict[tuple[str, str, str], dict[str, str]] = {
-    ("named", "moe", "wrong_dim"): {"0.12": "no finding writes batch['x'] -> P('data', None, None) (features over "
-                                            "'data'; step 150 us against the good plan's 88 us): HA104 weighs the "
-                                            "change at 26.4 us of compute saved against 37.1 us of collectives it "
-                                            "brings (the experts' gradient AllReduce_data, 2 x 4 MiB) and offers no "
-                                            "change (info); jax 0.10 names it through HA101 and HA201"},
-}
+XFAIL: dict[tuple[str, str, str], dict[str, str]] = {}
 
 
 def _case(check: str, name: str, plan: str = ""):
