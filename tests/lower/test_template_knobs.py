@@ -146,6 +146,7 @@ def _mlp_dots(block) -> list:
     return [i for i, _ in block if i.opcode == "dot" and re.search(r"bsd,df->bsf|bsf,fd->bsd", _op(i))]
 
 
+@pytest.mark.slow  # compiles the template
 def test_parallel_block_reads_one_norm_and_adds_attention_to_mlp(gated, knobs):
     # Sequential: a norm before attention and one before the MLP, each output added to the residual stream.
     # Parallel: one norm read by both, and the MLP's output W_out added to attention's W_o before the residual.
@@ -163,6 +164,7 @@ def test_parallel_block_reads_one_norm_and_adds_attention_to_mlp(gated, knobs):
     assert shape(knobs[0]) == (1, ["bsf,fd->bsd", "bshk,hkd->bsd"])
 
 
+@pytest.mark.slow  # compiles the template
 def test_mlp_activation_and_matrix_count(gated, knobs):
     gated_block, relu_block = _forward_block(gated[0]), _forward_block(knobs[0])
     assert len(_mlp_dots(gated_block)) == 3  # W_in, W_gate, W_out
@@ -176,6 +178,7 @@ def test_mlp_activation_and_matrix_count(gated, knobs):
     assert "maximum" in opcodes(relu_block) and "tanh" not in opcodes(relu_block)  # max(x, 0)
 
 
+@pytest.mark.slow  # compiles the template
 def test_f32_weights_with_bf16_compute(gated, knobs):
     lowered, args = knobs
     params = args[0]
@@ -195,6 +198,7 @@ def test_f32_weights_with_bf16_compute(gated, knobs):
     assert layer_shapes <= casts, (layer_shapes, casts)
 
 
+@pytest.mark.slow  # compiles the template
 def test_head_dim_is_in_the_q_projection(knobs):
     lowered, args = knobs
     assert args[0]["w_q"].shape == (2, 64, 8, 16)  # [L, D, H, K]: H x K = 128, not d_model 64
@@ -202,6 +206,7 @@ def test_head_dim_is_in_the_q_projection(knobs):
     assert [tuple(i.shape.dims) for i in q] == [(16, 64, 8, 16)]  # [B, S, H, K]
 
 
+@pytest.mark.slow  # compiles the template
 def test_flash_attention_marks_the_step_and_the_analysis_prices_it(gated, knobs):
     from analyzer.pipeline import analyze_lowered
 
@@ -212,6 +217,7 @@ def test_flash_attention_marks_the_step_and_the_analysis_prices_it(gated, knobs)
     assert analyze_lowered(gated[0], hardware="tpu-v5e").analysis.costs.flash is None
 
 
+@pytest.mark.slow  # compiles the template
 def test_tied_iota_embedding(gated, knobs):
     lowered, args = knobs
     assert "w_unemb" not in args[0] and "w_unemb" in gated[1][0]
@@ -259,6 +265,7 @@ def pinned():
     return {name: _embedding_collectives(config, plan) for name, plan in (("one", ONE_SLICE), ("two", TWO_SLICES))}
 
 
+@pytest.mark.slow  # compiles the template
 def test_pinned_embedding_has_the_same_collectives_on_every_mesh(pinned):
     (fwd1, bwd1), (fwd2, bwd2) = pinned["one"], pinned["two"]
     # forward: the ids gathered over fsdp, the masked rows of the vocabulary summed over tensor, the rows moved to
@@ -268,6 +275,7 @@ def test_pinned_embedding_has_the_same_collectives_on_every_mesh(pinned):
     assert bwd2 - bwd1 == {("all-reduce", ("slice",))} and bwd1 <= bwd2
 
 
+@pytest.mark.slow  # compiles the template
 def test_xla_partitions_the_gather_by_the_mesh_shape():
     # Why `pinned` exists (issue 25): left to XLA, the same gather is partitioned one way on one slice and another
     # on two (jax 0.10's XLA all-gathers the rows over the DCN slice axis in the forward pass there; jax 0.12's
