@@ -295,21 +295,23 @@ def repeated_work(report: Any, facts: Any, threshold: float) -> RepeatedWork | N
 
 def removed_comm(facts: Any, feature_axes: tuple[str, ...]) -> tuple[float, list[str]]:
     """(seconds per step, the collectives in words) that moving the batch's `feature_axes` (data axes it now splits
-    a feature dim over) to its leading dim takes away, as the report prices them now (seconds x executions per
-    step): the plan's collectives over those axes alone. No weight uses them, so every collective over them alone
+    a feature dim over) to its leading dim takes away, as the report prices them now: the step time the compute
+    waits for them (`Facts.step_saving`; each is listed with its seconds x executions per step). The plan's
+    collectives over those axes alone go. No weight uses them, so every collective over them alone
     comes from the features split over them (the batch gathered, partial sums over the features reduced); on the
     changed plan the only collectives over them are the ones `change_comm` prices (a weight gradient's reduction,
     an output's gather) and a scalar's reduction (the loss's mean over the tokens), which stays and is not
     counted. A plan whose batch holds no data axis on a feature dim (replicated, or split on its leading dim)
     takes nothing away here."""
-    total, said = 0.0, []
+    gone, said = [], []
     for c in facts.collectives:
         if not c.axes or not set(c.axes) <= set(feature_axes) or c.inst is None or not c.inst.shape.dims:
             continue
-        total += c.seconds * c.count
+        gone.append((c, 0.0))
         said.append(f"{c.notation.split(':')[0] or c.kind} of {format_bytes(c.bytes)}"
                     f"{f' x{c.count:g}' if c.count != 1 else ''}: {format_seconds(c.seconds * c.count)}")
-    return total, said
+    # what the step waits for them (`Facts.step_saving`: a collective hidden behind compute saves nothing)
+    return (facts.step_saving(gone).seconds if gone else 0.0), said
 
 
 def change_comm(report: Any, facts: Any, ops: Mapping[str, tuple[float, float]], weights: Sequence[Instruction],
