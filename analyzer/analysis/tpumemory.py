@@ -59,7 +59,7 @@ SiLU 7.29 GiB against 7.54, -3.4% (-10.5% before). The CPU compiler
 said 10.4, 2.8 and 11.2 GiB. The chapter's training steps (examples/chapter.py, 8 devices; a few MiB each): before
 the VMEM rule the estimate was 105-472% over libtpu's total (temporaries of 18-40 MiB that libtpu keeps in VMEM);
 with it, 3-39% under, 1.0-1.4 MiB in absolute terms, libtpu's HBM index tables of tuple-shaped values
-(`python scripts/tpu_memory_check.py` prints the table; `--dump DIR` keeps libtpu's buffer assignment). MaxText's
+(`python scripts/tpu_memory_check.py` prints the table and keeps libtpu's buffer assignment where asked). MaxText's
 Llama 3.1 70B step on v6e (libtpu, tpu:v6e:16x16: 29.1 GB, 3.3 GB of donated arguments and 25.7 GB of
 temporaries) is estimated at 30.0 GB (+3.2%); 32.1 GB in the printed order, which kept its 10 GB logits live
 through the backward loop.
