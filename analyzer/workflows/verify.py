@@ -316,7 +316,7 @@ def _with_constraints(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mappi
         return jax.tree_util.tree_unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
 
     try:
-        changed.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]  # the arguments keep their names
+        changed.__dict__["__signature__"] = inspect.signature(fn)  # the arguments keep their names
     except (TypeError, ValueError):
         pass
     return jax.jit(changed)
