@@ -245,7 +245,7 @@ class RepeatedWork:
             return ""
         text = f"{self.argument}: {self.now} -> {self.proposed}"
         if self.in_specs:  # (as the user writes them: no trailing None; code first: the verifier cannot apply it)
-            old, new = (spec.replace(", None", "").replace("None", "") for spec in self.in_specs)
+            old, new = (_as_written(spec) for spec in self.in_specs)
             text = f"the shard_map's in_specs and out_specs for {self.argument}: {old} -> {new}, and {text}"
         return text
 
@@ -527,6 +527,18 @@ def _batch_spec(batch: Instruction | None, data_axes: tuple[str, ...], sizes: di
     if new == [tuple(d) for d in dims]:
         return "", "", ""
     return argument_name(batch), spec_text(dims), spec_text(new)
+
+
+def _as_written(spec: str) -> str:
+    """A PartitionSpec as users write it, without trailing Nones; a None before a split dim stays.
+
+    Example:
+        >>> _as_written("P(None, 'data', None)"), _as_written("P(None, None)"), _as_written("P('data', None)")
+        ("P(None, 'data')", 'P()', "P('data')")
+    """
+    while spec.endswith(", None)"):
+        spec = spec[:-len(", None)")] + ")"
+    return "P()" if spec == "P(None)" else spec
 
 
 def _shard_map_specs(mf: Any, keys: Sequence[str], batch: Instruction | None, data_axes: tuple[str, ...]
