@@ -414,7 +414,7 @@ class ProgramCosts:
         # the cpu target analysed as dot_product): its scores stay in VMEM (`FlashScores`, docs/step.md).
         self.flash = flash_scores(dots) if flash_attention else None
         self.hw = hw
-        self.bw = float(hw.hbm_bandwidth)
+        self.bw = float(hw.hbm_rate)  # the measured copy's rate where the spec has one (docs/step.md)
         self.dot_costs: dict[tuple[str, str], DotCost] = {}
         for d in dots:
             key = (d.computation, d.instruction.name)

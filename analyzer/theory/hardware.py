@@ -163,7 +163,10 @@ class HardwareSpec:
       device_kind: what jax reports as `Device.device_kind` for this chip ("TPU v5 lite"), or "" when the
         spec does not say; jax's mesh utilities choose device orders by it (analyzer.compile.placement).
       flops: FLOPs/s per chip as `(dtype, rate)` pairs (a tuple keeps the spec hashable).
-      hbm_bytes, hbm_bandwidth: HBM capacity and bandwidth per chip.
+      hbm_bytes, hbm_bandwidth: HBM capacity and bandwidth per chip (the spec sheet's).
+      hbm_measured_copy: `(bytes, seconds)` of a copy measured on the chip (`[hbm.measured_copy]`: an array of
+        `bytes` read and written again in `seconds` of device time), or None; when given, the step model prices HBM
+        traffic at the rate it shows (`hbm_rate`), not at the spec sheet's bandwidth (docs/step.md).
       ici: the TPU torus, or None for GPUs.
       dcn_bandwidth_per_chip: TPU data-center network egress per chip, or None.
       pcie_bandwidth_per_chip: host link per chip and direction, bytes/s (what host-offload copies are priced on,
@@ -188,6 +191,7 @@ class HardwareSpec:
     path: str = ""
     device_kind: str = ""
     mxu: MxuSpec | None = None
+    hbm_measured_copy: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("tpu", "gpu"):
@@ -232,6 +236,20 @@ class HardwareSpec:
         return self.flops_per_second("bf16")
 
     @property
+    def hbm_rate(self) -> float:
+        """Bytes/s of HBM traffic as the step model prices it: the measured copy's rate (`2 x bytes / seconds`: each
+        byte read once and written once) when the spec has `[hbm.measured_copy]`, else the spec's bandwidth.
+
+        Example:
+          >>> load_hardware("tpu-v5p").hbm_rate == load_hardware("tpu-v5p").hbm_bandwidth   # no measurement
+          True
+        """
+        if self.hbm_measured_copy is None:
+            return self.hbm_bandwidth
+        nbytes, seconds = self.hbm_measured_copy
+        return 2.0 * nbytes / seconds
+
+    @property
     def hop_latency(self) -> float | None:
         """Seconds per ICI hop (TPUs); None for GPUs, where the book gives no latency figure."""
         return self.ici.hop_latency if self.ici is not None else None
@@ -241,7 +259,7 @@ class HardwareSpec:
         out: dict[str, Any] = {
             "name": self.name, "kind": self.kind, "description": self.description,
             "topology_prefix": self.topology_prefix, "device_kind": self.device_kind, "flops": self.flops_table,
-            "hbm_bytes": self.hbm_bytes, "hbm_bandwidth": self.hbm_bandwidth,
+            "hbm_bytes": self.hbm_bytes, "hbm_bandwidth": self.hbm_bandwidth, "hbm_rate": self.hbm_rate,
             "dcn_bandwidth_per_chip": self.dcn_bandwidth_per_chip,
             "pcie_bandwidth_per_chip": self.pcie_bandwidth_per_chip, "path": self.path,
         }
@@ -280,7 +298,8 @@ _SCHEMA: Mapping[str, Mapping[str, tuple[Any, bool]]] = {
          "mxu": (dict, False)},
     "mxu": {"tile": (list, True), "sublanes": (int, True), "vmem_bytes": (_NUM, True),
             "cores_per_chip": (int, False)},
-    "hbm": {"bytes": (_NUM, True), "bandwidth": (_NUM, True)},
+    "hbm": {"bytes": (_NUM, True), "bandwidth": (_NUM, True), "measured_copy": (dict, False)},
+    "hbm.measured_copy": {"bytes": (_NUM, True), "seconds": (_NUM, True)},
     "ici": {"link_bandwidth_one_way": (_NUM, True), "link_bandwidth_bidi": (_NUM, True),
             "links_per_axis": (int, True), "hop_latency": (_NUM, True), "max_topology": (list, True),
             "host_topology": (list, False), "wraparound": (dict, True)},
@@ -334,6 +353,13 @@ def _int_list(path: str, where: str, value: list) -> tuple[int, ...]:
     if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         raise HardwareError(f"{path}: {where} must be a list of positive integers, got {value!r}")
     return tuple(value)
+
+
+def _measured_copy(path: str, hbm: dict[str, Any]) -> tuple[float, float] | None:
+    if "measured_copy" not in hbm:
+        return None
+    t = _check_table(path, "hbm.measured_copy", hbm["measured_copy"])
+    return float(t["bytes"]), float(t["seconds"])
 
 
 def spec_from_dict(data: Mapping[str, Any], *, path: str = "<dict>") -> HardwareSpec:
@@ -413,6 +439,7 @@ def spec_from_dict(data: Mapping[str, Any], *, path: str = "<dict>") -> Hardware
         topology_prefix=top["topology_prefix"], device_kind=top.get("device_kind", ""),
         flops=tuple((k, float(v)) for k, v in flops.items()),
         hbm_bytes=float(hbm["bytes"]), hbm_bandwidth=float(hbm["bandwidth"]), ici=ici,
+        hbm_measured_copy=_measured_copy(path, hbm),
         dcn_bandwidth_per_chip=float(_check_table(path, "dcn", top["dcn"])["bandwidth_per_chip"])
         if "dcn" in top else None,
         pcie_bandwidth_per_chip=float(_check_table(path, "pcie", top["pcie"])["bandwidth_per_chip"])

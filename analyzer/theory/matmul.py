@@ -100,7 +100,7 @@ def block_size(hw: HardwareSpec, in_bytes: float, out_bytes: float, dims: tuple[
     """
     mxu = hw.mxu
     tile = mxu.tile[0]
-    need = hw.peak_flops / hw.hbm_bandwidth * in_bytes
+    need = hw.peak_flops / hw.hbm_rate * in_bytes
     b = _up(int(math.ceil(need)), tile)
     per = 4 * in_bytes + 2 * out_bytes + 4  # bytes per b^2 held in VMEM
     fit = int(math.sqrt(mxu.vmem_bytes / per)) // tile * tile
@@ -124,7 +124,7 @@ def matmul_time(hw: HardwareSpec, *, b: int, m: int, k: int, n: int, in_bytes: f
       0.21
     """
     peak = float(peak if peak is not None else hw.peak_flops)
-    bw = float(hw.hbm_bandwidth)
+    bw = float(hw.hbm_rate)
     useful = 2.0 * b * m * k * n
     once = b * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     if hw.mxu is None:

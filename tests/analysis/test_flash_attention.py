@@ -105,7 +105,7 @@ def test_a_score_dot_moves_only_its_other_operands(reports):
         assert moved < costs.hbm_bytes(inst) / 2
         seconds, _ = costs.op_time(comp, inst)
         assert seconds == pytest.approx(max(d.flops * cost.padding / hw.flops_per_second(d.dtype),
-                                            moved / hw.hbm_bandwidth) + cost.fill_seconds)
+                                            moved / hw.hbm_rate) + cost.fill_seconds)
         assert seconds < plain.analysis.costs.op_time(comp, inst)[0]
         seen += 1
     assert seen == 6  # forward QK^T and PV; backward dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q
