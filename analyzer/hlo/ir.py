@@ -332,15 +332,21 @@ class Computation:
     Slotted: a large module has tens of thousands of computations, and Python's cyclic collector walks each
     object that may hold another on every full collection; without a `__dict__` a computation is one such object,
     not two. What the questions keep once asked (`by_name`, `root`, `written`, the users of each value) is in
-    fields of their own, outside `==`, `hash` and `repr`.
+    fields of their own, outside `==`, `hash` and `repr`. For the same reason, as `Instruction` keeps its
+    operands and attributes: the parameters are one flat tuple, `parameter_row`, `(name_0, ..., name_n-1,
+    shape_0, ..., shape_n-1)` (`parameter_shapes` makes the `(name, shape)` pairs on each read: a pair per
+    parameter was 65,000 objects of a 22 MB module), and the position one packed int, `at` (`packed(line,
+    column)`, 0 when unknown; `position` unpacks it: a `Position` object each was 21,500 more).
     """
 
     name: str
     instructions: tuple[Instruction, ...]
-    parameter_shapes: tuple[tuple[str, Shape], ...] = ()
+    # The parameters' names, then their shapes, in order (`parameter_shapes` gives them as pairs).
+    parameter_row: tuple = ()
     result_shape: Shape | None = None
     is_entry: bool = False
-    position: Position | None = field(default=None, compare=False)
+    # Where the computation's name is, packed (see `position`).
+    at: int = field(default=0, compare=False, repr=False)
     # Attributes printed after the closing brace, e.g. `}, execution_thread="main_thread"`.
     attributes: tuple[Attribute, ...] = ()
     # What a lenient parse kept as written (an opcode or attribute this XLA does not know), `line:column: ...`.
@@ -351,6 +357,18 @@ class Computation:
     _written: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
     _users: dict[str, tuple[tuple[Instruction, int], ...]] | None = field(default=None, init=False, repr=False,
                                                                           compare=False)
+
+    @property
+    def parameter_shapes(self) -> tuple[tuple[str, Shape], ...]:
+        """The parameters as the signature writes them (or, without one, as the parameter instructions have them),
+        in order: `(name, shape)` each (made on each read from `parameter_row`)."""
+        row = self.parameter_row
+        n = len(row) // 2
+        return tuple(zip(row[:n], row[n:]))
+
+    @property
+    def position(self) -> Position | None:
+        return _position(self.at)
 
     @property
     def by_name(self) -> Mapping[str, Instruction]:
@@ -639,6 +657,11 @@ def attribute_row(attrs: tuple | list) -> tuple:
     if not attrs or type(attrs[0]) is str:
         return tuple(attrs)
     return (*(a.key for a in attrs), *(a.raw for a in attrs), *(a.at for a in attrs))
+
+
+def parameter_row(pairs: tuple | list) -> tuple:
+    """`Computation.parameter_row` of `(name, shape)` pairs."""
+    return (*(p[0] for p in pairs), *(p[1] for p in pairs))
 
 
 def row_attributes(row: tuple) -> tuple[Attribute, ...]:

@@ -995,10 +995,9 @@ class LazyComputation(Computation):
     """A computation whose instructions are parsed on first use; `text` holds its source meanwhile.
 
     A record per computation of a lazily parsed module (a parse makes them in bulk, `_records`), slotted as its
-    base is: `name` and `is_entry` (its base's fields); `_reading`, the parse's `_Reading` (shared); `_span`,
-    where its text is, the lines between its header and closing line (-1 when not known), whether the text holds
-    a `/*` (None when not known) and its packed position, which `position` unpacks (only ints and bools: the
-    collector stops tracking the tuple); `_indexed`, its `_Index` once asked for (`_UNINDEXED` before; None when
+    base is: `name`, `is_entry` and `at` (its base's fields); `_reading`, the parse's `_Reading` (shared);
+    `_span`, where its text is, the lines between its header and closing line (-1 when not known) and whether the
+    text holds a `/*` (None when not known) (only ints and bools: the collector stops tracking the tuple); `_indexed`, its `_Index` once asked for (`_UNINDEXED` before; None when
     its lines are not all instruction lines, or once parsed); `_computation`, the parsed `Computation` once
     parsed, None before. What the questions keep goes in the index, not here. Its base's other fields and kept
     answers stay unset: each is read from the parsed computation (`instructions`, `by_name`...), and questions
@@ -1009,27 +1008,23 @@ class LazyComputation(Computation):
 
     @classmethod
     def _records(cls, reading: _Reading, spans: list[tuple]) -> list[LazyComputation]:
-        """A record per span of `_split`, each its six fields set through its slots' own descriptors (no
+        """A record per span of `_split`, each its seven fields set through its slots' own descriptors (no
         `__init__` and `Position` call each: they were a quarter of a lazy parse's time after the split, 21,000
         records in a large module)."""
         new, top, shift = object.__new__, Position._COLUMN, Position._SHIFT
-        set_name, set_entry, set_reading, set_span, set_indexed, set_parsed = _RECORD_FIELDS
+        set_name, set_entry, set_at, set_reading, set_span, set_indexed, set_parsed = _RECORD_FIELDS
         records = []
         for start, end, line, column, name, is_entry, rows, commented in spans:
             record = new(cls)
             set_name(record, name)
             set_entry(record, is_entry)
+            set_at(record, line << shift | min(column, top))
             set_reading(record, reading)
-            set_span(record, (start, end, rows, commented, line << shift | min(column, top)))
+            set_span(record, (start, end, rows, commented))
             set_indexed(record, _UNINDEXED)
             set_parsed(record, None)
             records.append(record)
         return records
-
-    @property
-    def position(self) -> Position:  # type: ignore[override]
-        at = self._span[4]
-        return Position(at >> Position._SHIFT, at & Position._COLUMN)
 
     @property
     def _source(self) -> str:
@@ -1189,7 +1184,7 @@ class LazyComputation(Computation):
         missing = [k for k in ks if k not in memo] if memo else ks
         if missing:
             at, end = self._span[:2]
-            first = self._span[4] >> Position._SHIFT  # (the header's line)
+            first = self.at >> Position._SHIFT  # (the header's line)
             reading = self._reading
             src = reading.source
             start, rows = at, index.rows
@@ -1268,8 +1263,8 @@ class LazyComputation(Computation):
         return self._parsed.instructions
 
     @property
-    def parameter_shapes(self):  # type: ignore[override]
-        return self._parsed.parameter_shapes
+    def parameter_row(self):  # type: ignore[override]
+        return self._parsed.parameter_row
 
     @property
     def result_shape(self):  # type: ignore[override]
@@ -1297,9 +1292,9 @@ class LazyComputation(Computation):
 
 
 _RECORD_FIELDS = tuple(cls.__dict__[name].__set__ for cls, name in (
-    (Computation, "name"), (Computation, "is_entry"), (LazyComputation, "_reading"), (LazyComputation, "_span"),
-    (LazyComputation, "_indexed"), (LazyComputation, "_computation")))
-_SET_INDEXED, _SET_PARSED = _RECORD_FIELDS[4:]
+    (Computation, "name"), (Computation, "is_entry"), (Computation, "at"), (LazyComputation, "_reading"),
+    (LazyComputation, "_span"), (LazyComputation, "_indexed"), (LazyComputation, "_computation")))
+_SET_INDEXED, _SET_PARSED = _RECORD_FIELDS[5:]
 _UNINDEXED = object()  # `LazyComputation._indexed` before the index is asked for
 
 

@@ -22,7 +22,7 @@ from lark import Token, Transformer
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
 from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape,
-                             new_instruction, new_operand, operand_fields, packed)
+                             new_instruction, new_operand, operand_fields, packed, parameter_row)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
@@ -486,14 +486,14 @@ def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, co
                                column=name_tok.column)
     insts = tuple(insts)
     param_shapes, result = sig if sig is not None else ((), None)
-    comp = Computation(name, insts, param_shapes, result, is_entry, Position(name_tok.line, name_tok.column),
-                       comp_attrs)
+    comp = Computation(name, insts, parameter_row(param_shapes), result, is_entry,
+                       packed(name_tok.line, name_tok.column), comp_attrs)
     verifier.verify_computation(comp, signed=sig is not None)
     if sig is None:
         # The parameters by number, once the checks have found them numbered 0..N-1 (no dict by number).
         params = [i for i in insts if i.parameter_number is not None]
         params.sort(key=_parameter_number)
-        object.__setattr__(comp, "parameter_shapes", tuple([(i.name, i.shape) for i in params]))
+        object.__setattr__(comp, "parameter_row", (*(i.name for i in params), *(i.shape for i in params)))
         object.__setattr__(comp, "result_shape", comp.root.shape)
     table = CALLEES.get()
     if table is not None:
