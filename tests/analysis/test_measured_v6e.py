@@ -469,26 +469,37 @@ def gap_table() -> str:
     """What each row still lacks, in seconds: the step the published MFU implies (the predicted step x predicted MFU /
     published MFU, both by the table's count), the predicted step, their difference, and that difference beside the
     step's matmul-bound time and the attention kernel's score dots at the MXU's rate (what a slower softmax would
-    stretch)."""
+    stretch). Then where in the step's breakdown it could come from: the step's compute bound by FLOPs and by HBM, the
+    communication and host copies that run beside it, and the speed each compute part would need, as a share of the
+    model's, to take the missing seconds alone (the compute stream waits 0.01-0.02 s on four rows: the missing time
+    is not an exposure the overlap model hides)."""
     lines = ["| run | step the published MFU implies (s) | predicted step (s) | missing (s) | missing / matmul-bound "
-             "| score dots at MXU rate (s) | dots padded to the MXU tiles / at peak |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| score dots at MXU rate (s) | dots padded to the MXU tiles / at peak | compute bound by FLOPs (s) "
+             "| compute bound by HBM (s) | collectives busy (s) | host copies busy (s) | FLOP-bound compute alone would "
+             "run at | HBM-bound compute alone would run at |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in ROWS:
         report = _report(row)
-        t = report.totals
+        t, step = report.totals, report.analysis.step
         implied = t.step_seconds * predicted_mfu(row) / PUBLISHED[row.name].mfu
         missing = implied - t.step_seconds
         _, at_peak = score_chain(row, True)
         costs = [(report.analysis.costs.dot_cost(d), d.count) for d in report.analysis.dots]
         padded = sum(c.peak_seconds * c.padding * n for c, n in costs) / sum(c.peak_seconds * n for c, n in costs)
+        hbm = step.memory_bound_seconds
+        flop = step.compute_seconds - hbm
+        links = sum(v for k, v in step.busy.items() if k.startswith(("ICI", "DCN")))
+        host = sum(v for k, v in step.busy.items() if k.startswith("host link"))
         lines.append(f"| {row.name} | {implied:.2f} | {t.step_seconds:.2f} | {missing:.2f} | "
-                     f"{missing / t.matmul_seconds:.2f} | {at_peak:.2f} | {padded:.3f} |")
+                     f"{missing / t.matmul_seconds:.2f} | {at_peak:.2f} | {padded:.3f} | {flop:.2f} | {hbm:.2f} | "
+                     f"{links:.2f} | {host:.2f} | {flop / (flop + missing):.0%} | {hbm / (hbm + missing):.0%} |")
     return "\n".join(lines)
 
 
 def checks_table() -> str:
     """Candidate causes checked on every row and not built (docs/measurements.md, "Checked, not built"): the predicted
-    MFU with the HBM bandwidth of Google's v6e page and of jax's TPU table (1.64e12 B/s, against the book's 1.6e12)
-    and at 0.8e12 (half; no source: how far a slower memory would go); the dots' padding to the MXU tiles as priced and
+    MFU with the HBM bandwidth of Google's v6e page and of jax's TPU table (1.64e12 B/s, against the 1.36e12 the spec's
+    measured copy gives) and at 0.8e12 (no source: how far a slower memory would go); the dots' padding to the MXU tiles as priced and
     with the stationary operand's free dim split over v6e's two MXUs per TensorCore (Google's v6e page, jax's
     `tpu_info` `num_mxus=2`: each half padded to the tile, so the dim to 512); the share of the dots' FLOPs in dots
     with a free dim under 1024 (small per-chip products)."""
