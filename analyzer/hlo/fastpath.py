@@ -4,7 +4,7 @@ Most of a module's text is instruction lines in one canonical form:
 `  [ROOT ]%name = <shape> <opcode>(%a, %b, ...)[, key=value]*`. `INSTRUCTION_LINE` is that form, the one
 description of an instruction line besides the grammar (grammars/hlo.lark, rule `instruction`): the fast path
 reads a line with it (and its attributes with one `findall` whose matches must tile the rest of the line), and a
-lazy parse's index of a computation (`parser._Index`) is one `findall` of it over the computation's text.
+lazy parse's index of a computation (`parser._index_of`) is one `findall` of it over the computation's text.
 `LineReader` makes what the grammar's `HloTransformer` callbacks and checks make of such a line, so both paths
 build identical IR (tests/hlo/test_fastpath.py compares them on every fixture and corpus module, positions
 included). `LineReader.build` reads a computation's lines and builds the computation in one pass; what it declines

@@ -7,7 +7,7 @@ Two paths:
 - lazy (`lazy=True`): a fast line scanner splits the text into the header and the computations; each
   computation is parsed only when its instructions are first asked for (`LazyComputation`). Until then its
   questions (the query interface of `ir.Computation`: `written`/`mentions`, `select`, `call_instructions`,
-  `line_head`, `users_of`, `parameter_name`) are answered from one index of its lines (`_Index`: one pass of
+  `line_head`, `users_of`, `parameter_name`) are answered from one index of its lines (`_index_of`: one pass of
   `fastpath.INSTRUCTION_LINE`, name, opcode, shape and operands per line) and the few lines they need read by the
   fast path; a computation with a line not in XLA's form parses instead. The module-level checks of a full
   parse run before `parse_hlo` returns, on each computation's call lines (`_check_read`).
@@ -607,7 +607,7 @@ def _split(text: str) -> tuple[str, list[tuple]] | None:
     Returns:
       `(header_text, [(start, end, line, column, name, is_entry, rows, commented), ...])`, or None when the text
       is not laid out as XLA prints it (a computation per block, `}` alone at the start of its closing line).
-      `rows`: the computation's lines between its header and its closing line (what `_Index` has when each is
+      `rows`: the computation's lines between its header and its closing line (what `_index_of` finds when each is
       an instruction line); `commented`: whether its text holds a `/*` (its index then reads keys after a
       comment too). The scanner counts and finds both anyway, so no index does either again.
     """
@@ -761,10 +761,12 @@ class _Reading:
     path, the parse's checks (`lenient`; `check_ints`, None to look for long integers per computation read), a
     weak reference to the callee table (`_CalleeTable`), and what the parse reads lines with and remembers from
     line to line and body to body (`lines`, a `fastpath.LineReader`; `written_sets`, the distinct opcode sets of
-    the bodies indexed, one object each: most fusion bodies write one of a few dozen). All of it lives as long as
-    the parse, or the lazily parsed module, does."""
+    the bodies indexed, one object each: most fusion bodies write one of a few dozen), and the instructions the
+    records read from single rows of computations not parsed (`rows_read`, by line: one dict for the parse, not
+    one per computation read). All of it lives as long as the parse, or the lazily parsed module, does."""
 
-    __slots__ = ("source", "path", "lenient", "check_ints", "callees", "lines", "written_sets", "parsing")
+    __slots__ = ("source", "path", "lenient", "check_ints", "callees", "lines", "written_sets", "parsing",
+                 "rows_read")
 
     def __init__(self, source: str, path: str | None, lenient: bool, check_ints: bool | None,
                  callees: weakref.ref | None) -> None:
@@ -773,6 +775,7 @@ class _Reading:
         self.lines = _line_reader()
         self.written_sets: dict[frozenset[str], frozenset[str]] = {}
         self.parsing: set[str] = set()  # (the computations being parsed: one that needs itself parsed calls itself)
+        self.rows_read: dict[int, Instruction] = {}
 
 
 class _CalleeTable:
@@ -997,22 +1000,25 @@ class LazyComputation(Computation):
     A record per computation of a lazily parsed module (a parse makes them in bulk, `_records`), slotted as its
     base is: `name`, `is_entry` and `at` (its base's fields); `_reading`, the parse's `_Reading` (shared);
     `_span`, where its text is, the lines between its header and closing line (-1 when not known) and whether the
-    text holds a `/*` (None when not known) (only ints and bools: the collector stops tracking the tuple); `_indexed`, its `_Index` once asked for (`_UNINDEXED` before; None when
-    its lines are not all instruction lines, or once parsed); `_computation`, the parsed `Computation` once
-    parsed, None before. What the questions keep goes in the index, not here. Its base's other fields and kept
-    answers stay unset: each is read from the parsed computation (`instructions`, `by_name`...), and questions
-    of an unparsed one are answered from its index, or by parsing it.
+    text holds a `/*` (None when not known) (only ints and bools: the collector stops tracking the tuple);
+    `_indexed`, its index once asked for (`_index_of`, a tuple the collector stops tracking too; `_UNINDEXED`
+    before; None when its lines are not all instruction lines, or once parsed), its rows' opcodes then in the
+    base's `_written`; `_row_names`, each name's row once asked for (None before); `_computation`, the parsed
+    `Computation` once parsed, None before. The instructions read from rows are kept in the parse's
+    `_Reading.rows_read`. Its base's
+    other fields and kept answers stay unset: each is read from the parsed computation (`instructions`,
+    `by_name`...), and questions of an unparsed one are answered from its index, or by parsing it.
     """
 
-    __slots__ = ("_reading", "_span", "_indexed", "_computation")
+    __slots__ = ("_reading", "_span", "_indexed", "_row_names", "_computation")
 
     @classmethod
     def _records(cls, reading: _Reading, spans: list[tuple]) -> list[LazyComputation]:
-        """A record per span of `_split`, each its seven fields set through its slots' own descriptors (no
+        """A record per span of `_split`, each its eight fields set through its slots' own descriptors (no
         `__init__` and `Position` call each: they were a quarter of a lazy parse's time after the split, 21,000
         records in a large module)."""
         new, top, shift = object.__new__, Position._COLUMN, Position._SHIFT
-        set_name, set_entry, set_at, set_reading, set_span, set_indexed, set_parsed = _RECORD_FIELDS
+        set_name, set_entry, set_at, set_reading, set_span, set_indexed, set_row_names, set_parsed = _RECORD_FIELDS
         records = []
         for start, end, line, column, name, is_entry, rows, commented in spans:
             record = new(cls)
@@ -1022,6 +1028,7 @@ class LazyComputation(Computation):
             set_reading(record, reading)
             set_span(record, (start, end, rows, commented))
             set_indexed(record, _UNINDEXED)
+            set_row_names(record, None)
             set_parsed(record, None)
             records.append(record)
         return records
@@ -1053,21 +1060,26 @@ class LazyComputation(Computation):
 
     @property
     def written(self) -> frozenset[str]:
-        """The opcodes of the instructions: read by the index (`_Index`, one regex pass over the text, kept) when
-        every line is in XLA's form and the computation is not parsed yet, else from the parsed instructions.
-        `mentions` and `select` answer "not here" by a set test."""
+        """The opcodes of the instructions: read by the index (`_index`, one regex pass over the text; kept in the
+        base's `_written`) when every line is in XLA's form and the computation is not parsed yet, else from the
+        parsed instructions. `mentions` and `select` answer "not here" by a set test."""
         index = None if self._computation is not None else self._index
-        return index.written if index is not None else self._parsed.written
+        return self._written if index is not None else self._parsed.written
 
     @property
-    def _index(self) -> _Index | None:
-        """The index of the text's instruction lines, made on the first read; None when a line between the header
-        and `}` is not `[ROOT ]name = shape opcode(...` (then every question parses the computation), or once the
-        computation is parsed (its instructions answer)."""
+    def _index(self) -> tuple | None:
+        """The index of the text's instruction lines (`_index_of`), made on the first read, its opcodes kept in the
+        base's `_written`; None when a line between the header and `}` is not `[ROOT ]name = shape opcode(...`
+        (then every question parses the computation), or once the computation is parsed (its instructions
+        answer)."""
         index = self._indexed
         if index is _UNINDEXED:
-            start, end, rows, commented = self._span[:4]
-            index = _Index.of(self._reading, start, end, rows, commented)
+            start, end, rows, commented = self._span
+            found = _index_of(self._reading, start, end, rows, commented)
+            index = None
+            if found is not None:
+                index, written = found
+                _SET_WRITTEN(self, written)
             _SET_INDEXED(self, index)
         return index
 
@@ -1082,11 +1094,12 @@ class LazyComputation(Computation):
         """
         index = None if self._computation is not None else self._index
         if index is not None:
-            if index.written.isdisjoint(opcodes):
+            written = self._written
+            if written.isdisjoint(opcodes):
                 return ()  # (most fusions: none written, nothing read)
             # (each row is read once, `_read`: the step model, the dots and the collectives ask a fusion body for
             # its dots with different company and get the same instructions)
-            found = self._read(index.rows_of(index.written.intersection(opcodes)))
+            found = self._read(_rows_of(index, written.intersection(opcodes)))
             if found is not None:
                 return found
         return self._parsed.select(*opcodes)
@@ -1105,12 +1118,13 @@ class LazyComputation(Computation):
         if self._computation is None and self._indexed is _UNINDEXED and self._mostly_calls():
             return self._parsed.call_instructions()
         index = None if self._computation is not None else self._index
-        if index is not None and index.calls is not None:
-            if not index.calls:
+        calls = index[_CALLS] if index is not None else None
+        if calls is not None:
+            if not calls:
                 return ()
-            if len(index.calls) >= _CALLS_PARSED and 2 * len(index.calls) >= index.rows:
+            if len(calls) >= _CALLS_PARSED and 2 * len(calls) * GROUPS >= len(index[_CELLS]):
                 return self._parsed.call_instructions()
-            found = self._read(index.calls)
+            found = self._read(calls)
             if found is not None:
                 return tuple(i for i in found if names_callee(i))
         return self._parsed.call_instructions()
@@ -1118,7 +1132,7 @@ class LazyComputation(Computation):
     def _mostly_calls(self) -> bool:
         """Whether `_CALLS_PARSED` or more of the lines between the header and `}` hold a call attribute, and at
         least half of them (counted without an index: call attributes, two on a line counted twice)."""
-        start, end, rows, commented = self._span[:4]
+        start, end, rows, commented = self._span
         reading = self._reading
         if 0 <= rows < 2 * _CALLS_PARSED:
             return False
@@ -1137,10 +1151,10 @@ class LazyComputation(Computation):
         index = None if self._computation is not None else self._index
         if index is None:
             return self._parsed.line_head(name)
-        k = index.root if name is None else index.by_name.get(name)
+        k = index[_ROOT] if name is None else self._rows_by_name().get(name)
         if k is None:
             return None
-        head = index.head(k)
+        head = _head(index, k)
         if head is None:  # (the rows cannot tell: the parse says, or reports what is wrong)
             return self._parsed.line_head(name)
         return head
@@ -1149,10 +1163,10 @@ class LazyComputation(Computation):
         """The name of `parameter(number)`, None when there is none. Unparsed: from the index, no line read (a
         row `name = shape parameter(N)`; the parse when two rows give the number)."""
         index = None if self._computation is not None else self._index
-        if index is None or "parameter" not in index.written:
+        if index is None or "parameter" not in self._written:
             return self._parsed.parameter_name(number) if index is None else None
-        cells = index.cells
-        found = [k for k in index.rows_of(("parameter",))
+        cells = index[_CELLS]
+        found = [k for k in _rows_of(index, ("parameter",))
                  if (text := cells[GROUPS * k + OPERANDS].strip()).isdigit() and int(text) == number]
         if len(found) != 1:
             return self._parsed.parameter_name(number) if found else None
@@ -1161,10 +1175,10 @@ class LazyComputation(Computation):
     def users_of(self, name: str) -> tuple[tuple[Instruction, int], ...]:
         """The instructions that read the value `name`, each with the operand index it is read at, in order (what
         `analyzer.analysis.dataflow.users_map` gives for `name`). Unparsed: only the rows whose operand text
-        may name it (`_Index.readers`) are read; the rest stays text.
+        may name it (`_readers`) are read; the rest stays text.
         """
         index = None if self._computation is not None else self._index
-        found = self._read(index.readers(name)) if index is not None else None
+        found = self._read(_readers(index, name)) if index is not None else None
         if found is None:
             return self._parsed.users_of(name)
         return tuple((i, k) for i in found for k, o in enumerate(i.operand_names) if o == name)
@@ -1172,22 +1186,23 @@ class LazyComputation(Computation):
     def _read(self, ks: list[int] | tuple[int, ...]) -> tuple[Instruction, ...] | None:
         """The instructions of the index's rows `ks` (ascending), each with its operands' shapes (from the rows
         that define them), read by the fast path line by line and checked as a full parse checks each
-        instruction; each row is read once. None when a line is not in the form the fast path reads, or an
-        operand is not defined once by an earlier row (then the caller parses the computation).
+        instruction; each row is read once (kept by its line in `_Reading.rows_read`). None when a line is not in
+        the form the fast path reads, or an operand is not defined once by an earlier row (then the caller parses
+        the computation).
         """
         if not ks:
             return ()
         index = self._index
-        memo: dict[int, Instruction] | None = index.rows_read
-        if memo is None:
-            memo = index.rows_read = {}
-        missing = [k for k in ks if k not in memo] if memo else ks
+        reading = self._reading
+        memo = reading.rows_read
+        first = self.at >> Position._SHIFT  # (the header's line: row k is line first + 1 + k)
+        lines = [first + 1 + k for k in ks]
+        missing = [k for k, line in zip(ks, lines) if line not in memo]
         if missing:
             at, end = self._span[:2]
-            first = self.at >> Position._SHIFT  # (the header's line)
-            reading = self._reading
             src = reading.source
-            start, rows = at, index.rows
+            cells = index[_CELLS]
+            start, rows, names = at, len(cells) // GROUPS, self._rows_by_name()
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             new: list[Instruction] = []
             spans: list[tuple[int, int]] = []
@@ -1203,7 +1218,7 @@ class LazyComputation(Computation):
                         at = src.find("\n", at, end) + 1
                         line += 1
                     nl = src.find("\n", at, end)
-                    inst = _row_instruction(reading.lines, src, at, nl, first + line, k, index)
+                    inst = _row_instruction(reading.lines, src, at, nl, first + line, k, cells, names)
                     if inst is None:
                         return None
                     new.append(inst)
@@ -1221,8 +1236,23 @@ class LazyComputation(Computation):
                 raise _positioned(e, self._source, self._path) from None
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
-            memo.update(zip(missing, new))
-        return tuple([memo[k] for k in ks])
+            memo.update(zip([first + 1 + k for k in missing], new))
+        return tuple([memo[line] for line in lines])
+
+    def _rows_by_name(self) -> dict[str, int]:
+        """Each name's row in the index (-1 for a name two rows define), made on the first question and kept in
+        `_row_names` (a dict of strings and ints, which the collector does not track; in the index, it would make
+        the collector track the index too)."""
+        by_name = self._row_names
+        if by_name is None:
+            names = self._indexed[_CELLS][NAME::GROUPS]
+            by_name = dict(zip(names, range(len(names))))  # (in C: most bodies define each once)
+            if len(by_name) != len(names):  # a name defined twice: -1
+                by_name = {}
+                for k, name in enumerate(names):
+                    by_name[name] = -1 if name in by_name else k
+            _SET_ROW_NAMES(self, by_name)
+        return by_name
 
     @property
     def _parsed(self) -> Computation:
@@ -1231,7 +1261,14 @@ class LazyComputation(Computation):
         if parsed is None:
             parsed = self._parse()
             _SET_PARSED(self, parsed)
+            index = self._indexed
             _SET_INDEXED(self, None)  # (the parsed instructions answer from now on)
+            _SET_ROW_NAMES(self, None)
+            memo = self._reading.rows_read
+            if memo and index is not None and index is not _UNINDEXED:  # (rows read before: not needed now)
+                first = (self.at >> Position._SHIFT) + 1
+                for line in range(first, first + len(index[_CELLS]) // GROUPS):
+                    memo.pop(line, None)
         return parsed
 
     def _parse(self) -> Computation:
@@ -1293,8 +1330,10 @@ class LazyComputation(Computation):
 
 _RECORD_FIELDS = tuple(cls.__dict__[name].__set__ for cls, name in (
     (Computation, "name"), (Computation, "is_entry"), (Computation, "at"), (LazyComputation, "_reading"),
-    (LazyComputation, "_span"), (LazyComputation, "_indexed"), (LazyComputation, "_computation")))
-_SET_INDEXED, _SET_PARSED = _RECORD_FIELDS[5:]
+    (LazyComputation, "_span"), (LazyComputation, "_indexed"), (LazyComputation, "_row_names"),
+    (LazyComputation, "_computation")))
+_SET_INDEXED, _SET_ROW_NAMES, _SET_PARSED = _RECORD_FIELDS[5:]
+_SET_WRITTEN = Computation.__dict__["_written"].__set__
 _UNINDEXED = object()  # `LazyComputation._indexed` before the index is asked for
 
 
@@ -1313,114 +1352,91 @@ _FIRST_OPERAND = re.compile(_GAP + r"(?:" + _ARRAY + r"[ \t]" + _GAP + r")?%?([A
                             + r"(?:,|\Z)", re.A)
 
 
-class _Index:
-    """What one regex pass (`fastpath.INSTRUCTION_LINE.findall`) reads of a computation's text in XLA's form, for
-    `LazyComputation`.
+# A lazy computation's index (`_index_of`): what one regex pass (`fastpath.INSTRUCTION_LINE.findall`) reads of its text
+# in XLA's form, kept as a plain tuple of strings and ints, which the collector stops tracking at its first collection (an object per computation, 21,500 of a 22 MB module, was a fifth of what a lazy parse and the
+# analysis's questions kept for it to walk). Its fields, by index:
+# - `_CELLS`: per instruction line (row k is line k + 1 of the text), its ROOT mark, `%`, name, shape text, opcode and
+#   operand text (`INSTRUCTION_LINE`'s groups), flat (row k's group `f` at `GROUPS * k + f`);
+# - `_CALLS`: the rows with a call attribute (`_CALL_AT`), None when one is on the header or the closing line;
+# - `_ROOT`: the row marked ROOT, -1 unless exactly one is.
+# The collector would track a tuple that held anything else, so what else a record knows of its rows is apart: their
+# opcodes (a frozenset) in its `_written`, each name's row in its `_row_names` (`LazyComputation._rows_by_name`),
+# the instructions read from rows in the parse's `_Reading.rows_read`.
+_CELLS, _CALLS, _ROOT = range(3)
 
-    Per instruction line (row k is line k + 1 of the text): its ROOT mark, `%`, name, shape text, opcode and operand
-    text (`INSTRUCTION_LINE`'s groups), kept flat in `cells` (row k's group `f` at `GROUPS * k + f`: one object per
-    computation, not one per line). `rows`: how many. `written`: the rows' opcodes. `calls`: the rows with a call attribute (`_CALL_AT`), None when
-    one is on the header or the closing line. `root`: the row marked ROOT, -1 unless exactly one is.
-    `by_name`: each name's row (-1 for a name two rows define). `rows_read`: the instructions `_read` read, by row
-    (None before).
-    (The computation's answers are kept here, in slots.)
-    """
 
-    __slots__ = ("cells", "rows", "written", "calls", "root", "_by_name", "rows_read")
+def _index_of(reading: _Reading, start: int, end: int, lines: int = -1, commented: bool | None = None
+              ) -> tuple[tuple, frozenset[str]] | None:
+    """The index of `reading.source[start:end]` and its rows' opcodes; None when a line between the header and `}`
+    is not a row. (What follows a row's operand list is taken for its attributes, one instruction a line, as XLA
+    prints.) `lines`: how many lines lie between the header and `}` (-1: counted here); `commented`: whether the
+    text holds a `/*` (None: looked for here; False: call keys are looked for after a comma only)."""
+    src = reading.source
+    rows = INSTRUCTION_LINE.findall(src, start, end)
+    if len(rows) != (lines if lines >= 0 else src.count("\n", start, end) - 1):
+        return None
+    # Opcodes interned (one string per opcode, not one per row: 145,000 rows of the synthetic module, a third of
+    # its text kept; the list, the C-level slice assignment and the tuple cost 0.3 us a body)
+    flat = list(chain.from_iterable(rows))
+    flat[OPCODE::GROUPS] = map(_intern, flat[OPCODE::GROUPS])
+    cells = tuple(flat)
+    written = frozenset(cells[OPCODE::GROUPS])
+    written = reading.written_sets.setdefault(written, written)  # (one set per distinct opcode set)
+    marks = cells[MARK::GROUPS]
+    root = -1  # (two rows marked ROOT: the parse reports it)
+    marked = len(marks) - marks.count("")
+    if marked == 1:
+        root = len(rows) - 1 if marks[-1] else next(k for k, mark in enumerate(marks) if mark)
+    elif not marked and rows:  # none marked: the last instruction is the root, as XLA reads it
+        root = len(rows) - 1
+    if commented is None:
+        commented = src.find("/*", start, end) >= 0
+    call_at = _CALL_AT_SPACED if commented else _CALL_AT
+    if call_at.search(src, start, end) is None:  # (most fusion bodies)
+        return (cells, (), root), written
+    calls: list[int] | None = []
+    line, at = 0, start  # (the line of `at`: each hit counts the newlines since the last)
+    for hit in call_at.finditer(src, start, end):
+        line += src.count("\n", at, hit.start())
+        at = hit.start()
+        if not 0 < line <= len(rows):
+            calls = None  # (the header or the closing line: parse)
+            break
+        if not calls or calls[-1] != line - 1:
+            calls.append(line - 1)
+    return (cells, tuple(calls) if calls is not None else None, root), written
 
-    @classmethod
-    def of(cls, reading: _Reading, start: int, end: int, lines: int = -1, commented: bool | None = None
-           ) -> _Index | None:
-        """The index of `reading.source[start:end]`; None when a line between the header and `}` is not a row.
-        (What follows a row's operand list is taken for its attributes, one instruction a line, as XLA prints.)
-        `lines`: how many lines lie between the header and `}` (-1: counted here); `commented`: whether the text
-        holds a `/*` (None: looked for here; False: call keys are looked for after a comma only)."""
-        src = reading.source
-        rows = INSTRUCTION_LINE.findall(src, start, end)
-        if len(rows) != (lines if lines >= 0 else src.count("\n", start, end) - 1):
-            return None
-        index = object.__new__(cls)  # (its fields set here, not by an `__init__` call: one per body read)
-        # Opcodes interned (one string per opcode, not one per row: 145,000 rows of the synthetic module, a third of
-        # its text kept; the list, the C-level slice assignment and the tuple cost 0.3 us a body)
-        flat = list(chain.from_iterable(rows))
-        flat[OPCODE::GROUPS] = map(_intern, flat[OPCODE::GROUPS])
-        index.cells = cells = tuple(flat)
-        index.rows = len(rows)
-        index._by_name = None
-        index.rows_read = None
-        written = frozenset(cells[OPCODE::GROUPS])
-        index.written = reading.written_sets.setdefault(written, written)  # (one set per distinct opcode set)
-        marks = cells[MARK::GROUPS]
-        index.root = -1  # (two rows marked ROOT: the parse reports it)
-        marked = len(marks) - marks.count("")
-        if marked == 1:
-            index.root = len(rows) - 1 if marks[-1] else next(k for k, mark in enumerate(marks) if mark)
-        elif not marked and rows:  # none marked: the last instruction is the root, as XLA reads it
-            index.root = len(rows) - 1
-        if commented is None:
-            commented = src.find("/*", start, end) >= 0
-        call_at = _CALL_AT_SPACED if commented else _CALL_AT
-        if call_at.search(src, start, end) is None:  # (most fusion bodies)
-            index.calls = ()
-            return index
-        calls: list[int] | None = []
-        line, at = 0, start  # (the line of `at`: each hit counts the newlines since the last)
-        for hit in call_at.finditer(src, start, end):
-            line += src.count("\n", at, hit.start())
-            at = hit.start()
-            if not 0 < line <= len(rows):
-                calls = None  # (the header or the closing line: parse)
-                break
-            if not calls or calls[-1] != line - 1:
-                calls.append(line - 1)
-        index.calls = tuple(calls) if calls is not None else None
-        return index
 
-    def head(self, k: int) -> LineHead | None:
-        """Row `k`'s `LineHead`; None when `k` is -1 (no one row) or its shape does not decode."""
-        if k < 0:
-            return None
-        at = GROUPS * k
-        shape_text, opcode, operands = self.cells[at + SHAPE:at + OPERANDS + 1]
-        first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
-        try:
-            return LineHead(opcode, decode_shape(shape_text), first.group(1) if first is not None else None)
-        except ValueError:
-            return None
+def _head(index: tuple, k: int) -> LineHead | None:
+    """Row `k`'s `LineHead`; None when `k` is -1 (no one row) or its shape does not decode."""
+    if k < 0:
+        return None
+    at = GROUPS * k
+    shape_text, opcode, operands = index[_CELLS][at + SHAPE:at + OPERANDS + 1]
+    first = _FIRST_OPERAND.match(operands) if opcode != "constant" else None  # (a literal)
+    try:
+        return LineHead(opcode, decode_shape(shape_text), first.group(1) if first is not None else None)
+    except ValueError:
+        return None
 
-    def field(self, k: int, f: int) -> str:
-        """Row `k`'s group `f` of `INSTRUCTION_LINE` (`fastpath.MARK`, `PERCENT`, `NAME`, `SHAPE`, `OPCODE`,
-        `OPERANDS`)."""
-        return self.cells[GROUPS * k + f]
 
-    def rows_of(self, opcodes: frozenset[str] | set[str]) -> list[int]:
-        """The rows with an opcode in `opcodes`, ascending."""
-        return [k for k, opcode in enumerate(self.cells[OPCODE::GROUPS]) if opcode in opcodes]
+def _rows_of(index: tuple, opcodes: frozenset[str] | set[str] | tuple[str, ...]) -> list[int]:
+    """The rows with an opcode in `opcodes`, ascending."""
+    return [k for k, opcode in enumerate(index[_CELLS][OPCODE::GROUPS]) if opcode in opcodes]
 
-    def readers(self, name: str) -> list[int]:
-        """The rows whose operand text holds `name` as text, ascending (a superset of its users: they are read
-        to tell)."""
-        return [k for k, operands in enumerate(self.cells[OPERANDS::GROUPS]) if name in operands]
 
-    @property
-    def by_name(self) -> dict[str, int]:
-        if self._by_name is None:
-            names = self.cells[NAME::GROUPS]
-            by_name: dict[str, int] = dict(zip(names, range(len(names))))  # (in C: most bodies define each once)
-            if len(by_name) != len(names):  # a name defined twice: -1
-                by_name = {}
-                for k, name in enumerate(names):
-                    by_name[name] = -1 if name in by_name else k
-            self._by_name = by_name
-        return self._by_name
+def _readers(index: tuple, name: str) -> list[int]:
+    """The rows whose operand text holds `name` as text, ascending (a superset of its users: they are read to
+    tell)."""
+    return [k for k, operands in enumerate(index[_CELLS][OPERANDS::GROUPS]) if name in operands]
 
 
 # Call rows from which `call_instructions` parses a computation where they are half its rows or more.
 _CALLS_PARSED = 32
 
 
-def _row_instruction(lines: LineReader, source: str, start: int, end: int, lineno: int, k: int, index: _Index
-                     ) -> Instruction | None:
+def _row_instruction(lines: LineReader, source: str, start: int, end: int, lineno: int, k: int, cells: tuple,
+                     by_name: dict[str, int]) -> Instruction | None:
     """Row `k`'s instruction (the line `source[start:end]`) by the fast path, with its operands' shapes from the rows
     that define them; None when the line is not in the form the fast path reads or an operand is not defined by an
     earlier row."""
@@ -1435,7 +1451,6 @@ def _row_instruction(lines: LineReader, source: str, start: int, end: int, linen
     names = []
     shapes = []
     if operands:  # (either form has none, or the fast path's names first)
-        by_name, cells = index.by_name, index.cells
         for oname in operands[0]:
             j = by_name.get(oname, -1)
             if not 0 <= j < k:
