@@ -97,6 +97,7 @@ MAXTEXT_V5P_XLA_FLAGS = (
     "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true")
 _flags: str | None = MAXTEXT_V5P_XLA_FLAGS  # what the rows are analysed with (the script's --xla-flags= replaces it)
 TOLERANCE_POINTS = 10.0  # issue 10: within 10 MFU points on every row up to v5p-2048 (1,024 chips)
+ISSUE10_CHIPS = 1024  # issue 10's rows; the 2,048-chip row (issue 25 item 7) is in the table, the mean and the max
 # Rows analysed in the fast loop (one per slice kind); the others are slow-marked (a few seconds each).
 FAST = ("32b-1x-v5p-128", "128b-2x-v5p-256")
 
@@ -104,7 +105,7 @@ FAST = ("32b-1x-v5p-128", "128b-2x-v5p-256")
 def _rows():
     from examples.maxtext_v5p import ROWS
 
-    return [r for r in ROWS if r.chips <= 1024]
+    return list(ROWS)
 
 
 def _param(row):
@@ -139,8 +140,8 @@ def maxtext_model_flops(row) -> float:
     return 3 * (c.layers * (per_layer + attention) + 2 * tokens * d * c.vocab)
 
 
-def test_every_row_up_to_1024_chips_has_a_fixture_made_from_its_config():
-    assert len(ROWS) == 13 and set(PUBLISHED_MFU) >= {r.name for r in ROWS}
+def test_every_row_has_a_fixture_made_from_its_config():
+    assert len(ROWS) == 14 and set(PUBLISHED_MFU) == {r.name for r in ROWS}
     for row in ROWS:
         text = _fixture(row)
         config = next(line for line in text.splitlines() if line.startswith("// config: "))
@@ -156,7 +157,18 @@ def test_model_flops_are_maxtexts(row):
     assert _report(row).totals.model_flops == pytest.approx(maxtext_model_flops(row), rel=1e-6)
 
 
-@pytest.mark.parametrize("row", [_param(r) for r in ROWS])
+def _within_10(row):
+    if row.chips <= ISSUE10_CHIPS:
+        return _param(row)
+    # the 2,048-chip row, predicted since the cpu target goes past 1,024 devices (issue 25 item 7)
+    return pytest.param(row, id=row.name, marks=(pytest.mark.slow, pytest.mark.xfail(strict=True, reason=(
+        "1024B on 2x v5p-2048: predicted 62.93% against 51.55% (+11.38 points; the one-slice row +7.55). The "
+        "missing terms, docs/measurements.md: the run's parallelism is not known (the script's does not parse; "
+        "TP 16 x FSDP 64 is a reconstruction) and the second slice's cost beyond DCN bandwidth (the other "
+        "two-slice rows: 0.2-1.9 ms per DCN collective, unsourced)"))))
+
+
+@pytest.mark.parametrize("row", [_within_10(r) for r in ROWS])
 def test_predicted_mfu_within_10_points_of_published(row):
     t = _report(row).totals
     predicted = 100 * t.mfu
