@@ -165,10 +165,10 @@ class LineReader:
         self.shape_tuples: dict[tuple[int, ...], tuple] = {}
 
     def shared(self, shapes: tuple) -> tuple:
-        """`shapes` (an instruction's `operand_shapes`), or an equal tuple of the same `Shape` objects made before
-        in this parse: one tuple for all the instructions whose operands have the same shapes (53 tuples for the
-        94,000 instructions with operands of the synthetic module), so that the collector has one object an
-        instruction to walk, not two. Keyed by the shapes' ids (the kept tuple holds them, so no id is reused
+        """`shapes` (an instruction's `operand_shapes`, a computation's `parameter_types`), or an equal tuple of the
+        same `Shape` objects made before in this parse: one tuple for all the instructions whose operands have the
+        same shapes (53 tuples for the 94,000 instructions with operands of the synthetic module; likewise the
+        computations' parameters), so that the collector has one object an instruction to walk, not two. Keyed by the shapes' ids (the kept tuple holds them, so no id is reused
         while its key is here): a `Shape`'s own hash walks its fields. A tuple of more than `_SHARED_OPERANDS`
         (a tuple instruction's thousands) is its own."""
         if not shapes or len(shapes) > _SHARED_OPERANDS:
@@ -335,7 +335,7 @@ class LineReader:
             verifier.check_instruction_names(insts)
         if not insts:
             return None
-        return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts)
+        return finish_computation(name_tok[1:], name_tok, is_entry, sig, insts, shared=self.shared)
 
 
 def _operands(opcode: str, ops: str, lineno: int, column: int) -> tuple[tuple | None, int, int | None]:

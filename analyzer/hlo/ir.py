@@ -333,16 +333,18 @@ class Computation:
     object that may hold another on every full collection; without a `__dict__` a computation is one such object,
     not two. What the questions keep once asked (`by_name`, `root`, `written`, the users of each value) is in
     fields of their own, outside `==`, `hash` and `repr`. For the same reason, as `Instruction` keeps its
-    operands and attributes: the parameters are one flat tuple, `parameter_row`, `(name_0, ..., name_n-1,
-    shape_0, ..., shape_n-1)` (`parameter_shapes` makes the `(name, shape)` pairs on each read: a pair per
-    parameter was 65,000 objects of a 22 MB module), and the position one packed int, `at` (`packed(line,
-    column)`, 0 when unknown; `position` unpacks it: a `Position` object each was 21,500 more).
+    operands: the parameters are two tuples, `parameter_names` (strings, which the collector stops tracking) and
+    `parameter_types` (their shapes; a parse shares one tuple among the computations whose parameters have the
+    same shapes), and `parameter_shapes` makes the `(name, shape)` pairs on each read (a pair per parameter and a
+    tuple of them per computation were 87,000 objects of a 22 MB module); the position is one packed int, `at`
+    (`packed(line, column)`, 0 when unknown; `position` unpacks it: a `Position` object each was 21,500 more).
     """
 
     name: str
     instructions: tuple[Instruction, ...]
-    # The parameters' names, then their shapes, in order (`parameter_shapes` gives them as pairs).
-    parameter_row: tuple = ()
+    # The parameters' names and their shapes, in order (`parameter_shapes` gives them as pairs).
+    parameter_names: tuple[str, ...] = ()
+    parameter_types: tuple[Shape, ...] = ()
     result_shape: Shape | None = None
     is_entry: bool = False
     # Where the computation's name is, packed (see `position`).
@@ -361,10 +363,8 @@ class Computation:
     @property
     def parameter_shapes(self) -> tuple[tuple[str, Shape], ...]:
         """The parameters as the signature writes them (or, without one, as the parameter instructions have them),
-        in order: `(name, shape)` each (made on each read from `parameter_row`)."""
-        row = self.parameter_row
-        n = len(row) // 2
-        return tuple(zip(row[:n], row[n:]))
+        in order: `(name, shape)` each (made on each read from `parameter_names` and `parameter_types`)."""
+        return tuple(zip(self.parameter_names, self.parameter_types))
 
     @property
     def position(self) -> Position | None:
@@ -657,11 +657,6 @@ def attribute_row(attrs: tuple | list) -> tuple:
     if not attrs or type(attrs[0]) is str:
         return tuple(attrs)
     return (*(a.key for a in attrs), *(a.raw for a in attrs), *(a.at for a in attrs))
-
-
-def parameter_row(pairs: tuple | list) -> tuple:
-    """`Computation.parameter_row` of `(name, shape)` pairs."""
-    return (*(p[0] for p in pairs), *(p[1] for p in pairs))
 
 
 def row_attributes(row: tuple) -> tuple[Attribute, ...]:

@@ -1192,16 +1192,18 @@ class LazyComputation(Computation):
         """
         if not ks:
             return ()
-        index = self._index
         reading = self._reading
         memo = reading.rows_read
         first = self.at >> Position._SHIFT  # (the header's line: row k is line first + 1 + k)
-        lines = [first + 1 + k for k in ks]
-        missing = [k for k, line in zip(ks, lines) if line not in memo]
+        try:  # (most questions: every row read before)
+            return tuple([memo[first + 1 + k] for k in ks])
+        except KeyError:
+            pass
+        missing = [k for k in ks if first + 1 + k not in memo]
         if missing:
             at, end = self._span[:2]
             src = reading.source
-            cells = index[_CELLS]
+            cells = self._indexed[_CELLS]
             start, rows, names = at, len(cells) // GROUPS, self._rows_by_name()
             line = 0  # (the line `at` starts; row k is line k + 1, and a `}` line follows the last)
             new: list[Instruction] = []
@@ -1237,7 +1239,7 @@ class LazyComputation(Computation):
             except Exception as e:
                 raise _translate(e, self._source, self._path) from None
             memo.update(zip([first + 1 + k for k in missing], new))
-        return tuple([memo[line] for line in lines])
+        return tuple([memo[first + 1 + k] for k in ks])
 
     def _rows_by_name(self) -> dict[str, int]:
         """Each name's row in the index (-1 for a name two rows define), made on the first question and kept in
@@ -1300,8 +1302,12 @@ class LazyComputation(Computation):
         return self._parsed.instructions
 
     @property
-    def parameter_row(self):  # type: ignore[override]
-        return self._parsed.parameter_row
+    def parameter_names(self):  # type: ignore[override]
+        return self._parsed.parameter_names
+
+    @property
+    def parameter_types(self):  # type: ignore[override]
+        return self._parsed.parameter_types
 
     @property
     def result_shape(self):  # type: ignore[override]

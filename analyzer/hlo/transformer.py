@@ -22,7 +22,7 @@ from lark import Token, Transformer
 from analyzer.errors import HloSemanticError, HloSyntaxError
 from analyzer.hlo import attributes, verifier
 from analyzer.hlo.ir import (Attribute, Computation, Frame, HloModule, Instruction, Operand, Position, Shape,
-                             new_instruction, new_operand, operand_fields, packed, parameter_row)
+                             new_instruction, new_operand, operand_fields, packed)
 from analyzer.hlo.shapes import bad_element_layout, decode_array_shape
 
 __all__ = ["HloTransformer", "decode_array_shape", "build_computation", "finish_computation", "build_single",
@@ -474,9 +474,12 @@ def build_computation(name_tok: Token, is_entry: bool, sig, pending: list, comp_
 _ELEMENT_TYPES = frozenset(verifier.ELEMENT_BITS)
 
 
-def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, comp_attrs: tuple = ()) -> Computation:
+def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, comp_attrs: tuple = (),
+                       shared=tuple) -> Computation:
     """The Computation of built instructions `insts`: its signature (from the parameters when none was written),
-    the whole-computation checks (`verifier.verify_computation`), and its place in the callee table.
+    the whole-computation checks (`verifier.verify_computation`), and its place in the callee table. `shared`:
+    what gives the tuple of the parameters' shapes (`fastpath.LineReader.shared`: one tuple for the computations
+    whose parameters have the same shapes).
 
     Raises:
       HloSemanticError: an empty computation, and whatever `verifier.verify_computation` rejects.
@@ -485,15 +488,16 @@ def finish_computation(name: str, name_tok, is_entry: bool, sig, insts: list, co
         raise HloSemanticError(f"computation {name!r} has no instructions", line=name_tok.line,
                                column=name_tok.column)
     insts = tuple(insts)
-    param_shapes, result = sig if sig is not None else ((), None)
-    comp = Computation(name, insts, parameter_row(param_shapes), result, is_entry,
-                       packed(name_tok.line, name_tok.column), comp_attrs)
+    params, result = sig if sig is not None else ((), None)
+    comp = Computation(name, insts, tuple([p[0] for p in params]), shared(tuple([p[1] for p in params])), result,
+                       is_entry, packed(name_tok.line, name_tok.column), comp_attrs)
     verifier.verify_computation(comp, signed=sig is not None)
     if sig is None:
         # The parameters by number, once the checks have found them numbered 0..N-1 (no dict by number).
         params = [i for i in insts if i.parameter_number is not None]
         params.sort(key=_parameter_number)
-        object.__setattr__(comp, "parameter_row", (*(i.name for i in params), *(i.shape for i in params)))
+        object.__setattr__(comp, "parameter_names", tuple([i.name for i in params]))
+        object.__setattr__(comp, "parameter_types", shared(tuple([i.shape for i in params])))
         object.__setattr__(comp, "result_shape", comp.root.shape)
     table = CALLEES.get()
     if table is not None:
