@@ -7,13 +7,19 @@ program the arguments, outputs and temporaries of both, and the estimate's error
 (arguments + outputs + HBM temporaries - aliased bytes; generated code left out: it is the size of the TPU
 program, which the cpu target cannot see). Needs libtpu (`pip install -e '.[tpu]'`).
 
-    JAX_PLATFORMS=cpu python scripts/tpu_memory_check.py [--only NAME] [--json OUT.json] [--dump DIR]
+    JAX_PLATFORMS=cpu python scripts/tpu_memory_check.py [--only NAME] [--json OUT.json] [--dump DIR] [--probes]
 
 `--dump DIR` keeps libtpu's dumps of each TPU compile in DIR/<program> (`xla_dump_to`): its buffer assignment
 (`*after_optimizations-buffer-assignment.txt`), the final schedule's live ranges (`*-live-range.txt`) and the
 final HLO, which is where the estimate's rules come from (tpumemory.py's docstring); the table then also gives
-the size of libtpu's HBM heap of temporaries (the `preallocated-temp` allocation of color 0) and how many
-16 KiB slots of it hold tuple index tables.
+the size of libtpu's HBM heap of temporaries (the `preallocated-temp` allocation of color 0), how many
+16 KiB slots of it hold tuple index tables, and libtpu's `temp_size_in_bytes` less that heap: the two are not
+the same figure (docs/step.md, "TPU memory").
+
+`--probes` adds programs that are not examples but test what libtpu's temporaries are made of (`PROBES`): the
+chapter's MLP-only step with one scanned layer (no loop) and with four, and a small jax training step of its
+own (a scanned two-matrix MLP, value_and_grad, SGD) whose heap holds as many tuple index tables as the
+chapter's MLP step's.
 
 The programs: the chapter's training steps (examples/chapter.py) on 8 devices, and the template's MaxText-like
 runs named in tpumemory.py's docstring (d_model 2048, d_ff 8192, 16 heads, 4 layers, sequence 2048, batch 16,
@@ -72,6 +78,50 @@ PROGRAMS: dict[str, tuple[str, Callable[[], tuple[Any, tuple[Any, ...]]]]] = {
 }
 
 
+def _chapter_mlp(layers: int) -> Callable[[], tuple[Any, tuple[Any, ...]]]:
+    def make() -> tuple[Any, tuple[Any, ...]]:
+        from analyzer.compile.lower import make_mesh
+        from analyzer.compile.models import TransformerConfig, build
+        from examples import chapter
+
+        config = {**chapter.STEP_CONFIG.to_dict(), "attention": False, "norm": False, "layers": layers}
+        return build(TransformerConfig(**config), "fsdp", make_mesh("X=8"))
+    return make
+
+
+def _scan_sgd() -> tuple[Any, tuple[Any, ...]]:
+    """A training step of this script's own: four scanned layers of a two-matrix MLP (bf16, weights split over
+    X on their last dim), the mean of the output as the loss, value_and_grad, an SGD update; returns the new
+    weights and the loss, as the template's step does."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from analyzer.compile.lower import make_mesh
+
+    mesh = make_mesh("X=8")
+
+    def loss(ws: Any, a: Any) -> Any:
+        out, _ = jax.lax.scan(lambda c, w: (jnp.tanh(c @ w[0]) @ w[1], None), a, ws)
+        return out.astype(jnp.float32).mean()
+
+    def step(ws: Any, a: Any) -> Any:
+        value, grads = jax.value_and_grad(loss)(ws, a)
+        return ws - 0.1 * grads, value
+
+    ws = jax.ShapeDtypeStruct((4, 2, 256, 256), jnp.bfloat16,
+                              sharding=NamedSharding(mesh, PartitionSpec(None, None, None, "X")))
+    a = jax.ShapeDtypeStruct((64, 256), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec("X")))
+    return jax.jit(step), (ws, a)
+
+
+PROBES: dict[str, tuple[str, Callable[[], tuple[Any, tuple[Any, ...]]]]] = {
+    "probe chapter MLP fsdp X=8, 1 layer": ("X=8", _chapter_mlp(1)),
+    "probe chapter MLP fsdp X=8, 4 layers": ("X=8", _chapter_mlp(4)),
+    "probe scanned MLP, SGD, X=8": ("X=8", _scan_sgd),
+}
+
+
 def _total(memory: dict[str, int]) -> int:
     return memory["argument_bytes"] + memory["output_bytes"] + memory["temp_bytes"] - memory["alias_bytes"]
 
@@ -121,7 +171,7 @@ def heap_of(folder: Path) -> dict[str, int] | None:
 def measure(name: str, dump: Path | None = None) -> dict[str, Any]:
     from analyzer import analyze
 
-    mesh, make = PROGRAMS[name]
+    mesh, make = {**PROGRAMS, **PROBES}[name]
     fn, args = make()[:2]
     cpu = analyze(fn, *args, mesh=mesh).memory
     folder = dump / re.sub(r"[^A-Za-z0-9]+", "_", name) if dump is not None else None
@@ -143,11 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="a program's name (repeatable); default: all")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--dump", type=Path, help="keep libtpu's dumps (buffer assignment) in DIR/<program>")
+    parser.add_argument("--probes", action="store_true", help="also the probe programs (PROBES)")
     ns = parser.parse_args(argv)
-    names = ns.only or list(PROGRAMS)
-    unknown = [n for n in names if n not in PROGRAMS]
+    known = {**PROGRAMS, **PROBES}
+    names = ns.only or list(PROGRAMS) + (list(PROBES) if ns.probes else [])
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"unknown program(s) {unknown}; known: {list(PROGRAMS)}")
+        parser.error(f"unknown program(s) {unknown}; known: {list(known)}")
     rows = [measure(n, ns.dump) for n in names]
     print(f"estimate (cpu target) against libtpu's memory analysis ({TPU_TARGET}), MiB per device")
     print("| program | args est / libtpu | outputs est / libtpu | HBM temps est / libtpu | temps in VMEM (est) | "
@@ -160,11 +212,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{_mib(e['output_bytes'])} / {_mib(t['output_bytes'])} | {_mib(e['temp_bytes'])} / "
               f"{_mib(t['temp_bytes'])} | {_mib(e.get('vmem_temp_bytes', 0))} | {r['error']:+.1%} | "
               f"{(_total(e) - _total(t)) / 2**20:+,.1f} | {cpu_err} |")
-    heaps = [(r["program"], r["libtpu_heap"]) for r in rows if r.get("libtpu_heap")]
+    heaps = [(r["program"], r["libtpu_heap"], r["libtpu"]["temp_bytes"]) for r in rows if r.get("libtpu_heap")]
     if heaps:
-        print("\nlibtpu's HBM heap of temporaries (buffer assignment), MiB; tuple index tables: 16 KiB slots")
-        for program, h in heaps:
-            print(f"  {program}: heap {_mib(h['heap_bytes'])}, {h['tuple_slots']} tuple slots")
+        print("\nlibtpu's HBM heap of temporaries (buffer assignment), MiB; tuple index tables: 16 KiB slots; "
+              "libtpu's temp_size_in_bytes less the heap, KiB")
+        for program, h, temp in heaps:
+            print(f"  {program}: heap {_mib(h['heap_bytes'])}, {h['tuple_slots']} tuple slots, "
+                  f"temp - heap {(temp - h['heap_bytes']) / 1024:+,.1f}")
     if ns.json:
         ns.json.write_text(json.dumps(rows, indent=1))
     return 0
