@@ -41,12 +41,17 @@ HLO right after SPMD partitioning (per-device shapes, the program's order), in t
   hardware spec's `[mxu] vmem_bytes`, from jax's own table of TPU generations, less the 16 MiB the compiler keeps
   for the fusions' tiles, `SCOPED_VMEM_BYTES`) are kept there, and libtpu counts none of them in HBM: the
   chapter's fsdp step on v5e (18.4 MiB of temporaries by this estimate) got one 22.9 MiB VMEM allocation (`color
-  1` in libtpu's buffer-assignment dump) and 1.0 MiB of HBM temporaries (index tables of tuple-shaped values, not
-  modelled: each tuple-shaped value of the final TPU program, a loop's state, a multi-output fusion, an async
-  copy or collective, gets a 512-byte table in its own 16 KiB slot, `xla_jf_program_hbm_alignment_in_kib: 16`,
-  33-43 slots on the chapter's steps; most of those values are made by libtpu's passes after partitioning, and
-  libtpu's `temp_size_in_bytes` was twice the heap holding them on all five steps, for no reason the dumps
-  show). Then the estimate's temporaries are 0 and the peak is reported as `vmem_temp_bytes`. A larger peak
+  1` in libtpu's buffer-assignment dump). Its HBM heap of temporaries then holds only index tables of
+  tuple-shaped values (a 512-byte table in its own 16 KiB slot, `xla_jf_program_hbm_alignment_in_kib: 16`, one
+  per tuple-shaped value of the final TPU program: 33-43 on the chapter's steps), yet libtpu's
+  `temp_size_in_bytes` is not that heap: it was the heap twice plus 9-14 KiB on every chapter step (1.0-1.4
+  MiB; 8-23 KiB on variants with 2 or 8 layers, twice the batch or width, the MLP alone), and 0 on programs of
+  the same kind whose heaps held 7-17 such tables (the chapter's MLP step with one layer, a scanned MLP trained
+  with SGD: `PROBES` in scripts/tpu_memory_check.py), while the jax 0.12 libtpu gave those and the chapter's
+  fsdp step the heap twice plus 13-27 KiB (its `total_allocation_bytes` less `indefinite_allocations` taken as
+  the heap). It depends on the libtpu, not on anything the partitioned program shows, so it is not modelled
+  (docs/step.md, "TPU memory"). Then the estimate's temporaries are 0 and
+  the peak is reported as `vmem_temp_bytes`. A larger peak
   stays in HBM whole: assignment then only stages some buffers through VMEM, which this estimate does not model
   (at most one VMEM's worth, under 1% of any HBM).
 - **generated code**: not estimated (libtpu's figure for it is the size of the compiled TPU program); 0 here.
@@ -58,8 +63,11 @@ stack), with full remat -4.5% (-1.4% in the printed order); FSDP 4 x TP 2 with a
 SiLU 7.29 GiB against 7.54, -3.4% (-10.5% before). The CPU compiler
 said 10.4, 2.8 and 11.2 GiB. The chapter's training steps (examples/chapter.py, 8 devices; a few MiB each): before
 the VMEM rule the estimate was 105-472% over libtpu's total (temporaries of 18-40 MiB that libtpu keeps in VMEM);
-with it, 3-39% under, 1.0-1.4 MiB in absolute terms, libtpu's HBM index tables of tuple-shaped values
-(`python scripts/tpu_memory_check.py` prints the table and keeps libtpu's buffer assignment where asked). MaxText's
+with it, 3-39% under, 1.0-1.4 MiB in absolute terms, libtpu's temporaries figure of twice its heap of tuple
+index tables (above; `python scripts/tpu_memory_check.py` prints the table and keeps libtpu's buffer
+assignment where asked). On the template's steps too libtpu's temporaries exceed its heap (by 74 MiB with full
+remat, 755 MiB without, 830 MiB with the vocabulary): the estimate is compared with libtpu's figure, not its
+heap. MaxText's
 Llama 3.1 70B step on v6e (libtpu, tpu:v6e:16x16: 29.1 GB, 3.3 GB of donated arguments and 25.7 GB of
 temporaries) is estimated at 30.0 GB (+3.2%); 32.1 GB in the printed order, which kept its 10 GB logits live
 through the backward loop.
@@ -113,10 +121,17 @@ def _materialised(comp: Any) -> frozenset[str]:
     producer into several consumers (`InstructionFusion::ShouldFuse`, "expensive producer would be duplicated");
     libtpu then makes it an extra output of one consumer's fusion: the template's attention without remat
     (`exp` of the scores, f32[2,4,4,2048,2048], saved to the stack and summed: the second output of the fusion
-    that sums it, 512 MiB in HBM). An expensive value no loop state keeps is recomputed in its consumers
-    instead: libtpu did so with full remat (the same `exp`, rebuilt from the bf16 scores it keeps) and for
-    MaxText's loss (the `exp` of the f32 logits in both fusions that read it), so counting every expensive
-    value read twice put the full-remat step 55% over libtpu's figure."""
+    that sums it, 512 MiB in HBM). With full remat libtpu writes the forward loop's `exp` the same way (the
+    sum's fusion's second output, read by the P.V matmul's fusion: 512 MiB, `fusion.603{1}`), though no stack
+    keeps it; that buffer is not at the step's peak (the backward loop is), so leaving it out moves no figure.
+    In the backward loop it recomputes the `exp` in each fusion that reads it and writes the bf16
+    probabilities (256 MiB) and the scores instead; MaxText's loss likewise recomputes the `exp` of its f32
+    logits in both fusions that read it. Counting every expensive value read twice put the full-remat step 55%
+    over libtpu's figure; writing every value with a transcendental op that fans out to several consumers, one
+    of them a matmul, at the fan-out (which finds the forward `exp` and the backward's bf16 probabilities) put
+    it 17.7% over (1,140 against 900 MiB: the backward peak then holds two bf16 probability arrays, jax's
+    remat recomputes the softmax twice, where libtpu computes them inside its async collective fusions), so
+    only the stacked case is counted."""
     insts = comp.instructions
     names = {i.name for i in insts}
     readers: dict[str, set[str]] = {comp.root.name: {""}} if insts else {}
