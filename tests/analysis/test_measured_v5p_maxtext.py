@@ -15,6 +15,7 @@ flash_attention=True)`, as `hlo-analyzer maxtext` and test_measured_v6e.py do). 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -24,20 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "maxtext_v5p"
 
 
-def _load_generator():
-    """fixtures/maxtext_v5p/generate.py (ROWS, the fixture readers), under a name of its own: fixtures/generate.py
-    and fixtures/maxtext/generate.py are imported as `generate` elsewhere."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("maxtext_v5p_generate", FIXTURES / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-v5p_fixtures = _load_generator()
+# fixtures/maxtext_v5p/generate.py (ROWS, the fixture readers), under a name of its own (`generate` is taken)
+_spec = importlib.util.spec_from_file_location("maxtext_v5p_generate", FIXTURES / "generate.py")
+v5p_fixtures = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = v5p_fixtures  # (dataclasses look their module up)
+_spec.loader.exec_module(v5p_fixtures)
 ROWS = [r for r in v5p_fixtures.ROWS if v5p_fixtures.path_of(r.name, "spmd").exists()]
 _reports: dict[tuple[str, bool], object] = {}
 
@@ -165,21 +157,26 @@ def test_a_published_run_gets_no_memory_finding(row):
 def table() -> str:
     """The comparison, one line per row, and the mean and largest |error| (`python
     tests/analysis/test_measured_v5p_maxtext.py` prints it): predicted MFU by the table's count with attention priced
-    as the flash kernel; beside it the template's prediction (test_measured.py) and MaxText's step as dot-product."""
+    as the flash kernel, MaxText's step as dot-product (the scores through HBM), the template's prediction
+    (test_measured.py); then each one's step split as the step model splits it (matmul-bound and HBM-bound compute,
+    exposed communication)."""
     published = _template().PUBLISHED_MFU
-    lines = ["| run | chips | mesh | published MFU | predicted MFU | error (points) | template's predicted | "
-             "template's error | as dot_product | tool's MFU | step s | exposed comm s |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| run | chips | MaxText's mesh | published MFU | predicted MFU | error (points) | as dot_product | "
+             "template's predicted | template's error | step s (template's) | matmul-bound s (template's) | "
+             "HBM-bound s (template's) | exposed comm s (template's) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     errors, template_errors = {}, {}
     for row in ROWS:
-        t = _report(row).totals
+        t, tt = _report(row).totals, _template()._report(_template_row(row)).totals
         pub, predicted, tmpl = published[row.name], predicted_mfu(row), template_mfu(row)
         errors[row.name], template_errors[row.name] = predicted - pub, tmpl - pub
         head, _ = v5p_fixtures.split_header(v5p_fixtures.read_fixture(v5p_fixtures.path_of(row.name, "spmd")))
         mesh = ",".join(item for item in head["mesh"].split(",") if not item.endswith("=1"))
-        lines.append(f"| {row.name} | {row.chips} | {mesh} | {pub:.2f}% | {predicted:.2f}% | "
-                     f"{predicted - pub:+.2f} | {tmpl:.2f}% | {tmpl - pub:+.2f} | {predicted_mfu(row, False):.2f}% | "
-                     f"{100 * t.mfu:.2f}% | {t.step_seconds:.2f} | {t.exposed_comm_seconds:.2f} |")
+        lines.append(f"| {row.name} | {row.chips} | {mesh} | {pub:.2f}% | {predicted:.2f}% | {predicted - pub:+.2f} | "
+                     f"{predicted_mfu(row, False):.2f}% | {tmpl:.2f}% | {tmpl - pub:+.2f} | "
+                     f"{t.step_seconds:.2f} ({tt.step_seconds:.2f}) | {t.matmul_seconds:.2f} ({tt.matmul_seconds:.2f})"
+                     f" | {t.memory_bound_seconds:.2f} ({tt.memory_bound_seconds:.2f}) | "
+                     f"{t.exposed_comm_seconds:.2f} ({tt.exposed_comm_seconds:.2f}) |")
     for name, errs in (("MaxText's step", errors), ("template (same rows)", template_errors)):
         absolute = {k: abs(v) for k, v in errs.items()}
         worst = max(absolute, key=absolute.get)
