@@ -733,22 +733,19 @@ def _parse_split(text: str, split: tuple[str, list[tuple]], path: str | None, la
     """Parse the header with the grammar and each computation with the fast path (or the grammar)."""
     header_text, spans = split
     header = _parse_header(header_text, lenient)
-    callees: dict = {}
+    callees = _Unread() if not lazy else {}
     table = _CalleeTable(callees)
     reading = _Reading(text, path, lenient, check_ints, weakref.ref(table))
-    comps = LazyComputation._records(reading, spans)
+    if lazy:
+        comps = LazyComputation._records(reading, spans)
+        callees.update((c.name, c) for c in comps)
+    else:
+        comps = callees.parse(reading, spans)
+        check_computations(comps)
     spans.clear()  # (the caller's: 21,000 spans of a 22 MB module are a quarter of its text while it is parsed)
-    callees.update((c.name, c) for c in comps)
     name = header.name
     if not _HAS_HEADER.search(header_text):  # XLA names a header-less module after its entry
         name = "module_" + next((c for c in comps if c.is_entry), comps[-1]).name
-    if not lazy:
-        # Each computation in place of its lazy record, here and where later ones look up their callees, so that
-        # each record is freed once read (together they were three quarters of the text at the end of a parse).
-        for k in range(len(comps)):
-            record = comps[k]
-            comps[k] = callees[record.name] = record._parsed
-        check_computations(comps)
     module = HloModule(name, tuple(comps), header.attributes, header.frames, path, header_notes=header.header_notes,
                        callee_table=table if lazy else None)
     if lazy:
@@ -776,6 +773,42 @@ class _Reading:
         self.written_sets: dict[frozenset[str], frozenset[str]] = {}
         self.parsing: set[str] = set()  # (the computations being parsed: one that needs itself parsed calls itself)
         self.rows_read: dict[int, Instruction] = {}
+
+
+class _Unread(dict):
+    """What a full parse's computations look their callees up in (`CALLEES`, for shapes inferred from a callee):
+    each computation parsed so far by name, and one not parsed yet as a lazy record, made when first looked up (a
+    callee printed after its caller; XLA prints callees first), which parses it then. (A record for every
+    computation, each replaced once parsed, was 21,500 objects that lived through the parse of a 22 MB module for
+    the collector to walk.)"""
+
+    __slots__ = ("reading", "spans")
+
+    def parse(self, reading: _Reading, spans: list[tuple]) -> list[Computation]:
+        """The computations of `spans` (`_split`'s), parsed in order, each by a lazy record made for it (or made
+        when a computation before it looked it up) and dropped once it is parsed."""
+        self.reading = reading
+        self.spans = {span[4]: span for span in spans}
+        comps = []
+        for span in spans:
+            name = span[4]
+            self.spans.pop(name, None)  # (None: a record made before, when looked up)
+            record = dict.get(self, name)
+            if record is None:  # (in the table while it is parsed, as when looked up: it may name itself)
+                record = self[name] = LazyComputation._records(reading, [span])[0]
+            comps.append(record._parsed)
+            self[name] = comps[-1]
+        return comps
+
+    def get(self, name: str, default=None):
+        found = dict.get(self, name)
+        if found is None:
+            span = self.spans.get(name)
+            if span is None:
+                return default
+            found = self[name] = LazyComputation._records(self.reading, [span])[0]
+            del self.spans[name]
+        return found
 
 
 class _CalleeTable:
@@ -1131,12 +1164,14 @@ class LazyComputation(Computation):
 
     def _mostly_calls(self) -> bool:
         """Whether `_CALLS_PARSED` or more of the lines between the header and `}` hold a call attribute, and at
-        least half of them (counted without an index: call attributes, two on a line counted twice)."""
-        start, end, rows, commented = self._span
+        least half of them (counted without an index: call attributes, two on a line counted twice; only those after
+        a comma, as XLA prints them, even in a text with comments: a count to choose by, not an answer, and the
+        search for a key after any space took five times as long)."""
+        start, end, rows = self._span[:3]
         reading = self._reading
         if 0 <= rows < 2 * _CALLS_PARSED:
             return False
-        calls = len((_CALL_AT_SPACED if commented is not False else _CALL_AT).findall(reading.source, start, end))
+        calls = len(_CALL_AT.findall(reading.source, start, end))
         return calls >= _CALLS_PARSED and 2 * calls >= (rows if rows >= 0 else reading.source.count("\n", start, end))
 
     def line_head(self, name: str | None = None) -> LineHead | None:
