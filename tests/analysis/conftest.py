@@ -48,8 +48,6 @@ def _mesh(key: str):
         return make_mesh({"X": 2, "Y": 2, "Z": 2})
     if key == "one":
         return make_mesh({"X": 1})
-    if key == "x8":
-        return make_mesh({"X": 8})
     if key == "named":
         return make_mesh({"data": 4, "model": 2})
     if key == "permuted":

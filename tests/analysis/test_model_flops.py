@@ -86,7 +86,7 @@ def test_shard_map_dots_count_once_per_shard(planned):
 @pytest.mark.slow
 def test_one_device_mesh_is_the_unsharded_baseline(analysis):
     one = analysis("fsdp_step", "one")
-    eight = analysis("fsdp_step", "x8")
+    eight = analysis("fsdp_step", "xy")  # the 8-device X=4, Y=2 analysis that test_chapter.py has compiled
     assert len(one.collectives) == 0
     assert one.totals.step_seconds > 0 and one.totals.mfu > 0
     assert one.totals.model_flops == pytest.approx(eight.totals.model_flops, rel=1e-9)
@@ -97,13 +97,14 @@ def test_one_device_mesh_is_the_unsharded_baseline(analysis):
 @pytest.mark.slow
 def test_one_device_mesh_from_the_command_line(capfd, monkeypatch):
     # The command's wiring, in this process (a child would spend its time starting jax): capfd reads the file
-    # descriptors, so XLA's own messages on stderr count too.
+    # descriptors, so XLA's own messages on stderr count too. The chapter's bare-MLP step (a third of the
+    # compile of fsdp_step, which the test above analyses on one device in the library): the same command path.
     from pathlib import Path
 
     from analyzer.cli import main
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    returncode = main(["analyze", "examples.chapter:fsdp_step", "--mesh", "X=1"])
+    returncode = main(["analyze", "examples.chapter:fsdp_mlp_step", "--mesh", "X=1"])
     done = capfd.readouterr()
     assert returncode == 0, done.err[-2000:]
     assert "No collectives" in done.out
