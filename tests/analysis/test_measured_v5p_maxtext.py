@@ -161,6 +161,26 @@ def test_a_published_run_gets_no_memory_finding(row):
     assert not found, found
 
 
+TARGET_MEAN, TARGET_MAX = 3.0, 6.0  # issue 24: mean |error| <= 3 MFU points, max <= 6 (test_measured_v6e.py's)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="missing terms (docs/measurements.md, 'Predicted from MaxText's own step'): "
+                   "14 rows, mean |error| 3.69, max 9.96. Over 6 points: three two-slice rows, 128b-2x-v5p-512 "
+                   "+9.96, 256b-2x-v5p-1024 +7.72, 1024b-2x-v5p-2048 +9.75, where the model hides the DCN "
+                   "all-reduces under the backward pass and predicts the second slice at 0.02-0.10 s of exposure "
+                   "(the published second slices cost 2-9 points; no per-collective DCN figure is published); "
+                   "the one-slice 1024B row's parallelism is a reconstruction (+5.97)")
+def test_v5p_table_within_the_target():
+    published = _template().PUBLISHED_MFU
+    errors = {row.name: predicted_mfu(row) - published[row.name] for row in ROWS}
+    worst = max(errors, key=lambda n: abs(errors[n]))
+    mean = sum(abs(e) for e in errors.values()) / len(errors)
+    assert len(errors) == len(published) and mean <= TARGET_MEAN and abs(errors[worst]) <= TARGET_MAX, (
+        f"mean |error| {mean:.2f} points (target {TARGET_MEAN}), worst {worst} {errors[worst]:+.2f} "
+        f"(target {TARGET_MAX}): " + ", ".join(f"{n} {e:+.2f}" for n, e in errors.items()))
+
+
 def table() -> str:
     """The comparison, one line per row, and the mean and largest |error| (`python
     tests/analysis/test_measured_v5p_maxtext.py` prints it): predicted MFU by the table's count with attention priced
