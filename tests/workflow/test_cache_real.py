@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -101,6 +102,28 @@ def toy(tmp_path: Path) -> Path:
     return write_toy(tmp_path / "toy-project")
 
 
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> tuple[Path, Path, tuple[int, str, str]]:
+    """The unchanged toy project checked once, cold, with JSON output: (its folder, a copy of it with the cache
+    that check wrote, that check's result). Two tests start from this tree and this result; compiling it again
+    for each would be the same cold check twice."""
+    base = tmp_path_factory.mktemp("checked")
+    root = write_toy(base / "toy-project")
+    cold = check(root, "--output-format", "json")
+    shutil.copytree(root, base / "as-checked", symlinks=True)
+    return root, base / "as-checked", cold
+
+
+@pytest.fixture
+def checked_toy(checked) -> tuple[Path, tuple[int, str, str]]:
+    """The checked toy project as that first check left it (its cache included), back at the folder it was
+    checked in (a cache entry is the project's, at its path), and the cold check's result."""
+    root, saved, cold = checked
+    shutil.rmtree(root)
+    shutil.copytree(saved, root, symlinks=True)
+    return root, cold
+
+
 def child_env() -> dict[str, str]:
     """The environment of a `report` or `diff` run in a fresh process (test_report_cache.py, test_diff_cache.py):
     the session's, less HLO_ANALYZER_NO_CACHE. The session's XLA_FLAGS (8 fake devices, tests/conftest.py) stay,
@@ -123,8 +146,8 @@ def imported(err: str) -> str:
     return next(line for line in err.splitlines() if line.startswith("IMPORTED:"))[len("IMPORTED:"):]
 
 
-def test_an_unchanged_tree_is_answered_without_jax_and_the_same_bytes(toy):
-    cold = check(toy, "--output-format", "json")
+def test_an_unchanged_tree_is_answered_without_jax_and_the_same_bytes(checked_toy):
+    toy, cold = checked_toy
     assert cold[0] == 1 and "jax" in imported(cold[2])
     warm = check(toy, "--output-format", "json")
     assert warm[:2] == cold[:2]
@@ -133,8 +156,13 @@ def test_an_unchanged_tree_is_answered_without_jax_and_the_same_bytes(toy):
     assert check(toy, "--output-format", "json")[:2] == cold[:2]
 
 
-def test_a_spec_change_names_the_argument_its_specs_and_the_changed_line(toy):
+def test_a_spec_change_names_the_argument_its_specs_and_the_changed_line(checked_toy):
+    # The unchanged tree's findings, read back from the cache the cold check wrote (the cache keeps a check's
+    # result whatever the output format; that a replayed text output is the computed one's bytes is
+    # test_concurrent_checks_agree_and_leave_a_whole_cache's last line).
+    toy, _ = checked_toy
     before = check(toy)
+    assert imported(before[2]) == ""
     train = toy / "toy" / "train.py"
     train.write_text(TRAIN.replace('"w_out": sds((F, D), P("model", None))', '"w_out": sds((F, D), P(None, "model"))'))
     after = check(toy)
