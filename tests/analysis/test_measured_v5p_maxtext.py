@@ -188,9 +188,9 @@ def table() -> str:
     (test_measured.py); then each one's step split as the step model splits it (matmul-bound and HBM-bound compute,
     exposed communication)."""
     published = _template().PUBLISHED_MFU
-    lines = ["| run | chips | MaxText's mesh | published MFU | predicted MFU | error (points) | as dot_product | "
+    lines = [("| run | chips | MaxText's mesh | published MFU | predicted MFU | error (points) | as dot_product | "
              "template's predicted | template's error | step s (template's) | matmul-bound s (template's) | "
-             "HBM-bound s (template's) | exposed comm s (template's) |",
+             "HBM-bound s (template's) | exposed comm s (template's) |"),
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     errors, template_errors = {}, {}
     for row in ROWS:
@@ -216,8 +216,8 @@ def differences() -> str:
     """Where MaxText's step and the template's differ, per row (`--why`): model FLOPs as each program has them over
     MaxText's count, compute (HBM-bound part), and per mesh axis the collectives' busy and exposed seconds,
     MaxText's (template's)."""
-    lines = ["| run | model FLOPs / MaxText's count | compute s | HBM-bound s | collectives busy s by axis | "
-             "exposed s by axis |", "|---|---:|---:|---:|---|---|"]
+    lines = [("| run | model FLOPs / MaxText's count | compute s | HBM-bound s | collectives busy s by axis | "
+             "exposed s by axis |"), "|---|---:|---:|---:|---|---|"]
     for row in ROWS:
         ours, theirs = _report(row), _template()._report(_template_row(row))
         count = maxtext_model_flops(row)
