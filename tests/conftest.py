@@ -9,7 +9,14 @@ The CPU compiler's LLVM back end is told not to optimise (`--xla_backend_optimiz
 `--xla_llvm_disable_expensive_passes`): the analyzer reads the HLO text and the buffer assignment, which the
 back end's optimisation level leaves byte-identical (checked on jax 0.10 and 0.12: optimized and after-SPMD HLO
 and the memory figures of the template's fsdp+tp step), while a test program's compile takes a half to a fifth
-of the time. Only the few tests that run a program get slower code, on arrays of a few kB. Set
+of the time. Only the few tests that run a program get slower code, on arrays of a few kB. On jaxlib 0.10 the CPU
+compiler also goes without its MLIR fusion emitters (`--xla_cpu_use_fusion_emitters=false`), which spent most of
+each compile building a pass pipeline per fusion: a lone elementwise op then stays an op instead of a one-op
+`wrapped_*` loop fusion in the final HLO (as jaxlib 0.12's compiler leaves it), while the after-SPMD HLO and
+every report figure stay the same (checked on jax 0.10: report_to_dict of 12 reports, four chapter steps and four
+third-party programs under two plans, identical but the CPU compiler's temp bytes of GPT-2, 176,251,536 ->
+176,251,728; the whole suite passes but for the fixture generator's check, which runs without it); the compiles
+take about a quarter of the time (19.3 -> 5.4 s CPU for eight programs; tests/thirdparty 122 -> 66 s CPU). Set
 HLO_ANALYZER_TEST_LLVM_OPT=1 to compile as a user's process does.
 
 `pytest --count-compiles` prints, after the run, how often each program was compiled and by which tests (a
@@ -18,12 +25,24 @@ program compiled twice is a candidate for a session fixture: the `planned` patte
 
 import os
 
+# jaxlib 0.10's CPU compiler without its MLIR fusion emitters (see above); tests/lower/test_fixtures.py takes it out
+# of the fixture generator's flags, whose committed final HLO was compiled with them
+NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if not os.environ.get("HLO_ANALYZER_TEST_LLVM_OPT"):
-    for _fast in ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"):
+    _FASTER = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        _jaxlib = tuple(int(x) for x in version("jaxlib").split(".")[:2])
+    except (PackageNotFoundError, ValueError):  # no jaxlib metadata: only the flags that every XLA knows
+        _jaxlib = (99,)
+    if _jaxlib < (0, 11):  # jaxlib 0.10's CPU compiler only (0.12's XLA has no such flag and stops on an unknown one)
+        _FASTER.append(NO_FUSION_EMITTERS)
+    for _fast in _FASTER:
         if _fast.split("=")[0] not in os.environ["XLA_FLAGS"]:
             os.environ["XLA_FLAGS"] += f" {_fast}"
 
