@@ -32,7 +32,10 @@ Then the replay's own loop (each question a no-op, `_noop`), which the path's fi
 and calls that stand for the analysis's own code, which XLA's parser does not pay, and the path less it.
 
 Then the memory the lazy parse and the analysis's reads of it hold (tracemalloc, peak and kept with the module,
-as multiples of the text's size).
+as multiples of the text's size), and the collections the full parse and the path set off in one more run each
+(young, middle, full: `gc.callbacks`) with the objects the collector tracks in what each keeps: a full collection
+walks every tracked object of the process, so these say how much of a ratio is the collector's, whatever the
+machine's load.
 
 With `--by-kind`, the path (collector off) split by kind of question: `lazy` the lazy parse, `parse` the
 computations parsed in full, then `calls`, `select`, `head`, `users`, `mentions`, `param` of unparsed ones and
@@ -215,6 +218,14 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     (out["loop"],) = _best([_collector_off(lambda m=module: _ask(m, noops))], repeat)
     del module
     out["peak"], out["kept"] = _path_memory(text, asks)
+
+    def path():
+        m = parse_hlo(text, lenient=True, lazy=True)
+        _ask(m, asks)
+        return m
+
+    out["gc_full"] = _collections(lambda: parse_hlo(text, lenient=True))
+    out["gc_path"] = _collections(path)
     if by_kind:  # the path with the collector off, per kind of question, best of `repeat`
         runs = []
         for _ in range(repeat):
@@ -227,6 +238,29 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
                 gc.enable()
         out["by_kind"] = min(runs, key=lambda r: sum(r.values()))
     return out
+
+
+def _collections(make) -> tuple[list[int], int]:
+    """The collections `make()` sets off (young, middle, full: `gc.callbacks`) and how many objects the collector
+    tracks in what it returns (the difference in `gc.get_objects()` after a full collection), the returned object
+    kept until both are counted."""
+    gens: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            gens.append(info["generation"])
+
+    gc.collect()
+    before = len(gc.get_objects())
+    gc.callbacks.append(count)
+    try:
+        kept = make()
+    finally:
+        gc.callbacks.remove(count)
+    gc.collect()
+    tracked = len(gc.get_objects()) - before
+    del kept
+    return [gens.count(g) for g in range(3)], tracked
 
 
 def _path_memory(text: str, asks: list[tuple]) -> tuple[float, float]:
@@ -277,6 +311,10 @@ def _print_row(label: str, p: Path, text: str, t: dict, t_all: float | None, n_p
           f"(collector off): {(path_nc - t['loop']) / xla:.2f}x XLA")
     print(f"  memory of the lazy parse and the analysis's reads (module kept; the text not counted): peak "
           f"{t['peak']:.2f}x, kept {t['kept']:.2f}x the text")
+    (fy, fm, ff), f_kept = t["gc_full"]
+    (py, pm, pf), p_kept = t["gc_path"]
+    print(f"  the collector (one more run each): the full parse {fy} young / {fm} middle / {ff} full collections, "
+          f"{f_kept:,} tracked objects kept; the path {py} / {pm} / {pf}, {p_kept:,} kept")
     if "by_kind" in t:
         best = t["by_kind"]
         print("  by kind (s, collector off): " + ", ".join(f"{k} {v:.3f}" for k, v in best.items())
