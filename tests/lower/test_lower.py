@@ -123,22 +123,26 @@ def test_child_process_matches_in_process():
 
 
 def test_mesh_larger_than_the_process_compiles_in_a_child():
-    """64 devices (the test process has 8): a closure over a local variable still works (nothing is pickled)."""
+    """A mesh of twice the test process's devices (64 in tests/conftest.py): a closure over a local variable still
+    works (nothing is pickled)."""
     scale = 3.0
-    mesh = {"data": 8, "model": 8}
-    x = _sds(mesh, (256, 512), P("data", "model"))
+    groups = 2 * jax.device_count() // 8
+    n = 8 * groups
+    mesh = {"data": groups, "model": 8}
+    x = _sds(mesh, (2 * n, 512), P("data", "model"))
     w = _sds(mesh, (512, 128), P("model", None))
     lowered = lower(lambda x, w: scale * (x @ w), x, w, mesh=mesh)
     assert lowered.in_subprocess
-    assert lowered.mesh.size == 64 and "num_partitions=64" in lowered.spmd_hlo
+    assert lowered.mesh.size == n and f"num_partitions={n}" in lowered.spmd_hlo
     ops = _collectives(lowered.spmd_hlo)
     assert [op for op, _ in ops] == ["all-reduce"]
-    # Over the model axis: 8 groups of 8 consecutive devices.
+    # Over the model axis: `groups` groups of 8 consecutive devices.
     # (the printed form, with or without the comma of the attribute after it: jax 0.12 prints another attribute
     # there)
-    assert ops[0][1].rstrip(",") in ("[8,8]<=[64]", "{" + ",".join("{" + ",".join(str(8 * g + i) for i in range(8))
-                                                                   + "}" for g in range(8)) + "}")
-    with pytest.raises(MeshError, match="needs 64 CPU devices"):
+    assert ops[0][1].rstrip(",") in (f"[{groups},8]<=[{n}]",
+                                     "{" + ",".join("{" + ",".join(str(8 * g + i) for i in range(8)) + "}"
+                                                    for g in range(groups)) + "}")
+    with pytest.raises(MeshError, match=f"needs {n} CPU devices"):
         lower(lambda x, w: x @ w, x, w, mesh=mesh, isolate=False)
 
 
