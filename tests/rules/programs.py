@@ -3,7 +3,8 @@
 Each function returns a `Program`: the function, its abstract arguments (with shardings) and the keyword
 arguments for `analyzer.analyze` (mesh, hardware, topology, model). Shapes are large enough to be
 bandwidth-bound on the target (we only compile, never run) and small enough to compile in seconds.
-Written for jax 0.10.2, target cpu with 8 fake devices (the 64-device Problem 2 case compiles in a child).
+Written for jax 0.10.2, target cpu on the test session's fake devices (64, tests/conftest.py: the 64-device
+Problem 2 case compiles in the test process too).
 """
 
 from __future__ import annotations

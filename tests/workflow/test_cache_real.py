@@ -114,19 +114,25 @@ def checked(tmp_path_factory) -> tuple[Path, Path, tuple[int, str, str]]:
     return root, base / "as-checked", cold
 
 
-@pytest.fixture
-def checked_toy(checked) -> tuple[Path, tuple[int, str, str]]:
-    """The checked toy project as that first check left it (its cache included), back at the folder it was
-    checked in (a cache entry is the project's, at its path), and the cold check's result."""
-    root, saved, cold = checked
+def restore(saved: Path, root: Path) -> Path:
+    """`root` as a module fixture's first run left it (`saved`, its copy, the cache included), back at the folder it
+    ran in: a cache entry is the project's, at its path (test_report_cache.py starts from its cold run the same way)."""
     shutil.rmtree(root)
     shutil.copytree(saved, root, symlinks=True)
-    return root, cold
+    return root
+
+
+@pytest.fixture
+def checked_toy(checked) -> tuple[Path, tuple[int, str, str]]:
+    """The checked toy project as that first check left it, at the folder it was checked in, and the cold check's
+    result."""
+    root, saved, cold = checked
+    return restore(saved, root), cold
 
 
 def child_env() -> dict[str, str]:
     """The environment of a `report` or `diff` run in a fresh process (test_report_cache.py, test_diff_cache.py):
-    the session's, less HLO_ANALYZER_NO_CACHE. The session's XLA_FLAGS (8 fake devices, tests/conftest.py) stay,
+    the session's, less HLO_ANALYZER_NO_CACHE. The session's XLA_FLAGS (its fake devices, tests/conftest.py) stay,
     so a cold run compiles in its own process rather than starting a second child that imports jax again
     (tests/lower/test_lower.py covers that path): what those tests check, what is cached, replayed and
     recomputed, is the same. (`check` below prepares its own devices before jax starts, as a user's does, so

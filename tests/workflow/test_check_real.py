@@ -90,7 +90,7 @@ def test_diff_of_two_git_revisions(tmp_path):
     _project(root, {"step_a": ("train_step", FIXED)}, ["step_a:train_step"])
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "JAX_PLATFORMS": "cpu"}
-    # The session's XLA_FLAGS (8 fake devices) stay: diff compiles each side in its own process instead of a
+    # The session's XLA_FLAGS (its fake devices, tests/conftest.py) stay: diff compiles each side in its own process instead of a
     # second child that imports jax again (test_cache_real.child_env); the same two compiles, the same diff.
     git = lambda *a: subprocess.run(["git", *a], cwd=root, env=env, check=True, capture_output=True)  # noqa: E731
     git("init", "-q")

@@ -40,7 +40,7 @@ def step(mesh):
 """
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cache_real import PROBE, child_env, imported  # noqa: E402  (the probe that runs the CLI, names heavy imports)
+from test_cache_real import PROBE, child_env, imported, restore  # noqa: E402  (the CLI probe; a cold run's tree back)
 
 
 def report(root: Path, *argv: str) -> tuple[int, str, str]:
@@ -70,9 +70,7 @@ def project(reported) -> Path:
     """The project as its cold Markdown run left it (report and cache), back at the folder it ran in (a cache entry
     is the project's, at its path)."""
     root, saved, _, _ = reported
-    shutil.rmtree(root)
-    shutil.copytree(saved, root, symlinks=True)
-    return root
+    return restore(saved, root)
 
 
 def test_a_repeated_report_is_replayed_byte_for_byte_in_every_format_without_jax(project, reported):
