@@ -768,7 +768,7 @@ def _totals(rows: list[Collective], dots: list[Dot], costs: ProgramCosts, step: 
     matmul = branch_sum([(d.branch, costs.dot_cost(d).peak_seconds * d.count) for d in dots])
     from analyzer.analysis.calibration import interval
 
-    bars = interval(step.step_seconds, step.mfu)  # (the calibration runs' residuals: docs/step.md, "Error bars")
+    bars = interval(step.step_seconds, step.mfu, costs.hw.name)  # (the calibration runs' residuals: docs/step.md)
     ranges = {} if bars is None else {"step_low": bars.step_low, "step_high": bars.step_high,
                                       "mfu_low": bars.mfu_low, "mfu_high": bars.mfu_high, "range_basis": bars.basis}
     return Totals(**ranges, comm_seconds=comm, compute_seconds=step.compute_seconds, by_kind=by_kind, by_axis=by_axis,

@@ -205,43 +205,6 @@ def test_a_published_run_gets_no_memory_finding(row):
         assert check_rules(dataclasses.replace(r, memory=plain), Config(select=("HA401",))).diagnostics
 
 
-def calibration_rows() -> list[dict]:
-    """Each run's residual as `analyzer.analysis.calibration` reads it: q = predicted MFU / published MFU (= the
-    measured step / the predicted step)."""
-    rows = []
-    for row in ROWS:
-        predicted, published = 100 * _report(row).totals.mfu, PUBLISHED_MFU[row.name]
-        rows.append({"run": row.name, "predicted_mfu": round(predicted, 6), "published_mfu": published,
-                     "ratio": round(predicted / published, 9)})
-    return rows
-
-
-def write_calibration() -> Path:
-    """Write analyzer/_data/calibration.json from today's model (after any change to the step model)."""
-    from analyzer.analysis.calibration import CALIBRATION, leave_one_out
-
-    rows = calibration_rows()
-    data = {"table": "MaxText's published v5p MFU table (MaxText/configs/v5p/README.md; docs/measurements.md)",
-            "hardware": "TPU v5p", "rows": rows, "leave_one_out": f"{leave_one_out(rows)} of {len(rows)}",
-            "how": "python tests/analysis/test_measured.py --write-calibration"}
-    path = ROOT / "analyzer" / "_data" / CALIBRATION
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
-
-
-@pytest.mark.slow
-def test_the_calibration_file_is_todays_model():
-    """The error bars come from the residuals of the model as it is: a change to the step model must rewrite them
-    (`python tests/analysis/test_measured.py --write-calibration`)."""
-    from analyzer.analysis.calibration import load
-
-    written = {r["run"]: r["ratio"] for r in load()["rows"]}
-    now = {r["run"]: r["ratio"] for r in calibration_rows()}
-    assert written.keys() == now.keys()
-    for run, ratio in now.items():
-        assert written[run] == pytest.approx(ratio, rel=1e-6), run
-
-
 def table() -> str:
     """The comparison, one line per run, and the mean and largest |error| (`python tests/analysis/test_measured.py`
     prints it)."""
@@ -310,14 +273,10 @@ def dcn_table() -> str:
 
 if __name__ == "__main__":
     # --xla-flags=FLAGS: the table under other flags than the runs' (--xla-flags= for none), e.g. to see one
-    # flag's effect; not with --write-calibration (the calibration is the runs' own flags)
+    # flag's effect
     given = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("--xla-flags=")]
     if given:
-        if "--write-calibration" in sys.argv[1:]:
-            sys.exit("--xla-flags and --write-calibration: the calibration is made with the runs' own flags")
         _flags = given[-1] or None
-    if "--write-calibration" in sys.argv[1:]:
-        print(f"wrote {write_calibration().relative_to(ROOT)}")
     print(table())
     if "--dcn" in sys.argv[1:]:  # what a second slice costs, measured against modelled (docs/measurements.md)
         print(dcn_table())

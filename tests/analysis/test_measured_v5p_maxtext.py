@@ -21,6 +21,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from tests.analysis import calibration_tables  # under pytest (the root is on sys.path)
+except ImportError:  # run as a script: this folder is sys.path[0]
+    import calibration_tables
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "maxtext_v5p"
 
@@ -181,6 +186,18 @@ def test_v5p_table_within_the_target():
         f"(target {TARGET_MAX}): " + ", ".join(f"{n} {e:+.2f}" for n, e in errors.items()))
 
 
+CALIBRATION_TABLE = "MaxText's published v5p MFU table (MaxText/configs/v5p/README.md; docs/measurements.md)"
+CALIBRATION_PREDICTION = ("MaxText's own step of each run (fixtures/maxtext_v5p), its attention as the flash kernel, "
+                          "the runs' XLA flags")
+
+
+@pytest.mark.slow
+def test_the_calibration_file_is_todays_model():
+    """The error bars on v5p come from this table's residuals with the model as it is: a change to the step model
+    that moves a row must rewrite them (`python tests/analysis/test_measured_v5p_maxtext.py --write-calibration`)."""
+    calibration_tables.check("tpu-v5p", {row.name: predicted_mfu(row) for row in ROWS}, _template().PUBLISHED_MFU)
+
+
 def table() -> str:
     """The comparison, one line per row, and the mean and largest |error| (`python
     tests/analysis/test_measured_v5p_maxtext.py` prints it): predicted MFU by the table's count with attention priced
@@ -237,6 +254,11 @@ def differences() -> str:
 
 
 if __name__ == "__main__":
+    if "--write-calibration" in sys.argv[1:]:  # the error bars' v5p residuals (analyzer/analysis/calibration.py)
+        published = _template().PUBLISHED_MFU
+        written = calibration_tables.write("tpu-v5p", CALIBRATION_TABLE, CALIBRATION_PREDICTION, calibration_tables.rows(
+            {row.name: predicted_mfu(row) for row in ROWS}, published))
+        print(f"wrote {written.relative_to(ROOT)}")
     print(table())
     if "--why" in sys.argv[1:]:
         print(differences())

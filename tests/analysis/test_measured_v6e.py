@@ -22,6 +22,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from tests.analysis import calibration_tables  # under pytest (the root is on sys.path)
+except ImportError:  # run as a script: this folder is sys.path[0]
+    import calibration_tables
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "maxtext_v6e"
 
@@ -385,6 +390,19 @@ def test_a_published_run_gets_no_memory_finding(row):
     assert not found, found
 
 
+CALIBRATION_TABLE = "MaxText's published v6e table (docs/reference/models/tiering.md; docs/measurements.md)"
+CALIBRATION_PREDICTION = ("MaxText's own step of each run (fixtures/maxtext_v6e), its attention as the run ran it, "
+                          "the runs' XLA flags")
+
+
+@pytest.mark.slow
+def test_the_calibration_file_is_todays_model():
+    """The error bars on v6e come from this table's residuals with the model as it is: a change to the step model
+    that moves a row must rewrite them (`python tests/analysis/test_measured_v6e.py --write-calibration`)."""
+    calibration_tables.check("tpu-v6e", {row.name: predicted_mfu(row) for row in ROWS},
+                         {name: p.mfu for name, p in PUBLISHED.items()})
+
+
 def table() -> str:
     """The comparison, one line per row (`python tests/analysis/test_measured_v6e.py` prints it). Predicted MFU by
     the table's count (`predicted_mfu`), attention priced as the runs' flash kernel; beside it the prediction with
@@ -548,6 +566,12 @@ def checks_table() -> str:
 if __name__ == "__main__":
     if "--no-flags" in sys.argv[1:]:  # the rows without their runs' XLA flags (the table before that term)
         _with_flags = False
+    if "--write-calibration" in sys.argv[1:]:  # the error bars' v6e residuals (analyzer/analysis/calibration.py)
+        if not _with_flags:
+            sys.exit("--no-flags and --write-calibration: the calibration is made with the runs' own flags")
+        written = calibration_tables.write("tpu-v6e", CALIBRATION_TABLE, CALIBRATION_PREDICTION, calibration_tables.rows(
+            {row.name: predicted_mfu(row) for row in ROWS}, {name: p.mfu for name, p in PUBLISHED.items()}))
+        print(f"wrote {written.relative_to(ROOT)}")
     print(table())
     if "--both" in sys.argv[1:]:
         print(both_tables())
