@@ -69,11 +69,11 @@ def table_for(hardware: str | None, data: dict) -> tuple[list[float], str]:
     own = [t for t in tables if t["hardware"] == hardware]
     chosen = own or tables
     ratios = [float(r["ratio"]) for t in chosen for r in t["rows"]]
-    runs = " and ".join(f"the {len(t['rows'])} runs of {t['table']}" for t in chosen)
+    runs = f"the {len(ratios)} runs of " + " and ".join(t["table"] for t in chosen)
     if own:
         return ratios, f"{runs} ({hardware})"
     chips = ", ".join(sorted({t["hardware"] for t in tables}))
-    return ratios, f"{runs} (no table has {hardware or 'this hardware'}: calibrated on {chips} training steps only)"
+    return ratios, f"{runs} (no table has {hardware or 'this hardware'}; they are {chips} training steps)"
 
 
 def interval(step_seconds: float, mfu: float, hardware: str | None = None, data: dict | None = None) -> Interval | None:

@@ -28,14 +28,16 @@ def rows(predicted: dict[str, float], published: dict[str, float]) -> list[dict]
              "ratio": round(p / published[run], 9)} for run, p in predicted.items()]
 
 
-def write(hardware: str, table: str, prediction: str, table_rows: list[dict]) -> Path:
-    """Replace `hardware`'s table in the calibration file (the others kept), whole or not at all."""
+def write(hardware: str, table: str, source: str, prediction: str, table_rows: list[dict]) -> Path:
+    """Replace `hardware`'s table in the calibration file (the others kept), whole or not at all. `table`: its name
+    as the report's range basis says it; `source`: where it is published; `prediction`: what was predicted."""
     path = ROOT / "analyzer" / "_data" / CALIBRATION
     try:
         tables = [t for t in load()["tables"] if t["hardware"] != hardware]
     except (KeyError, FileNotFoundError, json.JSONDecodeError):
         tables = []
-    tables.append({"table": table, "hardware": hardware, "prediction": prediction, "rows": table_rows,
+    tables.append({"table": table, "source": source, "hardware": hardware, "prediction": prediction,
+                   "rows": table_rows,
                    "leave_one_out": f"{leave_one_out(table_rows)} of {len(table_rows)}"})
     tables.sort(key=lambda t: t["hardware"])
     write_atomic(path, json.dumps({"tables": tables, "how": HOW}, indent=1) + "\n", what="calibration file")

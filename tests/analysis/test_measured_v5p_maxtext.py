@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.analysis import calibration_tables  # under pytest (the root is on sys.path)
-except ImportError:  # run as a script: this folder is sys.path[0]
+try:  # under pytest the root is on sys.path; run as a script, this folder is sys.path[0]
+    from tests.analysis import calibration_tables
+except ImportError:
     import calibration_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,7 +186,8 @@ def test_v5p_table_within_the_target():
         f"(target {TARGET_MAX}): " + ", ".join(f"{n} {e:+.2f}" for n, e in errors.items()))
 
 
-CALIBRATION_TABLE = "MaxText's published v5p MFU table (MaxText/configs/v5p/README.md; docs/measurements.md)"
+CALIBRATION_TABLE = "MaxText's v5p table"
+CALIBRATION_SOURCE = "MaxText/configs/v5p/README.md; docs/measurements.md"
 CALIBRATION_PREDICTION = ("MaxText's own step of each run (fixtures/maxtext_v5p), its attention as the flash kernel, "
                           "the runs' XLA flags")
 
@@ -256,8 +257,9 @@ def differences() -> str:
 if __name__ == "__main__":
     if "--write-calibration" in sys.argv[1:]:  # the error bars' v5p residuals (analyzer/analysis/calibration.py)
         published = _template().PUBLISHED_MFU
-        written = calibration_tables.write("tpu-v5p", CALIBRATION_TABLE, CALIBRATION_PREDICTION, calibration_tables.rows(
-            {row.name: predicted_mfu(row) for row in ROWS}, published))
+        rows = calibration_tables.rows({row.name: predicted_mfu(row) for row in ROWS}, published)
+        written = calibration_tables.write("tpu-v5p", CALIBRATION_TABLE, CALIBRATION_SOURCE, CALIBRATION_PREDICTION,
+                                           rows)
         print(f"wrote {written.relative_to(ROOT)}")
     print(table())
     if "--why" in sys.argv[1:]:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from tests.analysis import calibration_tables  # under pytest (the root is on sys.path)
-except ImportError:  # run as a script: this folder is sys.path[0]
+try:  # under pytest the root is on sys.path; run as a script, this folder is sys.path[0]
+    from tests.analysis import calibration_tables
+except ImportError:
     import calibration_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -390,7 +390,8 @@ def test_a_published_run_gets_no_memory_finding(row):
     assert not found, found
 
 
-CALIBRATION_TABLE = "MaxText's published v6e table (docs/reference/models/tiering.md; docs/measurements.md)"
+CALIBRATION_TABLE = "MaxText's v6e table"
+CALIBRATION_SOURCE = "MaxText docs/reference/models/tiering.md; docs/measurements.md"
 CALIBRATION_PREDICTION = ("MaxText's own step of each run (fixtures/maxtext_v6e), its attention as the run ran it, "
                           "the runs' XLA flags")
 
@@ -569,8 +570,9 @@ if __name__ == "__main__":
     if "--write-calibration" in sys.argv[1:]:  # the error bars' v6e residuals (analyzer/analysis/calibration.py)
         if not _with_flags:
             sys.exit("--no-flags and --write-calibration: the calibration is made with the runs' own flags")
-        written = calibration_tables.write("tpu-v6e", CALIBRATION_TABLE, CALIBRATION_PREDICTION, calibration_tables.rows(
-            {row.name: predicted_mfu(row) for row in ROWS}, {name: p.mfu for name, p in PUBLISHED.items()}))
+        rows = calibration_tables.rows({row.name: predicted_mfu(row) for row in ROWS}, {name: p.mfu for name, p in PUBLISHED.items()})
+        written = calibration_tables.write("tpu-v6e", CALIBRATION_TABLE, CALIBRATION_SOURCE, CALIBRATION_PREDICTION,
+                                           rows)
         print(f"wrote {written.relative_to(ROOT)}")
     print(table())
     if "--both" in sys.argv[1:]:
