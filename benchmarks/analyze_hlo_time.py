@@ -58,6 +58,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# (the tree this script sits in first, then its folder: a copy of the repository measures its own `analyzer`, not
+# the one installed, so two trees can be timed side by side; the timing child runs this file, so it does too)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
