@@ -24,6 +24,16 @@ HLO_ANALYZER_TEST_LLVM_OPT=1 to compile as a user's process does.
 
 `pytest --count-compiles` prints, after the run, how often each program was compiled and by which tests (a
 program compiled twice is a candidate for a session fixture: the `planned` pattern below).
+
+The suite runs on two worker processes (pytest-xdist; `--numprocesses=2 --dist=loadfile --no-loadscope-reorder`
+in pyproject.toml's addopts), each a test session of its own with the settings above (set here, in each process,
+before jax loads): a test file stays in one worker, so its module fixtures and module-level cold runs happen once,
+while a session fixture is built in each worker that needs it. Each worker takes its files in the order of a
+serial run: a worker's tests see what a serial run's would have seen before them (MaxText, once imported by
+tests/workflow/test_maxtext*.py, leaves `jax.lax.with_sharding_constraint` replaced by a wrapper of its own for the
+rest of the process, which moves the constraint lines that tests/analysis and tests/rules check). `-n 0` runs the suite in this process, as does `-p no:xdist`
+(or an environment without pytest-xdist: the options are then accepted and ignored, and the header says so).
+`--cpu-durations` and `--count-compiles` gather the workers' figures in the controlling process.
 """
 
 import os
@@ -82,7 +92,12 @@ def planned():
     return get
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
+    if not pluginmanager.has_plugin("xdist"):  # not installed, or `-p no:xdist`: pyproject's addopts still parse
+        group = parser.getgroup("xdist", "pytest-xdist is not loaded: the suite runs in this process")
+        group.addoption("--numprocesses", default=None, help="ignored without pytest-xdist")
+        group.addoption("--dist", default="no", help="ignored without pytest-xdist")
+        group.addoption("--no-loadscope-reorder", action="store_true", help="ignored without pytest-xdist")
     parser.addoption("--count-compiles", action="store_true",
                      help="after the run, list each program compiled more than once and the tests that did it")
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
@@ -90,10 +105,29 @@ def pytest_addoption(parser):
                           "child processes it waited for; setup, call and teardown together), and the sum per file")
 
 
-class _CompileCounter:
+class _Gathered:
+    """A report plugin whose rows are made where the tests run: an xdist worker hands its rows to the controlling
+    process at the end of its session (`workeroutput`), which adds them to its own and prints the summary."""
+
+    key = ""
+    rows: list
+
+    def pytest_sessionfinish(self, session):
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:  # this process is an xdist worker
+            output[self.key] = [list(row) for row in self.rows]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        self.rows.extend(tuple(row) for row in getattr(node, "workeroutput", {}).get(self.key, ()))
+
+
+class _CompileCounter(_Gathered):
     """Counts the analyzer's compiles (in this process and in its child processes) by program, keyed by the
     StableHLO text without its source locations, the platform, the device ids and the XLA flags: two tests
     that compile the same program on the same devices show up as one key with two tests."""
+
+    key = "hlo_analyzer_compiles"
 
     def __init__(self):
         self.node = None
@@ -144,13 +178,20 @@ class _CompileCounter:
                 write(f"    {seconds:6.1f} s  {node}")
 
 
-class _CpuTimer:
+class _CpuTimer(_Gathered):
     """CPU seconds per test, this process's and its waited-for children's (`resource.getrusage`): on a shared
-    machine wall time measures the neighbours, CPU time the test."""
+    machine wall time measures the neighbours, CPU time the test. Under xdist it also says when each worker was
+    busy (from the start of the session): a worker that ends long before the other is time the split lost."""
+
+    key = "hlo_analyzer_cpu"
 
     def __init__(self, top: int):
+        import time
+
         self.top = top
-        self.rows: list[tuple[float, float, str]] = []  # (own, children's seconds, test id)
+        self.start = time.time()
+        # (own, children's seconds, test id, worker, wall-clock start, end)
+        self.rows: list[tuple[float, float, str, str, float, float]] = []
 
     @staticmethod
     def _now() -> tuple[float, float]:
@@ -161,25 +202,40 @@ class _CpuTimer:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        import time
+
         own, kids = self._now()
+        start = time.time()
         yield
         own2, kids2 = self._now()
-        self.rows.append((own2 - own, kids2 - kids, item.nodeid))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.rows.append((own2 - own, kids2 - kids, item.nodeid, worker, start, time.time()))
 
     def pytest_terminal_summary(self, terminalreporter):
         from collections import defaultdict
 
         write = terminalreporter.write_line
-        total = sum(a + b for a, b, _ in self.rows)
-        write(f"CPU time of the tests: {total:.1f} s ({sum(b for _, b, _ in self.rows):.1f} s in child processes)")
-        for own, kids, node in sorted(self.rows, key=lambda r: -(r[0] + r[1]))[:self.top]:
+        total = sum(r[0] + r[1] for r in self.rows)
+        write(f"CPU time of the tests: {total:.1f} s ({sum(r[1] for r in self.rows):.1f} s in child processes)")
+        workers = sorted({r[3] for r in self.rows})
+        for worker in workers if len(workers) > 1 else ():
+            mine = [r for r in self.rows if r[3] == worker]
+            write(f"  worker {worker}: {len(mine)} tests, {sum(r[0] + r[1] for r in mine):.1f} s cpu, busy from "
+                  f"{min(r[4] for r in mine) - self.start:.1f} s to {max(r[5] for r in mine) - self.start:.1f} s")
+        for own, kids, node, *_ in sorted(self.rows, key=lambda r: -(r[0] + r[1]))[:self.top]:
             write(f"  {own + kids:7.2f} s cpu ({kids:6.2f} s children)  {node}")
         per_file: dict[str, float] = defaultdict(float)
-        for own, kids, node in self.rows:
+        for own, kids, node, *_ in self.rows:
             per_file[node.split("::")[0]] += own + kids
         write("CPU time per file:")
         for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
             write(f"  {seconds:7.1f} s  {name}")
+
+
+def pytest_report_header(config):
+    if not config.pluginmanager.has_plugin("xdist"):
+        return "pytest-xdist not loaded: the tests run in this one process"
+    return None
 
 
 def pytest_configure(config):
