@@ -3,7 +3,8 @@
 The calibration runs are MaxText's two published tables (docs/measurements.md): its v5p table (14 runs, 128 to
 2,048 chips) and its v6e table (5 runs on one or two v6e-256 slices), each run's step built by MaxText's own code
 and analysed as `hlo-analyzer maxtext` analyses it (tests/analysis/test_measured_v5p_maxtext.py and
-test_measured_v6e.py, each run as a script with `--write-calibration` writes its table). For each run i:
+test_measured_v6e.py each write their table when run as a script; tests/analysis/calibration_tables.py says how).
+For each run i:
 
     q_i = predicted MFU_i / published MFU_i  =  measured step_i / predicted step_i
 
