@@ -20,6 +20,9 @@ Pricing: every collective is priced with `analyzer.theory.cost.collective_cost` 
 topology comes from the devices' torus coordinates; for cpu and dumps it is `topology` if given, else the
 mesh laid on the smallest slice of the hardware that holds it, axes in order (the notes say so).
 
+`analyze_lowered`, `analyze_hlo` and `build_report` each run as one call of `analyzer.hlo.memo`: the shapes,
+device groups and metadata they decode are memoised for that call and dropped when it returns.
+
 `Report.analysis` (an `analyzer.analysis.context.AnalysisContext`: the live objects for the rules, `reprice`
 and the renderers; typed, frozen, never serialised): the parsed module, its call graph, the `HardwareSpec`,
 the `Topology` used for pricing, the cost model, the `Collective` and `Dot` records in row order, the
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analyzer.errors import AnalyzerError, MeshError, valid_choices
+from analyzer.hlo.memo import one_call
 from analyzer.analysis.report import COLLECTIVE_COLUMNS, DOT_COLUMNS, Report, Totals
 from analyzer.theory.mesh import MeshInfo
 from analyzer.units import format_bytes
@@ -114,6 +118,7 @@ def analyze(
                            in_shardings=in_shardings, out_shardings=out_shardings)
 
 
+@one_call
 def analyze_lowered(
     lowered: Any,
     *,
@@ -239,6 +244,7 @@ def _per_slice_program(lowered: Any) -> int | None:
     return partitions if partitions != lowered.mesh.size else None
 
 
+@one_call
 def analyze_hlo(
     text_or_path: str | os.PathLike[str],
     mesh: Any = None,
@@ -463,6 +469,7 @@ def _hw_name(hw: Any) -> str:
     return hw if isinstance(hw, str) else getattr(hw, "name", str(hw))
 
 
+@one_call
 def build_report(
     module: HloModule,
     *,

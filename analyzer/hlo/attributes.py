@@ -20,8 +20,6 @@ Replica groups come in four printed forms, all expanded here into explicit devic
 
 from __future__ import annotations
 
-import functools
-
 import re
 from collections.abc import Callable, Mapping
 from math import prod
@@ -31,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from analyzer.errors import AnalyzerError
 from analyzer.hlo.iota import expand_iota
 from analyzer.hlo.literals import check_literal
+from analyzer.hlo.memo import memoised, state as memo_state
 from analyzer.hlo.shapes import Shape, decode_shape
 
 if TYPE_CHECKING:  # pragma: no cover  (what a decoder reads: it imports no IR, which imports the decoders)
@@ -1251,11 +1250,11 @@ def parse_shape_list(raw: str) -> tuple:
 # key -> decoder. Each decoder takes the raw text and returns the typed value or raises ValueError with a
 # message in HLO terms. Keys absent here stay raw text.
 # Device groups are decoded from the same few texts over and over (every collective of a layer repeats
-# them, and rules query them per instruction); their decoders are pure and return tuples, so a bounded
-# memo of the text is safe.
+# them, and rules query them per instruction); their decoders are pure and return tuples, so they are memoised
+# for the call that reads the module (`analyzer.hlo.memo`).
 DECODERS: Mapping[str, Callable[[str], Any]] = {
-    "replica_groups": functools.lru_cache(maxsize=4096)(parse_replica_groups),
-    "source_target_pairs": functools.lru_cache(maxsize=4096)(parse_source_target_pairs),
+    "replica_groups": memoised(parse_replica_groups),
+    "source_target_pairs": memoised(parse_source_target_pairs),
     "dimensions": parse_int_list,
     "channel_id": _parse_int,
     "index": _parse_int,
@@ -1335,28 +1334,32 @@ _QUICK = {
 }
 
 
-# Attribute values already found valid, by key. Values repeat (a third or less of a dump's attribute text is
-# unique, and the parser keeps one string per distinct value), so each distinct value is checked once.
-_VALID: dict[str, set[str]] = {k: set() for k in _VALIDATED}
-_VALID_MAX = 200_000
+def valid_values() -> dict[str, set[str]]:
+    """The attribute values this call already found valid, by key (the keys `validate` checks). Values repeat (a
+    third or less of a dump's attribute text is unique, and the parser keeps one string per distinct value), so each
+    distinct value is checked once a call (`analyzer.hlo.memo.state`: dropped when the call returns)."""
+    return memo_state(_valid_sets)
+
+
+def _valid_sets() -> dict[str, set[str]]:
+    return {k: set() for k in _VALIDATED}
 
 
 def known_valid(key: str, raw: str) -> bool:
     """Whether `key=raw` was already found valid (see `validate`)."""
-    seen = _VALID.get(key)
+    seen = valid_values().get(key)
     return seen is not None and raw in seen
 
 
 def validate(inst: Instruction) -> None:
     """Decode every known attribute of `inst` once; raise ValueError (with `.attribute`) on a bad one."""
+    valid = valid_values()
     for key in inst.attribute_keys:
         if key in _VALIDATED:
             raw = inst.attr(key)
-            seen = _VALID[key]
+            seen = valid[key]
             if raw in seen:
                 continue
-            if len(seen) > _VALID_MAX:
-                seen.clear()
             quick = _QUICK.get(key)
             if quick is not None and quick.fullmatch(raw):
                 seen.add(raw)
@@ -1453,9 +1456,9 @@ def called_computations(inst: Instruction) -> tuple[str, ...]:
 
 
 # The analysis reads an instruction's metadata many times (op names, source lines, remat and repeat checks)
-# and many instructions share one metadata text: decoded once per text. Not in DECODERS, so a parse's own checks
-# do not read it. The Metadata is shared: callers must not change its `extra`.
-_metadata_memo = functools.lru_cache(maxsize=16384)(parse_metadata)
+# and many instructions share one metadata text: decoded once per text in a call (`analyzer.hlo.memo`). Not in
+# DECODERS, so a parse's own checks do not read it. The Metadata is shared: callers must not change its `extra`.
+_metadata_memo = memoised(parse_metadata)
 
 
 def metadata(inst: Instruction) -> Metadata | None:

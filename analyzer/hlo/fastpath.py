@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from analyzer.hlo.attributes import _VALID, unquote
+from analyzer.hlo.attributes import unquote, valid_values
 from analyzer.hlo.ir import (Attribute, Computation, Instruction, Operand, Position, attribute_row, new_instruction,
                              new_operand, packed, row_attributes)
 from analyzer.hlo.shapes import ARRAY_PATTERN, Shape, decode_shape
@@ -95,8 +95,8 @@ Token = FastToken  # noqa: F811
 _intern = sys.intern
 _SHIFT = Position._SHIFT
 _MAX_COLUMN = Position._COLUMN
-# A shape text this long (a tuple of thousands) is decoded without `decode_shape`'s cache, which would keep the
-# text alive after the module is gone (2.2 MB for a 200,000-element tuple); its elements still go through it.
+# A shape text this long (a tuple of thousands) is decoded without `decode_shape`'s memo, which would keep a copy
+# of the text for the rest of the call (2.2 MB for a 200,000-element tuple); its elements still go through it.
 _CACHED_SHAPE = 4096
 # An operand list this long (a tuple of thousands) is not split into a list of names (`OperandNames`).
 _LONG_OPERANDS = 4096
@@ -543,7 +543,7 @@ class _Build:
         if p >= end:
             return keys, (), clean
         findall = self.reader.attr_all.findall
-        valid_get, value_known, intern = _VALID.get, verifier.value_known, _intern
+        valid_get, value_known, intern = valid_values().get, verifier.value_known, _intern
         s = line.rfind(", metadata=", p)
         if s < 0:
             s = end

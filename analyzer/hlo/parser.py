@@ -36,6 +36,7 @@ from analyzer.hlo.attributes import CALL_KEYS, names_callee
 from analyzer.hlo.fastpath import (_ARRAY, GROUPS, INSTRUCTION_LINE, MARK, NAME, OPCODE, OPERANDS, SHAPE, LineReader,
                                    parse_head_fast, parse_tables_fast, parse_tables_lenient)
 from analyzer.hlo.ir import Computation, HloModule, Instruction, LineHead, Position, new_instruction, packed
+from analyzer.hlo.memo import one_call
 from analyzer.hlo.shapes import Shape, decode_shape
 from analyzer.hlo import transformer as _transformer_module
 from analyzer.hlo.transformer import (CALLEES, DroppedModule, HloTransformer, NeedsModuleParse, build_computation,
@@ -268,6 +269,7 @@ def _end_position(text: str) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------- full
 
 
+@one_call
 def parse_hlo(text: str, *, path: str | None = None, lazy: bool = False, lenient: bool = False) -> HloModule:
     """Parse HLO text as XLA prints it (`compiled.as_text()`, `--xla_dump_to` files) into an `HloModule`.
 

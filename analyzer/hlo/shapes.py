@@ -1,8 +1,8 @@
 """Shapes and layouts, and their text form: `bf16[8,<=16]{1,0:T(8,128)S(1)}`, `(f32[], s32[2])`, `token[]`.
 
 The value types (`Shape`, `Layout`, `ELEMENT_BITS`) and the decoders of a shape's printed spelling. It
-imports nothing else of the package, so every other module (the attribute decoders, the IR, the parser)
-can build on it; `analyzer.hlo.ir` re-exports the types.
+imports nothing else of the package but `analyzer.hlo.memo` (the decoders' per-call memos), so every other
+module (the attribute decoders, the IR, the parser) can build on it; `analyzer.hlo.ir` re-exports the types.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import itertools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+
+from analyzer.hlo.memo import memoised
 
 __all__ = ["ARRAY_PATTERN", "ELEMENT_BITS", "Layout", "Shape", "decode_array_shape", "decode_shape"]
 
@@ -123,11 +124,12 @@ class Shape:
         return f"{self.element_type}[{dims}]"
 
 
-@lru_cache(maxsize=8192)
+@memoised
 def decode_array_shape(text: str) -> Shape:
     """Decode one array-shape terminal: `bf16[8,<=16]{1,0:T(8,128)S(1)}`, `f32[]`, `token[]`, `s32[?]`.
 
-    Memoised: a module repeats a few hundred distinct shapes thousands of times, and `Shape` is immutable.
+    Memoised for the call that reads the module (`analyzer.hlo.memo`): a module repeats a few hundred distinct
+    shapes thousands of times, and `Shape` is immutable.
 
     Args:
       text: the terminal's text.
@@ -344,7 +346,7 @@ def _dim_level_types(r: _LayoutReader) -> None:
 _COMMENT = re.compile(r"/\*.*?\*/")
 
 
-@lru_cache(maxsize=8192)
+@memoised
 def decode_shape(text: str) -> Shape:
     """Decode an array or (nested) tuple shape as printed, e.g. `(f32[2]{0}, /*index=1*/s32[])`.
 

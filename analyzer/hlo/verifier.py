@@ -302,7 +302,8 @@ _LONG_INT = re.compile(r"-?\d{19,}")
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
-# (opcode, *attribute keys) of instructions whose opcode is known and whose keys the opcode allows, each once.
+# (opcode, *attribute keys) of instructions whose opcode is known and whose keys the opcode allows, each once. Kept
+# for the process, unlike the memos of a program's texts (analyzer/hlo/memo.py): XLA's vocabulary, not a program's.
 _SIGNATURES_OK: set[tuple] = set()
 
 
@@ -331,14 +332,12 @@ def value_known(key: str, raw: str) -> bool:
     trusts; that one is then remembered as valid, as `validate` would (a metadata value also needs the field
     names XLA takes, `_METADATA_OK`, or the verifier reads them). Never raises: False sends the instruction
     through `verify_instructions`, which says what is wrong."""
-    seen = attributes._VALID.get(key)
+    seen = attributes.valid_values().get(key)
     if seen is None or raw in seen:
         return True
     quick = attributes._QUICK.get(key)
     if quick is None or not quick.fullmatch(raw) or (key == "metadata" and not _METADATA_OK.fullmatch(raw)):
         return False
-    if len(seen) > attributes._VALID_MAX:
-        seen.clear()
     seen.add(raw)
     return True
 
@@ -355,7 +354,7 @@ def _values_known(row: tuple) -> bool:
     """Whether every value of an attribute row (`Instruction.attribute_row`) is known valid (`value_known`, its
     first test inline: most values were seen before) and none holds a backslash (escapes are checked in full).
     Never raises."""
-    valid = attributes._VALID
+    valid = attributes.valid_values()
     n = len(row) // 3
     for key, raw in zip(row[:n], row[n:2 * n]):
         seen = valid.get(key)
