@@ -149,8 +149,16 @@ def _asks(events) -> list[tuple]:
 
 
 def _replay(text: str, asks: list[tuple], by_kind: dict | None = None) -> None:
-    """`asks` (`_asks` of the recorded events) asked again of a fresh lazy parse; with `by_kind`, the CPU seconds of
-    each kind added into it (the lazy parse under `lazy`; each timing costs about a microsecond, counted in)."""
+    """`asks` (`_asks` of the recorded events) asked again of a fresh lazy parse, the parse and the questions in one
+    call's memos as `analyze_hlo` runs them (`analyzer.hlo.memo`); with `by_kind`, the CPU seconds of each kind
+    added into it (the lazy parse under `lazy`; each timing costs about a microsecond, counted in)."""
+    from analyzer.hlo.memo import scope
+
+    with scope():
+        _replay_in_call(text, asks, by_kind)
+
+
+def _replay_in_call(text: str, asks: list[tuple], by_kind: dict | None) -> None:
     from analyzer.hlo.parser import parse_hlo
 
     clock = time.process_time
@@ -200,6 +208,7 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     `by_kind`, the path split by kind."""
     from jax._src.lib import xla_client as xc
 
+    from analyzer.hlo.memo import scope
     from analyzer.hlo.parser import parse_hlo
 
     from parse_speed import _best, _rounds
@@ -223,8 +232,9 @@ def _timings(text: str, events, repeat: int, by_kind: bool) -> dict:
     out["peak"], out["kept"] = _path_memory(text, asks)
 
     def path():
-        m = parse_hlo(text, lenient=True, lazy=True)
-        _ask(m, asks)
+        with scope():
+            m = parse_hlo(text, lenient=True, lazy=True)
+            _ask(m, asks)
         return m
 
     out["gc_full"] = _collections(lambda: parse_hlo(text, lenient=True))
@@ -272,13 +282,15 @@ def _path_memory(text: str, asks: list[tuple]) -> tuple[float, float]:
     stand-in walk of `parse_speed.analysis_path` asks less: no `line_head`, `users_of` or `parameter_name`)."""
     import tracemalloc
 
+    from analyzer.hlo.memo import scope
     from analyzer.hlo.parser import parse_hlo
 
     gc.collect()
     tracemalloc.start()
     try:
-        module = parse_hlo(text, lenient=True, lazy=True)
-        _ask(module, asks)
+        with scope():
+            module = parse_hlo(text, lenient=True, lazy=True)
+            _ask(module, asks)
         kept, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
