@@ -2,9 +2,10 @@
 
 A module repeats a few hundred distinct shapes, device groups and metadata texts thousands of times, so the
 decoders of those texts (`shapes.decode_shape`, the replica-group and metadata decoders of `attributes`) are
-memoised, and the attribute values found valid are remembered (`attributes.valid_values`). The memos belong to the call that reads the module: `one_call` opens them around a public entry point
-(`parse_hlo`, `analyze_hlo`, `analyze_lowered`, `build_report`), a call inside another shares the outer one's, and
-they are dropped when the outermost returns. Nothing decoded from a user's program stays in the host process
+memoised, and the attribute values found valid are remembered (`attributes.valid_values`). The memos belong to
+the call that reads the module: `one_call` opens them around a public entry point (`parse_hlo`, `analyze_hlo`,
+`analyze_lowered`, `build_report`), a call inside another shares the outer one's, and they are dropped when the
+outermost returns. Nothing decoded from a user's program stays in the host process
 after the call (the product's rule for a library: no in-memory cache outlives a call). A decoder called outside
 any such call (a module read after its `parse_hlo` returned) decodes without a memo: the same answer, computed
 again.
@@ -25,6 +26,7 @@ __all__ = ["memoised", "one_call", "scope", "state"]
 
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
+_MISSING = object()  # (no value yet: None and every other value can be a decoder's answer)
 
 
 class _Memos(dict):
@@ -84,7 +86,6 @@ def memoised(decode: Callable[[str], _T]) -> Callable[[str], _T]:
         ('F32', 2)
     """
     memos = _MEMOS
-    missing = object()
 
     @functools.wraps(decode)
     def call(text: str) -> _T:
@@ -92,8 +93,8 @@ def memoised(decode: Callable[[str], _T]) -> Callable[[str], _T]:
         if tables is None:
             return decode(text)
         table = tables[call]
-        value = table.get(text, missing)
-        if value is missing:
+        value = table.get(text, _MISSING)
+        if value is _MISSING:
             value = table[text] = decode(text)
         return value  # type: ignore[return-value]
 
@@ -121,6 +122,3 @@ def state(factory: Callable[[], _T]) -> _T:
     if made is _MISSING:
         made = tables[factory] = factory()
     return made  # type: ignore[return-value]
-
-
-_MISSING = object()
