@@ -252,10 +252,10 @@ _TAIL_OPCODES = ("parameter", "negate", "add", "copy", "custom-call", "all-gathe
 
 @pytest.mark.parametrize("text", _TAIL_LINES.values(), ids=_TAIL_LINES.keys())
 def test_rows_read_alone_give_what_the_grammar_gives(text):
-    """A lazy `select` reads each line alone: a whole attribute text once per process (`fastpath._tiled_attributes`,
-    whose reads outlive the module), and what `verifier.vetted` passes is not verified again. The instructions and
-    their positions, or the error and its place, are what the grammar gives, and the same on a second module whose
-    lines move (every attribute text already read, at other columns and lines)."""
+    """A lazy `select` reads each line alone: a whole attribute text once a parse (`fastpath._tiled_attributes`,
+    placed at each line that repeats it), and what `verifier.vetted` passes is not verified again. The instructions
+    and their positions, or the error and its place, are what the grammar gives, and the same on the module with its
+    lines moved (each instruction a line lower and two columns right)."""
     def outcome(t, lazy):
         try:
             m = parse_hlo(t, lazy=lazy)

@@ -69,7 +69,7 @@ def _memory(fn) -> tuple[int, int]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _warm():
-    # the grammar and the caches are built once per process: not part of what a parse costs
+    # the grammar and the regexes are built once per process: not part of what a parse costs
     parse_hlo(_tuple_module(3, True))
     parse_hlo(_constant_module(3))
     parse_hlo(_replica_groups_module(3))
