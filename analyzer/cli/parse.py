@@ -98,14 +98,16 @@ def _print_text(s: dict[str, Any], out) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from analyzer.fileio import check_input
+    from analyzer.hlo.memo import scope
     from analyzer.hlo.parser import parse_hlo_file
 
     for path in args.files:  # a FIFO or /dev/zero is refused before anything is read
         check_input(path, what="HLO file")
     summaries = []
     for path in args.files:
-        module = parse_hlo_file(path, lazy=args.lazy)
-        summaries.append(summarize(module))
+        with scope():  # (the parse and the summary in one call: device groups and metadata decoded once a text)
+            module = parse_hlo_file(path, lazy=args.lazy)
+            summaries.append(summarize(module))
     if args.json:
         json.dump({"modules": summaries}, sys.stdout, indent=2)
         print()

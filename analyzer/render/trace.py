@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from analyzer.analysis.step import Span
 from analyzer.errors import AnalyzerError
+from analyzer.hlo.memo import one_call
 
 if TYPE_CHECKING:
     from analyzer.analysis.report import Report
@@ -77,6 +78,7 @@ class Slice(Span):
         return f"{self.name} ({self.source})" if self.source else self.name
 
 
+@one_call  # (the spans' metadata decoded once a text: `analyzer.hlo.memo`)
 def step_slices(report: Report) -> list[Slice]:
     """Every span of the report's predicted step that takes time, with its source line and collective row.
 
@@ -104,8 +106,8 @@ def step_slices(report: Report) -> list[Slice]:
             continue
         source = op_name = ""
         inst = s.instruction
-        if inst is not None and module is not None and inst.metadata is not None:
-            md = inst.metadata
+        md = inst.metadata if inst is not None and module is not None else None
+        if md is not None:
             key = (md.stack_frame_id, md.source_file, md.source_line)
             if key not in sources:
                 sources[key] = user_frame(module, md.stack_frame_id, md.source_file, md.source_line)
