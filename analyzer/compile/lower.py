@@ -520,6 +520,27 @@ def tpu_extra_hint() -> str:
         return TPU_EXTRA_HINT
 
 
+@contextlib.contextmanager
+def libtpu_beside_others() -> Iterator[None]:
+    """`ALLOW_MULTIPLE_LIBTPU_LOAD=1` while libtpu loads for an ahead-of-time compile, and the caller's environment
+    back after.
+
+    libtpu reads the variable when it initialises and otherwise takes /tmp/libtpu_lockfile, so that two processes
+    never drive the same chips. Ahead-of-time compilation drives no chip, and without it a second analysis (or a
+    test run) beside a first one fails. Set only around the load: a process the caller starts later (a training
+    run) inherits the caller's environment, where libtpu's lock still guards the chips.
+    """
+    key = "ALLOW_MULTIPLE_LIBTPU_LOAD"
+    set_here = key not in os.environ
+    if set_here:
+        os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if set_here:
+            os.environ.pop(key, None)
+
+
 def _tpu_devices(target: Target) -> list[Any]:
     """The compile-only TPU devices of a TPU target (e.g. "tpu:v5e:2x4"; "tpu:v5e:2x2*2" for two such slices
     over DCN, whose devices carry `slice_index` 0 and 1)."""
@@ -531,10 +552,7 @@ def _tpu_devices(target: Target) -> list[Any]:
     topology, slices = target.topology, target.num_slices
     extra = {"num_slices": slices} if slices > 1 else {}
 
-    # libtpu takes /tmp/libtpu_lockfile so that two processes never drive the same chips. Ahead-of-time
-    # compilation drives no chip, and without this a second analysis (or a test run) beside a first one fails.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    with _quiet_stderr() as log:
+    with libtpu_beside_others(), _quiet_stderr() as log:
         try:
             desc = topologies.get_topology_desc(platform="tpu", topology_name=target.slice_topology, **extra)
             error = None

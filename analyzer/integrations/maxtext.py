@@ -456,13 +456,13 @@ def _build(args: MaxTextArgs, target: str, the_plan: Plan) -> MaxTextStep:
         raise ConfigError("MaxText's enable_diloco=true is not supported by hlo-analyzer maxtext yet (its step is "
                           "wrapped by diloco.build_diloco_train_step); analyse it with enable_diloco=false")
     entry = f"maxtext:{args}"
-    from analyzer.compile.lower import user_code
+    from analyzer.compile.lower import libtpu_beside_others, user_code
 
     with user_code(entry, "building MaxText's train step"), _stdout_to_stderr():
         if target == "tpu":
             train_compile.validate_config(config)
-            os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # as analyzer.compile.lower does for AOT
-            mesh = train_compile.get_topology_mesh(config)
+            with libtpu_beside_others():  # (libtpu loads here, as in analyzer.compile.lower for AOT)
+                mesh = train_compile.get_topology_mesh(config)
         else:
             mesh = _cpu_mesh(config, the_plan.chips)
         shaped_args, shaped_kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)
