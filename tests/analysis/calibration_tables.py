@@ -9,6 +9,7 @@ model that moves a prediction fails until the file is rewritten.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,26 @@ def check(hardware: str, predicted: dict[str, float], published: dict[str, float
     assert written.keys() == now.keys(), f"{hardware}: rewrite the file ({HOW})"
     for run, ratio in now.items():
         assert written[run] == pytest.approx(ratio, rel=1e-6), f"{run}: rewrite the file ({HOW})"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One published table in the calibration file, as its measured-table test owns it.
+
+    Attributes:
+      hardware: the chip's hardware spec name ("tpu-v5p"); name: the table as the report's range basis says it;
+      source: where it is published; prediction: what was predicted of each run.
+    """
+
+    hardware: str
+    name: str
+    source: str
+    prediction: str
+
+    def write(self, predicted: dict[str, float], published: dict[str, float]) -> Path:
+        """This table's rows from today's predictions, written into the file (`write`)."""
+        return write(self.hardware, self.name, self.source, self.prediction, rows(predicted, published))
+
+    def check(self, predicted: dict[str, float], published: dict[str, float]) -> None:
+        """The file's rows of this table are today's predictions' (`check`)."""
+        check(self.hardware, predicted, published)

@@ -186,17 +186,16 @@ def test_v5p_table_within_the_target():
         f"(target {TARGET_MAX}): " + ", ".join(f"{n} {e:+.2f}" for n, e in errors.items()))
 
 
-CALIBRATION_TABLE = "MaxText's v5p table"
-CALIBRATION_SOURCE = "MaxText/configs/v5p/README.md; docs/measurements.md"
-CALIBRATION_PREDICTION = ("MaxText's own step of each run (fixtures/maxtext_v5p), its attention as the flash kernel, "
-                          "the runs' XLA flags")
+CALIBRATION = calibration_tables.Table(
+    "tpu-v5p", "MaxText's v5p table", "MaxText/configs/v5p/README.md; docs/measurements.md",
+    "MaxText's own step of each run (fixtures/maxtext_v5p), its attention as the flash kernel, the runs' XLA flags")
 
 
 @pytest.mark.slow
 def test_the_calibration_file_is_todays_model():
     """The error bars on v5p come from this table's residuals with the model as it is: a change to the step model
     that moves a row must rewrite them (`python tests/analysis/test_measured_v5p_maxtext.py --write-calibration`)."""
-    calibration_tables.check("tpu-v5p", {row.name: predicted_mfu(row) for row in ROWS}, _template().PUBLISHED_MFU)
+    CALIBRATION.check({row.name: predicted_mfu(row) for row in ROWS}, _template().PUBLISHED_MFU)
 
 
 def table() -> str:
@@ -256,10 +255,7 @@ def differences() -> str:
 
 if __name__ == "__main__":
     if "--write-calibration" in sys.argv[1:]:  # the error bars' v5p residuals (analyzer/analysis/calibration.py)
-        published = _template().PUBLISHED_MFU
-        rows = calibration_tables.rows({row.name: predicted_mfu(row) for row in ROWS}, published)
-        written = calibration_tables.write("tpu-v5p", CALIBRATION_TABLE, CALIBRATION_SOURCE, CALIBRATION_PREDICTION,
-                                           rows)
+        written = CALIBRATION.write({row.name: predicted_mfu(row) for row in ROWS}, _template().PUBLISHED_MFU)
         print(f"wrote {written.relative_to(ROOT)}")
     print(table())
     if "--why" in sys.argv[1:]:
