@@ -29,31 +29,6 @@ def rows(predicted: dict[str, float], published: dict[str, float]) -> list[dict]
              "ratio": round(p / published[run], 9)} for run, p in predicted.items()]
 
 
-def write(hardware: str, table: str, source: str, prediction: str, table_rows: list[dict]) -> Path:
-    """Replace `hardware`'s table in the calibration file (the others kept), whole or not at all. `table`: its name
-    as the report's range basis says it; `source`: where it is published; `prediction`: what was predicted."""
-    path = ROOT / "analyzer" / "_data" / CALIBRATION
-    try:
-        tables = [t for t in load()["tables"] if t["hardware"] != hardware]
-    except (KeyError, FileNotFoundError, json.JSONDecodeError):
-        tables = []
-    tables.append({"table": table, "source": source, "hardware": hardware, "prediction": prediction,
-                   "rows": table_rows,
-                   "leave_one_out": f"{leave_one_out(table_rows)} of {len(table_rows)}"})
-    tables.sort(key=lambda t: t["hardware"])
-    write_atomic(path, json.dumps({"tables": tables, "how": HOW}, indent=1) + "\n", what="calibration file")
-    return path
-
-
-def check(hardware: str, predicted: dict[str, float], published: dict[str, float]) -> None:
-    """The file's `hardware` table is today's model's (each run's q to 1e-6)."""
-    written = {r["run"]: r["ratio"] for t in load()["tables"] if t["hardware"] == hardware for r in t["rows"]}
-    now = {r["run"]: r["ratio"] for r in rows(predicted, published)}
-    assert written.keys() == now.keys(), f"{hardware}: rewrite the file ({HOW})"
-    for run, ratio in now.items():
-        assert written[run] == pytest.approx(ratio, rel=1e-6), f"{run}: rewrite the file ({HOW})"
-
-
 @dataclass(frozen=True)
 class Table:
     """One published table in the calibration file, as its measured-table test owns it.
@@ -69,9 +44,26 @@ class Table:
     prediction: str
 
     def write(self, predicted: dict[str, float], published: dict[str, float]) -> Path:
-        """This table's rows from today's predictions, written into the file (`write`)."""
-        return write(self.hardware, self.name, self.source, self.prediction, rows(predicted, published))
+        """Replace this chip's table in the calibration file with today's predictions (the others kept), whole or not
+        at all."""
+        path = ROOT / "analyzer" / "_data" / CALIBRATION
+        try:
+            tables = [t for t in load()["tables"] if t["hardware"] != self.hardware]
+        except (KeyError, FileNotFoundError, json.JSONDecodeError):
+            tables = []
+        table_rows = rows(predicted, published)
+        tables.append({"table": self.name, "source": self.source, "hardware": self.hardware,
+                       "prediction": self.prediction, "rows": table_rows,
+                       "leave_one_out": f"{leave_one_out(table_rows)} of {len(table_rows)}"})
+        tables.sort(key=lambda t: t["hardware"])
+        write_atomic(path, json.dumps({"tables": tables, "how": HOW}, indent=1) + "\n", what="calibration file")
+        return path
 
     def check(self, predicted: dict[str, float], published: dict[str, float]) -> None:
-        """The file's rows of this table are today's predictions' (`check`)."""
-        check(self.hardware, predicted, published)
+        """The file's rows of this table are today's predictions' (each run's q to 1e-6)."""
+        written = {r["run"]: r["ratio"] for t in load()["tables"] if t["hardware"] == self.hardware
+                   for r in t["rows"]}
+        now = {r["run"]: r["ratio"] for r in rows(predicted, published)}
+        assert written.keys() == now.keys(), f"{self.hardware}: rewrite the file ({HOW})"
+        for run, ratio in now.items():
+            assert written[run] == pytest.approx(ratio, rel=1e-6), f"{run}: rewrite the file ({HOW})"
