@@ -400,6 +400,18 @@ def flash_scores(dots: Sequence[Dot]) -> FlashScores | None:
     return FlashScores(frozenset(lengths), frozenset(elements)) if lengths else None
 
 
+class _DotSums(NamedTuple):
+    """The dots one execution of a computation runs, itself and what it calls (`ProgramCosts._dots_in`)."""
+
+    flops: float
+    padded: float  # each dot's FLOPs times its padding on the MXU's tiles
+    reread_bytes: float
+    fill_seconds: float
+
+
+_NO_DOTS = _DotSums(0.0, 0.0, 0.0, 0.0)
+
+
 class ProgramCosts:
     """The costs of one module's instructions on one hardware spec, each computed once, on first question.
 
@@ -431,8 +443,7 @@ class ProgramCosts:
         for (c, _), cost in self.dot_costs.items():
             self.first_dot_dtype.setdefault(c, cost.dtype)
         self.with_mxu = hw.mxu is not None
-        self.comp_flops: dict[str, float] = {}
-        self.comp_mxu: dict[str, tuple[float, float, float]] = {}
+        self.comp_dots: dict[str, _DotSums] = {}  # (`_dots_in`: each computation's dots summed once)
         self.with_flops = module.holding(*_FLOPS_OPS)  # (the computations `flops_in` reads: those with a dot or call)
         self.not_plain = _not_plain(module)  # (what pricing each fusion's bytes asks of the module: asked once)
         # holds_dot per instruction, by id (the instruction kept alongside so the id stays its own): the overlap
@@ -463,18 +474,9 @@ class ProgramCosts:
         return instruction_hbm_bytes(inst, self.module, not_plain=self.not_plain)
 
     def flops_in(self, comp_name: str) -> float:
-        if comp_name not in self.comp_flops:
-            self.comp_flops[comp_name] = 0.0  # guards recursion
-            total = 0.0
-            if comp_name in self.with_flops:  # (then only those lines of a lazy module's body)
-                for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
-                    d = self.dot_costs.get((comp_name, i.name))
-                    if d is not None:
-                        total += d.flops
-                    elif i.opcode in ("fusion", "call"):
-                        total += sum(self.flops_in(c) for c in i.called_computations)
-            self.comp_flops[comp_name] = total
-        return self.comp_flops[comp_name]
+        """FLOPs of one execution of computation `comp_name`: its dots' and those of what its fusions and calls
+        run."""
+        return self._dots_in(comp_name).flops
 
     def holds_dot(self, inst: Instruction) -> bool:
         """A dot, or a fusion/call whose computations hold one."""
@@ -492,22 +494,32 @@ class ProgramCosts:
     def mxu_in(self, comp_name: str) -> tuple[float, float, float]:
         """(padded FLOPs, re-read bytes, fill seconds) of the dots in a computation and what it calls (the
         `dot_mxu` terms summed; padded FLOPs are the dot's FLOPs times its padding factor)."""
-        if comp_name not in self.comp_mxu:
-            self.comp_mxu[comp_name] = (0.0, 0.0, 0.0)  # guards recursion
-            pf = extra = fill = 0.0
+        sums = self._dots_in(comp_name)
+        return sums.padded, sums.reread_bytes, sums.fill_seconds
+
+    def _dots_in(self, comp_name: str) -> _DotSums:
+        """The dots of computation `comp_name` and of what its fusions and calls run, summed in one read of its
+        dot, fusion and call lines (a lazily parsed body: only those lines), kept per computation."""
+        sums = self.comp_dots.get(comp_name)
+        if sums is None:
+            self.comp_dots[comp_name] = _NO_DOTS  # guards recursion
+            flops = padded = extra = fill = 0.0
             if comp_name in self.with_flops:
                 for i in self.module.by_name[comp_name].select(*_FLOPS_OPS):
                     d = self.dot_costs.get((comp_name, i.name))
                     if d is not None:
-                        pf += d.flops * d.padding
+                        flops += d.flops
+                        padded += d.flops * d.padding
                         extra += d.reread_bytes
                         fill += d.fill_seconds
                     elif i.opcode in ("fusion", "call"):
-                        for c in i.called_computations:
-                            a, b, c2 = self.mxu_in(c)
-                            pf, extra, fill = pf + a, extra + b, fill + c2
-            self.comp_mxu[comp_name] = (pf, extra, fill)
-        return self.comp_mxu[comp_name]
+                        inners = [self._dots_in(c) for c in i.called_computations]
+                        flops += sum(inner.flops for inner in inners)
+                        for inner in inners:
+                            padded, extra, fill = (padded + inner.padded, extra + inner.reread_bytes,
+                                                   fill + inner.fill_seconds)
+            sums = self.comp_dots[comp_name] = _DotSums(flops, padded, extra, fill)
+        return sums
 
     def op_time(self, comp: Computation, inst: Instruction, cheap: Mapping[str, bool] | None = None,
                 users: Mapping[str, tuple[str, ...]] | None = None) -> tuple[float, str]:
