@@ -427,10 +427,11 @@ class _Build:
     string, not the one its reader's line holds), and the shapes and line tails read so far (a computation repeats
     them: the tail from `, metadata=` on of 15 of 16 lines of an unrolled model's code is one already read)."""
 
-    __slots__ = ("reader", "params", "unvetted", "insts", "defined", "named", "shapes", "tails")
+    __slots__ = ("reader", "params", "unvetted", "insts", "defined", "named", "shapes", "tails", "valid")
 
     def __init__(self, reader: LineReader, params: tuple, unvetted: list[Instruction]) -> None:
         self.reader, self.params, self.unvetted = reader, params, unvetted
+        self.valid = valid_values()  # (this call's values found valid: looked up once a computation, not a line)
         self.insts: list[Instruction] = []
         self.defined: dict[str, Shape] = {}
         self.named: dict[str, str] = {}
@@ -543,7 +544,7 @@ class _Build:
         if p >= end:
             return keys, (), clean
         findall = self.reader.attr_all.findall
-        valid_get, value_known, intern = valid_values().get, verifier.value_known, _intern
+        valid_get, value_known, intern = self.valid.get, verifier.value_known, _intern
         s = line.rfind(", metadata=", p)
         if s < 0:
             s = end
