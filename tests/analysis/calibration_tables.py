@@ -9,6 +9,7 @@ model that moves a prediction fails until the file is rewritten.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +37,18 @@ class Table:
     Attributes:
       hardware: the chip's hardware spec name ("tpu-v5p"); name: the table as the report's range basis says it;
       source: where it is published; prediction: what was predicted of each run.
+      predicted: today's predicted MFU of each run (run -> percent by the table's count; it analyses the runs);
+      published: each run's published MFU (run -> percent).
     """
 
     hardware: str
     name: str
     source: str
     prediction: str
+    predicted: Callable[[], dict[str, float]]
+    published: Callable[[], dict[str, float]]
 
-    def write(self, predicted: dict[str, float], published: dict[str, float]) -> Path:
+    def write(self) -> Path:
         """Replace this chip's table in the calibration file with today's predictions (the others kept), whole or not
         at all."""
         path = ROOT / "analyzer" / "_data" / CALIBRATION
@@ -51,7 +56,7 @@ class Table:
             tables = [t for t in load()["tables"] if t["hardware"] != self.hardware]
         except (KeyError, FileNotFoundError, json.JSONDecodeError):
             tables = []
-        table_rows = rows(predicted, published)
+        table_rows = rows(self.predicted(), self.published())
         tables.append({"table": self.name, "source": self.source, "hardware": self.hardware,
                        "prediction": self.prediction, "rows": table_rows,
                        "leave_one_out": f"{leave_one_out(table_rows)} of {len(table_rows)}"})
@@ -59,11 +64,11 @@ class Table:
         write_atomic(path, json.dumps({"tables": tables, "how": HOW}, indent=1) + "\n", what="calibration file")
         return path
 
-    def check(self, predicted: dict[str, float], published: dict[str, float]) -> None:
+    def check(self) -> None:
         """The file's rows of this table are today's predictions' (each run's q to 1e-6)."""
         written = {r["run"]: r["ratio"] for t in load()["tables"] if t["hardware"] == self.hardware
                    for r in t["rows"]}
-        now = {r["run"]: r["ratio"] for r in rows(predicted, published)}
+        now = {r["run"]: r["ratio"] for r in rows(self.predicted(), self.published())}
         assert written.keys() == now.keys(), f"{self.hardware}: rewrite the file ({HOW})"
         for run, ratio in now.items():
             assert written[run] == pytest.approx(ratio, rel=1e-6), f"{run}: rewrite the file ({HOW})"
